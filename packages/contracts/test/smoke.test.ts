@@ -1,0 +1,4 @@
+import { placeholder } from '@platform/contracts';
+test('smoke', () => {
+  expect(placeholder).toBe(1);
+});
