@@ -1,0 +1,65 @@
+// The work-item decision rules of DESIGN 4.4, free of transport and storage.
+
+export type WorkItemState = 'proposed' | 'accepted' | 'deferred' | 'declined';
+export type Decision = 'accept' | 'defer' | 'decline';
+
+export const stateAfter = {
+  accept: 'accepted',
+  defer: 'deferred',
+  decline: 'declined',
+} as const satisfies Record<Decision, WorkItemState>;
+
+export type DecisionOutcome =
+  /** The item moves to `state`; an audit row is written. */
+  | { kind: 'transition'; state: WorkItemState }
+  /** The same final decision again: answer with the item as it is, write nothing. */
+  | { kind: 'unchanged' }
+  /** A different decision on a final item. */
+  | { kind: 'conflict'; detail: string };
+
+/**
+ * `proposed` and `deferred` items may be decided (a deferred item again and again); `accepted` and
+ * `declined` are final for the client, where repeating the same decision is a harmless retry.
+ */
+export function decide(current: WorkItemState, decision: Decision): DecisionOutcome {
+  switch (current) {
+    case 'proposed':
+    case 'deferred':
+      return { kind: 'transition', state: stateAfter[decision] };
+    case 'accepted':
+    case 'declined':
+      return stateAfter[decision] === current
+        ? { kind: 'unchanged' }
+        : {
+            kind: 'conflict',
+            detail: `The work item is already ${current}; it cannot be changed to ${stateAfter[decision]}.`,
+          };
+  }
+}
+
+export interface DecisionProblem {
+  path: string;
+  message: string;
+}
+
+/**
+ * Rules a schema cannot express: `defer_until` is required for `defer`, must lie in the future,
+ * and makes no sense with the other decisions.
+ */
+export function checkDecisionRequest(
+  body: { decision: Decision; defer_until?: string | undefined },
+  now: Date,
+): DecisionProblem[] {
+  if (body.decision !== 'defer') {
+    return body.defer_until === undefined
+      ? []
+      : [{ path: '/defer_until', message: 'is only allowed with decision "defer"' }];
+  }
+  if (body.defer_until === undefined) {
+    return [{ path: '/defer_until', message: 'is required when the decision is "defer"' }];
+  }
+  const until = Date.parse(body.defer_until);
+  if (Number.isNaN(until)) return [{ path: '/defer_until', message: 'must be a date-time' }];
+  if (until <= now.getTime()) return [{ path: '/defer_until', message: 'must be in the future' }];
+  return [];
+}

@@ -1,0 +1,156 @@
+// Presigned URLs checked as DESIGN 5 asks: s3rver accepts any signature, so the URL itself is
+// verified here with an independent SigV4 implementation.
+import { createS3Storage } from '../src/storage/s3.js';
+import type { MediaStorage } from '../src/storage/s3.js';
+import { contentDisposition } from '../src/domain/media.js';
+import { verifyPresigned } from './support/sigv4.js';
+
+const credentials = { accessKeyId: 'test-access-key', secretAccessKey: 'test-secret-key' };
+
+describe('presigned URLs', () => {
+  let storage: MediaStorage;
+  const now = new Date('2026-11-22T10:00:00Z');
+
+  beforeAll(() => {
+    storage = createS3Storage({
+      endpoint: 'http://127.0.0.1:9',
+      publicEndpoint: 'http://media.example.test:9000',
+      region: 'eu-central-1',
+      bucket: 'media',
+      ...credentials,
+      forcePathStyle: true,
+    });
+  });
+  afterAll(() => storage.destroy());
+
+  const upload = () =>
+    storage.presignUpload({
+      key: 'sites/s1/media/m1.png',
+      contentType: 'image/png',
+      sizeBytes: 1234,
+      expiresInS: 900,
+      now,
+    });
+
+  it('signs host, content-type and content-length into a PUT URL that verifies', async () => {
+    const signed = await upload();
+    expect(signed.method).toBe('PUT');
+    expect(signed.headers).toEqual({ 'Content-Type': 'image/png' });
+    expect(signed.expiresAt.toISOString()).toBe('2026-11-22T10:15:00.000Z');
+    const url = new URL(signed.url);
+    expect(url.origin).toBe('http://media.example.test:9000');
+    expect(url.pathname).toBe('/media/sites/s1/media/m1.png');
+    expect(url.searchParams.get('X-Amz-Expires')).toBe('900');
+
+    const verdict = verifyPresigned(
+      { method: 'PUT', url: signed.url, headers: { ...signed.headers, 'content-length': '1234' } },
+      credentials,
+      new Date(now.getTime() + 60_000),
+    );
+    expect(verdict).toEqual({
+      ok: true,
+      signedHeaders: ['content-length', 'content-type', 'host'],
+      expiresAt: signed.expiresAt,
+    });
+  });
+
+  it('carries no checksum of the empty body (requestChecksumCalculation WHEN_REQUIRED)', async () => {
+    const url = new URL((await upload()).url);
+    const names = [...url.searchParams.keys()].map((k) => k.toLowerCase());
+    expect(
+      names.filter((n) => n.startsWith('x-amz-checksum') || n === 'x-amz-sdk-checksum-algorithm'),
+    ).toEqual([]);
+  });
+
+  it('is refused with another content type, length, key, method, host or after expiry', async () => {
+    const signed = await upload();
+    const good = { 'content-type': 'image/png', 'content-length': '1234' };
+    const at = new Date(now.getTime() + 1000);
+    const check = (method: string, url: string, headers: Record<string, string>, when = at) =>
+      verifyPresigned({ method, url, headers }, credentials, when);
+
+    expect(check('PUT', signed.url, good).ok).toBe(true);
+    expect(check('PUT', signed.url, { ...good, 'content-type': 'text/html' })).toEqual({
+      ok: false,
+      reason: 'signature mismatch',
+    });
+    expect(check('PUT', signed.url, { ...good, 'content-length': '999999' }).ok).toBe(false);
+    expect(check('PUT', signed.url.replace('m1.png', 'm2.png'), good).ok).toBe(false);
+    expect(check('GET', signed.url, good).ok).toBe(false);
+    expect(check('PUT', signed.url.replace('X-Amz-Expires=900', 'X-Amz-Expires=9000'), good).ok).toBe(false);
+    expect(check('PUT', signed.url, { ...good, host: 'evil.example:9000' }).ok).toBe(false);
+    expect(check('PUT', signed.url, good, new Date(now.getTime() + 901_000))).toEqual({
+      ok: false,
+      reason: 'expired',
+    });
+    expect(
+      verifyPresigned(
+        { method: 'PUT', url: signed.url, headers: good },
+        { ...credentials, secretAccessKey: 'other' },
+        at,
+      ).ok,
+    ).toBe(false);
+  });
+
+  it('binds a declared SHA-256 as a signed header the client must send', async () => {
+    const checksum = 'n4bQgYhMfWWaL+qgxVrQFaO/TxsrC4Is0V1sFbDwCgg=';
+    const signed = await storage.presignUpload({
+      key: 'k.png',
+      contentType: 'image/png',
+      sizeBytes: 3,
+      checksumSha256: checksum,
+      expiresInS: 60,
+      now,
+    });
+    expect(signed.headers).toEqual({ 'Content-Type': 'image/png', 'x-amz-checksum-sha256': checksum });
+    const headers = { 'content-type': 'image/png', 'content-length': '3', 'x-amz-checksum-sha256': checksum };
+    const at = new Date(now.getTime() + 1000);
+    const verdict = verifyPresigned({ method: 'PUT', url: signed.url, headers }, credentials, at);
+    expect(verdict.ok && verdict.signedHeaders).toEqual([
+      'content-length',
+      'content-type',
+      'host',
+      'x-amz-checksum-sha256',
+    ]);
+    expect(
+      verifyPresigned(
+        { method: 'PUT', url: signed.url, headers: { ...headers, 'x-amz-checksum-sha256': 'AAAA' } },
+        credentials,
+        at,
+      ).ok,
+    ).toBe(false);
+  });
+
+  it('signs a short-lived GET with a safe Content-Disposition', async () => {
+    const disposition = contentDisposition('../../etc/"boiler" room ü.png');
+    const signed = await storage.presignDownload({
+      key: 'sites/s1/media/m1.png',
+      contentDisposition: disposition,
+      contentType: 'image/png',
+      expiresInS: 300,
+      now,
+    });
+    expect(signed.expiresAt.toISOString()).toBe('2026-11-22T10:05:00.000Z');
+    const url = new URL(signed.url);
+    expect(url.searchParams.get('response-content-disposition')).toBe(
+      `attachment; filename="_boiler_ room _.png"; filename*=UTF-8''%22boiler%22%20room%20%C3%BC.png`,
+    );
+    expect(url.searchParams.get('response-content-type')).toBe('image/png');
+    expect(url.searchParams.has('x-amz-checksum-mode')).toBe(false);
+    const at = new Date(now.getTime() + 1000);
+    expect(verifyPresigned({ method: 'GET', url: signed.url, headers: {} }, credentials, at).ok).toBe(true);
+    const tampered = signed.url.replace(
+      'response-content-type=image%2Fpng',
+      'response-content-type=text%2Fhtml',
+    );
+    expect(tampered).not.toBe(signed.url);
+    expect(verifyPresigned({ method: 'GET', url: tampered, headers: {} }, credentials, at).ok).toBe(false);
+    expect(
+      verifyPresigned(
+        { method: 'GET', url: signed.url, headers: {} },
+        credentials,
+        new Date(now.getTime() + 301_000),
+      ).ok,
+    ).toBe(false);
+  });
+});
