@@ -1,0 +1,51 @@
+import { errorCatalogue } from '@platform/contracts';
+import type { ErrorCode, FieldError, Validation } from '@platform/contracts';
+
+export interface DomainErrorOptions {
+  /** Field-level failures (JSON Pointer paths), shown as `errors` in the problem document. */
+  errors?: FieldError[];
+  /** Response headers the error needs, e.g. `WWW-Authenticate`, `Allow`, `Retry-After`. */
+  headers?: Record<string, string>;
+  cause?: unknown;
+}
+
+/**
+ * A failure the caller can be told about. Transport-free: `code` comes from the contracts catalogue,
+ * which also fixes `status` and `title`; the HTTP edge turns it into problem+json and the CoAP edge
+ * into a response code. `detail` must be safe to show to the client.
+ */
+export class DomainError extends Error {
+  readonly code: ErrorCode;
+  readonly status: number;
+  readonly title: string;
+  readonly detail?: string;
+  readonly errors?: FieldError[];
+  readonly headers?: Record<string, string>;
+
+  constructor(code: ErrorCode, detail?: string, options: DomainErrorOptions = {}) {
+    const entry = errorCatalogue[code];
+    super(detail ?? entry.title, options.cause === undefined ? undefined : { cause: options.cause });
+    this.name = 'DomainError';
+    this.code = code;
+    this.status = entry.status;
+    this.title = entry.title;
+    if (detail !== undefined) this.detail = detail;
+    if (options.errors !== undefined) this.errors = options.errors;
+    if (options.headers !== undefined) this.headers = options.headers;
+  }
+}
+
+export function isDomainError(err: unknown): err is DomainError {
+  return err instanceof DomainError;
+}
+
+/**
+ * The validated value, or a thrown `DomainError` (default `invalid_body`, 400) listing every failure.
+ * Pairs with the contracts validators: `const body = requireValid(validateDecisionRequest(req.body))`.
+ */
+export function requireValid<T>(result: Validation<T>, code: ErrorCode = 'invalid_body', detail?: string): T {
+  if (result.ok) return result.value;
+  throw new DomainError(code, detail ?? 'The request body does not match the schema.', {
+    errors: result.errors,
+  });
+}

@@ -1,0 +1,123 @@
+import express from 'express';
+import type { Express, Request, RequestHandler, Response } from 'express';
+import type { Registry } from 'prom-client';
+import type { Logger } from 'winston';
+import { DomainError } from '../errors.js';
+import { createLogger } from '../logger.js';
+import { httpMetrics } from '../metrics.js';
+import { problemErrorHandler } from './problem.js';
+import { requestContext } from './request-context.js';
+
+/** DESIGN 3.1: JSON bodies over 64 KiB are refused with 413. */
+export const DEFAULT_BODY_LIMIT_BYTES = 64 * 1024;
+
+/** Media types accepted as JSON bodies: `application/json` and any `+json` suffix type. */
+const JSON_TYPES = ['application/json', '+json'];
+
+export interface HttpAppOptions {
+  logger: Logger;
+  /** Largest accepted JSON body in bytes (after decompression); default 64 KiB. */
+  bodyLimitBytes?: number;
+  /**
+   * Proxy hops to trust for the client address (`X-Forwarded-For`). `true` means exactly one hop
+   * (the Ingress, DESIGN 5), never "trust everyone"; default none.
+   */
+  trustProxy?: boolean | number;
+  /** Record `http_requests_total` and `http_request_duration_seconds` on this registry. */
+  metrics?: Registry;
+}
+
+const appLoggers = new WeakMap<Express, Logger>();
+
+/**
+ * An express app with request ids, one log line (and metrics) per request, and JSON body parsing
+ * whose failures come out as problem+json (400 `invalid_json`, 413, 415). Add routes (see
+ * `addRoutes`), then call `finishHttpApp` to install the 404 and the error handler.
+ */
+export function createHttpApp(options: HttpAppOptions): Express {
+  const app = express();
+  app.disable('x-powered-by');
+  const hops = options.trustProxy === true ? 1 : options.trustProxy === false ? 0 : (options.trustProxy ?? 0);
+  app.set('trust proxy', hops);
+  appLoggers.set(app, options.logger);
+
+  app.use(requestContext(options.logger));
+  app.use(observeRequests(options.metrics));
+  app.use(requireJsonBody);
+  app.use(express.json({ limit: options.bodyLimitBytes ?? DEFAULT_BODY_LIMIT_BYTES, type: JSON_TYPES }));
+  return app;
+}
+
+/** Installs the 404 for unknown routes and the problem+json error handler; call after the routes. */
+export function finishHttpApp(app: Express, logger?: Logger): Express {
+  app.use(notFound);
+  app.use(problemErrorHandler(logger ?? appLoggers.get(app) ?? createLogger({ service: 'http' })));
+  return app;
+}
+
+const notFound: RequestHandler = (_req, _res, next) => {
+  next(new DomainError('not_found', 'No resource matches this path.'));
+};
+
+/** A request with a body must declare a JSON media type; bodiless requests pass untouched. */
+const requireJsonBody: RequestHandler = (req, _res, next) => {
+  if (!hasBody(req) || req.is(JSON_TYPES) !== false) {
+    next();
+    return;
+  }
+  next(new DomainError('unsupported_media_type', 'The request body must be application/json.'));
+};
+
+function hasBody(req: Request): boolean {
+  if (req.headers['transfer-encoding'] !== undefined) return true;
+  const length = Number(req.headers['content-length'] ?? 0);
+  return Number.isFinite(length) && length > 0;
+}
+
+/** The matched route pattern (`/sites/:site_id/...`), never the raw URL, so labels stay bounded. */
+export function routeLabel(req: Request, res: Response): string {
+  const tagged = res.locals.route as string | undefined;
+  if (tagged !== undefined) return tagged;
+  const route = req.route as { path?: unknown } | undefined;
+  if (route?.path !== undefined) return `${req.baseUrl}${String(route.path)}`;
+  return 'unmatched';
+}
+
+const STANDARD_METHODS = new Set(['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS']);
+
+function observeRequests(registry: Registry | undefined): RequestHandler {
+  const metrics = registry === undefined ? undefined : httpMetrics(registry);
+  return (req, res, next) => {
+    const started = process.hrtime.bigint();
+    let done = false;
+    const record = (aborted: boolean): void => {
+      if (done) return;
+      done = true;
+      const seconds = Number(process.hrtime.bigint() - started) / 1e9;
+      const route = routeLabel(req, res);
+      const status = res.statusCode;
+      if (metrics !== undefined) {
+        const labels = {
+          method: STANDARD_METHODS.has(req.method) ? req.method : 'OTHER',
+          route,
+          status: String(status),
+        };
+        metrics.requests.inc(labels);
+        metrics.duration.observe(labels, seconds);
+      }
+      req.log[status >= 500 ? 'warn' : 'info']('http request', {
+        method: req.method,
+        route,
+        path: req.path,
+        status,
+        duration_ms: Math.round(seconds * 1e6) / 1e3,
+        ip: req.ip,
+        ...(aborted ? { aborted: true } : {}),
+      });
+    };
+    res.once('finish', () => record(false));
+    // 'close' without 'finish': the client went away before the response was complete.
+    res.once('close', () => record(!res.writableFinished));
+    next();
+  };
+}

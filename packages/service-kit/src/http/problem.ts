@@ -1,0 +1,111 @@
+import { errorCatalogue } from '@platform/contracts';
+import type { ErrorCode, FieldError } from '@platform/contracts';
+import type { ErrorRequestHandler, Response } from 'express';
+import type { Logger } from 'winston';
+import { DomainError } from '../errors.js';
+
+export const PROBLEM_CONTENT_TYPE = 'application/problem+json';
+
+/** Base of the `type` URIs; `.example` (RFC 2606) marks them as identifiers, not pages to fetch. */
+export const PROBLEM_TYPE_BASE = 'https://platform.example/problems/';
+
+/** The RFC 9457 body every non-2xx response carries (DESIGN 2). */
+export interface ProblemBody {
+  type: string;
+  title: string;
+  status: number;
+  detail: string;
+  code: ErrorCode;
+  request_id: string;
+  errors?: FieldError[];
+}
+
+interface Classified {
+  error: DomainError;
+  /** Whether the error is ours to explain (4xx, known 5xx) or an unexpected failure to log in full. */
+  expected: boolean;
+}
+
+// body-parser (express.json) reports what went wrong in `type`; see body-parser's README "Errors".
+const BODY_PARSER_ERRORS: Record<string, { code: ErrorCode; detail: string }> = {
+  'entity.too.large': { code: 'payload_too_large', detail: 'The request body is larger than allowed.' },
+  'entity.parse.failed': { code: 'invalid_json', detail: 'The request body is not valid JSON.' },
+  'encoding.unsupported': {
+    code: 'unsupported_media_type',
+    detail: 'The request body uses an unsupported Content-Encoding.',
+  },
+  'charset.unsupported': {
+    code: 'unsupported_media_type',
+    detail: 'The request body uses an unsupported charset; send UTF-8.',
+  },
+  'request.aborted': { code: 'invalid_body', detail: 'The request body was not received completely.' },
+  'request.size.invalid': {
+    code: 'invalid_body',
+    detail: 'The request body length does not match its Content-Length.',
+  },
+};
+
+function classify(err: unknown): Classified {
+  if (err instanceof DomainError) return { error: err, expected: err.status < 500 || err.code !== 'internal_error' };
+  if (typeof err === 'object' && err !== null) {
+    const { type, status } = err as { type?: unknown; status?: unknown };
+    const known = typeof type === 'string' ? BODY_PARSER_ERRORS[type] : undefined;
+    if (known !== undefined) {
+      return { error: new DomainError(known.code, known.detail, { cause: err }), expected: true };
+    }
+    // Express's router marks a path it cannot percent-decode with status 400.
+    if (status === 400 && err instanceof URIError) {
+      return {
+        error: new DomainError('not_found', 'The request path is not valid.', { cause: err }),
+        expected: true,
+      };
+    }
+  }
+  return { error: new DomainError('internal_error', 'An unexpected error occurred.', { cause: err }), expected: false };
+}
+
+/** Writes `error` as problem+json, with its headers and the request id. */
+export function sendProblem(res: Response, error: DomainError, requestId: string): void {
+  const body: ProblemBody = {
+    type: `${PROBLEM_TYPE_BASE}${error.code}`,
+    title: error.title,
+    status: error.status,
+    detail: error.detail ?? error.title,
+    code: error.code,
+    request_id: requestId,
+  };
+  if (error.errors !== undefined && error.errors.length > 0) body.errors = error.errors;
+
+  for (const [name, value] of Object.entries(error.headers ?? {})) res.setHeader(name, value);
+  // DESIGN 2: every 401 names the scheme; every 503 says when to retry (seconds).
+  if (error.status === 401 && !res.hasHeader('WWW-Authenticate')) res.setHeader('WWW-Authenticate', 'Bearer');
+  if (error.status === 503 && !res.hasHeader('Retry-After')) res.setHeader('Retry-After', '5');
+  res.setHeader('Cache-Control', 'no-store');
+  res.status(error.status).type(PROBLEM_CONTENT_TYPE).send(JSON.stringify(body));
+}
+
+/**
+ * The one place errors become responses. Domain errors keep their status, code, detail, field errors
+ * and headers; body-parser failures map to 400/413/415; anything else is a generic 500 whose stack
+ * goes to the log (with the request id), never to the client.
+ */
+export function problemErrorHandler(fallbackLogger: Logger): ErrorRequestHandler {
+  return (err: unknown, req, res, _next) => {
+    const log = (req.log as Logger | undefined) ?? fallbackLogger;
+    const requestId = (res.locals.requestId as string | undefined) ?? req.id;
+    const { error, expected } = classify(err);
+
+    if (!expected) {
+      log.error('request failed', { err, method: req.method, path: req.path });
+    } else if (error.status >= 500) {
+      log.warn(error.detail ?? error.title, { code: error.code, cause: error.cause });
+    }
+
+    if (res.headersSent) {
+      // Part of a success response is already on the wire; the only honest signal left is a cut connection.
+      res.destroy();
+      return;
+    }
+    sendProblem(res, error, requestId);
+  };
+}

@@ -1,0 +1,69 @@
+import type { IRoute, RequestHandler } from 'express';
+import { DomainError } from '../errors.js';
+
+export type HttpMethod = 'GET' | 'HEAD' | 'POST' | 'PUT' | 'PATCH' | 'DELETE' | 'OPTIONS';
+
+export interface RouteDefinition {
+  /** Either case; GET routes also answer HEAD (express does that). */
+  method: HttpMethod | Lowercase<HttpMethod>;
+  /** An express path pattern, e.g. `/sites/:site_id/media/:media_id/download`. */
+  path: string;
+  handler: RequestHandler | RequestHandler[];
+}
+
+/** Anything with express's `route(path)`: an app or a Router. */
+export interface RouteTarget {
+  route(path: string): IRoute;
+}
+
+const ORDER: HttpMethod[] = ['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS'];
+
+/**
+ * Registers the routes and, for each path, answers other methods with 405 `method_not_allowed` and an
+ * `Allow` header (OPTIONS gets 204 with `Allow` unless a route defines it). Each matched request is
+ * tagged with its route pattern for logs and metrics.
+ */
+export function addRoutes(target: RouteTarget, routes: readonly RouteDefinition[]): void {
+  const byPath = new Map<string, RouteDefinition[]>();
+  for (const route of routes) {
+    const group = byPath.get(route.path) ?? [];
+    group.push(route);
+    byPath.set(route.path, group);
+  }
+
+  for (const [path, group] of byPath) {
+    const methods = new Set(group.map((route) => route.method.toUpperCase() as HttpMethod));
+    if (methods.has('GET')) methods.add('HEAD');
+    methods.add('OPTIONS');
+    const allow = ORDER.filter((method) => methods.has(method)).join(', ');
+    const definesOptions = group.some((route) => route.method.toUpperCase() === 'OPTIONS');
+
+    const route = target.route(path);
+    route.all((req, res, next) => {
+      res.locals.route = `${req.baseUrl}${path}`;
+      next();
+    });
+    for (const definition of group) {
+      const handlers = Array.isArray(definition.handler) ? definition.handler : [definition.handler];
+      const method = definition.method.toLowerCase() as Lowercase<HttpMethod>;
+      route[method](...handlers);
+    }
+    route.all((req, res, next) => {
+      if (req.method === 'OPTIONS' && !definesOptions) {
+        res.setHeader('Allow', allow);
+        res.status(204).end();
+        return;
+      }
+      if (methods.has(req.method as HttpMethod)) {
+        // A handler for this method passed the request on without answering it.
+        next();
+        return;
+      }
+      next(
+        new DomainError('method_not_allowed', `${req.method} is not allowed on this resource.`, {
+          headers: { Allow: allow },
+        }),
+      );
+    });
+  }
+}

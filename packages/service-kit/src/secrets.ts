@@ -1,0 +1,88 @@
+import { createHash, timingSafeEqual } from 'node:crypto';
+import { readFileSync } from 'node:fs';
+import type { IncomingHttpHeaders } from 'node:http';
+
+export { redactUrl } from './redact.js';
+
+export interface SecretListSource {
+  /** Comma- or newline-separated secrets, e.g. from `GATEWAY_API_KEYS`. */
+  value?: string | undefined;
+  /** A mounted file with one secret per line (or comma-separated), e.g. `GATEWAY_API_KEYS_FILE`. */
+  file?: string | undefined;
+}
+
+/**
+ * Every secret from the variable and the file together (rotation: old and new keys both listed),
+ * trimmed, without blanks, `#` comment lines or duplicates. A file that cannot be read throws.
+ */
+export function readSecretList(source: SecretListSource): string[] {
+  const texts: string[] = [];
+  if (source.value !== undefined) texts.push(source.value);
+  if (source.file !== undefined && source.file !== '') texts.push(readFileSync(source.file, 'utf8'));
+  const secrets = texts
+    .flatMap((text) => text.split(/\r?\n/))
+    .filter((line) => !line.trimStart().startsWith('#'))
+    .flatMap((line) => line.split(','))
+    .map((item) => item.trim())
+    .filter((item) => item !== '');
+  return [...new Set(secrets)];
+}
+
+function digest(secret: string): Buffer {
+  return createHash('sha256').update(secret, 'utf8').digest();
+}
+
+/** `sha256:` and the first 12 hex digits of the secret's SHA-256: names a key in logs without revealing it. */
+export function fingerprint(secret: string): string {
+  return `sha256:${digest(secret).toString('hex').slice(0, 12)}`;
+}
+
+/**
+ * A set of accepted secrets (API keys, webhook tokens). `has` compares SHA-256 digests with
+ * `timingSafeEqual`, so every comparison takes the same time whatever the presented value's length
+ * or content, and it checks every entry rather than stopping at the first match.
+ */
+export class SecretSet {
+  readonly #digests: Buffer[];
+  readonly #fingerprints: string[];
+
+  constructor(secrets: Iterable<string>) {
+    const unique = [...new Set(secrets)].filter((secret) => secret !== '');
+    this.#digests = unique.map(digest);
+    this.#fingerprints = unique.map(fingerprint);
+  }
+
+  get size(): number {
+    return this.#digests.length;
+  }
+
+  has(presented: string | undefined | null): boolean {
+    if (presented === undefined || presented === null || presented === '') return false;
+    const candidate = digest(presented);
+    let matched = false;
+    for (const known of this.#digests) {
+      if (timingSafeEqual(known, candidate)) matched = true;
+    }
+    return matched;
+  }
+
+  /** Fingerprints of the accepted secrets, in order; safe to log or show in `/api/config`. */
+  fingerprints(): string[] {
+    return [...this.#fingerprints];
+  }
+
+  /** Keep secrets out of JSON and util.inspect output. */
+  toJSON(): { size: number; fingerprints: string[] } {
+    return { size: this.size, fingerprints: this.fingerprints() };
+  }
+}
+
+/** RFC 6750: `Authorization: Bearer <token68>`; the scheme is case-insensitive (RFC 9110 11.1). */
+const BEARER = /^Bearer +([A-Za-z0-9\-._~+/]+=*) *$/i;
+
+/** The bearer token of a request, or undefined when the header is absent or not a Bearer credential. */
+export function bearerToken(req: { headers: IncomingHttpHeaders }): string | undefined {
+  const header = req.headers.authorization;
+  if (header === undefined) return undefined;
+  return BEARER.exec(header)?.[1];
+}
