@@ -1,1 +1,95 @@
-export const placeholder = 1;
+// Public entry of @platform/contracts: JSON Schemas, the types derived from them, validators compiled
+// once, and the error-code catalogue.
+export {
+  MAX_FIELD_ERRORS,
+  compileValidator,
+  registerSchema,
+  toFieldErrors,
+  type FieldError,
+  type Validation,
+  type Validator,
+} from './validation.js';
+export { MAX_TIME_ZONE_LENGTH, isIanaTimeZone } from './time-zone.js';
+export {
+  REQUEST_ID_PATTERN,
+  errorCatalogue,
+  errorCodes,
+  fieldErrorSchema,
+  isErrorCode,
+  problemDocumentSchema,
+  validateProblemDocument,
+  type ErrorCode,
+  type ProblemDocument,
+} from './errors.js';
+export {
+  MAX_THRESHOLDS,
+  desiredSettingsSchema,
+  deviceSettingsSchema,
+  validateDesiredSettings,
+  validateDeviceSettings,
+  type DesiredSettings,
+  type DeviceSettings,
+  type Threshold,
+} from './device-settings.js';
+export {
+  DEVICE_ID_PATTERN,
+  deviceIdSchema,
+  gatewayOkResponseSchema,
+  gatewayReloadedResponseSchema,
+  gatewayUpdatedResponseSchema,
+  isDeviceId,
+  notifySettingsRequestSchema,
+  settingsDocumentSchema,
+  validateGatewayOkResponse,
+  validateGatewayReloadedResponse,
+  validateGatewayUpdatedResponse,
+  validateNotifySettingsRequest,
+  validateSettingsDocument,
+  type GatewayOkResponse,
+  type GatewayReloadedResponse,
+  type GatewayUpdatedResponse,
+  type NotifySettingsRequest,
+  type SettingsDocument,
+} from './gateway.js';
+export {
+  FILENAME_PATTERN,
+  UUID_PATTERN,
+  downloadResponseSchema,
+  imageContentTypes,
+  isUuid,
+  mediaContentTypes,
+  mediaKindOf,
+  uploadIntentRequestSchema,
+  uploadIntentResponseSchema,
+  validateDownloadResponse,
+  validateUploadIntentRequest,
+  validateUploadIntentResponse,
+  videoContentTypes,
+  type DownloadResponse,
+  type MediaContentType,
+  type MediaKind,
+  type UploadIntentRequest,
+  type UploadIntentResponse,
+} from './media.js';
+export {
+  MAX_DECISION_NOTE_LENGTH,
+  decisionRequestSchema,
+  decisionResponseSchema,
+  decisions,
+  validateDecisionRequest,
+  validateDecisionResponse,
+  workItemStatuses,
+  type Decision,
+  type DecisionRequest,
+  type DecisionResponse,
+  type WorkItemStatus,
+} from './work-items.js';
+export {
+  OBJECT_CREATED_EVENT_PATTERN,
+  decodeEventObjectKey,
+  isObjectCreatedEventName,
+  objectCreatedEventSchema,
+  validateObjectCreatedEvent,
+  type ObjectCreatedEvent,
+  type ObjectEventRecord,
+} from './object-events.js';

@@ -1,0 +1,106 @@
+// The error-code catalogue (DESIGN 2) and the problem+json body (RFC 9457) both services answer with.
+import type { FromSchema } from 'json-schema-to-ts';
+import { compileValidator } from './validation.js';
+
+/** Every stable machine-readable `code` a problem document may carry. */
+export const errorCodes = [
+  'invalid_json',
+  'invalid_body',
+  'settings_too_large',
+  'unauthorized',
+  'forbidden',
+  'not_found',
+  'unknown_device',
+  'method_not_allowed',
+  'conflict',
+  'media_pending',
+  'payload_too_large',
+  'unsupported_media_type',
+  'internal_error',
+  'backend_unavailable',
+  'not_ready',
+] as const;
+
+export type ErrorCode = (typeof errorCodes)[number];
+
+/** HTTP status and a short human title (the problem's `title`) of every error code. */
+export const errorCatalogue = {
+  // 400: the body is not JSON at all.
+  invalid_json: { status: 400, title: 'Malformed JSON' },
+  // 400: JSON that breaks the endpoint's schema; `errors` lists the offending fields.
+  invalid_body: { status: 400, title: 'Invalid request body' },
+  // 400: Device Settings whose Observe notification would not fit one CoAP datagram (DESIGN 3.3).
+  settings_too_large: { status: 400, title: 'Settings too large for one CoAP notification' },
+  // 401: missing or invalid credentials; the response carries WWW-Authenticate.
+  unauthorized: { status: 401, title: 'Unauthorized' },
+  // 403: valid credentials without the required role.
+  forbidden: { status: 403, title: 'Forbidden' },
+  // 404: unknown resource, or one outside the caller's sites (never reveal that it exists).
+  not_found: { status: 404, title: 'Not found' },
+  unknown_device: { status: 404, title: 'Unknown device' },
+  // 405: known path, other method; the response carries Allow.
+  method_not_allowed: { status: 405, title: 'Method not allowed' },
+  // 409: the resource's state forbids the request (e.g. a final work-item decision changed).
+  conflict: { status: 409, title: 'Conflict' },
+  // 409: a media item whose object has not arrived in storage yet.
+  media_pending: { status: 409, title: 'Media upload not completed' },
+  payload_too_large: { status: 413, title: 'Payload too large' },
+  unsupported_media_type: { status: 415, title: 'Unsupported media type' },
+  // 500: anything unexpected; details only in the log.
+  internal_error: { status: 500, title: 'Internal server error' },
+  // 503: a dependency (database, object storage) is unreachable; the response carries Retry-After.
+  backend_unavailable: { status: 503, title: 'Backend unavailable' },
+  // 503: readiness probe while the service cannot serve yet.
+  not_ready: { status: 503, title: 'Not ready' },
+} as const satisfies Record<ErrorCode, { status: number; title: string }>;
+
+export function isErrorCode(value: unknown): value is ErrorCode {
+  return typeof value === 'string' && Object.hasOwn(errorCatalogue, value);
+}
+
+/** Request ids accepted from `X-Request-Id` and echoed in problem documents (generated ones are UUIDs). */
+export const REQUEST_ID_PATTERN = '^[A-Za-z0-9._:-]{1,128}$';
+
+export const fieldErrorSchema = {
+  $id: 'https://platform.example/schemas/field-error.json',
+  type: 'object',
+  additionalProperties: false,
+  required: ['path', 'message'],
+  properties: {
+    path: { type: 'string', format: 'json-pointer', description: 'JSON Pointer into the request body' },
+    message: { type: 'string', minLength: 1 },
+  },
+} as const;
+
+export const problemDocumentSchema = {
+  $id: 'https://platform.example/schemas/problem-document.json',
+  description: 'RFC 9457 problem details, served as application/problem+json',
+  type: 'object',
+  additionalProperties: false,
+  required: ['type', 'title', 'status', 'detail', 'code', 'request_id'],
+  properties: {
+    type: { type: 'string', format: 'uri-reference' },
+    title: { type: 'string', minLength: 1 },
+    status: { type: 'integer', minimum: 400, maximum: 599 },
+    detail: { type: 'string' },
+    code: { type: 'string', enum: errorCodes },
+    request_id: {
+      type: 'string',
+      pattern: REQUEST_ID_PATTERN,
+      patternMessage: 'must be 1-128 characters of A-Z, a-z, 0-9, ".", "_", ":", "-"',
+    },
+    errors: {
+      type: 'array',
+      items: {
+        type: 'object',
+        additionalProperties: false,
+        required: ['path', 'message'],
+        properties: fieldErrorSchema.properties,
+      },
+    },
+  },
+} as const;
+
+export type ProblemDocument = FromSchema<typeof problemDocumentSchema>;
+
+export const validateProblemDocument = compileValidator<ProblemDocument>(problemDocumentSchema);

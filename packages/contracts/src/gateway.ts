@@ -1,0 +1,107 @@
+// Bodies of the device gateway: the management API (DESIGN 3.1) and the CoAP settings document (3.4).
+import type { FromSchema } from 'json-schema-to-ts';
+import { deviceSettingsSchema, desiredSettingsSchema } from './device-settings.js';
+import { compileValidator } from './validation.js';
+
+/** A registry device id (DESIGN 3.2): 1–128 characters of `[A-Za-z0-9._:-]`. */
+export const DEVICE_ID_PATTERN = '^[A-Za-z0-9._:-]{1,128}$';
+const deviceIdRegExp = new RegExp(DEVICE_ID_PATTERN);
+
+// Embedded as is in other schemas (an `$id` may be registered only once, so the property has none).
+const deviceIdProperty = {
+  type: 'string',
+  minLength: 1,
+  maxLength: 128,
+  pattern: DEVICE_ID_PATTERN,
+  patternMessage: 'must be 1-128 characters of A-Z, a-z, 0-9, ".", "_", ":", "-"',
+} as const;
+
+export const deviceIdSchema = {
+  $id: 'https://platform.example/schemas/device-id.json',
+  ...deviceIdProperty,
+} as const;
+
+export function isDeviceId(value: unknown): value is string {
+  return typeof value === 'string' && deviceIdRegExp.test(value);
+}
+
+export const notifySettingsRequestSchema = {
+  $id: 'https://platform.example/schemas/notify-settings-request.json',
+  type: 'object',
+  additionalProperties: false,
+  required: ['device_id', 'settings'],
+  properties: {
+    device_id: deviceIdProperty,
+    settings: { $ref: deviceSettingsSchema.$id },
+  },
+} as const;
+
+export type NotifySettingsRequest = FromSchema<
+  typeof notifySettingsRequestSchema,
+  { references: [typeof deviceSettingsSchema] }
+>;
+
+/** The settings document served at CoAP `/devices/{device_id}/settings` (DESIGN 3.4). */
+export const settingsDocumentSchema = {
+  $id: 'https://platform.example/schemas/settings-document.json',
+  type: 'object',
+  additionalProperties: false,
+  required: ['device_id', 'version', 'source', 'settings'],
+  properties: {
+    device_id: deviceIdProperty,
+    version: {
+      type: 'integer',
+      minimum: 0,
+      maximum: Number.MAX_SAFE_INTEGER,
+      description: 'strictly increases with every change a device could see',
+    },
+    source: { type: 'string', enum: ['override', 'registry'] },
+    settings: { $ref: desiredSettingsSchema.$id },
+  },
+} as const;
+
+export type SettingsDocument = FromSchema<
+  typeof settingsDocumentSchema,
+  { references: [typeof desiredSettingsSchema] }
+>;
+
+function statusResponseSchema<S extends string, I extends string>(id: I, status: S) {
+  return {
+    $id: id,
+    type: 'object',
+    additionalProperties: false,
+    required: ['status'],
+    properties: { status: { type: 'string', const: status } },
+  } as const;
+}
+
+/** `{"status":"ok"}` */
+export const gatewayOkResponseSchema = statusResponseSchema(
+  'https://platform.example/schemas/gateway-ok-response.json',
+  'ok',
+);
+/** `{"status":"reloaded"}` */
+export const gatewayReloadedResponseSchema = statusResponseSchema(
+  'https://platform.example/schemas/gateway-reloaded-response.json',
+  'reloaded',
+);
+/** `{"status":"updated"}` */
+export const gatewayUpdatedResponseSchema = statusResponseSchema(
+  'https://platform.example/schemas/gateway-updated-response.json',
+  'updated',
+);
+
+export type GatewayOkResponse = FromSchema<typeof gatewayOkResponseSchema>;
+export type GatewayReloadedResponse = FromSchema<typeof gatewayReloadedResponseSchema>;
+export type GatewayUpdatedResponse = FromSchema<typeof gatewayUpdatedResponseSchema>;
+
+export const validateNotifySettingsRequest =
+  compileValidator<NotifySettingsRequest>(notifySettingsRequestSchema);
+export const validateSettingsDocument = compileValidator<SettingsDocument>(settingsDocumentSchema);
+export const validateGatewayOkResponse = compileValidator<GatewayOkResponse>(gatewayOkResponseSchema);
+export const validateGatewayReloadedResponse = compileValidator<GatewayReloadedResponse>(
+  gatewayReloadedResponseSchema,
+);
+export const validateGatewayUpdatedResponse = compileValidator<GatewayUpdatedResponse>(
+  gatewayUpdatedResponseSchema,
+);

@@ -1,4 +1,0 @@
-import { placeholder } from '@platform/contracts';
-test('smoke', () => {
-  expect(placeholder).toBe(1);
-});
