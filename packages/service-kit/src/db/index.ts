@@ -1,1 +1,4 @@
-export {};
+export { createDb } from './create-db.js';
+export type { CreateDbOptions, DbLogger } from './create-db.js';
+export { MigrationError, migrateToLatest } from './migrate.js';
+export type { AppliedMigration, MigrationSet } from './migrate.js';

@@ -1,0 +1,63 @@
+import { Kysely, PostgresDialect } from 'kysely';
+import pg from 'pg';
+
+/** The part of a winston logger the pool needs; any logger with `warn` fits. */
+export interface DbLogger {
+  warn(message: string, meta: Record<string, unknown>): unknown;
+}
+
+export interface CreateDbOptions {
+  /** Pool size (connections). Default 10. */
+  max?: number;
+  /** Shown in `pg_stat_activity.application_name`. */
+  applicationName?: string;
+  /** Server-side `statement_timeout` per statement, in ms. Default: none (server setting). */
+  statementTimeoutMs?: number;
+  /** How long to wait for a connection (new or from the pool), in ms. Default 5000. */
+  connectionTimeoutMs?: number;
+  /** Idle connections are closed after this many ms. Default 30000. */
+  idleTimeoutMs?: number;
+  /** Where connection errors are reported. Default: `console.warn`. */
+  logger?: DbLogger;
+}
+
+const consoleLogger: DbLogger = {
+  warn: (message, meta) => {
+    console.warn(message, meta);
+  },
+};
+
+/**
+ * A Kysely instance over a pg Pool. A connection the server drops while it is idle in the pool
+ * (restart, `pg_terminate_backend`, network loss) makes pg emit 'error' on the pool and on the
+ * client; an 'error' event without a listener would crash the process, so both are logged here.
+ * The failed client is discarded by the pool and the next query opens a new connection.
+ */
+export function createDb<DB>(url: string, options: CreateDbOptions = {}): Kysely<DB> {
+  const logger = options.logger ?? consoleLogger;
+  const pool = new pg.Pool({
+    connectionString: url,
+    max: options.max ?? 10,
+    connectionTimeoutMillis: options.connectionTimeoutMs ?? 5000,
+    idleTimeoutMillis: options.idleTimeoutMs ?? 30000,
+    ...(options.applicationName === undefined ? {} : { application_name: options.applicationName }),
+    ...(options.statementTimeoutMs === undefined ? {} : { statement_timeout: options.statementTimeoutMs }),
+  });
+  // The same error reaches both listeners when the client was idle; report it once.
+  const reported = new WeakSet<Error>();
+  const report = (err: Error): void => {
+    if (reported.has(err)) return;
+    reported.add(err);
+    logger.warn('database connection error', {
+      error: err.message,
+      code: (err as { code?: unknown }).code,
+    });
+  };
+  pool.on('error', report);
+  // A client checked out by Kysely (inside a transaction, between statements) has no listener
+  // of the pool's own; the query in flight, if any, still gets the error.
+  pool.on('connect', (client) => {
+    client.on('error', report);
+  });
+  return new Kysely<DB>({ dialect: new PostgresDialect({ pool }) });
+}

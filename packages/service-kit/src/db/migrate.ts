@@ -1,0 +1,68 @@
+import { Migrator } from 'kysely';
+import type { Kysely, Migration, MigrationResult } from 'kysely';
+
+/**
+ * One owner's migrations. Each set keeps its own migration and lock tables, so the gateway's
+ * registry migrations and the enterprise migrations are versioned independently in one database.
+ */
+export interface MigrationSet {
+  /** Human name used in errors and logs, e.g. `enterprise`. */
+  name: string;
+  /** This set's migration table (in schema `public`); its lock table is `<table>_lock`. */
+  table: string;
+  /** Migrations by name; applied in name order (use sortable names such as `0001_registry`). */
+  migrations: Record<string, Migration>;
+}
+
+export interface AppliedMigration {
+  set: string;
+  migration: string;
+}
+
+export class MigrationError extends Error {
+  readonly set: string;
+  readonly migration: string | undefined;
+
+  constructor(set: string, migration: string | undefined, cause: unknown) {
+    const reason = cause instanceof Error ? cause.message : String(cause);
+    super(
+      migration === undefined
+        ? `migration set "${set}" failed: ${reason}`
+        : `migration set "${set}" failed at migration "${migration}": ${reason}`,
+      { cause },
+    );
+    this.name = 'MigrationError';
+    this.set = set;
+    this.migration = migration;
+  }
+}
+
+/**
+ * Applies every pending migration of each set, in the order the sets are given. Idempotent:
+ * already applied migrations are skipped. Kysely runs a set's pending migrations in one transaction
+ * under a PostgreSQL advisory lock, so concurrent runners wait for each other.
+ * Returns the migrations applied by this call.
+ */
+export async function migrateToLatest<DB>(
+  db: Kysely<DB>,
+  sets: readonly MigrationSet[],
+): Promise<AppliedMigration[]> {
+  const applied: AppliedMigration[] = [];
+  for (const set of sets) {
+    const migrator = new Migrator({
+      db,
+      provider: { getMigrations: () => Promise.resolve(set.migrations) },
+      migrationTableName: set.table,
+      migrationLockTableName: `${set.table}_lock`,
+    });
+    const { error, results } = await migrator.migrateToLatest();
+    if (error !== undefined) {
+      const failed = results?.find((r: MigrationResult) => r.status === 'Error');
+      throw new MigrationError(set.name, failed?.migrationName, error);
+    }
+    for (const r of results ?? []) {
+      if (r.status === 'Success') applied.push({ set: set.name, migration: r.migrationName });
+    }
+  }
+  return applied;
+}
