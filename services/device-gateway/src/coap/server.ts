@@ -1,0 +1,935 @@
+import dgram from 'node:dgram';
+import type { AddressInfo } from 'node:net';
+import { isIPv6 } from 'node:net';
+import type { VisibleDocument } from '../domain/documents.js';
+import type { DeviceChange, GatewayState } from '../domain/gateway-state.js';
+import {
+  ACK,
+  BAD_OPTION,
+  BAD_REQUEST,
+  CON,
+  CONTENT,
+  ContentFormat,
+  EMPTY,
+  EMPTY_BUF,
+  GET,
+  METHOD_NOT_ALLOWED,
+  NON,
+  NOT_ACCEPTABLE,
+  NOT_FOUND,
+  Opt,
+  PROXYING_NOT_SUPPORTED,
+  RST,
+  VALID,
+  encodeMessage,
+  encodeNotification,
+  encodeOptions,
+  encodeWithParts,
+  parseMessage,
+  readUint,
+  uintBytes,
+  type CoapMessage,
+  type MessageType,
+  type ParseFailure,
+} from './codec.js';
+import { linkFormat } from './link-format.js';
+import { WireCache, buildForm, contentEtag, type DocumentFormat, type WireForm } from './wire.js';
+
+/**
+ * The gateway's CoAP endpoint: it owns its UDP socket and implements RFC 7252 message handling and RFC 7641
+ * Observe itself. node-coap 1.5.0 is not used on this path; NODE-COAP.md lists why (duplicate relations,
+ * Observe=1 ignored, RST ignored for NON, ACK-typed NON notifications, about 4 KB per held response, a
+ * retransmission storm from an unsized socket buffer and a synchronous fan-out, and network-reachable
+ * crashes: a Block1 request whose first block is missing throws from the socket's message handler, and an
+ * unacknowledged exchange emits 'error' without a listener once EXCHANGE_LIFETIME passes). The resources
+ * here are GET-only documents that fit one datagram, so the request/response path is small enough to own
+ * as well: one parser, one place that decides every reply, no per-exchange cache (see handleRequest).
+ */
+
+export interface CoapLogger {
+  info(message: string, meta?: Record<string, unknown>): unknown;
+  warn(message: string, meta?: Record<string, unknown>): unknown;
+  error(message: string, meta?: Record<string, unknown>): unknown;
+  debug(message: string, meta?: Record<string, unknown>): unknown;
+}
+
+export interface CoapServerOptions {
+  logger: CoapLogger;
+  /** Longest token accepted (RFC 8974 allows up to 65804 bytes; each relation keeps its token). */
+  maxTokenLength: number;
+  /** SO_RCVBUF / SO_SNDBUF request in bytes; ACKs of a large fan-out must not be dropped in the kernel. */
+  socketBufferBytes: number;
+  /** RFC 7252 ACK_TIMEOUT in ms (default 2000) and ACK_RANDOM_FACTOR (default 1.5). */
+  ackTimeoutMs: number;
+  ackRandomFactor: number;
+  /** RFC 7252 MAX_RETRANSMIT (default 4). */
+  maxRetransmit: number;
+  /** RFC 7641 4.5: at least one confirmable notification per observer in this period (ms, default 24 h). */
+  confirmableRefreshMs: number;
+  /** Max-Age of plain GET responses, seconds. Notifications carry the refresh period instead. */
+  maxAgeS: number;
+  /** Notifications sent per event-loop turn during a fan-out, so incoming ACKs are read in between. */
+  fanoutChunk: number;
+  /** Most links /.well-known/core returns; a query matching more is refused with 4.00 and a hint. */
+  wellKnownMaxLinks: number;
+}
+
+export const defaultCoapOptions: Omit<CoapServerOptions, 'logger'> = {
+  maxTokenLength: 64,
+  socketBufferBytes: 4 * 1024 * 1024,
+  ackTimeoutMs: 2000,
+  ackRandomFactor: 1.5,
+  maxRetransmit: 4,
+  confirmableRefreshMs: 24 * 60 * 60 * 1000,
+  maxAgeS: 60,
+  fanoutChunk: 256,
+  wellKnownMaxLinks: 64,
+};
+
+export interface CoapStats {
+  datagramsIn: number;
+  malformed: number;
+  malformedByReason: Record<string, number>;
+  requests: number;
+  responses: number;
+  notifications: number;
+  confirmableNotifications: number;
+  retransmissions: number;
+  acks: number;
+  resets: number;
+  observersRemovedByRst: number;
+  observersRemovedByTimeout: number;
+  observersDeregistered: number;
+  finalNotFound: number;
+  internalErrors: number;
+  sendErrors: number;
+}
+
+type ResourceKind = 'settings' | 'record';
+
+/** All observers of one resource, and its RFC 7641 sequence number (24-bit, per resource). */
+class ObservedResource {
+  readonly relations = new Set<Relation>();
+  seq = 0;
+  constructor(
+    readonly key: string,
+    readonly deviceId: string,
+    readonly kind: ResourceKind,
+  ) {}
+  nextSeq(): number {
+    this.seq = (this.seq + 1) & 0xffffff;
+    return this.seq;
+  }
+}
+
+/**
+ * One observe relation, kept as small as Observe needs (NODE-COAP.md: the application's part of a relation
+ * should cost ~100-200 bytes, node-coap's held `res` costs ~4 KB). The token is a latin1 string: a Buffer
+ * would cost an object plus a backing store, and a slice of the request would pin the whole datagram.
+ */
+class Relation {
+  /** Version of the document last sent (0: none), so unchanged states are not re-sent. */
+  lastVersion = 0;
+  /** Message id of the last notification (any type), to match an RST. */
+  lastMid = -1;
+  /** Monotonic ms of the last proof of life: the registration itself or an ACK to a CON notification. */
+  lastConfirmedAt: number;
+  /** Confirmable notification awaiting its ACK: message id (-1 none), bytes, retransmissions, timeout. */
+  inflightMid = -1;
+  inflight: Buffer | null = null;
+  retransmits = 0;
+  timeoutMs = 0;
+  deadline = 0;
+  slot = 0;
+  /** A newer state arrived while a CON was in flight (RFC 7641 4.5.2): sent on ACK or at the next timeout. */
+  pending = false;
+  queued = false;
+  /** A final 4.04 is in flight; the relation is out of its resource and ends on ACK, RST or timeout. */
+  closing = false;
+  dead = false;
+
+  constructor(
+    readonly endpoint: string,
+    readonly address: string,
+    readonly port: number,
+    readonly token: string,
+    readonly resource: ObservedResource,
+    readonly format: DocumentFormat,
+    readonly confirmable: boolean,
+    now: number,
+  ) {
+    this.lastConfirmedAt = now;
+  }
+}
+
+const now = (): number => performance.now();
+
+const DIAG_BAD_OPTION = Buffer.from('unsupported critical option');
+const DIAG_TOO_MANY = Buffer.from('too many resources match; filter with href=/devices/<id prefix>*');
+const DIAG_BAD_BLOCK = Buffer.from('invalid Block2');
+
+interface ParsedRequest {
+  path: string[];
+  query: string[];
+  accept: number;
+  observe: number;
+  etags: Buffer[];
+  block2: number;
+}
+
+export class CoapServer {
+  private socket: dgram.Socket | undefined;
+  private isBound = false;
+  private closing = false;
+  private mid = Math.floor(Math.random() * 0x10000);
+  private readonly resources = new Map<string, ObservedResource>();
+  /** Relations per client endpoint ("port|address"): ACK/RST carry only a message id, so they are matched here. */
+  private readonly byEndpoint = new Map<string, Relation[]>();
+  private relationCount = 0;
+  private readonly wire: WireCache;
+  private queue: Relation[] = [];
+  private queueHead = 0;
+  private pumpScheduled = false;
+  private readonly wheel = new Map<number, Relation[]>();
+  private wheelTimer: NodeJS.Timeout | undefined;
+  private readonly tickMs: number;
+  private refreshTimer: NodeJS.Timeout | undefined;
+  readonly stats: CoapStats = {
+    datagramsIn: 0,
+    malformed: 0,
+    malformedByReason: {},
+    requests: 0,
+    responses: 0,
+    notifications: 0,
+    confirmableNotifications: 0,
+    retransmissions: 0,
+    acks: 0,
+    resets: 0,
+    observersRemovedByRst: 0,
+    observersRemovedByTimeout: 0,
+    observersDeregistered: 0,
+    finalNotFound: 0,
+    internalErrors: 0,
+    sendErrors: 0,
+  };
+
+  constructor(
+    private readonly state: GatewayState,
+    private readonly options: CoapServerOptions,
+  ) {
+    // Notifications carry a Max-Age that outlives the refresh period, so a device does not treat a quiet
+    // relation as stale before the periodic confirmable notification refreshes it (RFC 7641 4.3.1).
+    const observeMaxAgeS = Math.min(0xffffffff, Math.ceil((options.confirmableRefreshMs * 1.1) / 1000));
+    this.wire = new WireCache(options.maxAgeS, observeMaxAgeS);
+    this.tickMs = Math.max(5, Math.min(100, Math.floor(options.ackTimeoutMs / 4)));
+    state.onChange((changes) => this.onStateChange(changes));
+  }
+
+  get bound(): boolean {
+    return this.isBound;
+  }
+
+  get observerCount(): number {
+    return this.relationCount;
+  }
+
+  address(): AddressInfo {
+    if (this.socket === undefined) throw new Error('CoAP server is not listening');
+    return this.socket.address();
+  }
+
+  /** Binds the socket. Resolves once bound; rejects if the port cannot be bound. */
+  listen(port: number, host = '0.0.0.0'): Promise<void> {
+    const socket = dgram.createSocket({
+      type: isIPv6(host) ? 'udp6' : 'udp4',
+      recvBufferSize: this.options.socketBufferBytes,
+      sendBufferSize: this.options.socketBufferBytes,
+    });
+    this.socket = socket;
+    socket.on('message', (buf, rinfo) => this.onDatagram(buf, rinfo.address, rinfo.port));
+    return new Promise((resolve, reject) => {
+      const onError = (err: Error): void => {
+        this.socket = undefined;
+        reject(err);
+      };
+      socket.once('error', onError);
+      socket.bind(port, host, () => {
+        socket.off('error', onError);
+        // A send error (e.g. EMSGSIZE, a vanished interface) must never take the process down.
+        socket.on('error', (err) => {
+          this.stats.sendErrors++;
+          this.options.logger.warn('coap socket error', { error: err.message });
+        });
+        this.isBound = true;
+        this.refreshTimer = setInterval(
+          () => this.refreshSweep(),
+          Math.max(1000, Math.min(this.options.confirmableRefreshMs / 8, 3_600_000)),
+        );
+        this.refreshTimer.unref();
+        this.options.logger.info('coap listening', {
+          address: socket.address().address,
+          port: socket.address().port,
+          recv_buffer_bytes: socket.getRecvBufferSize(),
+          send_buffer_bytes: socket.getSendBufferSize(),
+        });
+        resolve();
+      });
+    });
+  }
+
+  /**
+   * Stops reading requests, lets the notification queue drain (bounded by `graceMs`), then closes the
+   * socket. Datagrams already handed to the socket are sent before it closes.
+   */
+  async close(graceMs = 2000): Promise<void> {
+    const socket = this.socket;
+    if (socket === undefined || this.closing) return;
+    this.closing = true;
+    const deadline = now() + graceMs;
+    while (this.queueHead < this.queue.length && now() < deadline) await new Promise((r) => setImmediate(r));
+    if (this.wheelTimer !== undefined) clearInterval(this.wheelTimer);
+    if (this.refreshTimer !== undefined) clearInterval(this.refreshTimer);
+    this.isBound = false;
+    // One more turn so sends queued on process.nextTick by dgram reach the kernel before the close.
+    await new Promise((r) => setImmediate(r));
+    await new Promise<void>((resolve) => socket.close(() => resolve()));
+    this.socket = undefined;
+  }
+
+  // ---- incoming ----------------------------------------------------------------------------------------
+
+  private onDatagram(buf: Buffer, address: string, port: number): void {
+    if (this.closing) return;
+    this.stats.datagramsIn++;
+    try {
+      this.handleDatagram(buf, address, port);
+    } catch (err) {
+      // Defence in depth: nothing above should throw, but a datagram must never end the process. No reply:
+      // internal error text never goes on the wire.
+      this.stats.internalErrors++;
+      this.options.logger.error('coap datagram handling failed', {
+        error: err instanceof Error ? err.message : String(err),
+      });
+    }
+  }
+
+  private handleDatagram(buf: Buffer, address: string, port: number): void {
+    const parsed = parseMessage(buf, this.options.maxTokenLength);
+    if (!parsed.ok) {
+      this.onMalformed(parsed.failure, address, port);
+      return;
+    }
+    const msg = parsed.message;
+    const cls = msg.code >> 5;
+    if (msg.code === EMPTY) {
+      switch (msg.type) {
+        case CON: // CoAP ping (RFC 7252 4.3): answered with RST.
+          this.sendRaw(encodeMessage(RST, EMPTY, msg.messageId, EMPTY_BUF, []), address, port);
+          return;
+        case ACK:
+          this.onAck(endpointKey(address, port), msg.messageId);
+          return;
+        case RST:
+          this.onRst(endpointKey(address, port), msg.messageId);
+          return;
+        case NON: // An empty NON has no meaning; ignored.
+          return;
+      }
+    }
+    if (cls === 0) {
+      if (msg.type === CON || msg.type === NON) {
+        this.stats.requests++;
+        this.handleRequest(msg, address, port);
+      } else {
+        // ACK/RST must not carry a request code.
+        this.countMalformed('request_in_ack_or_rst');
+      }
+      return;
+    }
+    if (msg.type === CON) {
+      // A confirmable response or a reserved code class: a server has no exchange to match it to (4.2).
+      this.sendRaw(encodeMessage(RST, EMPTY, msg.messageId, EMPTY_BUF, []), address, port);
+    } else if (msg.type === ACK || msg.type === NON) {
+      if (cls === 2 || cls === 4 || cls === 5) {
+        // A piggybacked response to a notification? Notifications are never requests; nothing to do.
+        return;
+      }
+      this.countMalformed('reserved_code_class');
+    }
+  }
+
+  private onMalformed(failure: ParseFailure, address: string, port: number): void {
+    this.countMalformed(failure.reason);
+    // RFC 7252 4.2/4.3: a CON with a format error is rejected with RST; a NON is silently ignored; an unknown
+    // version is silently ignored whatever its type (section 3).
+    if (failure.type === CON && failure.messageId !== undefined && failure.reason !== 'version') {
+      this.sendRaw(encodeMessage(RST, EMPTY, failure.messageId, EMPTY_BUF, []), address, port);
+    }
+  }
+
+  private countMalformed(reason: string): void {
+    this.stats.malformed++;
+    this.stats.malformedByReason[reason] = (this.stats.malformedByReason[reason] ?? 0) + 1;
+  }
+
+  /**
+   * One request. No per-exchange deduplication cache: the only method served is GET, which is idempotent
+   * (RFC 7252 4.5 allows re-processing duplicates of idempotent requests), and an Observe registration is
+   * keyed by endpoint and token, so a retransmitted registration replaces itself instead of duplicating.
+   */
+  private handleRequest(msg: CoapMessage, address: string, port: number): void {
+    const token = msg.token;
+    const reply = (
+      code: number,
+      options: { number: number; value: Buffer }[] = [],
+      payload = EMPTY_BUF,
+    ): void => {
+      this.respond(msg, address, port, code, options, payload);
+    };
+    if (msg.code !== GET) {
+      reply(METHOD_NOT_ALLOWED);
+      return;
+    }
+    const req = this.readOptions(msg);
+    if (req === 'proxy') {
+      reply(PROXYING_NOT_SUPPORTED);
+      return;
+    }
+    if (req === 'bad_option') {
+      reply(BAD_OPTION, [], DIAG_BAD_OPTION);
+      return;
+    }
+    const endpoint = endpointKey(address, port);
+    const tokenKey = token.toString('latin1');
+    // Observe=1 (RFC 7641 3.6) ends the relation with this token; the request is then answered as a plain GET.
+    if (req.observe === 1) this.deregister(endpoint, tokenKey);
+
+    const path = req.path;
+    if (path.length === 2 && path[0] === '.well-known' && path[1] === 'core') {
+      this.serveWellKnown(msg, address, port, req);
+      return;
+    }
+    let kind: ResourceKind | undefined;
+    if (path.length === 2 && path[0] === 'devices') kind = 'record';
+    else if (path.length === 3 && path[0] === 'devices' && path[2] === 'settings') kind = 'settings';
+    if (kind === undefined) {
+      reply(NOT_FOUND);
+      return;
+    }
+    const deviceId = path[1]!;
+    let format: DocumentFormat;
+    if (req.accept === -1 || req.accept === ContentFormat.json) format = ContentFormat.json;
+    else if (req.accept === ContentFormat.cbor) format = ContentFormat.cbor;
+    else {
+      reply(NOT_ACCEPTABLE);
+      return;
+    }
+    const doc = this.documentFor(deviceId, kind);
+    if (doc === undefined) {
+      // A registration for an unknown device is not kept; an earlier one with this token is replaced by it.
+      if (req.observe === 0) this.deregister(endpoint, tokenKey);
+      reply(NOT_FOUND);
+      return;
+    }
+    const form = this.wire.get(doc, format);
+    if (req.observe === 0) {
+      this.register(msg, address, port, endpoint, tokenKey, deviceId, kind, format, doc, form, req);
+      return;
+    }
+    if (req.etags.some((e) => e.equals(form.etag))) {
+      reply(VALID, [
+        { number: Opt.ETag, value: form.etag },
+        { number: Opt.MaxAge, value: uintBytes(this.options.maxAgeS) },
+      ]);
+      return;
+    }
+    this.sendPlain(msg, address, port, form, req.block2);
+  }
+
+  private readOptions(msg: CoapMessage): ParsedRequest | 'bad_option' | 'proxy' {
+    const req: ParsedRequest = { path: [], query: [], accept: -1, observe: -1, etags: [], block2: -1 };
+    for (const o of msg.options) {
+      switch (o.number) {
+        case Opt.UriPath:
+          req.path.push(o.value.toString('utf8'));
+          break;
+        case Opt.UriQuery:
+          req.query.push(o.value.toString('utf8'));
+          break;
+        case Opt.Accept:
+          req.accept = readUint(o.value, 2);
+          if (req.accept === -1) return 'bad_option';
+          break;
+        case Opt.Observe:
+          // RFC 7641 2: 0-3 bytes. A longer value is not an Observe request (the option is elective).
+          req.observe = readUint(o.value, 3);
+          break;
+        case Opt.ETag:
+          req.etags.push(o.value);
+          break;
+        case Opt.Block2:
+          req.block2 = readUint(o.value, 3);
+          if (req.block2 === -1 || (req.block2 & 7) === 7) return 'bad_option';
+          break;
+        case Opt.ProxyUri:
+        case Opt.ProxyScheme:
+          return 'proxy';
+        case Opt.UriHost:
+        case Opt.UriPort:
+          // This server answers for every host name and port it is reached under.
+          break;
+        default:
+          // RFC 7252 5.4.1: an unrecognised critical (odd-numbered) option makes the request fail with 4.02.
+          if ((o.number & 1) === 1) return 'bad_option';
+      }
+    }
+    return req;
+  }
+
+  private documentFor(deviceId: string, kind: ResourceKind): VisibleDocument | undefined {
+    return kind === 'settings' ? this.state.settingsDocument(deviceId) : this.state.recordDocument(deviceId);
+  }
+
+  private register(
+    msg: CoapMessage,
+    address: string,
+    port: number,
+    endpoint: string,
+    tokenKey: string,
+    deviceId: string,
+    kind: ResourceKind,
+    format: DocumentFormat,
+    doc: VisibleDocument,
+    form: WireForm,
+    req: ParsedRequest,
+  ): void {
+    const resourceKey = `${kind === 'settings' ? 's' : 'r'}:${deviceId}`;
+    // The same endpoint observing again with the same token, or the same resource with a new token, replaces
+    // its relation (never duplicates it).
+    const existing = this.byEndpoint.get(endpoint);
+    if (existing !== undefined) {
+      for (const rel of [...existing]) {
+        if (rel.token === tokenKey || rel.resource.key === resourceKey) this.removeRelation(rel);
+      }
+    }
+    let resource = this.resources.get(resourceKey);
+    if (resource === undefined) {
+      resource = new ObservedResource(resourceKey, deviceId, kind);
+      this.resources.set(resourceKey, resource);
+    }
+    const t = now();
+    const rel = new Relation(endpoint, address, port, tokenKey, resource, format, msg.type === CON, t);
+    resource.relations.add(rel);
+    const list = this.byEndpoint.get(endpoint);
+    if (list === undefined) this.byEndpoint.set(endpoint, [rel]);
+    else list.push(rel);
+    this.relationCount++;
+    rel.lastVersion = doc.version;
+    const seq = resource.nextSeq();
+    // Piggybacked in the ACK of a CON registration; a NON registration gets a NON response (RFC 7252 5.2).
+    const type: MessageType = msg.type === CON ? ACK : NON;
+    const mid = msg.type === CON ? msg.messageId : this.nextMid();
+    if (msg.type === NON) rel.lastMid = mid;
+    this.stats.responses++;
+    if (req.etags.some((e) => e.equals(form.etag))) {
+      const validTail = encodeOptions(
+        [{ number: Opt.MaxAge, value: uintBytes(this.observeMaxAge()) }],
+        Opt.Observe,
+      );
+      this.sendRaw(
+        encodeNotification(type, VALID, mid, tokenKey, form.etagOpt, seq, validTail),
+        address,
+        port,
+      );
+      return;
+    }
+    this.sendRaw(
+      encodeNotification(type, CONTENT, mid, tokenKey, form.etagOpt, seq, form.observeTail),
+      address,
+      port,
+    );
+  }
+
+  private observeMaxAge(): number {
+    return Math.min(0xffffffff, Math.ceil((this.options.confirmableRefreshMs * 1.1) / 1000));
+  }
+
+  private deregister(endpoint: string, tokenKey: string): void {
+    const list = this.byEndpoint.get(endpoint);
+    if (list === undefined) return;
+    for (const rel of [...list]) {
+      if (rel.token === tokenKey) {
+        this.removeRelation(rel);
+        this.stats.observersDeregistered++;
+      }
+    }
+  }
+
+  private serveWellKnown(msg: CoapMessage, address: string, port: number, req: ParsedRequest): void {
+    if (req.accept !== -1 && req.accept !== ContentFormat.linkFormat) {
+      this.respond(msg, address, port, NOT_ACCEPTABLE);
+      return;
+    }
+    const result = linkFormat(this.state, req.query, this.options.wellKnownMaxLinks);
+    if (result === 'too_many') {
+      this.respond(msg, address, port, BAD_REQUEST, [], DIAG_TOO_MANY);
+      return;
+    }
+    const payload = Buffer.from(result);
+    const form = buildForm(contentEtag(payload), ContentFormat.linkFormat, payload, this.options.maxAgeS, 0);
+    this.sendPlain(msg, address, port, form, req.block2);
+  }
+
+  /**
+   * A plain (non-Observe) 2.05, block-wise (RFC 7959 Block2) when the client asked for blocks or the payload
+   * exceeds one datagram. Observe registrations ignore Block2: every document fits one datagram.
+   */
+  private sendPlain(msg: CoapMessage, address: string, port: number, form: WireForm, block2: number): void {
+    const payload = form.payload;
+    let tail = form.plainTail;
+    let body = payload;
+    if (block2 !== -1 || payload.length > 1024) {
+      const szx = block2 === -1 ? 6 : Math.min(block2 & 7, 6);
+      const size = 1 << (szx + 4);
+      // A client's block number is in units of its own block size; re-express it in ours when smaller.
+      const num = block2 === -1 ? 0 : (block2 >>> 4) * ((1 << ((block2 & 7) + 4)) / size);
+      const start = num * size;
+      if (start >= payload.length && !(start === 0 && payload.length === 0)) {
+        this.respond(msg, address, port, BAD_OPTION, [], DIAG_BAD_BLOCK);
+        return;
+      }
+      body = payload.subarray(start, start + size);
+      const more = start + size < payload.length ? 1 : 0;
+      const blockOpt = encodeOptions(
+        [{ number: Opt.Block2, value: uintBytes((num << 4) | (more << 3) | szx) }],
+        Opt.MaxAge,
+      );
+      tail = Buffer.concat([form.plainTail, blockOpt]);
+    }
+    const type: MessageType = msg.type === CON ? ACK : NON;
+    const mid = msg.type === CON ? msg.messageId : this.nextMid();
+    this.stats.responses++;
+    this.sendRaw(encodeWithParts(type, CONTENT, mid, msg.token, form.etagOpt, tail, body), address, port);
+  }
+
+  private respond(
+    msg: CoapMessage,
+    address: string,
+    port: number,
+    responseCode: number,
+    options: { number: number; value: Buffer }[] = [],
+    payload = EMPTY_BUF,
+  ): void {
+    const type: MessageType = msg.type === CON ? ACK : NON;
+    const mid = msg.type === CON ? msg.messageId : this.nextMid();
+    this.stats.responses++;
+    this.sendRaw(encodeMessage(type, responseCode, mid, msg.token, options, payload), address, port);
+  }
+
+  private onAck(endpoint: string, mid: number): void {
+    this.stats.acks++;
+    const list = this.byEndpoint.get(endpoint);
+    if (list === undefined) return;
+    for (const rel of list) {
+      if (rel.inflightMid !== mid) continue;
+      rel.inflightMid = -1;
+      rel.inflight = null;
+      rel.lastConfirmedAt = now();
+      if (rel.closing) this.removeRelation(rel);
+      else if (rel.pending) {
+        rel.pending = false;
+        this.sendCurrent(rel, false);
+      }
+      return;
+    }
+  }
+
+  /** RFC 7641 3.6: an RST in reply to a notification (of any type) cancels the relation. */
+  private onRst(endpoint: string, mid: number): void {
+    this.stats.resets++;
+    const list = this.byEndpoint.get(endpoint);
+    if (list === undefined) return;
+    for (const rel of list) {
+      if (rel.lastMid === mid || rel.inflightMid === mid) {
+        this.removeRelation(rel);
+        this.stats.observersRemovedByRst++;
+        return;
+      }
+    }
+  }
+
+  // ---- notifications -----------------------------------------------------------------------------------
+
+  private onStateChange(changes: DeviceChange[]): void {
+    for (const change of changes) {
+      if (change.settings) this.enqueueResource(`s:${change.deviceId}`);
+      if (change.record) this.enqueueResource(`r:${change.deviceId}`);
+    }
+    this.pump();
+  }
+
+  private enqueueResource(key: string): void {
+    const resource = this.resources.get(key);
+    if (resource === undefined) return;
+    for (const rel of resource.relations) {
+      if (rel.queued) continue;
+      rel.queued = true;
+      this.queue.push(rel);
+    }
+  }
+
+  /**
+   * Sends queued notifications, `fanoutChunk` per event-loop turn. Between chunks the socket's ACKs and RSTs
+   * are read, so a 100,000-observer fan-out neither stalls ACK processing (which would trigger
+   * retransmissions) nor holds 100,000 datagrams in memory at once. Each notification is built from the
+   * current document when it is sent, so a state that changed again meanwhile is sent once, newest first.
+   */
+  private pump(): void {
+    if (this.pumpScheduled) return;
+    let sent = 0;
+    while (this.queueHead < this.queue.length && sent < this.options.fanoutChunk) {
+      const rel = this.queue[this.queueHead++]!;
+      rel.queued = false;
+      if (!rel.dead && !rel.closing) {
+        this.sendCurrent(rel, false);
+        sent++;
+      }
+    }
+    if (this.queueHead < this.queue.length) {
+      this.pumpScheduled = true;
+      setImmediate(() => {
+        this.pumpScheduled = false;
+        this.pump();
+      });
+    } else {
+      this.queue = [];
+      this.queueHead = 0;
+    }
+  }
+
+  /** Sends the relation's current state if it differs from what it last got (or `force`: a liveness refresh). */
+  private sendCurrent(rel: Relation, force: boolean): void {
+    const doc = this.documentFor(rel.resource.deviceId, rel.resource.kind);
+    if (doc === undefined) {
+      this.sendFinalNotFound(rel);
+      return;
+    }
+    if (doc.version === rel.lastVersion && !force) return;
+    if (rel.inflightMid !== -1) {
+      // RFC 7641 4.5.2: one CON notification at a time; the newer state replaces the one in flight when
+      // it is acknowledged or at its next retransmission, keeping the retransmission counter and timeout.
+      rel.pending = true;
+      return;
+    }
+    const t = now();
+    const confirmable =
+      rel.confirmable || force || t - rel.lastConfirmedAt >= this.options.confirmableRefreshMs;
+    const form = this.wire.get(doc, rel.format);
+    const mid = this.nextMid();
+    const seq = rel.resource.nextSeq();
+    const bytes = encodeNotification(
+      confirmable ? CON : NON,
+      CONTENT,
+      mid,
+      rel.token,
+      form.etagOpt,
+      seq,
+      form.observeTail,
+    );
+    rel.lastVersion = doc.version;
+    rel.lastMid = mid;
+    this.stats.notifications++;
+    if (confirmable) {
+      this.stats.confirmableNotifications++;
+      this.track(rel, mid, bytes, t, true);
+    }
+    this.sendRaw(bytes, rel.address, rel.port);
+  }
+
+  /** RFC 7641 4.2: observers of a resource that is gone get a final 4.04 (no Observe option) and are removed. */
+  private sendFinalNotFound(rel: Relation): void {
+    const mid = this.nextMid();
+    const confirmable = rel.confirmable;
+    const bytes = encodeMessage(
+      confirmable ? CON : NON,
+      NOT_FOUND,
+      mid,
+      Buffer.from(rel.token, 'latin1'),
+      [],
+    );
+    this.stats.finalNotFound++;
+    this.detachFromResource(rel);
+    rel.closing = true;
+    rel.lastMid = mid;
+    if (confirmable) {
+      rel.pending = false;
+      this.track(rel, mid, bytes, now(), rel.inflightMid === -1);
+    } else {
+      this.removeRelation(rel);
+    }
+    this.sendRaw(bytes, rel.address, rel.port);
+  }
+
+  /** Starts (fresh) or continues (replacement, 4.5.2) the retransmission state of a CON. */
+  private track(rel: Relation, mid: number, bytes: Buffer, t: number, fresh: boolean): void {
+    rel.inflightMid = mid;
+    rel.inflight = bytes;
+    if (fresh) {
+      rel.retransmits = 0;
+      rel.timeoutMs = this.options.ackTimeoutMs * (1 + Math.random() * (this.options.ackRandomFactor - 1));
+      rel.deadline = t + rel.timeoutMs;
+      this.schedule(rel);
+    }
+  }
+
+  private schedule(rel: Relation): void {
+    const slot = Math.ceil(rel.deadline / this.tickMs);
+    rel.slot = slot;
+    const bucket = this.wheel.get(slot);
+    if (bucket === undefined) this.wheel.set(slot, [rel]);
+    else bucket.push(rel);
+    if (this.wheelTimer === undefined) {
+      this.wheelTimer = setInterval(() => this.onTick(), this.tickMs);
+      this.wheelTimer.unref();
+    }
+  }
+
+  private onTick(): void {
+    const t = now();
+    const due = Math.floor(t / this.tickMs);
+    for (const [slot, bucket] of this.wheel) {
+      if (slot > due) continue;
+      this.wheel.delete(slot);
+      for (const rel of bucket) {
+        if (rel.dead || rel.slot !== slot || rel.inflightMid === -1) continue;
+        try {
+          this.onAckTimeout(rel, t);
+        } catch (err) {
+          this.stats.internalErrors++;
+          this.options.logger.error('coap retransmission failed', {
+            error: err instanceof Error ? err.message : String(err),
+          });
+        }
+      }
+    }
+    if (this.wheel.size === 0 && this.wheelTimer !== undefined) {
+      clearInterval(this.wheelTimer);
+      this.wheelTimer = undefined;
+    }
+  }
+
+  private onAckTimeout(rel: Relation, t: number): void {
+    if (rel.retransmits >= this.options.maxRetransmit) {
+      // RFC 7641 4.5: an unacknowledged confirmable notification means the client is no longer interested.
+      this.removeRelation(rel);
+      this.stats.observersRemovedByTimeout++;
+      return;
+    }
+    rel.retransmits++;
+    rel.timeoutMs *= 2;
+    rel.deadline = t + rel.timeoutMs;
+    if (rel.pending && !rel.closing) {
+      // Replace the notification in flight by the newest state (RFC 7641 4.5.2), same counter and timeout.
+      rel.pending = false;
+      const doc = this.documentFor(rel.resource.deviceId, rel.resource.kind);
+      if (doc === undefined) {
+        this.sendFinalNotFound(rel);
+      } else {
+        const form = this.wire.get(doc, rel.format);
+        const mid = this.nextMid();
+        const bytes = encodeNotification(
+          CON,
+          CONTENT,
+          mid,
+          rel.token,
+          form.etagOpt,
+          rel.resource.nextSeq(),
+          form.observeTail,
+        );
+        rel.lastVersion = doc.version;
+        rel.lastMid = mid;
+        rel.inflightMid = mid;
+        rel.inflight = bytes;
+        this.stats.notifications++;
+        this.stats.confirmableNotifications++;
+        this.sendRaw(bytes, rel.address, rel.port);
+      }
+    } else if (rel.inflight !== null) {
+      this.stats.retransmissions++;
+      this.sendRaw(rel.inflight, rel.address, rel.port);
+    }
+    this.schedule(rel);
+  }
+
+  /** Sends a confirmable refresh to observers not confirmed within the refresh period (RFC 7641 4.5). */
+  private refreshSweep(): void {
+    const t = now();
+    const limit = this.options.confirmableRefreshMs;
+    const stale: Relation[] = [];
+    for (const resource of this.resources.values()) {
+      for (const rel of resource.relations) {
+        if (rel.inflightMid === -1 && t - rel.lastConfirmedAt >= limit) stale.push(rel);
+      }
+    }
+    let i = 0;
+    const step = (): void => {
+      const end = Math.min(stale.length, i + this.options.fanoutChunk);
+      for (; i < end; i++) {
+        const rel = stale[i]!;
+        if (!rel.dead && !rel.closing && rel.inflightMid === -1) this.sendCurrent(rel, true);
+      }
+      if (i < stale.length && !this.closing) setImmediate(step);
+    };
+    step();
+  }
+
+  private detachFromResource(rel: Relation): void {
+    const resource = rel.resource;
+    if (resource.relations.delete(rel) && resource.relations.size === 0) {
+      if (this.resources.get(resource.key) === resource) this.resources.delete(resource.key);
+    }
+  }
+
+  private removeRelation(rel: Relation): void {
+    if (rel.dead) return;
+    rel.dead = true;
+    rel.inflight = null;
+    rel.inflightMid = -1;
+    this.detachFromResource(rel);
+    const list = this.byEndpoint.get(rel.endpoint);
+    if (list !== undefined) {
+      const index = list.indexOf(rel);
+      if (index !== -1) list.splice(index, 1);
+      if (list.length === 0) this.byEndpoint.delete(rel.endpoint);
+    }
+    this.relationCount--;
+  }
+
+  // ---- sending -----------------------------------------------------------------------------------------
+
+  private nextMid(): number {
+    this.mid = (this.mid + 1) & 0xffff;
+    return this.mid;
+  }
+
+  private sendRaw(bytes: Buffer, address: string, port: number): void {
+    const socket = this.socket;
+    if (socket === undefined) return;
+    // No callback: a failed send surfaces as the socket's 'error' event, which is handled (counted, logged).
+    socket.send(bytes, port, address);
+  }
+
+  /** For readiness and metrics. */
+  snapshot(): { observers: number; resources: number; endpoints: number; queued: number } {
+    return {
+      observers: this.relationCount,
+      resources: this.resources.size,
+      endpoints: this.byEndpoint.size,
+      queued: this.queue.length - this.queueHead,
+    };
+  }
+}
+
+function endpointKey(address: string, port: number): string {
+  return `${port}|${address}`;
+}
