@@ -28,14 +28,16 @@ export function mediaKindOf(contentType: MediaContentType): MediaKind {
 // 1–255 characters, no `/` or `\` (a name, never a path), no C0/C1 control characters, no line
 // separators or bidirectional controls (they can disguise an extension in a download), not "." or "..".
 // The server never builds object keys from it; it is kept for display and Content-Disposition.
-export const FILENAME_PATTERN =
-  '^(?!\\.{1,2}$)[^/\\\\\\u0000-\\u001f\\u007f-\\u009f\\u2028\\u2029\\u202a-\\u202e\\u2066-\\u2069]{1,255}$';
+const FILENAME_CHARACTER =
+  '[^/\\\\\\u0000-\\u001f\\u007f-\\u009f\\u2028\\u2029\\u202a-\\u202e\\u2066-\\u2069]';
+export const FILENAME_PATTERN = `^(?!\\.{1,2}$)${FILENAME_CHARACTER}{1,255}$`;
 
 const filenameProperty = {
   type: 'string',
   minLength: 1,
   maxLength: 255,
-  pattern: FILENAME_PATTERN,
+  // Length is left to min/maxLength, so one mistake gives one error.
+  pattern: `^(?!\\.{1,2}$)${FILENAME_CHARACTER}*$`,
   patternMessage: 'must be a file name without "/", "\\" or control characters',
 } as const;
 const contentTypeProperty = { type: 'string', enum: mediaContentTypes } as const;

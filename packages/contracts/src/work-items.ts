@@ -27,7 +27,7 @@ export const decisionRequestSchema = {
     },
   },
   // `defer_until` is required for "defer" and meaningless (so rejected) for the other decisions.
-  if: { properties: { decision: { const: 'defer' } } },
+  if: { required: ['decision'], properties: { decision: { const: 'defer' } } },
   then: { required: ['defer_until'] },
   else: { properties: { defer_until: false } },
 } as const;

@@ -4,16 +4,7 @@ import {
   validateDesiredSettings,
   validateDeviceSettings,
 } from '@platform/contracts';
-import type { FieldError, Validation } from '@platform/contracts';
-
-function errorsOf<T>(result: Validation<T>): FieldError[] {
-  if (result.ok) throw new Error(`expected a rejection, got ${JSON.stringify(result.value)}`);
-  return result.errors;
-}
-
-function pathsOf<T>(result: Validation<T>): string[] {
-  return errorsOf(result).map((e) => e.path);
-}
+import { errorsOf, pathsOf } from './helpers.js';
 
 const complete = {
   reporting_interval_s: 300,
