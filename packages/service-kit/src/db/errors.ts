@@ -1,0 +1,135 @@
+import { DomainError } from '../errors.js';
+
+/** Seconds a client should wait before retrying after the database was unreachable. */
+export const DB_RETRY_AFTER_S = 5;
+
+/** Node socket errors that mean the server cannot be reached or the connection broke. */
+const socketErrorCodes = new Set([
+  'ECONNREFUSED',
+  'ECONNRESET',
+  'ETIMEDOUT',
+  'EPIPE',
+  'EHOSTUNREACH',
+  'ENETUNREACH',
+  'ENOTFOUND',
+  'EAI_AGAIN',
+]);
+
+/**
+ * SQLSTATEs outside class 08 (connection exception) that also mean "this connection or server is
+ * gone": 57P01 admin_shutdown, 57P02 crash_shutdown, 57P03 cannot_connect_now (starting up or
+ * shutting down), 57P05 idle_session_timeout, 53300 too_many_connections.
+ */
+const connectionSqlStates = new Set(['57P01', '57P02', '57P03', '57P05', '53300']);
+
+/**
+ * Messages of errors node-postgres and pg-pool raise without a code when a connection breaks or
+ * cannot be made in time (pg-pool `connectionTimeoutMillis`), or the pool is already shut down.
+ */
+const connectionMessages = [
+  'Connection terminated',
+  'timeout exceeded when trying to connect',
+  'Client has encountered a connection error and is not queryable',
+  'Client was closed and is not queryable',
+  'Cannot use a pool after calling end on the pool',
+];
+
+interface ErrorLike {
+  code?: unknown;
+  message?: unknown;
+  cause?: unknown;
+  errors?: unknown;
+}
+
+/** The error and what it wraps: `cause` chains and the members of an AggregateError (Node's
+ * happy-eyeballs connect reports one failure per address). Bounded against cycles. */
+function unwrap(err: unknown): ErrorLike[] {
+  const found: ErrorLike[] = [];
+  const pending: unknown[] = [err];
+  while (pending.length > 0 && found.length < 16) {
+    const next = pending.shift();
+    if (typeof next !== 'object' || next === null || found.includes(next)) continue;
+    const e = next as ErrorLike;
+    found.push(e);
+    if (e.cause !== undefined) pending.push(e.cause);
+    if (Array.isArray(e.errors)) pending.push(...(e.errors as unknown[]));
+  }
+  return found;
+}
+
+/** The PostgreSQL SQLSTATE of a server error (five characters), if there is one. */
+export function sqlState(err: unknown): string | undefined {
+  for (const e of unwrap(err)) {
+    if (typeof e.code === 'string' && /^[0-9A-Z]{5}$/.test(e.code)) return e.code;
+  }
+  return undefined;
+}
+
+/** True when the database could not be reached or the connection broke (not a query's fault). */
+export function isConnectionError(err: unknown): boolean {
+  return unwrap(err).some((e) => {
+    if (typeof e.code === 'string') {
+      if (socketErrorCodes.has(e.code)) return true;
+      if (e.code.startsWith('08') && e.code.length === 5) return true;
+      if (connectionSqlStates.has(e.code)) return true;
+    }
+    return (
+      typeof e.message === 'string' &&
+      connectionMessages.some((m) => e.message === m || (e.message as string).includes(m))
+    );
+  });
+}
+
+/** 40001 serialization_failure, 40P01 deadlock_detected: the transaction may simply be retried. */
+export function isRetryableTransactionError(err: unknown): boolean {
+  const state = sqlState(err);
+  return state === '40001' || state === '40P01';
+}
+
+function unavailable(detail: string, cause: unknown): DomainError {
+  return new DomainError('backend_unavailable', detail, {
+    headers: { 'Retry-After': String(DB_RETRY_AFTER_S) },
+    cause,
+  });
+}
+
+/**
+ * Turns a database failure the client can act on into a DomainError; rethrows anything else
+ * (a bug: the HTTP edge answers a generic 500 and logs it). Details never include SQL, constraint
+ * names or server messages. Use as `catch (err) { throw mapDbError(err); }`.
+ *
+ * | condition | result |
+ * |---|---|
+ * | connection refused/lost, 08xxx, 57P01-03/05, 53300 | backend_unavailable 503, Retry-After 5 |
+ * | 57014 query_canceled (statement_timeout), class 53 resources, 25006 read-only (failover) | backend_unavailable 503 |
+ * | 23505 unique, 23P01 exclusion | conflict 409 |
+ * | 40001 serialization, 40P01 deadlock | conflict 409 (see isRetryableTransactionError) |
+ * | 55P03 lock_not_available | conflict 409 |
+ */
+export function mapDbError(err: unknown): DomainError {
+  if (err instanceof DomainError) return err;
+  if (isConnectionError(err)) return unavailable('The database is unreachable; retry later.', err);
+  const state = sqlState(err);
+  if (state === undefined) throw err;
+  if (state === '57014') return unavailable('The database did not answer in time; retry later.', err);
+  if (state === '25006' || state.startsWith('53'))
+    return unavailable('The database cannot serve this request now; retry later.', err);
+  switch (state) {
+    case '23505':
+    case '23P01':
+      return new DomainError('conflict', 'The resource already exists or conflicts with an existing one.', {
+        cause: err,
+      });
+    case '40001':
+    case '40P01':
+      return new DomainError('conflict', 'The request collided with a concurrent change; retry it.', {
+        cause: err,
+      });
+    case '55P03':
+      return new DomainError('conflict', 'The resource is locked by another request; retry it.', {
+        cause: err,
+      });
+    default:
+      throw err;
+  }
+}
