@@ -55,7 +55,10 @@ export function loadConfig<const S extends ConfigSchema>(
   schema: S,
   env?: Record<string, string | undefined>,
 ): DeepReadonly<FromSchema<S>>;
-export function loadConfig(schema: ConfigSchema, env: Record<string, string | undefined> = process.env): unknown {
+export function loadConfig(
+  schema: ConfigSchema,
+  env: Record<string, string | undefined> = process.env,
+): unknown {
   const properties = schema.properties as Record<string, Exclude<JSONSchema, boolean>>;
   const input: Record<string, unknown> = {};
   for (const [name, property] of Object.entries(properties)) {

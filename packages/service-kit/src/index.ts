@@ -1,7 +1,7 @@
 // @platform/service-kit: the transport plumbing both services need once (DESIGN 1).
 export { DomainError, isDomainError, requireValid } from './errors.js';
 export type { DomainErrorOptions } from './errors.js';
-export { createLogger } from './logger.js';
+export { createLogger, LOG_LEVELS } from './logger.js';
 export type { Logger, LoggerOptions, LogLevel } from './logger.js';
 export { isSensitiveKey, redactString, redactValue, REDACTED } from './redact.js';
 export { bearerToken, fingerprint, readSecretList, redactUrl, SecretSet } from './secrets.js';
@@ -10,7 +10,15 @@ export { ConfigError, loadConfig } from './config.js';
 export type { ConfigProblem, DeepReadonly } from './config.js';
 export { closeHttpServer, installShutdown } from './shutdown.js';
 export type { ShutdownHandle, ShutdownOptions, ShutdownStep } from './shutdown.js';
-export { Counter, createMetrics, Gauge, Histogram, httpMetrics, metricsHandler, Registry } from './metrics.js';
+export {
+  Counter,
+  createMetrics,
+  Gauge,
+  Histogram,
+  httpMetrics,
+  metricsHandler,
+  Registry,
+} from './metrics.js';
 export type { HttpMetrics, MetricsOptions } from './metrics.js';
 export { createHttpApp, DEFAULT_BODY_LIMIT_BYTES, finishHttpApp, routeLabel } from './http/app.js';
 export type { HttpAppOptions } from './http/app.js';

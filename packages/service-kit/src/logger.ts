@@ -4,13 +4,16 @@ import { isSensitiveKey, REDACTED, redactValue, redactString } from './redact.js
 
 export type { Logger } from 'winston';
 
-export type LogLevel = 'error' | 'warn' | 'info' | 'http' | 'verbose' | 'debug' | 'silly';
+/** Winston's npm levels, most to least severe; use as the `enum` of a `LOG_LEVEL` config schema. */
+export const LOG_LEVELS = ['error', 'warn', 'info', 'http', 'verbose', 'debug', 'silly'] as const;
+
+export type LogLevel = (typeof LOG_LEVELS)[number];
 
 export interface LoggerOptions {
   /** Written as `service` on every line. */
   service: string;
   /** Minimum level; defaults to `info`. */
-  level?: LogLevel | string;
+  level?: LogLevel;
   /** Write JSON lines here instead of stdout (tests capture output this way). */
   stream?: NodeJS.WritableStream;
   /** Extra transports (in addition to the stream or stdout one). */
@@ -23,7 +26,11 @@ const redactFormat = winston.format((info) => {
   for (const key of Object.keys(info)) {
     if (key === 'level') continue;
     const value = info[key];
-    info[key] = isSensitiveKey(key) ? REDACTED : typeof value === 'string' ? redactString(value) : redactValue(value);
+    info[key] = isSensitiveKey(key)
+      ? REDACTED
+      : typeof value === 'string'
+        ? redactString(value)
+        : redactValue(value);
   }
   return info;
 });

@@ -38,7 +38,7 @@ export function httpMetrics(registry: Registry): HttpMetrics {
   const requests = registry.getSingleMetric('http_requests_total');
   const duration = registry.getSingleMetric('http_request_duration_seconds');
   if (requests instanceof Counter && duration instanceof Histogram) {
-    return { requests: requests as Counter<HttpLabel>, duration: duration as Histogram<HttpLabel> };
+    return { requests, duration };
   }
   return {
     requests: new Counter({

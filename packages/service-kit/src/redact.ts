@@ -9,7 +9,17 @@ const MAX_DEPTH = 12;
 
 // Keys are compared after lower-casing and dropping `_`/`-`, so `access_token`, `X-Api-Key` and
 // `apiKey` all match. Exact `key`/`keys` are redacted, but `object_key` or `request_id` are not.
-const SENSITIVE_EXACT = new Set(['key', 'keys', 'auth', 'cookie', 'cookies', 'setcookie', 'jwt', 'pass', 'pwd']);
+const SENSITIVE_EXACT = new Set([
+  'key',
+  'keys',
+  'auth',
+  'cookie',
+  'cookies',
+  'setcookie',
+  'jwt',
+  'pass',
+  'pwd',
+]);
 const SENSITIVE_PARTS = [
   'authorization',
   'token',
@@ -37,9 +47,11 @@ const URL_PASSWORD = /([a-z][a-z0-9+.-]*:\/\/[^\s:/?#@]*):[^\s/?#@]*@/gi;
 const AUTH_SCHEME_CREDENTIALS = /\b(Bearer|Basic)\s+[A-Za-z0-9\-._~+/]+=*/gi;
 // Compact JWS: three base64url segments, the first two starting with `eyJ` (`{"`).
 const JWT_SHAPE = /\beyJ[A-Za-z0-9_-]*\.eyJ[A-Za-z0-9_-]*\.[A-Za-z0-9_-]*/g;
-// Query parameters that carry credentials, including S3 presigned-URL signatures.
-const SECRET_QUERY_PARAM =
-  /([?&](?:access_token|id_token|refresh_token|token|api_key|apikey|key|password|secret|client_secret|x-amz-signature|x-amz-credential|x-amz-security-token)=)[^&#\s"']*/gi;
+// `name=value` where the name carries a credential: query parameters (including S3 presigned-URL
+// `X-Amz-Signature`/`X-Amz-Credential`), connection strings, `password=...` in error text. A bare
+// `key=` counts only as a whole word, so `object_key=` stays readable.
+const SECRET_ASSIGNMENT =
+  /\b((?:[A-Za-z0-9_-]*(?:token|password|passwd|secret|api_?key|signature|credential))|key)=[^&\s"',;]*/gi;
 
 /** Masks credentials inside free text (messages, URLs, error strings). */
 export function redactString(text: string): string {
@@ -47,7 +59,7 @@ export function redactString(text: string): string {
     .replace(URL_PASSWORD, `$1:${REDACTED}@`)
     .replace(AUTH_SCHEME_CREDENTIALS, `$1 ${REDACTED}`)
     .replace(JWT_SHAPE, REDACTED)
-    .replace(SECRET_QUERY_PARAM, `$1${REDACTED}`);
+    .replace(SECRET_ASSIGNMENT, `$1=${REDACTED}`);
 }
 
 /** A URL with its password (and secret query parameters) replaced by `***`; safe to print or log. */

@@ -78,8 +78,8 @@ function hasBody(req: Request): boolean {
 export function routeLabel(req: Request, res: Response): string {
   const tagged = res.locals.route as string | undefined;
   if (tagged !== undefined) return tagged;
-  const route = req.route as { path?: unknown } | undefined;
-  if (route?.path !== undefined) return `${req.baseUrl}${String(route.path)}`;
+  const path = (req.route as { path?: unknown } | undefined)?.path;
+  if (typeof path === 'string' || path instanceof RegExp) return `${req.baseUrl}${path.toString()}`;
   return 'unmatched';
 }
 

@@ -1,4 +1,3 @@
-import { errorCatalogue } from '@platform/contracts';
 import type { ErrorCode, FieldError } from '@platform/contracts';
 import type { ErrorRequestHandler, Response } from 'express';
 import type { Logger } from 'winston';
@@ -46,7 +45,8 @@ const BODY_PARSER_ERRORS: Record<string, { code: ErrorCode; detail: string }> = 
 };
 
 function classify(err: unknown): Classified {
-  if (err instanceof DomainError) return { error: err, expected: err.status < 500 || err.code !== 'internal_error' };
+  if (err instanceof DomainError)
+    return { error: err, expected: err.status < 500 || err.code !== 'internal_error' };
   if (typeof err === 'object' && err !== null) {
     const { type, status } = err as { type?: unknown; status?: unknown };
     const known = typeof type === 'string' ? BODY_PARSER_ERRORS[type] : undefined;
@@ -61,7 +61,10 @@ function classify(err: unknown): Classified {
       };
     }
   }
-  return { error: new DomainError('internal_error', 'An unexpected error occurred.', { cause: err }), expected: false };
+  return {
+    error: new DomainError('internal_error', 'An unexpected error occurred.', { cause: err }),
+    expected: false,
+  };
 }
 
 /** Writes `error` as problem+json, with its headers and the request id. */

@@ -1,0 +1,373 @@
+import { validateDecisionRequest, validateProblemDocument } from '@platform/contracts';
+import express from 'express';
+import request from 'supertest';
+import type { Response } from 'supertest';
+import {
+  addRoutes,
+  createHttpApp,
+  createMetrics,
+  DomainError,
+  finishHttpApp,
+  metricsHandler,
+  requireValid,
+} from '../src/index.js';
+import { captureLogs } from './log-capture.js';
+
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/;
+const LIMIT_BYTES = 64 * 1024;
+
+function buildTestApp() {
+  const logs = captureLogs();
+  const metrics = createMetrics({ service: 'kit-test', defaultMetrics: false });
+  const app = createHttpApp({ logger: logs.logger, metrics, trustProxy: true });
+
+  addRoutes(app, [
+    {
+      method: 'POST',
+      path: '/echo',
+      handler: (req, res) => void res.json({ received: req.body as unknown }),
+    },
+    { method: 'PUT', path: '/echo', handler: (req, res) => void res.json({ put: req.body as unknown }) },
+    { method: 'GET', path: '/items/:id', handler: (req, res) => void res.json({ id: req.params.id }) },
+    {
+      method: 'get',
+      path: '/boom',
+      handler: () => {
+        throw new Error('connect failed: password=hunter2 at postgres://app:hunter2@db:5432/x');
+      },
+    },
+    {
+      method: 'GET',
+      path: '/async-boom',
+      handler: async () => {
+        await Promise.resolve();
+        throw new TypeError('cannot read properties of undefined (reading "secretSauce")');
+      },
+    },
+    {
+      method: 'GET',
+      path: '/denied',
+      handler: () => {
+        throw new DomainError('unauthorized', 'A bearer token is required.', {
+          headers: { 'WWW-Authenticate': 'Bearer realm="platform", error="invalid_token"' },
+        });
+      },
+    },
+    {
+      method: 'GET',
+      path: '/bare-401',
+      handler: () => {
+        throw new DomainError('unauthorized');
+      },
+    },
+    {
+      method: 'GET',
+      path: '/down',
+      handler: () => {
+        throw new DomainError('backend_unavailable', 'The database is unreachable.');
+      },
+    },
+    {
+      method: 'POST',
+      path: '/decisions',
+      handler: (req, res) => void res.json(requireValid(validateDecisionRequest(req.body))),
+    },
+  ]);
+
+  const api = express.Router();
+  addRoutes(api, [{ method: 'GET', path: '/things/:thing_id', handler: (_req, res) => void res.json({}) }]);
+  app.use('/api', api);
+  app.get('/metrics', metricsHandler(metrics));
+  finishHttpApp(app);
+  return { app, logs, metrics };
+}
+
+/** Asserts the DESIGN 2 problem+json shape and returns the body. */
+function expectProblem(res: Response, status: number, code: string, requestId?: string) {
+  expect(res.status).toBe(status);
+  expect(res.headers['content-type']).toMatch(/^application\/problem\+json/);
+  const body = JSON.parse(res.text) as Record<string, unknown>;
+  const check = validateProblemDocument(body);
+  expect(check).toEqual({ ok: true, value: body });
+  expect(body.status).toBe(status);
+  expect(body.code).toBe(code);
+  expect(body.type).toBe(`https://platform.example/problems/${code}`);
+  expect(body.request_id).toBe(res.headers['x-request-id']);
+  if (requestId !== undefined) expect(body.request_id).toBe(requestId);
+  return body;
+}
+
+async function waitFor<T>(probe: () => T | undefined, timeoutMs = 2000): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const value = probe();
+    if (value !== undefined) return value;
+    if (Date.now() > deadline) throw new Error('condition not met in time');
+    await new Promise((resolve) => setTimeout(resolve, 5));
+  }
+}
+
+describe('createHttpApp body handling', () => {
+  const { app } = buildTestApp();
+
+  it('parses a JSON body and answers 2xx', async () => {
+    const res = await request(app).post('/echo').send({ a: 1 });
+    expect(res.status).toBe(200);
+    expect(res.body).toEqual({ received: { a: 1 } });
+  });
+
+  it('accepts +json media types and a charset parameter', async () => {
+    const res = await request(app)
+      .post('/echo')
+      .set('Content-Type', 'application/merge-patch+json; charset=utf-8')
+      .send('{"b":2}');
+    expect(res.status).toBe(200);
+    expect(res.body).toEqual({ received: { b: 2 } });
+  });
+
+  it('answers malformed JSON with 400 invalid_json, echoing the request id', async () => {
+    const res = await request(app)
+      .post('/echo')
+      .set('X-Request-Id', 'bad-json-1')
+      .set('Content-Type', 'application/json')
+      .send('{"a": 1,');
+    const body = expectProblem(res, 400, 'invalid_json', 'bad-json-1');
+    // The parser's own message quotes the body; the client gets a fixed sentence.
+    expect(body.detail).toBe('The request body is not valid JSON.');
+    expect(res.headers['x-request-id']).toBe('bad-json-1');
+  });
+
+  it('answers a non-JSON body with 415 unsupported_media_type', async () => {
+    const res = await request(app)
+      .post('/echo')
+      .set('X-Request-Id', 'text-1')
+      .set('Content-Type', 'text/plain')
+      .send('hello');
+    expectProblem(res, 415, 'unsupported_media_type', 'text-1');
+  });
+
+  it('answers a body without Content-Type with 415', async () => {
+    const res = await request(app).put('/echo').set('Content-Length', '5').send(Buffer.from('hello'));
+    expectProblem(res, 415, 'unsupported_media_type');
+  });
+
+  it('answers an unsupported charset with 415', async () => {
+    const res = await request(app)
+      .post('/echo')
+      .set('Content-Type', 'application/json; charset=latin1')
+      .send('{"a":1}');
+    expectProblem(res, 415, 'unsupported_media_type');
+  });
+
+  it('lets a bodiless POST through without a Content-Type', async () => {
+    const res = await request(app).post('/echo');
+    expect(res.status).toBe(200);
+  });
+
+  it('accepts a body of exactly 64 KiB and refuses one byte more with 413', async () => {
+    const padding = (n: number) => JSON.stringify({ p: 'x'.repeat(n - 8) });
+    expect(Buffer.byteLength(padding(LIMIT_BYTES))).toBe(LIMIT_BYTES);
+
+    const ok = await request(app)
+      .post('/echo')
+      .set('Content-Type', 'application/json')
+      .send(padding(LIMIT_BYTES));
+    expect(ok.status).toBe(200);
+
+    const res = await request(app)
+      .post('/echo')
+      .set('X-Request-Id', 'too-big-1')
+      .set('Content-Type', 'application/json')
+      .send(padding(LIMIT_BYTES + 1));
+    expectProblem(res, 413, 'payload_too_large', 'too-big-1');
+  });
+
+  it('honours a smaller configured body limit', async () => {
+    const { logger } = captureLogs();
+    const small = createHttpApp({ logger, bodyLimitBytes: 16 });
+    addRoutes(small, [{ method: 'POST', path: '/x', handler: (_req, res) => void res.json({}) }]);
+    finishHttpApp(small);
+    const res = await request(small).post('/x').send({ long: 'more than sixteen bytes' });
+    expectProblem(res, 413, 'payload_too_large');
+  });
+
+  it('turns validation failures into 400 invalid_body with JSON Pointer errors', async () => {
+    const res = await request(app).post('/decisions').send({ decision: 'maybe', extra: true });
+    const body = expectProblem(res, 400, 'invalid_body');
+    const errors = body.errors as { path: string; message: string }[];
+    expect(errors.length).toBeGreaterThan(0);
+    expect(errors.map((e) => e.path)).toContain('/decision');
+  });
+});
+
+describe('createHttpApp routing errors', () => {
+  const { app } = buildTestApp();
+
+  it('answers an unknown route with 404 not_found', async () => {
+    const res = await request(app).get('/nowhere').set('X-Request-Id', 'nf-1');
+    expectProblem(res, 404, 'not_found', 'nf-1');
+  });
+
+  it('answers another method on a known path with 405 and Allow', async () => {
+    const res = await request(app).delete('/items/7').set('X-Request-Id', 'm-1');
+    expectProblem(res, 405, 'method_not_allowed', 'm-1');
+    expect(res.headers.allow).toBe('GET, HEAD, OPTIONS');
+
+    const both = await request(app).patch('/echo');
+    expectProblem(both, 405, 'method_not_allowed');
+    expect(both.headers.allow).toBe('POST, PUT, OPTIONS');
+  });
+
+  it('answers 405 on routes of a mounted router too', async () => {
+    const res = await request(app).post('/api/things/1').send({});
+    expectProblem(res, 405, 'method_not_allowed');
+    expect(res.headers.allow).toBe('GET, HEAD, OPTIONS');
+  });
+
+  it('answers OPTIONS with 204 and Allow, and HEAD like GET', async () => {
+    const options = await request(app).options('/items/7');
+    expect(options.status).toBe(204);
+    expect(options.headers.allow).toBe('GET, HEAD, OPTIONS');
+
+    const head = await request(app).head('/items/7');
+    expect(head.status).toBe(200);
+    expect(head.headers['x-request-id']).toMatch(UUID);
+  });
+
+  it('passes DomainError headers through (401 WWW-Authenticate, exact)', async () => {
+    const res = await request(app).get('/denied');
+    const body = expectProblem(res, 401, 'unauthorized');
+    expect(body.detail).toBe('A bearer token is required.');
+    expect(res.headers['www-authenticate']).toBe('Bearer realm="platform", error="invalid_token"');
+  });
+
+  it('adds WWW-Authenticate: Bearer to a 401 that did not set one, and Retry-After to a 503', async () => {
+    const unauthorized = await request(app).get('/bare-401');
+    const body = expectProblem(unauthorized, 401, 'unauthorized');
+    expect(body.detail).toBe('Unauthorized');
+    expect(unauthorized.headers['www-authenticate']).toBe('Bearer');
+
+    const down = await request(app).get('/down');
+    expectProblem(down, 503, 'backend_unavailable');
+    expect(down.headers['retry-after']).toBe('5');
+  });
+
+  it('answers a malformed path parameter with a problem, not an HTML page', async () => {
+    const res = await request(app).get('/items/%E0%A4%A');
+    expectProblem(res, 404, 'not_found');
+  });
+});
+
+describe('request ids', () => {
+  const { app, logs } = buildTestApp();
+
+  it('echoes a well-formed X-Request-Id on success and error responses', async () => {
+    const id = 'trace:abc.DEF_123-456';
+    const ok = await request(app).get('/items/1').set('X-Request-Id', id);
+    expect(ok.headers['x-request-id']).toBe(id);
+    const bad = await request(app).get('/missing').set('X-Request-Id', id);
+    expect(bad.headers['x-request-id']).toBe(id);
+  });
+
+  it.each([
+    ['contains a space', 'has space'],
+    ['is too long', 'a'.repeat(129)],
+    ['contains a header-injection attempt', 'x\tSet-Cookie: y'],
+    ['contains non-ASCII', 'idé'],
+  ])('replaces an id that %s with a fresh UUID', async (_why, incoming) => {
+    const res = await request(app).get('/nowhere').set('X-Request-Id', incoming);
+    expect(res.headers['x-request-id']).toMatch(UUID);
+    expectProblem(res, 404, 'not_found');
+  });
+
+  it('accepts the longest allowed id (128 characters)', async () => {
+    const id = 'b'.repeat(128);
+    const res = await request(app).get('/items/2').set('X-Request-Id', id);
+    expect(res.headers['x-request-id']).toBe(id);
+  });
+
+  it('generates distinct ids when none is sent', async () => {
+    const a = await request(app).get('/items/1');
+    const b = await request(app).get('/items/1');
+    expect(a.headers['x-request-id']).toMatch(UUID);
+    expect(a.headers['x-request-id']).not.toBe(b.headers['x-request-id']);
+  });
+
+  it('writes one request line with route pattern, status, duration and client ip, but no headers', async () => {
+    await request(app)
+      .get('/items/42?token=abc')
+      .set('X-Request-Id', 'log-line-1')
+      .set('Authorization', 'Bearer super-secret-value')
+      .set('X-Forwarded-For', '198.51.100.7, 203.0.113.9');
+    const line = await waitFor(() =>
+      logs.entries().find((e) => e.request_id === 'log-line-1' && e.message === 'http request'),
+    );
+    expect(line).toMatchObject({
+      level: 'info',
+      service: 'kit-test',
+      method: 'GET',
+      route: '/items/:id',
+      path: '/items/42',
+      status: 200,
+      // trustProxy: true trusts exactly one hop, so the address the proxy saw wins over the spoofable first one.
+      ip: '203.0.113.9',
+    });
+    expect(typeof line.duration_ms).toBe('number');
+    expect(typeof line.timestamp).toBe('string');
+    expect(logs.entries().filter((e) => e.request_id === 'log-line-1')).toHaveLength(1);
+    expect(logs.text()).not.toContain('super-secret-value');
+  });
+});
+
+describe('unexpected errors', () => {
+  it.each([
+    ['/boom', 'hunter2', 'connect failed: password=*** at postgres://app:***@db:5432/x'],
+    ['/async-boom', 'secretSauce', 'cannot read properties of undefined (reading "secretSauce")'],
+  ])('%s → generic 500: nothing leaks to the body, the stack goes to the log', async (path, leak, logged) => {
+    const { app, logs } = buildTestApp();
+    const res = await request(app)
+      .get(path)
+      .set('X-Request-Id', `err-${path.slice(1)}`);
+    const body = expectProblem(res, 500, 'internal_error', `err-${path.slice(1)}`);
+    expect(body.detail).toBe('An unexpected error occurred.');
+    expect(res.text).not.toContain(leak);
+    expect(res.text).not.toMatch(/\bat .*\.ts:\d+/);
+    expect(res.text).not.toContain('Error');
+
+    const line = await waitFor(() =>
+      logs.entries().find((e) => e.request_id === `err-${path.slice(1)}` && e.level === 'error'),
+    );
+    const err = line.err as { stack: string; message: string };
+    expect(err.stack).toMatch(/http\.test\.ts:\d+/);
+    // The log keeps the message, with credentials masked.
+    expect(err.message).toBe(logged);
+    expect(logs.text()).not.toContain('hunter2');
+  });
+});
+
+describe('metrics', () => {
+  it('counts requests by method, route pattern and status; 404s are "unmatched"', async () => {
+    const { app } = buildTestApp();
+    await request(app).get('/items/1');
+    await request(app).get('/items/2');
+    await request(app).get('/api/things/9');
+    await request(app).get('/no/such/path');
+    const res = await request(app).get('/metrics');
+    expect(res.status).toBe(200);
+    expect(res.headers['content-type']).toMatch(/^text\/plain/);
+    const text = res.text;
+    expect(text).toContain(
+      'http_requests_total{method="GET",route="/items/:id",status="200",service="kit-test"} 2',
+    );
+    expect(text).toContain(
+      'http_requests_total{method="GET",route="/api/things/:thing_id",status="200",service="kit-test"} 1',
+    );
+    expect(text).toContain(
+      'http_requests_total{method="GET",route="unmatched",status="404",service="kit-test"} 1',
+    );
+    expect(text).toContain(
+      'http_request_duration_seconds_count{service="kit-test",method="GET",route="/items/:id",status="200"} 2',
+    );
+    expect(text).not.toContain('route="/items/1"');
+  });
+});

@@ -1,0 +1,77 @@
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { inspect } from 'node:util';
+import { bearerToken, fingerprint, readSecretList, SecretSet } from '../src/index.js';
+
+describe('readSecretList', () => {
+  it('merges a comma list and a mounted file, dropping blanks, comments and duplicates', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'secrets-'));
+    const file = join(dir, 'keys');
+    writeFileSync(file, '# rotated 2025-01\nkey-from-file-1\r\n\n  key-from-file-2  \nkey-a\n');
+    expect(readSecretList({ value: ' key-a, key-b ,,', file })).toEqual([
+      'key-a',
+      'key-b',
+      'key-from-file-1',
+      'key-from-file-2',
+    ]);
+  });
+
+  it('returns an empty list when nothing is configured and throws on an unreadable file', () => {
+    expect(readSecretList({})).toEqual([]);
+    expect(() => readSecretList({ file: '/nonexistent/keys' })).toThrow(/ENOENT/);
+  });
+});
+
+describe('SecretSet', () => {
+  const set = new SecretSet(['current-key-0123456789', 'previous-key-abcdef', '']);
+
+  it('accepts every configured secret and nothing else', () => {
+    expect(set.size).toBe(2);
+    expect(set.has('current-key-0123456789')).toBe(true);
+    expect(set.has('previous-key-abcdef')).toBe(true);
+    expect(set.has('current-key-012345678')).toBe(false);
+    expect(set.has('current-key-0123456789 ')).toBe(false);
+    expect(set.has('x'.repeat(10_000))).toBe(false);
+    expect(set.has('')).toBe(false);
+    expect(set.has(undefined)).toBe(false);
+  });
+
+  it('an empty set accepts nothing', () => {
+    expect(new SecretSet([]).has('anything')).toBe(false);
+  });
+
+  it('never shows the secrets in JSON or inspect output', () => {
+    expect(JSON.stringify(set)).not.toContain('current-key');
+    expect(inspect(set, { depth: 5, showHidden: true })).not.toContain('current-key');
+    expect(set.fingerprints()).toEqual([
+      fingerprint('current-key-0123456789'),
+      fingerprint('previous-key-abcdef'),
+    ]);
+  });
+});
+
+describe('fingerprint', () => {
+  it('is a short, stable sha256 prefix', () => {
+    // sha256("abc") = ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad
+    expect(fingerprint('abc')).toBe('sha256:ba7816bf8f01');
+    expect(fingerprint('abd')).not.toBe(fingerprint('abc'));
+  });
+});
+
+describe('bearerToken', () => {
+  it.each([
+    ['Bearer abc.DEF-123_~+/==', 'abc.DEF-123_~+/=='],
+    ['bearer  lower-case-scheme', 'lower-case-scheme'],
+    ['Basic dXNlcjpwYXNz', undefined],
+    ['Bearer', undefined],
+    ['Bearer two tokens', undefined],
+    ['Bearer tok\u00e9n', undefined],
+  ])('%j → %j', (header, expected) => {
+    expect(bearerToken({ headers: { authorization: header } })).toBe(expected);
+  });
+
+  it('is undefined without an Authorization header', () => {
+    expect(bearerToken({ headers: {} })).toBeUndefined();
+  });
+});
