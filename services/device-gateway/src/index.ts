@@ -1,1 +1,16 @@
-export {};
+// Public entry of @platform/device-gateway.
+export { buildApp, type GatewayApp, type GatewayDeps } from './app.js';
+export {
+  gatewayConfigSchema,
+  loadGatewayConfig,
+  publicConfig,
+  readApiKeys,
+  type GatewayConfig,
+} from './config.js';
+export { GATEWAY_LOGIN_ROLE, gatewayMigrations } from './db/migrations.js';
+export { demoSites, seedDevices } from './db/seed.js';
+export { loadRegistry } from './db/registry-repository.js';
+export type { DeviceRegistryTable, GatewayDatabase } from './db/tables.js';
+export { CoapServer, defaultCoapOptions, type CoapServerOptions, type CoapStats } from './coap/server.js';
+export { VersionClock } from './domain/version-clock.js';
+export { GatewayState } from './domain/gateway-state.js';

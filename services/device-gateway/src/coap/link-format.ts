@@ -45,7 +45,7 @@ export function linkFormat(
       return attr.some((v) => matches(value, v));
     }),
   );
-  if (kinds.length === 0) return '';
+  if (kinds.length === 0) return { ok: true, links: '' };
 
   let idPrefix = '';
   let exactId = false;
@@ -57,7 +57,7 @@ export function linkFormat(
       exactId = slash !== -1 || !href.endsWith('*');
       idPrefix = slash === -1 ? rest : rest.slice(0, slash);
     } else if (!(href.endsWith('*') && PREFIX.startsWith(literal))) {
-      return '';
+      return { ok: true, links: '' };
     }
   }
   const ids = exactId
@@ -68,9 +68,9 @@ export function linkFormat(
     for (const kind of kinds) {
       const path = `${PREFIX}${id}${kind.suffix}`;
       if (href !== undefined && !matches(href, path)) continue;
-      if (links.length === maxLinks) return 'too_many';
+      if (links.length === maxLinks) return { ok: false, reason: 'too_many' };
       links.push(linkOf(id, kind.suffix, kind.attrs.rt[0]));
     }
   }
-  return links.join(',');
+  return { ok: true, links: links.join(',') };
 }

@@ -571,11 +571,11 @@ export class CoapServer {
       return;
     }
     const result = linkFormat(this.state, req.query, this.options.wellKnownMaxLinks);
-    if (result === 'too_many') {
+    if (!result.ok) {
       this.respond(msg, address, port, BAD_REQUEST, [], DIAG_TOO_MANY);
       return;
     }
-    const payload = Buffer.from(result);
+    const payload = Buffer.from(result.links);
     const form = buildForm(contentEtag(payload), ContentFormat.linkFormat, payload, this.options.maxAgeS, 0);
     this.sendPlain(msg, address, port, form, req.block2);
   }

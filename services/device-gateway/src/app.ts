@@ -1,0 +1,75 @@
+import { validateDesiredSettings } from '@platform/contracts';
+import {
+  addRoutes,
+  createHttpApp,
+  finishHttpApp,
+  metricsHandler,
+  type Logger,
+  type Registry,
+  type SecretSet,
+} from '@platform/service-kit';
+import type { Express } from 'express';
+import type { Kysely } from 'kysely';
+import { CoapServer } from './coap/server.js';
+import { maxDocumentBytes } from './coap/wire.js';
+import type { GatewayConfig } from './config.js';
+import type { GatewayDatabase } from './db/tables.js';
+import { GatewayState } from './domain/gateway-state.js';
+import { VersionClock } from './domain/version-clock.js';
+import { requireApiKey } from './http/auth.js';
+import { gatewayRoutes } from './http/routes.js';
+import { registerGatewayMetrics } from './metrics.js';
+import { GatewayService } from './service.js';
+
+export interface GatewayDeps {
+  config: GatewayConfig;
+  logger: Logger;
+  /** Kysely over the read-only login. */
+  db: Kysely<GatewayDatabase>;
+  /** Current API keys; a function so SIGHUP can swap them. */
+  apiKeys: () => SecretSet;
+  metrics?: Registry;
+  clock?: VersionClock;
+}
+
+export interface GatewayApp {
+  http: Express;
+  coap: CoapServer;
+  state: GatewayState;
+  service: GatewayService;
+}
+
+/** Wires the gateway without listening: tests drive `http` with supertest and bind `coap` to a free port. */
+export function buildApp(deps: GatewayDeps): GatewayApp {
+  const { config, logger } = deps;
+  const state = new GatewayState({
+    clock: deps.clock ?? new VersionClock(),
+    maxDocumentBytes: maxDocumentBytes(config.COAP_MAX_TOKEN_LENGTH),
+    validateSettings: validateDesiredSettings,
+  });
+  const coap = new CoapServer(state, {
+    logger: logger.child({ component: 'coap' }),
+    maxTokenLength: config.COAP_MAX_TOKEN_LENGTH,
+    socketBufferBytes: config.COAP_SOCKET_BUFFER_BYTES,
+    ackTimeoutMs: config.COAP_ACK_TIMEOUT_MS,
+    ackRandomFactor: 1.5,
+    maxRetransmit: config.COAP_MAX_RETRANSMIT,
+    confirmableRefreshMs: config.COAP_CONFIRMABLE_REFRESH_S * 1000,
+    maxAgeS: config.COAP_MAX_AGE_S,
+    fanoutChunk: config.COAP_FANOUT_CHUNK,
+    wellKnownMaxLinks: config.COAP_WELL_KNOWN_MAX_LINKS,
+  });
+  const service = new GatewayService({ config, db: deps.db, state, coap, apiKeys: deps.apiKeys });
+  const http = createHttpApp({
+    logger,
+    trustProxy: config.GATEWAY_TRUST_PROXY,
+    ...(deps.metrics === undefined ? {} : { metrics: deps.metrics }),
+  });
+  addRoutes(http, gatewayRoutes(service, requireApiKey(deps.apiKeys)));
+  if (deps.metrics !== undefined) {
+    registerGatewayMetrics(deps.metrics, state, coap);
+    addRoutes(http, [{ method: 'GET', path: '/metrics', handler: metricsHandler(deps.metrics) }]);
+  }
+  finishHttpApp(http, logger);
+  return { http, coap, state, service };
+}

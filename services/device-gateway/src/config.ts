@@ -1,0 +1,112 @@
+import { loadConfig, readSecretList, redactUrl, SecretSet } from '@platform/service-kit';
+
+/** Every variable the gateway reads (DESIGN 5.1), validated once at boot; nothing else reads process.env. */
+export const gatewayConfigSchema = {
+  type: 'object',
+  additionalProperties: false,
+  required: ['DATABASE_URL'],
+  properties: {
+    DATABASE_URL: {
+      type: 'string',
+      minLength: 1,
+      writeOnly: true,
+      description: 'read-only login (device_gateway_login)',
+    },
+    GATEWAY_HTTP_PORT: { type: 'integer', minimum: 0, maximum: 65535, default: 8080 },
+    GATEWAY_COAP_PORT: { type: 'integer', minimum: 0, maximum: 65535, default: 5683 },
+    GATEWAY_COAP_HOST: { type: 'string', default: '0.0.0.0' },
+    GATEWAY_API_KEYS: { type: 'string', writeOnly: true, description: 'comma-separated API keys' },
+    GATEWAY_API_KEYS_FILE: {
+      type: 'string',
+      description: 'file with API keys, one per line; re-read on SIGHUP',
+    },
+    GATEWAY_TRUST_PROXY: { type: 'boolean', default: false, description: 'trust exactly one proxy hop' },
+    LOG_LEVEL: { type: 'string', enum: ['error', 'warn', 'info', 'debug'], default: 'info' },
+    DB_POOL_MAX: { type: 'integer', minimum: 1, maximum: 50, default: 4 },
+    DB_STATEMENT_TIMEOUT_MS: { type: 'integer', minimum: 100, default: 30000 },
+    /** RFC 7252 ACK_TIMEOUT (ms) and MAX_RETRANSMIT. */
+    COAP_ACK_TIMEOUT_MS: { type: 'integer', minimum: 10, maximum: 60000, default: 2000 },
+    COAP_MAX_RETRANSMIT: { type: 'integer', minimum: 0, maximum: 10, default: 4 },
+    /** RFC 7641 4.5: at least one confirmable notification per observer in this many seconds. */
+    COAP_CONFIRMABLE_REFRESH_S: { type: 'integer', minimum: 1, maximum: 86400, default: 86400 },
+    COAP_MAX_AGE_S: { type: 'integer', minimum: 0, maximum: 86400, default: 60 },
+    /** Longest accepted token (RFC 8974 extended tokens), bytes; bounds memory per relation. */
+    COAP_MAX_TOKEN_LENGTH: { type: 'integer', minimum: 8, maximum: 255, default: 64 },
+    COAP_SOCKET_BUFFER_BYTES: { type: 'integer', minimum: 65536, maximum: 67108864, default: 4194304 },
+    COAP_FANOUT_CHUNK: { type: 'integer', minimum: 1, maximum: 65536, default: 256 },
+    COAP_WELL_KNOWN_MAX_LINKS: { type: 'integer', minimum: 1, maximum: 1000, default: 64 },
+    SHUTDOWN_TIMEOUT_MS: { type: 'integer', minimum: 1000, maximum: 60000, default: 10000 },
+  },
+} as const;
+
+/**
+ * The validated configuration. Written out rather than derived with FromSchema: with this many properties
+ * the derived type exceeds TypeScript's instantiation depth (TS2589). The schema above stays the one truth
+ * at run time; this interface mirrors it (defaults make those properties always present).
+ */
+export interface GatewayConfig {
+  readonly DATABASE_URL: string;
+  readonly GATEWAY_HTTP_PORT: number;
+  readonly GATEWAY_COAP_PORT: number;
+  readonly GATEWAY_COAP_HOST: string;
+  readonly GATEWAY_API_KEYS?: string;
+  readonly GATEWAY_API_KEYS_FILE?: string;
+  readonly GATEWAY_TRUST_PROXY: boolean;
+  readonly LOG_LEVEL: 'error' | 'warn' | 'info' | 'debug';
+  readonly DB_POOL_MAX: number;
+  readonly DB_STATEMENT_TIMEOUT_MS: number;
+  readonly COAP_ACK_TIMEOUT_MS: number;
+  readonly COAP_MAX_RETRANSMIT: number;
+  readonly COAP_CONFIRMABLE_REFRESH_S: number;
+  readonly COAP_MAX_AGE_S: number;
+  readonly COAP_MAX_TOKEN_LENGTH: number;
+  readonly COAP_SOCKET_BUFFER_BYTES: number;
+  readonly COAP_FANOUT_CHUNK: number;
+  readonly COAP_WELL_KNOWN_MAX_LINKS: number;
+  readonly SHUTDOWN_TIMEOUT_MS: number;
+}
+
+type UntypedLoadConfig = (schema: object, env: Record<string, string | undefined>) => unknown;
+
+export function loadGatewayConfig(env: Record<string, string | undefined> = process.env): GatewayConfig {
+  return (loadConfig as unknown as UntypedLoadConfig)(gatewayConfigSchema, env) as GatewayConfig;
+}
+
+/**
+ * The API keys from `GATEWAY_API_KEYS` and `GATEWAY_API_KEYS_FILE` together (rotation: old and new both
+ * listed). Throws when there is none: the gateway refuses to start without a key.
+ */
+export function readApiKeys(config: GatewayConfig): SecretSet {
+  const keys = readSecretList({ value: config.GATEWAY_API_KEYS, file: config.GATEWAY_API_KEYS_FILE });
+  if (keys.length === 0) {
+    throw new Error('no API key configured: set GATEWAY_API_KEYS or GATEWAY_API_KEYS_FILE');
+  }
+  return new SecretSet(keys);
+}
+
+/** `/api/config`: the effective configuration, secrets shown only as a count and fingerprints. */
+export function publicConfig(config: GatewayConfig, apiKeys: SecretSet): Record<string, unknown> {
+  return {
+    http_port: config.GATEWAY_HTTP_PORT,
+    coap_port: config.GATEWAY_COAP_PORT,
+    coap_host: config.GATEWAY_COAP_HOST,
+    database_url: redactUrl(config.DATABASE_URL),
+    api_keys: { count: apiKeys.size, fingerprints: apiKeys.fingerprints() },
+    api_keys_file: config.GATEWAY_API_KEYS_FILE ?? null,
+    trust_proxy: config.GATEWAY_TRUST_PROXY,
+    log_level: config.LOG_LEVEL,
+    db_pool_max: config.DB_POOL_MAX,
+    db_statement_timeout_ms: config.DB_STATEMENT_TIMEOUT_MS,
+    coap: {
+      ack_timeout_ms: config.COAP_ACK_TIMEOUT_MS,
+      max_retransmit: config.COAP_MAX_RETRANSMIT,
+      confirmable_refresh_s: config.COAP_CONFIRMABLE_REFRESH_S,
+      max_age_s: config.COAP_MAX_AGE_S,
+      max_token_length: config.COAP_MAX_TOKEN_LENGTH,
+      socket_buffer_bytes: config.COAP_SOCKET_BUFFER_BYTES,
+      fanout_chunk: config.COAP_FANOUT_CHUNK,
+      well_known_max_links: config.COAP_WELL_KNOWN_MAX_LINKS,
+    },
+    shutdown_timeout_ms: config.SHUTDOWN_TIMEOUT_MS,
+  };
+}

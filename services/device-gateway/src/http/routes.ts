@@ -1,0 +1,64 @@
+import { validateNotifySettingsRequest } from '@platform/contracts';
+import { DomainError, requireValid, type RouteDefinition } from '@platform/service-kit';
+import type { RequestHandler } from 'express';
+import { DocumentTooLargeError, UnknownDeviceError } from '../domain/gateway-state.js';
+import type { GatewayService } from '../service.js';
+
+/**
+ * The management API (DESIGN 3.1). Aliases are the same handler object registered under a second path:
+ * `register-device` = `reload-registry`, `update-settings` = `notify-settings`.
+ */
+export function gatewayRoutes(service: GatewayService, auth: RequestHandler): RouteDefinition[] {
+  const health: RequestHandler = (_req, res) => {
+    res.json({ status: 'ok' });
+  };
+  const ready: RequestHandler = (_req, _res, next) => {
+    const problems = service.readinessProblems();
+    if (problems.length === 0) {
+      _res.json({ status: 'ok' });
+      return;
+    }
+    next(
+      new DomainError('not_ready', `Not ready: ${problems.join('; ')}.`, { headers: { 'Retry-After': '1' } }),
+    );
+  };
+  const config: RequestHandler = (_req, res) => {
+    res.json(service.publicConfig());
+  };
+  const reload: RequestHandler = async (req, res) => {
+    const summary = await service.reload();
+    req.log.info('registry reloaded', { ...summary, rejected: summary.rejected.length });
+    res.json({ status: 'reloaded' });
+  };
+  const notify: RequestHandler = (req, res) => {
+    const body = requireValid(validateNotifySettingsRequest(req.body));
+    try {
+      service.notifySettings(body.device_id, body.settings);
+    } catch (err) {
+      if (err instanceof UnknownDeviceError) {
+        throw new DomainError('unknown_device', `Device ${body.device_id} is unknown or disabled.`);
+      }
+      if (err instanceof DocumentTooLargeError) {
+        throw new DomainError('settings_too_large', err.message, {
+          errors: [
+            {
+              path: '/settings',
+              message: `must encode to at most ${err.limitBytes} bytes (is ${err.encodedBytes})`,
+            },
+          ],
+        });
+      }
+      throw err;
+    }
+    res.json({ status: 'updated' });
+  };
+  return [
+    { method: 'GET', path: '/api/health', handler: health },
+    { method: 'GET', path: '/api/ready', handler: ready },
+    { method: 'GET', path: '/api/config', handler: [auth, config] },
+    { method: 'POST', path: '/api/reload-registry', handler: [auth, reload] },
+    { method: 'POST', path: '/api/register-device', handler: [auth, reload] },
+    { method: 'POST', path: '/api/notify-settings', handler: [auth, notify] },
+    { method: 'POST', path: '/api/update-settings', handler: [auth, notify] },
+  ];
+}

@@ -1,0 +1,101 @@
+// The gateway process: load config, bind CoAP and HTTP, load the registry (retrying until the database
+// answers; /api/ready says 503 meanwhile), re-read API keys on SIGHUP, shut down cleanly on SIGTERM/SIGINT.
+import type { Server } from 'node:http';
+import {
+  closeHttpServer,
+  ConfigError,
+  createDb,
+  createLogger,
+  createMetrics,
+  installShutdown,
+  type SecretSet,
+} from '@platform/service-kit';
+import { buildApp } from './app.js';
+import { loadGatewayConfig, readApiKeys, type GatewayConfig } from './config.js';
+import type { GatewayDatabase } from './db/tables.js';
+
+async function main(): Promise<void> {
+  let config: GatewayConfig;
+  try {
+    config = loadGatewayConfig();
+  } catch (err) {
+    // ConfigError never echoes secret values.
+    process.stderr.write(`${err instanceof ConfigError ? err.message : String(err)}\n`);
+    process.exit(1);
+  }
+  const logger = createLogger({ service: 'device-gateway', level: config.LOG_LEVEL });
+  let apiKeys: SecretSet;
+  try {
+    apiKeys = readApiKeys(config);
+  } catch (err) {
+    logger.error('refusing to start', { error: err instanceof Error ? err.message : String(err) });
+    process.exit(1);
+  }
+  process.on('unhandledRejection', (reason) => {
+    logger.error('unhandled rejection', { error: reason instanceof Error ? reason.message : String(reason) });
+  });
+
+  const db = createDb<GatewayDatabase>(config.DATABASE_URL, {
+    max: config.DB_POOL_MAX,
+    applicationName: 'device-gateway',
+    statementTimeoutMs: config.DB_STATEMENT_TIMEOUT_MS,
+    logger,
+  });
+  const metrics = createMetrics({ service: 'device-gateway' });
+  const app = buildApp({ config, logger, db, apiKeys: () => apiKeys, metrics });
+
+  await app.coap.listen(config.GATEWAY_COAP_PORT, config.GATEWAY_COAP_HOST);
+  const server: Server = await new Promise((resolve, reject) => {
+    const s = app.http.listen(config.GATEWAY_HTTP_PORT, () => resolve(s));
+    s.once('error', reject);
+  });
+  const address = server.address();
+  logger.info('http listening', {
+    port: typeof address === 'object' && address !== null ? address.port : address,
+  });
+
+  process.on('SIGHUP', () => {
+    try {
+      apiKeys = readApiKeys(config);
+      logger.info('API keys reloaded', { count: apiKeys.size, fingerprints: apiKeys.fingerprints() });
+    } catch (err) {
+      logger.error('API key reload failed; previous keys stay valid', {
+        error: err instanceof Error ? err.message : String(err),
+      });
+    }
+  });
+
+  let stopping = false;
+  installShutdown({
+    logger,
+    timeoutMs: config.SHUTDOWN_TIMEOUT_MS,
+    steps: [
+      {
+        name: 'http',
+        close: () => {
+          stopping = true;
+          return closeHttpServer(server, 3000);
+        },
+      },
+      { name: 'coap', close: () => app.coap.close(2000) },
+      { name: 'db pool', close: () => db.destroy() },
+    ],
+  });
+
+  // Initial load: retry with backoff (0.5 s doubling to 10 s) until the database answers.
+  for (let delayMs = 500; !stopping; delayMs = Math.min(delayMs * 2, 10_000)) {
+    try {
+      const summary = await app.service.reload();
+      logger.info('registry loaded', { ...summary, rejected: summary.rejected });
+      break;
+    } catch (err) {
+      logger.warn('registry load failed; retrying', {
+        error: err instanceof Error ? err.message : String(err),
+        retry_in_ms: delayMs,
+      });
+      await new Promise((r) => setTimeout(r, delayMs));
+    }
+  }
+}
+
+await main();

@@ -1,0 +1,60 @@
+import { mapDbError, type SecretSet } from '@platform/service-kit';
+import type { Kysely } from 'kysely';
+import type { CoapServer } from './coap/server.js';
+import { publicConfig, type GatewayConfig } from './config.js';
+import { loadRegistry } from './db/registry-repository.js';
+import type { GatewayDatabase } from './db/tables.js';
+import type { Settings } from './domain/documents.js';
+import type { GatewayState, ReloadSummary } from './domain/gateway-state.js';
+
+/**
+ * What the HTTP edge calls: reload from PostgreSQL, overrides, readiness. Keeps the transport (express)
+ * out of the rules and the database out of the domain state.
+ */
+export class GatewayService {
+  private reloading: Promise<unknown> = Promise.resolve();
+
+  constructor(
+    private readonly deps: {
+      config: GatewayConfig;
+      db: Kysely<GatewayDatabase>;
+      state: GatewayState;
+      coap: CoapServer;
+      apiKeys: () => SecretSet;
+    },
+  ) {}
+
+  /**
+   * Reads the whole registry and swaps it in. Reloads run one after another, each reading after the previous
+   * one finished, so a reload requested after a database change always sees it. When the database cannot
+   * be reached the previous registry keeps serving and the caller gets 503 with Retry-After (mapDbError).
+   */
+  reload(): Promise<ReloadSummary> {
+    const run = this.reloading.then(async () => {
+      let records;
+      try {
+        records = await loadRegistry(this.deps.db);
+      } catch (err) {
+        throw mapDbError(err);
+      }
+      return this.deps.state.replaceRegistry(records);
+    });
+    this.reloading = run.catch(() => undefined);
+    return run;
+  }
+
+  notifySettings(deviceId: string, settings: Settings): void {
+    this.deps.state.setOverride(deviceId, settings);
+  }
+
+  readinessProblems(): string[] {
+    const problems: string[] = [];
+    if (!this.deps.state.loaded) problems.push('registry not loaded');
+    if (!this.deps.coap.bound) problems.push('CoAP socket not bound');
+    return problems;
+  }
+
+  publicConfig(): Record<string, unknown> {
+    return publicConfig(this.deps.config, this.deps.apiKeys());
+  }
+}
