@@ -33,27 +33,30 @@ export function createMetrics(options: MetricsOptions): Registry {
   return registry;
 }
 
-/** The HTTP series on `registry`, registered on first use (so any Registry may be passed). */
+/** The HTTP series on `registry`, each registered on first use (so any Registry may be passed). */
 export function httpMetrics(registry: Registry): HttpMetrics {
   const requests = registry.getSingleMetric('http_requests_total');
   const duration = registry.getSingleMetric('http_request_duration_seconds');
-  if (requests instanceof Counter && duration instanceof Histogram) {
-    return { requests, duration };
-  }
   return {
-    requests: new Counter({
-      name: 'http_requests_total',
-      help: 'HTTP requests answered, by method, matched route pattern and status.',
-      labelNames: ['method', 'route', 'status'],
-      registers: [registry],
-    }),
-    duration: new Histogram({
-      name: 'http_request_duration_seconds',
-      help: 'Time from receiving the request to finishing the response, in seconds.',
-      labelNames: ['method', 'route', 'status'],
-      buckets: DURATION_BUCKETS_S,
-      registers: [registry],
-    }),
+    requests:
+      requests instanceof Counter
+        ? requests
+        : new Counter({
+            name: 'http_requests_total',
+            help: 'HTTP requests answered, by method, matched route pattern and status.',
+            labelNames: ['method', 'route', 'status'],
+            registers: [registry],
+          }),
+    duration:
+      duration instanceof Histogram
+        ? duration
+        : new Histogram({
+            name: 'http_request_duration_seconds',
+            help: 'Time from receiving the request to finishing the response, in seconds.',
+            labelNames: ['method', 'route', 'status'],
+            buckets: DURATION_BUCKETS_S,
+            registers: [registry],
+          }),
   };
 }
 

@@ -312,10 +312,26 @@ describe('request ids', () => {
       // trustProxy: true trusts exactly one hop, so the address the proxy saw wins over the spoofable first one.
       ip: '203.0.113.9',
     });
+    expect(line).not.toHaveProperty('code');
     expect(typeof line.duration_ms).toBe('number');
     expect(typeof line.timestamp).toBe('string');
     expect(logs.entries().filter((e) => e.request_id === 'log-line-1')).toHaveLength(1);
     expect(logs.text()).not.toContain('super-secret-value');
+  });
+});
+
+describe('request log line of a rejected request', () => {
+  it('names the problem code and the unmatched route', async () => {
+    const { app, logs } = buildTestApp();
+    await request(app).get('/nowhere/at/all').set('X-Request-Id', 'log-404');
+    const line = await waitFor(() => logs.entries().find((e) => e.request_id === 'log-404'));
+    expect(line).toMatchObject({
+      message: 'http request',
+      route: 'unmatched',
+      status: 404,
+      code: 'not_found',
+    });
+    expect(logs.entries().filter((e) => e.request_id === 'log-404')).toHaveLength(1);
   });
 });
 

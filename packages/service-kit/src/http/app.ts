@@ -112,6 +112,7 @@ function observeRequests(registry: Registry | undefined): RequestHandler {
         status,
         duration_ms: Math.round(seconds * 1e6) / 1e3,
         ip: req.ip,
+        ...(typeof res.locals.errorCode === 'string' ? { code: res.locals.errorCode } : {}),
         ...(aborted ? { aborted: true } : {}),
       });
     };

@@ -84,6 +84,8 @@ export function sendProblem(res: Response, error: DomainError, requestId: string
   if (error.status === 401 && !res.hasHeader('WWW-Authenticate')) res.setHeader('WWW-Authenticate', 'Bearer');
   if (error.status === 503 && !res.hasHeader('Retry-After')) res.setHeader('Retry-After', '5');
   res.setHeader('Cache-Control', 'no-store');
+  // The request log line names the code, so a 4xx needs no log line of its own.
+  res.locals.errorCode = error.code;
   res.status(error.status).type(PROBLEM_CONTENT_TYPE).send(JSON.stringify(body));
 }
 
