@@ -11,3 +11,7 @@ export type {
   RequestClaims,
   RequestClaimsOptions,
 } from './request.js';
+export { demoRowId, demoRowsPerSite, demoWorkItemStates, seedEnterprise, seedId } from './seed.js';
+export type { DemoRowKind, SeedOptions, SeedSummary } from './seed.js';
+export { fetchJwks, installPostgrestAuth, JwksError, jwksUrlOf, publicSigningKeys } from './postgrest.js';
+export type { JsonWebKeyLike, PostgrestAuthSettings } from './postgrest.js';
