@@ -22,11 +22,13 @@ function matches(filter: string, value: string): boolean {
   return filter.endsWith('*') ? value.startsWith(filter.slice(0, -1)) : value === filter;
 }
 
+export type LinkFormatResult = { ok: true; links: string } | { ok: false; reason: 'too_many' };
+
 export function linkFormat(
   state: GatewayState,
   queries: readonly string[],
   maxLinks: number,
-): string | 'too_many' {
+): LinkFormatResult {
   let href: string | undefined;
   const attrFilters: [string, string][] = [];
   for (const q of queries) {
