@@ -6,7 +6,13 @@
 import { sql } from 'kysely';
 import type { Kysely, Migration } from 'kysely';
 
-const schemaSql = `
+export const schemaMigration: Migration = {
+  async up(db: Kysely<unknown>): Promise<void> {
+    // The SQL sits inside up() so that its text is part of the migration's fingerprint (testkit
+    // keys its template databases on the source of up()).
+    await sql
+      .raw(
+        `
 CREATE SCHEMA IF NOT EXISTS enterprise;
 COMMENT ON SCHEMA enterprise IS 'Private base tables of the enterprise side; clients read them only through schema enterprise_api, under row-level security.';
 
@@ -396,10 +402,8 @@ COMMENT ON COLUMN enterprise.postgrest_settings.jwt_issuer IS 'Expected "iss", e
 COMMENT ON COLUMN enterprise.postgrest_settings.jwt_client_id IS 'Expected "azp" (Keycloak client id), e.g. platform-enterprise-web.';
 COMMENT ON COLUMN enterprise.postgrest_settings.jwks IS 'JSON Web Key Set of the issuer (public keys only).';
 COMMENT ON COLUMN enterprise.postgrest_settings.updated_at IS 'When the row was last installed.';
-`;
-
-export const schemaMigration: Migration = {
-  async up(db: Kysely<unknown>): Promise<void> {
-    await sql.raw(schemaSql).execute(db);
+`,
+      )
+      .execute(db);
   },
 };

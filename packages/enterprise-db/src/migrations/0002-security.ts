@@ -21,10 +21,47 @@ import {
   rolePasswordsFromEnv,
 } from '../roles.js';
 
-// Roles are cluster-wide: another database's migration may create the same role at the same moment
-// (parallel test databases), so "already exists" in any form is success. Passwords travel as
-// transaction-local settings and are quoted by format(%L), never spliced into SQL text here.
-const rolesSql = `
+/** `company_id = caller's company AND site_id = ANY(caller's sites)`, each computed once per statement. */
+const tenantCheck = (siteColumn = 'site_id', companyColumn = 'company_id'): string =>
+  `${companyColumn} = (SELECT enterprise_api.authorized_company_id()) AND ` +
+  `${siteColumn} = ANY ((SELECT enterprise_api.authorized_site_ids())::uuid[])`;
+
+const siteTables = [
+  'assets',
+  'maintenance_schedules',
+  'walkthrough_logs',
+  'work_items',
+  'work_item_decisions',
+  'decision_idempotency_keys',
+  'service_records',
+  'media_items',
+] as const;
+
+const allTables = [
+  'companies',
+  'sites',
+  'principals',
+  'principal_sites',
+  'postgrest_settings',
+  ...siteTables,
+];
+
+// The SQL sits inside up() so that its text is part of the migration's fingerprint (testkit keys
+// its template databases on the source of up()).
+export const securityMigration: Migration = {
+  async up(db: Kysely<unknown>): Promise<void> {
+    // Roles are cluster-wide: another database's migration may create the same role at the same
+    // moment (parallel test databases), so "already exists" in any form is success. Passwords travel
+    // as transaction-local settings quoted by format(%L), never spliced into SQL text here.
+    const passwords = rolePasswordsFromEnv();
+    await sql`SELECT set_config('enterprise_db.authenticator_password', ${passwords.authenticator}, true),
+                     set_config('enterprise_db.enterprise_api_password', ${passwords.enterpriseApi}, true),
+                     set_config('enterprise_db.explicit_passwords', ${String(passwords.explicit)}, true)`.execute(
+      db,
+    );
+    await sql
+      .raw(
+        `
 DO $roles$
 DECLARE
   r record;
@@ -84,34 +121,12 @@ BEGIN
   END IF;
 END
 $members$;
-`;
-
-/** `company_id = caller's company AND site_id = ANY(caller's sites)`, each computed once per statement. */
-const tenantCheck = (siteColumn = 'site_id', companyColumn = 'company_id'): string =>
-  `${companyColumn} = (SELECT enterprise_api.authorized_company_id()) AND ` +
-  `${siteColumn} = ANY ((SELECT enterprise_api.authorized_site_ids())::uuid[])`;
-
-const siteTables = [
-  'assets',
-  'maintenance_schedules',
-  'walkthrough_logs',
-  'work_items',
-  'work_item_decisions',
-  'decision_idempotency_keys',
-  'service_records',
-  'media_items',
-] as const;
-
-const allTables = [
-  'companies',
-  'sites',
-  'principals',
-  'principal_sites',
-  'postgrest_settings',
-  ...siteTables,
-];
-
-const securitySql = `
+`,
+      )
+      .execute(db);
+    await sql
+      .raw(
+        `
 CREATE SCHEMA IF NOT EXISTS enterprise_api;
 COMMENT ON SCHEMA enterprise_api IS 'Read surface served by PostgREST (views, security_invoker) and the access functions shared with the workflow service.';
 CREATE SCHEMA IF NOT EXISTS postgrest;
@@ -183,19 +198,23 @@ CREATE FUNCTION enterprise_api.record_object_created(
   SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-  m enterprise.media_items%ROWTYPE;
+  m record;
   clean_etag text := nullif(btrim(coalesce(p_etag, ''), '"'), '');
   actual_type text := nullif(lower(btrim(split_part(coalesce(p_content_type, ''), ';', 1))), '');
   reason text;
 BEGIN
-  SELECT * INTO m FROM enterprise.media_items mi WHERE mi.object_key = p_object_key FOR UPDATE;
+  -- Only pending items can be locked (the UPDATE policy applies to FOR UPDATE); a concurrent
+  -- delivery of the same key waits here and then finds the item no longer pending.
+  SELECT mi.id, mi.site_id, mi.status, mi.declared_size_bytes, mi.declared_content_type INTO m
+  FROM enterprise.media_items mi WHERE mi.object_key = p_object_key FOR UPDATE;
   IF NOT FOUND THEN
-    RETURN QUERY SELECT NULL::uuid, NULL::uuid, NULL::text, 'unknown_key'::text;
-    RETURN;
-  END IF;
-  IF m.status <> 'pending_upload' THEN
-    -- Redelivery (or a late duplicate): report the state already recorded, change nothing.
-    RETURN QUERY SELECT m.id, m.site_id, m.status, 'already_recorded'::text;
+    SELECT mi.id, mi.site_id, mi.status INTO m FROM enterprise.media_items mi WHERE mi.object_key = p_object_key;
+    IF NOT FOUND THEN
+      RETURN QUERY SELECT NULL::uuid, NULL::uuid, NULL::text, 'unknown_key'::text;
+    ELSE
+      -- Redelivery (or a late duplicate): report the state already recorded, change nothing.
+      RETURN QUERY SELECT m.id, m.site_id, m.status, 'already_recorded'::text;
+    END IF;
     RETURN;
   END IF;
   IF p_size_bytes IS NULL OR p_size_bytes <> m.declared_size_bytes THEN
@@ -404,18 +423,9 @@ COMMENT ON VIEW enterprise_api.media_items IS 'Photos and videos of the caller''
 GRANT SELECT ON enterprise_api.sites, enterprise_api.assets, enterprise_api.maintenance_schedules,
   enterprise_api.walkthrough_logs, enterprise_api.work_items, enterprise_api.service_records,
   enterprise_api.media_items TO ${PORTAL_ROLE};
-`;
-
-export const securityMigration: Migration = {
-  async up(db: Kysely<unknown>): Promise<void> {
-    const passwords = rolePasswordsFromEnv();
-    await sql`SELECT set_config('enterprise_db.authenticator_password', ${passwords.authenticator}, true),
-                     set_config('enterprise_db.enterprise_api_password', ${passwords.enterpriseApi}, true),
-                     set_config('enterprise_db.explicit_passwords', ${String(passwords.explicit)}, true)`.execute(
-      db,
-    );
-    await sql.raw(rolesSql).execute(db);
-    await sql.raw(securitySql).execute(db);
+`,
+      )
+      .execute(db);
     // Passwords must not outlive the statement that needed them, even inside this transaction.
     await sql`SELECT set_config('enterprise_db.authenticator_password', '', true),
                      set_config('enterprise_db.enterprise_api_password', '', true)`.execute(db);

@@ -1,0 +1,163 @@
+// Catalog checks (RLS on every table, security_invoker on every view, who owns and may do what) and
+// the runtime logins' inability to weaken any of it.
+import pg from 'pg';
+import { API_ROLE, AUTHENTICATOR, API_LOGIN, PORTAL_ANON, PORTAL_ROLE } from '@platform/enterprise-db';
+import { setUp, sqlState } from './helpers.js';
+import type { Fixture } from './helpers.js';
+
+let f: Fixture;
+beforeAll(async () => {
+  f = await setUp();
+});
+afterAll(async () => {
+  await f.close();
+});
+
+const runtimeRoles = [AUTHENTICATOR, PORTAL_ROLE, PORTAL_ANON, API_ROLE, API_LOGIN];
+
+describe('catalog', () => {
+  it('every table in enterprise and enterprise_api has RLS enabled and forced', async () => {
+    const { rows } = await f.adminPool.query<{ name: string; rls: boolean; forced: boolean }>(`
+      SELECT c.oid::regclass::text AS name, c.relrowsecurity AS rls, c.relforcerowsecurity AS forced
+      FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+      WHERE n.nspname IN ('enterprise', 'enterprise_api') AND c.relkind IN ('r', 'p')`);
+    expect(rows.length).toBeGreaterThanOrEqual(13);
+    expect(rows.filter((r) => !r.rls || !r.forced).map((r) => r.name)).toEqual([]);
+  });
+
+  it('every view in enterprise and enterprise_api is security_invoker (no materialized views)', async () => {
+    const { rows } = await f.adminPool.query<{ name: string; kind: string; options: string[] | null }>(`
+      SELECT c.oid::regclass::text AS name, c.relkind::text AS kind, c.reloptions AS options
+      FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+      WHERE n.nspname IN ('enterprise', 'enterprise_api') AND c.relkind IN ('v', 'm')`);
+    expect(rows.map((r) => r.name).sort()).toEqual(
+      [
+        'enterprise_api.assets',
+        'enterprise_api.maintenance_schedules',
+        'enterprise_api.media_items',
+        'enterprise_api.service_records',
+        'enterprise_api.sites',
+        'enterprise_api.walkthrough_logs',
+        'enterprise_api.work_items',
+      ].sort(),
+    );
+    const unsafe = rows.filter((r) => r.kind !== 'v' || !(r.options ?? []).includes('security_invoker=true'));
+    expect(unsafe.map((r) => r.name)).toEqual([]);
+  });
+
+  it('runtime roles own nothing and are not superuser, BYPASSRLS or CREATEROLE', async () => {
+    const { rows } = await f.adminPool.query<{ rolname: string; owns: string }>(
+      `SELECT r.rolname,
+              (SELECT count(*) FROM pg_class c WHERE c.relowner = r.oid)
+            + (SELECT count(*) FROM pg_proc p WHERE p.proowner = r.oid)
+            + (SELECT count(*) FROM pg_namespace s WHERE s.nspowner = r.oid) AS owns
+       FROM pg_roles r WHERE r.rolname = ANY ($1)`,
+      [runtimeRoles],
+    );
+    expect(rows.map((r) => [r.rolname, Number(r.owns)]).sort()).toEqual(
+      runtimeRoles.map((r) => [r, 0]).sort(),
+    );
+    const { rows: attrs } = await f.adminPool.query<{ rolname: string }>(
+      `SELECT rolname FROM pg_roles WHERE rolname = ANY ($1) AND (rolsuper OR rolbypassrls OR rolcreaterole OR rolcreatedb)`,
+      [runtimeRoles],
+    );
+    expect(attrs).toEqual([]);
+    const { rows: auth } = await f.adminPool.query<{ rolinherit: boolean; rolcanlogin: boolean }>(
+      `SELECT rolinherit, rolcanlogin FROM pg_roles WHERE rolname = $1`,
+      [AUTHENTICATOR],
+    );
+    expect(auth).toEqual([{ rolinherit: false, rolcanlogin: true }]);
+  });
+
+  it('the anonymous role has no privilege on any schema, table, view or function of ours', async () => {
+    const { rows } = await f.adminPool.query<{ object: string }>(
+      `SELECT n.nspname AS object FROM pg_namespace n
+       WHERE n.nspname IN ('enterprise', 'enterprise_api', 'postgrest')
+         AND (has_schema_privilege($1, n.oid, 'USAGE') OR has_schema_privilege($1, n.oid, 'CREATE'))
+       UNION ALL
+       SELECT c.oid::regclass::text FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+       WHERE n.nspname IN ('enterprise', 'enterprise_api') AND c.relkind IN ('r', 'v', 'p')
+         AND has_table_privilege($1, c.oid, 'SELECT, INSERT, UPDATE, DELETE, TRUNCATE, REFERENCES, TRIGGER')
+       UNION ALL
+       SELECT p.oid::regprocedure::text FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+       WHERE n.nspname IN ('enterprise', 'enterprise_api', 'postgrest') AND has_function_privilege($1, p.oid, 'EXECUTE')`,
+      [PORTAL_ANON],
+    );
+    expect(rows).toEqual([]);
+  });
+
+  it('the portal role may only SELECT; no role of ours may TRUNCATE', async () => {
+    const { rows } = await f.adminPool.query<{ object: string; role: string }>(
+      `SELECT c.oid::regclass::text AS object, r.role
+       FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+       CROSS JOIN unnest($1::text[]) AS r(role)
+       WHERE n.nspname IN ('enterprise', 'enterprise_api') AND c.relkind IN ('r', 'v')
+         AND (has_table_privilege(r.role, c.oid, 'TRUNCATE, REFERENCES, TRIGGER')
+              OR (r.role = $2 AND has_table_privilege(r.role, c.oid, 'INSERT, UPDATE, DELETE')))`,
+      [runtimeRoles, PORTAL_ROLE],
+    );
+    expect(rows).toEqual([]);
+  });
+
+  it('every SECURITY DEFINER function has a fixed search_path and a non-runtime owner', async () => {
+    const { rows } = await f.adminPool.query<{ fn: string; config: string[] | null; owner: string }>(
+      `SELECT p.oid::regprocedure::text AS fn, p.proconfig AS config, pg_get_userbyid(p.proowner) AS owner
+       FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+       WHERE n.nspname IN ('enterprise', 'enterprise_api', 'postgrest') AND p.prosecdef`,
+    );
+    expect(rows.length).toBeGreaterThanOrEqual(5);
+    for (const r of rows) {
+      expect((r.config ?? []).some((c) => c.startsWith('search_path=pg_catalog'))).toBe(true);
+      expect(runtimeRoles).not.toContain(r.owner);
+    }
+  });
+});
+
+describe('runtime logins cannot weaken security', () => {
+  const attacks = [
+    'ALTER TABLE enterprise.work_items DISABLE ROW LEVEL SECURITY',
+    'ALTER TABLE enterprise.work_items NO FORCE ROW LEVEL SECURITY',
+    'DROP POLICY portal_reads_work_items ON enterprise.work_items',
+    'CREATE POLICY open_all ON enterprise.work_items USING (true)',
+    'DROP TABLE enterprise.work_items',
+    'DROP VIEW enterprise_api.work_items',
+    'TRUNCATE enterprise.work_items',
+    'ALTER VIEW enterprise_api.work_items SET (security_invoker = false)',
+    "CREATE OR REPLACE FUNCTION enterprise_api.authorized_site_ids() RETURNS uuid[] LANGUAGE sql AS 'SELECT array_agg(id) FROM enterprise.sites'",
+    'CREATE TABLE enterprise.evil (id int)',
+    'CREATE VIEW enterprise_api.evil AS SELECT 1',
+    'GRANT SELECT ON enterprise.principals TO enterprise_portal_role',
+    'ALTER ROLE enterprise_portal_role BYPASSRLS',
+  ];
+
+  async function asLogin(url: string, role: string | undefined, statement: string): Promise<string> {
+    const client = new pg.Client({ connectionString: url });
+    await client.connect();
+    try {
+      if (role !== undefined) await client.query(`SET ROLE ${role}`);
+      return await sqlState(client.query(statement));
+    } finally {
+      await client.end();
+    }
+  }
+
+  it.each(attacks)('enterprise_api_login: %s is refused', async (statement) => {
+    expect(await asLogin(f.apiUrl, undefined, statement)).toBe('42501');
+  });
+
+  it.each(attacks)('authenticator as enterprise_portal_role: %s is refused', async (statement) => {
+    const url = f.authenticator.options.connectionString!;
+    expect(await asLogin(url, PORTAL_ROLE, statement)).toBe('42501');
+  });
+
+  it('row_security = off makes a runtime login fail instead of reading around the policies', async () => {
+    const client = new pg.Client({ connectionString: f.apiUrl });
+    await client.connect();
+    try {
+      await client.query('SET row_security = off');
+      expect(await sqlState(client.query('SELECT count(*) FROM enterprise.work_items'))).toBe('42501');
+    } finally {
+      await client.end();
+    }
+  });
+});
