@@ -34,7 +34,8 @@ export async function startGateway(
     migrations: [gatewayMigrations],
     ...(options.adminUrl === undefined ? {} : { adminUrl: options.adminUrl }),
   });
-  const owner = createDb<GatewayDatabase>(database.url, { max: 2 });
+  const quiet = { warn: () => undefined };
+  const owner = createDb<GatewayDatabase>(database.url, { max: 2, logger: quiet });
   await seedDevices(owner);
   const config = loadGatewayConfig({
     DATABASE_URL: loginUrl(database.url),
@@ -42,7 +43,11 @@ export async function startGateway(
     COAP_ACK_TIMEOUT_MS: '200',
     ...options.env,
   });
-  const reader = createDb<GatewayDatabase>(config.DATABASE_URL, { max: 2, connectionTimeoutMs: 2000 });
+  const reader = createDb<GatewayDatabase>(config.DATABASE_URL, {
+    max: 2,
+    connectionTimeoutMs: 2000,
+    logger: quiet,
+  });
   const logger = createLogger({ service: 'device-gateway-test', level: 'error' });
   const keys = new SecretSet(API_KEYS);
   const app = buildApp({

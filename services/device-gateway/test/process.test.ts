@@ -1,0 +1,148 @@
+import { spawn, type ChildProcess } from 'node:child_process';
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { createDb } from '@platform/service-kit';
+import { createTestDatabase, freePort, startPostgres, type PostgresServer } from '@platform/testkit';
+import request from 'supertest';
+import { gatewayMigrations } from '../src/db/migrations.js';
+import { seedDevices } from '../src/db/seed.js';
+import type { GatewayDatabase } from '../src/db/tables.js';
+import { RawCoapClient, json, pathOptions } from './support/coap-client.js';
+import { API_KEYS, loginUrl, startGateway } from './support/gateway.js';
+
+const mainJs = fileURLToPath(new URL('../dist/main.js', import.meta.url));
+
+describe('backend outage during reload', () => {
+  let pg: PostgresServer;
+
+  beforeAll(async () => {
+    pg = await startPostgres();
+  });
+  afterAll(async () => {
+    await pg.destroy();
+  });
+
+  it('answers 503 with Retry-After and keeps serving the previous registry, then recovers', async () => {
+    const gw = await startGateway({ adminUrl: pg.url });
+    const client = await RawCoapClient.connect(gw.coapPort);
+    const auth = { Authorization: `Bearer ${API_KEYS[0]}` };
+    try {
+      await pg.stop();
+      const res = await request(gw.app.http).post('/api/reload-registry').set(auth);
+      expect(res.status).toBe(503);
+      expect(res.body.code).toBe('backend_unavailable');
+      expect(res.headers['retry-after']).toBeDefined();
+      expect(JSON.stringify(res.body)).not.toMatch(/ECONNREFUSED|127\.0\.0\.1|password/);
+      // The previous registry still answers over CoAP.
+      const mid = client.send({
+        confirmable: true,
+        code: 'GET',
+        options: pathOptions('/devices/acme-hq-hvac-01/settings'),
+      });
+      const doc = json((await client.waitFor((p) => p.messageId === mid)).packet);
+      expect(doc.device_id).toBe('acme-hq-hvac-01');
+      expect((await request(gw.app.http).get('/api/ready')).status).toBe(200);
+      await pg.start();
+      expect((await request(gw.app.http).post('/api/reload-registry').set(auth)).status).toBe(200);
+    } finally {
+      await client.close();
+      if (!pg.running) await pg.start();
+      await gw.close();
+    }
+  });
+});
+
+function waitForExit(child: ChildProcess): Promise<number | null> {
+  return new Promise((resolve) => child.once('exit', (code) => resolve(code)));
+}
+
+async function waitReady(url: string, timeoutMs = 15000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (Date.now() < deadline) {
+    try {
+      const res = await fetch(`${url}/api/ready`);
+      if (res.status === 200) return;
+    } catch {
+      // not listening yet
+    }
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  throw new Error('gateway did not become ready');
+}
+
+describe('the gateway process (dist/main.js)', () => {
+  it('refuses to start without an API key', async () => {
+    const child = spawn(process.execPath, [mainJs], {
+      env: {
+        PATH: process.env.PATH,
+        DATABASE_URL: 'postgres://x:y@127.0.0.1:1/db',
+        GATEWAY_HTTP_PORT: '0',
+        GATEWAY_COAP_PORT: '0',
+      },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let output = '';
+    child.stdout.on('data', (d: Buffer) => (output += d.toString()));
+    child.stderr.on('data', (d: Buffer) => (output += d.toString()));
+    expect(await waitForExit(child)).toBe(1);
+    expect(output).toMatch(/GATEWAY_API_KEYS/);
+  });
+
+  it('serves CoAP and HTTP, re-reads keys on SIGHUP, and exits 0 on SIGTERM within 10 s', async () => {
+    const database = await createTestDatabase({ migrations: [gatewayMigrations] });
+    const owner = createDb<GatewayDatabase>(database.url, { max: 1 });
+    await seedDevices(owner);
+    await owner.destroy();
+    const dir = mkdtempSync(join(tmpdir(), 'gw-keys-'));
+    const keyFile = join(dir, 'keys');
+    writeFileSync(keyFile, 'old-key-aaaaaaaaaaaa\n');
+    const httpPort = await freePort('tcp');
+    const coapPort = await freePort('udp');
+    const child = spawn(process.execPath, [mainJs], {
+      env: {
+        PATH: process.env.PATH,
+        DATABASE_URL: loginUrl(database.url),
+        GATEWAY_API_KEYS_FILE: keyFile,
+        GATEWAY_HTTP_PORT: String(httpPort),
+        GATEWAY_COAP_PORT: String(coapPort),
+        GATEWAY_COAP_HOST: '127.0.0.1',
+        LOG_LEVEL: 'info',
+      },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let logs = '';
+    child.stdout.on('data', (d: Buffer) => (logs += d.toString()));
+    child.stderr.on('data', (d: Buffer) => (logs += d.toString()));
+    const url = `http://127.0.0.1:${httpPort}`;
+    const client = await RawCoapClient.connect(coapPort);
+    try {
+      await waitReady(url);
+      const key = (k: string) => ({ headers: { Authorization: `Bearer ${k}` } });
+      expect((await fetch(`${url}/api/config`, key('old-key-aaaaaaaaaaaa'))).status).toBe(200);
+      writeFileSync(keyFile, 'new-key-bbbbbbbbbbbb\n');
+      child.kill('SIGHUP');
+      await new Promise((r) => setTimeout(r, 300));
+      expect((await fetch(`${url}/api/config`, key('new-key-bbbbbbbbbbbb'))).status).toBe(200);
+      expect((await fetch(`${url}/api/config`, key('old-key-aaaaaaaaaaaa'))).status).toBe(401);
+      const mid = client.send({
+        confirmable: true,
+        code: 'GET',
+        options: pathOptions('/devices/acme-hq-hvac-01/settings'),
+      });
+      expect((await client.waitFor((p) => p.messageId === mid)).packet.code).toBe('2.05');
+      const started = Date.now();
+      child.kill('SIGTERM');
+      expect(await waitForExit(child)).toBe(0);
+      expect(Date.now() - started).toBeLessThan(10000);
+      expect(logs).not.toContain('old-key-aaaaaaaaaaaa');
+      expect(logs).not.toContain('new-key-bbbbbbbbbbbb');
+      expect(logs).not.toContain('device-gateway-dev');
+    } finally {
+      if (child.exitCode === null) child.kill('SIGKILL');
+      await client.close();
+      await database.drop();
+    }
+  });
+});
