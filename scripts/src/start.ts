@@ -1,1 +1,227 @@
-export {};
+// `npm start`: the whole platform on one machine, in the foreground (DESIGN 5). Embedded PostgreSQL
+// (data in .data/postgres), migrations and demo seed, s3rver whose ObjectCreated events are forwarded
+// to the workflow's webhook the way MinIO sends them, a development token issuer with Keycloak's paths,
+// both services as separate processes, and PostgREST when a `postgrest` binary is on PATH. Any piece can
+// point at a real server instead: DATABASE_URL, S3_ENDPOINT, OIDC_ISSUER_URL. Ctrl-C stops everything.
+import { spawn, spawnSync } from 'node:child_process';
+import type { ChildProcess } from 'node:child_process';
+import { mkdirSync } from 'node:fs';
+import { gatewayLoginPassword, GATEWAY_LOGIN_ROLE } from '@platform/device-gateway';
+import { API_LOGIN, AUTHENTICATOR, rolePasswordsFromEnv, urlForLogin } from '@platform/enterprise-db';
+import { startIssuer, startPostgres, startS3 } from '@platform/testkit';
+import type { Issuer, PostgresServer, S3EventRecord, S3Server } from '@platform/testkit';
+import { ensureDatabase, migrateAll, seedAll } from './lib/database.js';
+import { dataDir, devSecrets, envPort, localPorts, repoRoot } from './lib/local.js';
+import { forwardToWebhook } from './lib/webhook-bridge.js';
+import { postgrestEnvironment } from './lib/postgrest.js';
+
+const env = process.env;
+const log = (message: string): void => console.error(`[stack] ${message}`);
+
+interface Running {
+  postgres?: PostgresServer;
+  s3?: S3Server;
+  issuer?: Issuer;
+  children: Array<{ name: string; process: ChildProcess }>;
+}
+const running: Running = { children: [] };
+let stopping = false;
+
+async function main(): Promise<void> {
+  mkdirSync(dataDir, { recursive: true });
+  const ports = {
+    postgres: envPort(env, 'LOCAL_POSTGRES_PORT', localPorts.postgres),
+    gatewayHttp: envPort(env, 'GATEWAY_HTTP_PORT', localPorts.gatewayHttp),
+    gatewayCoap: envPort(env, 'GATEWAY_COAP_PORT', localPorts.gatewayCoap),
+    workflow: envPort(env, 'PORT', localPorts.workflow),
+    postgrest: envPort(env, 'POSTGREST_PORT', localPorts.postgrest),
+    s3: envPort(env, 'LOCAL_S3_PORT', localPorts.s3),
+    issuer: envPort(env, 'LOCAL_ISSUER_PORT', localPorts.issuer),
+  };
+  const apiKeys = env.GATEWAY_API_KEYS ?? devSecrets.gatewayApiKey;
+  const webhookTokens = env.WEBHOOK_TOKENS ?? devSecrets.webhookToken;
+  const webhookToken = webhookTokens.split(',')[0]?.trim() ?? devSecrets.webhookToken;
+
+  // 1. Database: the given server, or the embedded one (its data survives restarts).
+  let ownerUrl = env.DATABASE_URL;
+  if (ownerUrl === undefined || ownerUrl === '') {
+    log(`starting embedded PostgreSQL on 127.0.0.1:${ports.postgres} (data in .data/postgres)`);
+    running.postgres = await startPostgres({ port: ports.postgres, dataDir: `${dataDir}/postgres` });
+    ownerUrl = await ensureDatabase(running.postgres.url, 'platform');
+  }
+  log('applying migrations and demo seed');
+  await migrateAll(ownerUrl);
+  await seedAll(ownerUrl);
+  const passwords = rolePasswordsFromEnv(env);
+  const gatewayDbUrl = urlForLogin(ownerUrl, GATEWAY_LOGIN_ROLE, gatewayLoginPassword(env));
+  const workflowDbUrl = urlForLogin(ownerUrl, API_LOGIN, passwords.enterpriseApi);
+  const authenticatorUrl = urlForLogin(ownerUrl, AUTHENTICATOR, passwords.authenticator);
+
+  // 2. Object storage: the given endpoint, or s3rver with events bridged to the webhook.
+  const workflowUrl = `http://127.0.0.1:${ports.workflow}`;
+  const webhookUrl = `${workflowUrl}/internal/media/object-created`;
+  let s3Env: Record<string, string>;
+  if (env.S3_ENDPOINT !== undefined && env.S3_ENDPOINT !== '') {
+    s3Env = {};
+  } else {
+    running.s3 = await startS3({
+      port: ports.s3,
+      directory: `${dataDir}/s3`,
+      bucket: env.S3_BUCKET ?? 'media',
+      onObjectCreated: (record: S3EventRecord) => forwardToWebhook(webhookUrl, webhookToken, record, log),
+      onError: (err) => log(`s3 event bridge: ${err instanceof Error ? err.message : String(err)}`),
+    });
+    s3Env = {
+      S3_ENDPOINT: running.s3.endpoint,
+      S3_REGION: running.s3.region,
+      S3_BUCKET: running.s3.bucket,
+      S3_ACCESS_KEY_ID: running.s3.accessKeyId,
+      S3_SECRET_ACCESS_KEY: running.s3.secretAccessKey,
+      S3_FORCE_PATH_STYLE: 'true',
+    };
+  }
+
+  // 3. Identity: the given issuer, or the development one (keys kept in .data so tokens survive restarts).
+  let issuerUrl = env.OIDC_ISSUER_URL;
+  if (issuerUrl === undefined || issuerUrl === '') {
+    running.issuer = await startIssuer({
+      port: ports.issuer,
+      host: '127.0.0.1',
+      keyStore: `${dataDir}/dev-issuer-keys.json`,
+    });
+    issuerUrl = running.issuer.issuerUrl;
+  }
+
+  // 4. The services, each its own process as in production.
+  const common = { PATH: env.PATH ?? '', LOG_LEVEL: env.LOG_LEVEL ?? 'info', NODE_ENV: 'development' };
+  spawnService('device-gateway', `${repoRoot}services/device-gateway/dist/main.js`, {
+    ...common,
+    DATABASE_URL: gatewayDbUrl,
+    GATEWAY_HTTP_PORT: String(ports.gatewayHttp),
+    GATEWAY_COAP_PORT: String(ports.gatewayCoap),
+    GATEWAY_API_KEYS: apiKeys,
+  });
+  spawnService('enterprise-workflow', `${repoRoot}services/enterprise-workflow/dist/main.js`, {
+    ...common,
+    ...s3Env,
+    ...pick(env, [
+      'S3_ENDPOINT',
+      'S3_REGION',
+      'S3_BUCKET',
+      'S3_ACCESS_KEY_ID',
+      'S3_SECRET_ACCESS_KEY',
+      'S3_FORCE_PATH_STYLE',
+    ]),
+    DATABASE_URL: workflowDbUrl,
+    PORT: String(ports.workflow),
+    OIDC_ISSUER_URL: issuerUrl,
+    OIDC_CLIENT_ID: env.OIDC_CLIENT_ID ?? 'platform-enterprise-web',
+    WEBHOOK_TOKENS: webhookTokens,
+  });
+  const postgrest = spawnSync('sh', ['-c', 'command -v postgrest'], { encoding: 'utf8' }).stdout.trim();
+  if (postgrest !== '') {
+    spawnService('postgrest', postgrest, {
+      ...common,
+      ...(await postgrestEnvironment(ownerUrl, authenticatorUrl, ports.postgrest, issuerUrl)),
+    });
+  }
+
+  await Promise.all([
+    waitReady('device-gateway', `http://127.0.0.1:${ports.gatewayHttp}/api/ready`),
+    waitReady('enterprise-workflow', `${workflowUrl}/ready`),
+  ]);
+  if (stopping) return;
+
+  const banner = [
+    '',
+    'Facility platform: local stack is up (Ctrl-C stops all of it)',
+    `  PostgreSQL           ${ownerUrl}${running.postgres ? '  (embedded, data in .data/postgres)' : ''}`,
+    `  gateway HTTP API     http://127.0.0.1:${ports.gatewayHttp}/api   (API key: ${apiKeys === devSecrets.gatewayApiKey ? devSecrets.gatewayApiKey : 'from GATEWAY_API_KEYS'})`,
+    `  gateway CoAP         coap://127.0.0.1:${ports.gatewayCoap}/devices/acme-hq-hvac-01/settings`,
+    `  workflow API         ${workflowUrl}`,
+    `  webhook              ${webhookUrl}   (token: ${webhookTokens === devSecrets.webhookToken ? devSecrets.webhookToken : 'from WEBHOOK_TOKENS'})`,
+    `  object storage       ${s3Env.S3_ENDPOINT ?? env.S3_ENDPOINT ?? ''}   bucket ${s3Env.S3_BUCKET ?? env.S3_BUCKET ?? ''}`,
+    `  token issuer         ${issuerUrl}`,
+    postgrest === ''
+      ? '  PostgREST            not started (no `postgrest` binary on PATH)'
+      : `  PostgREST            http://127.0.0.1:${ports.postgrest}`,
+    '',
+    '  a token:             npm run token -- alice      (alice, bob, carol, dave)',
+    `  observe a device:    coap-client-notls -m get -s 60 coap://127.0.0.1:${ports.gatewayCoap}/devices/acme-hq-hvac-01/settings`,
+    `  push settings:       curl -H 'Authorization: Bearer ${devSecrets.gatewayApiKey}' -H 'Content-Type: application/json' \\`,
+    `                         -d '{"device_id":"acme-hq-hvac-01","settings":{"reporting_interval_s":60}}' http://127.0.0.1:${ports.gatewayHttp}/api/notify-settings`,
+    '',
+  ];
+  console.log(banner.join('\n'));
+}
+
+function pick(source: NodeJS.ProcessEnv, names: string[]): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const name of names) {
+    const value = source[name];
+    if (value !== undefined && value !== '') out[name] = value;
+  }
+  return out;
+}
+
+/** Starts `command` (a Node entry point when it ends in .js) with exactly `childEnv`, logs to our stdio. */
+function spawnService(name: string, command: string, childEnv: Record<string, string>): void {
+  const [file, args] = command.endsWith('.js') ? [process.execPath, [command]] : [command, []];
+  const child = spawn(file, args, { env: childEnv, stdio: ['ignore', 'inherit', 'inherit'] });
+  running.children.push({ name, process: child });
+  child.on('exit', (code, signal) => {
+    if (!stopping) {
+      log(`${name} exited unexpectedly (code ${String(code)}, signal ${String(signal)}); stopping the stack`);
+      void stop(1);
+    }
+  });
+}
+
+async function waitReady(name: string, url: string, timeoutMs = 60_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (Date.now() < deadline) {
+    if (stopping) return;
+    try {
+      const res = await fetch(url, { signal: AbortSignal.timeout(1000) });
+      if (res.ok) return;
+    } catch {
+      // not listening yet
+    }
+    await new Promise((r) => setTimeout(r, 200));
+  }
+  throw new Error(`${name} did not become ready at ${url} within ${timeoutMs / 1000} s`);
+}
+
+/** Stops the services first (they drain), then the stores they depend on. */
+async function stop(exitCode: number): Promise<void> {
+  if (stopping) return;
+  stopping = true;
+  log('stopping');
+  await Promise.all(
+    running.children.map(
+      ({ process: child }) =>
+        new Promise<void>((resolve) => {
+          if (child.exitCode !== null || child.signalCode !== null) return resolve();
+          const force = setTimeout(() => child.kill('SIGKILL'), 12_000);
+          child.once('exit', () => {
+            clearTimeout(force);
+            resolve();
+          });
+          child.kill('SIGTERM');
+        }),
+    ),
+  );
+  await running.issuer?.stop().catch(() => undefined);
+  await running.s3?.stop().catch(() => undefined);
+  await running.postgres?.stop().catch(() => undefined);
+  log('stopped');
+  process.exit(exitCode);
+}
+
+process.on('SIGINT', () => void stop(0));
+process.on('SIGTERM', () => void stop(0));
+
+main().catch((err: unknown) => {
+  log(`failed to start: ${err instanceof Error ? err.message : String(err)}`);
+  void stop(1);
+});

@@ -5,10 +5,11 @@ export { createTestDatabase, databaseUrl, migrationFingerprint } from './databas
 export type { CreateTestDatabaseOptions, TestDatabase } from './database.js';
 export { encodeEventKey, startS3 } from './s3.js';
 export type { S3EventRecord, S3Server, StartS3Options } from './s3.js';
-export { demoUsers, startIssuer } from './issuer.js';
+export { demoUsers, openDevSigner, startIssuer } from './issuer.js';
 export type {
   Claims,
   DemoUser,
+  DevSigner,
   DemoUserProfile,
   Issuer,
   SigningAlg,

@@ -1,7 +1,9 @@
 import { createHmac, randomBytes, randomUUID } from 'node:crypto';
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { exportJWK, exportSPKI, generateKeyPair, SignJWT, UnsecuredJWT } from 'jose';
+import { chmod, mkdir, readFile, writeFile } from 'node:fs/promises';
+import { dirname } from 'node:path';
+import { exportJWK, exportSPKI, generateKeyPair, importJWK, SignJWT, UnsecuredJWT } from 'jose';
 import type { CryptoKey, JWK } from 'jose';
 import { demoUserSubs } from '@platform/enterprise-db';
 import type { DemoUser } from '@platform/enterprise-db';
@@ -34,6 +36,12 @@ export interface StartIssuerOptions {
   realm?: string;
   /** Keycloak client the tokens are issued to (`azp`, `aud`). Default `platform-enterprise-web`. */
   clientId?: string;
+  /**
+   * JSON file holding the signing keys (private JWKs, mode 0600), created when absent. The local stack
+   * keeps its keys there so `npm run token` can sign for the running issuer, and tokens survive restarts.
+   * Default: fresh keys in memory.
+   */
+  keyStore?: string;
 }
 
 export interface SignOptions {
@@ -104,6 +112,115 @@ function base64url(data: string | Buffer): string {
   return Buffer.from(data).toString('base64url');
 }
 
+/** Signing keys from `keyStore` when it exists, else new RS256 and ES256 keys (saved there if given). */
+async function initialKeys(keyStore: string | undefined): Promise<SigningKey[]> {
+  if (keyStore !== undefined) {
+    let text: string | undefined;
+    try {
+      text = await readFile(keyStore, 'utf8');
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
+    }
+    if (text !== undefined) {
+      const stored = JSON.parse(text) as { keys: Array<{ kid: string; alg: SigningAlg; privateJwk: JWK }> };
+      return Promise.all(
+        stored.keys.map(async ({ kid, alg, privateJwk }) => {
+          const privateKey = (await importJWK(privateJwk, alg, { extractable: true })) as CryptoKey;
+          const { d: _d, p: _p, q: _q, dp: _dp, dq: _dq, qi: _qi, ...publicOnly } = privateJwk;
+          const publicKey = (await importJWK(publicOnly, alg, { extractable: true })) as CryptoKey;
+          const publicJwk = { ...publicOnly, kid, alg, use: 'sig' };
+          return { kid, alg, privateKey, publicJwk, publicPem: await exportSPKI(publicKey) };
+        }),
+      );
+    }
+  }
+  const keys = [await createSigningKey('RS256'), await createSigningKey('ES256')];
+  if (keyStore !== undefined) {
+    const stored = await Promise.all(
+      keys.map(async (k) => ({ kid: k.kid, alg: k.alg, privateJwk: await exportJWK(k.privateKey) })),
+    );
+    await mkdir(dirname(keyStore), { recursive: true });
+    await writeFile(keyStore, JSON.stringify({ keys: stored }, null, 2), { mode: 0o600 });
+    await chmod(keyStore, 0o600);
+  }
+  return keys;
+}
+
+/** Signs Keycloak-shaped access tokens with `keys` for `issuerUrl` (shared by the issuer and the dev signer). */
+function tokenSigner(keys: SigningKey[], issuerUrl: string, clientId: string) {
+  const payloadFor = (claims: Claims, expiresInS: number, notBeforeS?: number): Claims => {
+    const now = Math.floor(Date.now() / 1000);
+    const merged: Claims = {
+      exp: now + expiresInS,
+      iat: now,
+      ...(notBeforeS === undefined ? {} : { nbf: now + notBeforeS }),
+      jti: randomUUID(),
+      iss: issuerUrl,
+      aud: clientId,
+      sub: demoUsers.dave.sub,
+      typ: 'Bearer',
+      azp: clientId,
+      scope: 'openid profile email',
+      role: 'enterprise_portal_role',
+      ...claims,
+    };
+    for (const [name, value] of Object.entries(merged)) if (value === undefined) delete merged[name];
+    return merged;
+  };
+
+  const keyFor = (alg: SigningAlg, kid?: string): SigningKey => {
+    const key = kid === undefined ? keys.find((k) => k.alg === alg) : keys.find((k) => k.kid === kid);
+    if (key === undefined) throw new Error(`issuer has no ${kid === undefined ? alg : `key "${kid}"`}`);
+    return key;
+  };
+
+  const signWith = (key: SigningKey, kid: string, payload: Claims): Promise<string> =>
+    new SignJWT(payload).setProtectedHeader({ alg: key.alg, kid, typ: 'JWT' }).sign(key.privateKey);
+
+  const sign = async (claims: Claims = {}, signOptions: SignOptions = {}): Promise<string> => {
+    const key = keyFor(signOptions.alg ?? 'RS256', signOptions.kid);
+    return signWith(key, key.kid, payloadFor(claims, signOptions.expiresInS ?? 300, signOptions.notBeforeS));
+  };
+
+  const demoToken = (user: DemoUser, extra: Claims = {}, signOptions: SignOptions = {}): Promise<string> => {
+    const profile = demoUsers[user];
+    return sign(
+      {
+        sub: profile.sub,
+        preferred_username: profile.username,
+        email: profile.email,
+        email_verified: true,
+        name: profile.name,
+        ...extra,
+      },
+      signOptions,
+    );
+  };
+  return { payloadFor, keyFor, signWith, sign, demoToken };
+}
+
+export interface DevSigner {
+  sign(claims?: Claims, options?: SignOptions): Promise<string>;
+  demoToken(user: DemoUser, extra?: Claims, options?: SignOptions): Promise<string>;
+}
+
+/**
+ * Signs tokens with a key store's keys without serving anything: `npm run token` uses it to mint a
+ * token that the running local stack's issuer (same key store, same issuer URL) vouches for.
+ */
+export async function openDevSigner(options: {
+  keyStore: string;
+  issuerUrl: string;
+  clientId?: string;
+}): Promise<DevSigner> {
+  const { sign, demoToken } = tokenSigner(
+    await initialKeys(options.keyStore),
+    options.issuerUrl,
+    options.clientId ?? 'platform-enterprise-web',
+  );
+  return { sign, demoToken };
+}
+
 /**
  * An in-process OpenID provider that looks like Keycloak to a verifier: the realm's discovery
  * document and JWKS at Keycloak's paths, RS256 and ES256 keys with kids, and access tokens with
@@ -114,7 +231,7 @@ export async function startIssuer(options: StartIssuerOptions = {}): Promise<Iss
   const realm = options.realm ?? 'platform';
   const clientId = options.clientId ?? 'platform-enterprise-web';
   const host = options.host ?? '127.0.0.1';
-  const keys: SigningKey[] = [await createSigningKey('RS256'), await createSigningKey('ES256')];
+  const keys: SigningKey[] = await initialKeys(options.keyStore);
   let jwksRequests = 0;
 
   const paths = {
@@ -160,39 +277,7 @@ export async function startIssuer(options: StartIssuerOptions = {}): Promise<Iss
   const { port } = server.address() as AddressInfo;
   issuerUrl = `http://${host}:${port}/realms/${realm}`;
 
-  const payloadFor = (claims: Claims, expiresInS: number, notBeforeS?: number): Claims => {
-    const now = Math.floor(Date.now() / 1000);
-    const merged: Claims = {
-      exp: now + expiresInS,
-      iat: now,
-      ...(notBeforeS === undefined ? {} : { nbf: now + notBeforeS }),
-      jti: randomUUID(),
-      iss: issuerUrl,
-      aud: clientId,
-      sub: demoUsers.dave.sub,
-      typ: 'Bearer',
-      azp: clientId,
-      scope: 'openid profile email',
-      role: 'enterprise_portal_role',
-      ...claims,
-    };
-    for (const [name, value] of Object.entries(merged)) if (value === undefined) delete merged[name];
-    return merged;
-  };
-
-  const keyFor = (alg: SigningAlg, kid?: string): SigningKey => {
-    const key = kid === undefined ? keys.find((k) => k.alg === alg) : keys.find((k) => k.kid === kid);
-    if (key === undefined) throw new Error(`issuer has no ${kid === undefined ? alg : `key "${kid}"`}`);
-    return key;
-  };
-
-  const signWith = (key: SigningKey, kid: string, payload: Claims): Promise<string> =>
-    new SignJWT(payload).setProtectedHeader({ alg: key.alg, kid, typ: 'JWT' }).sign(key.privateKey);
-
-  const sign = async (claims: Claims = {}, signOptions: SignOptions = {}): Promise<string> => {
-    const key = keyFor(signOptions.alg ?? 'RS256', signOptions.kid);
-    return signWith(key, key.kid, payloadFor(claims, signOptions.expiresInS ?? 300, signOptions.notBeforeS));
-  };
+  const { payloadFor, keyFor, signWith, sign, demoToken } = tokenSigner(keys, issuerUrl, clientId);
 
   return {
     issuerUrl,
@@ -224,20 +309,7 @@ export async function startIssuer(options: StartIssuerOptions = {}): Promise<Iss
           return signWith(await createSigningKey('RS256'), rsa.kid, payload);
       }
     },
-    demoToken(user, extra = {}, signOptions = {}) {
-      const profile = demoUsers[user];
-      return sign(
-        {
-          sub: profile.sub,
-          preferred_username: profile.username,
-          email: profile.email,
-          email_verified: true,
-          name: profile.name,
-          ...extra,
-        },
-        signOptions,
-      );
-    },
+    demoToken,
     async addKey(alg = 'RS256') {
       const key = await createSigningKey(alg);
       keys.push(key);

@@ -10,10 +10,10 @@ const DEV_PASSWORD = 'device-gateway-dev';
  * Read here (not in config.ts) because migrations run from `npm run migrate` and the migration Job, not
  * from the gateway process.
  */
-function loginPassword(): string {
-  const value = process.env.DEVICE_GATEWAY_DB_PASSWORD;
+export function gatewayLoginPassword(env: NodeJS.ProcessEnv = process.env): string {
+  const value = env.DEVICE_GATEWAY_DB_PASSWORD;
   if (value !== undefined && value !== '') return value;
-  if (process.env.NODE_ENV === 'production') {
+  if (env.NODE_ENV === 'production') {
     throw new Error('DEVICE_GATEWAY_DB_PASSWORD must be set in production');
   }
   return DEV_PASSWORD;
@@ -58,7 +58,7 @@ const registry: Migration = {
         BEGIN
           IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = '${GATEWAY_LOGIN_ROLE}') THEN
             BEGIN
-              CREATE ROLE ${GATEWAY_LOGIN_ROLE} LOGIN NOINHERIT PASSWORD ${literal(loginPassword())};
+              CREATE ROLE ${GATEWAY_LOGIN_ROLE} LOGIN NOINHERIT PASSWORD ${literal(gatewayLoginPassword())};
             EXCEPTION WHEN duplicate_object OR unique_violation THEN NULL;
             END;
           END IF;

@@ -1,0 +1,307 @@
+// `npm run bench:rls`: the portal's typical read (issue 5 item 8) on 1,000,000 work items over 1,000
+// sites, issued as PostgREST issues it, under PostgREST's per-request protocol, for four caller
+// shapes; compared with the same query as table owner with a hand-written filter and under a naive
+// policy that calls a function per row. Prints p50/p95, ratios and the plans' key lines.
+//
+// DATABASE_URL (a superuser URL) benchmarks that server; without it a private embedded PostgreSQL is
+// started under .data/bench-rls (kept, so a second run skips the 1M-row load).
+import { mkdir } from 'node:fs/promises';
+import { resolve } from 'node:path';
+import { parseArgs } from 'node:util';
+import pg from 'pg';
+import { sql } from 'kysely';
+import {
+  AUTHENTICATOR,
+  enterpriseMigrations,
+  installPostgrestAuth,
+  PORTAL_ROLE,
+  rolePasswordsFromEnv,
+  seedEnterprise,
+  seedId,
+  urlForLogin,
+  withPostgrestRequest,
+} from '@platform/enterprise-db';
+import { createDb, migrateToLatest } from '@platform/service-kit';
+import { startPostgres } from '@platform/testkit';
+
+const { values: args } = parseArgs({
+  options: {
+    iterations: { type: 'string', default: '300' },
+    'naive-iterations': { type: 'string', default: '5' },
+  },
+});
+const ITERATIONS = Number(args.iterations);
+const NAIVE_ITERATIONS = Number(args['naive-iterations']);
+const ISSUER = 'http://localhost:8180/realms/platform';
+const CLIENT_ID = 'platform-enterprise-web';
+const BENCH_DB = 'bench_rls';
+
+// The statements PostgREST 12/13 builds for
+//   GET /work_items?order=created_at.desc&limit=50
+//   GET /work_items?state=eq.proposed&limit=0   with Prefer: count=exact
+// (its read CTE, json_agg body and response GUCs; filters as parameters).
+const LIST_SQL = `WITH pgrst_source AS (SELECT "enterprise_api"."work_items".* FROM "enterprise_api"."work_items" ORDER BY "work_items"."created_at" DESC LIMIT 50 OFFSET 0) SELECT null::bigint AS total_result_set, pg_catalog.count(_postgrest_t) AS page_total, coalesce(json_agg(_postgrest_t), '[]') AS body, nullif(current_setting('response.headers', true), '') AS response_headers, nullif(current_setting('response.status', true), '') AS response_status, '' AS response_inserted FROM (SELECT * FROM pgrst_source) _postgrest_t`;
+const COUNT_SQL = `WITH pgrst_source AS (SELECT "enterprise_api"."work_items".* FROM "enterprise_api"."work_items" WHERE "enterprise_api"."work_items"."state" = $1 LIMIT 0 OFFSET 0), pgrst_source_count AS (SELECT 1 FROM "enterprise_api"."work_items" WHERE "enterprise_api"."work_items"."state" = $1) SELECT (SELECT pg_catalog.count(*) FROM pgrst_source_count) AS total_result_set, pg_catalog.count(_postgrest_t) AS page_total, coalesce(json_agg(_postgrest_t), '[]') AS body, nullif(current_setting('response.headers', true), '') AS response_headers, nullif(current_setting('response.status', true), '') AS response_status, '' AS response_inserted FROM (SELECT * FROM pgrst_source) _postgrest_t`;
+// The owner's hand-written equivalent: the same predicate the policy applies, spelled out.
+const OWNER_LIST_SQL = `SELECT coalesce(json_agg(t), '[]') FROM (SELECT id, site_id, company_id, asset_id, walkthrough_id, title, description, category, severity, state, estimate_amount, estimate_currency, defer_until, decided_at, decided_by, decision_note, created_at, updated_at FROM enterprise.work_items WHERE company_id = $1 AND site_id = ANY ($2::uuid[]) ORDER BY created_at DESC LIMIT 50) t`;
+const OWNER_COUNT_SQL = `SELECT count(*) FROM enterprise.work_items WHERE company_id = $1 AND site_id = ANY ($2::uuid[]) AND state = $3`;
+
+interface Shape {
+  name: string;
+  sub: string;
+  companyId: string | null;
+  siteIds: string[];
+}
+
+function pct(sorted: number[], p: number): number {
+  return sorted[Math.min(sorted.length - 1, Math.floor((sorted.length * p) / 100))] ?? NaN;
+}
+
+function summary(samples: number[]): { p50: number; p95: number } {
+  const s = [...samples].sort((a, b) => a - b);
+  return { p50: pct(s, 50), p95: pct(s, 95) };
+}
+
+const ms = (n: number): string => n.toFixed(3).padStart(9);
+
+async function ownerUrl(): Promise<{ url: string; stop: () => Promise<void> }> {
+  const base = process.env.DATABASE_URL;
+  if (base !== undefined && base !== '') return { url: base, stop: () => Promise.resolve() };
+  const dataDir = resolve('.data/bench-rls');
+  await mkdir(dataDir, { recursive: true });
+  const server = await startPostgres({ dataDir });
+  return { url: server.url, stop: () => server.stop() };
+}
+
+async function prepare(adminUrl: string): Promise<string> {
+  const admin = new pg.Client({ connectionString: adminUrl });
+  await admin.connect();
+  const exists = await admin.query('SELECT 1 FROM pg_database WHERE datname = $1', [BENCH_DB]);
+  if (exists.rowCount === 0) await admin.query(`CREATE DATABASE ${BENCH_DB}`);
+  await admin.end();
+  const u = new URL(adminUrl);
+  u.pathname = `/${BENCH_DB}`;
+  const url = u.toString();
+  const db = createDb<unknown>(url, { max: 1 });
+  try {
+    await migrateToLatest(db, [enterpriseMigrations]);
+    const started = Date.now();
+    const seeded = await seedEnterprise(db, { scale: 10 });
+    console.log(
+      `data: ${seeded.companies} companies, ${seeded.sites} sites, ${seeded.workItems} work items (load/check ${((Date.now() - started) / 1000).toFixed(1)} s)`,
+    );
+    await installPostgrestAuth(db, {
+      issuer: ISSUER,
+      clientId: CLIENT_ID,
+      jwks: { keys: [{ kty: 'RSA', kid: 'bench', n: 'AQAB', e: 'AQAB' }] },
+    });
+    // Benchmark callers, all in generated company 1 (100 sites): one site, ten sites, all of it;
+    // and a signed-in user mapped to nothing.
+    const company = seedId('generated:company:1');
+    await sql`INSERT INTO enterprise.principals (sub, company_id, all_sites) VALUES
+                ('bench-one-site', ${company}, false), ('bench-ten-sites', ${company}, false),
+                ('bench-company', ${company}, true) ON CONFLICT DO NOTHING`.execute(db);
+    await sql`INSERT INTO enterprise.principal_sites (sub, company_id, site_id)
+              SELECT p.sub, ${company}::uuid, md5('generated:site:1:' || n)::uuid
+              FROM (VALUES ('bench-one-site', 1), ('bench-ten-sites', 10)) AS p(sub, k)
+              CROSS JOIN LATERAL generate_series(1, p.k) n
+              ON CONFLICT DO NOTHING`.execute(db);
+    // The naive policy for comparison: a role whose policy calls a function for every row.
+    await sql
+      .raw(
+        `
+      DO $$ BEGIN CREATE ROLE bench_naive_role NOLOGIN; EXCEPTION WHEN duplicate_object OR unique_violation THEN NULL; END $$;
+      DO $$ BEGIN GRANT bench_naive_role TO ${AUTHENTICATOR}; EXCEPTION WHEN duplicate_object THEN NULL; END $$;
+      CREATE OR REPLACE FUNCTION enterprise.bench_naive_can_see(site uuid) RETURNS boolean
+        LANGUAGE sql STABLE AS 'SELECT site = ANY (enterprise_api.authorized_site_ids())';
+      GRANT USAGE ON SCHEMA enterprise, enterprise_api, postgrest TO bench_naive_role;
+      GRANT EXECUTE ON FUNCTION enterprise.bench_naive_can_see(uuid), enterprise_api.authorized_site_ids(),
+        enterprise_api.authorized_company_id(), enterprise_api.request_sub(), postgrest.pre_request() TO bench_naive_role;
+      GRANT SELECT ON enterprise.work_items, enterprise_api.work_items TO bench_naive_role;
+      DROP POLICY IF EXISTS bench_naive ON enterprise.work_items;
+      CREATE POLICY bench_naive ON enterprise.work_items FOR SELECT TO bench_naive_role USING (enterprise.bench_naive_can_see(site_id));
+    `,
+      )
+      .execute(db);
+    await sql`VACUUM (ANALYZE) enterprise.work_items`.execute(db);
+  } finally {
+    await db.destroy();
+  }
+  return url;
+}
+
+async function shapes(url: string): Promise<Shape[]> {
+  const c = new pg.Client({ connectionString: url });
+  await c.connect();
+  const out: Shape[] = [];
+  for (const [name, sub] of [
+    ['1 site', 'bench-one-site'],
+    ['10 sites', 'bench-ten-sites'],
+    ['company (100 sites)', 'bench-company'],
+    ['no access', 'bench-nobody'],
+  ] as const) {
+    await c.query('BEGIN');
+    await c.query(`SELECT set_config('request.jwt.claims', $1, true)`, [JSON.stringify({ sub })]);
+    const { rows } = await c.query<{ company: string | null; sites: string[] }>(
+      'SELECT enterprise_api.authorized_company_id() AS company, enterprise_api.authorized_site_ids()::text[] AS sites',
+    );
+    await c.query('COMMIT');
+    out.push({ name, sub, companyId: rows[0]?.company ?? null, siteIds: rows[0]?.sites ?? [] });
+  }
+  await c.end();
+  return out;
+}
+
+function claims(sub: string, role = PORTAL_ROLE): Record<string, unknown> {
+  return {
+    iss: ISSUER,
+    azp: CLIENT_ID,
+    aud: CLIENT_ID,
+    sub,
+    role,
+    exp: Math.floor(Date.now() / 1000) + 3600,
+  };
+}
+
+/** Query time (inside the request) and whole-request time, per iteration. */
+async function viaPostgrest(
+  pool: pg.Pool,
+  sub: string,
+  role: string,
+  text: string,
+  values: unknown[],
+  iterations: number,
+): Promise<{ query: number[]; request: number[]; rows: number }> {
+  const query: number[] = [];
+  const request: number[] = [];
+  let rows = 0;
+  const name = `q${text.length}${values.length}`;
+  for (let i = 0; i < iterations + Math.min(20, iterations); i++) {
+    const r0 = performance.now();
+    let q = 0;
+    await withPostgrestRequest(pool, { claims: claims(sub, role), path: '/work_items' }, async (c) => {
+      const q0 = performance.now();
+      const res = await c.query<{ page_total: string; total_result_set: string | null }>({
+        name,
+        text,
+        values,
+      });
+      q = performance.now() - q0;
+      rows = Number(res.rows[0]?.total_result_set ?? res.rows[0]?.page_total ?? 0);
+    });
+    if (i >= Math.min(20, iterations)) {
+      query.push(q);
+      request.push(performance.now() - r0);
+    }
+  }
+  return { query, request, rows };
+}
+
+async function asOwner(
+  client: pg.Client,
+  text: string,
+  values: unknown[],
+): Promise<{ query: number[]; rows: number }> {
+  const query: number[] = [];
+  let rows = 0;
+  for (let i = 0; i < ITERATIONS + 20; i++) {
+    const q0 = performance.now();
+    const res = await client.query<{ count?: string; coalesce?: unknown[] }>({
+      name: `o${text.length}`,
+      text,
+      values,
+    });
+    if (i >= 20) query.push(performance.now() - q0);
+    const r = res.rows[0];
+    rows = r?.count !== undefined ? Number(r.count) : Array.isArray(r?.coalesce) ? r.coalesce.length : 0;
+  }
+  return { query, rows };
+}
+
+async function planLines(
+  pool: pg.Pool,
+  sub: string,
+  role: string,
+  text: string,
+  values: unknown[],
+): Promise<string[]> {
+  return withPostgrestRequest(pool, { claims: claims(sub, role) }, async (c) => {
+    const { rows } = await c.query<{ 'QUERY PLAN': string }>(
+      `EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) ${text}`,
+      values,
+    );
+    return rows
+      .map((r) => r['QUERY PLAN'])
+      .filter(
+        (l) =>
+          /Scan|Index Cond|Filter|Sort|Rows Removed|Execution Time|Buffers: shared/.test(l) &&
+          !/InitPlan|Result/.test(l),
+      )
+      .slice(0, 8)
+      .map((l) => `      ${l.trim()}`);
+  });
+}
+
+const { url: adminUrl, stop } = await ownerUrl();
+try {
+  const url = await prepare(adminUrl);
+  const passwords = rolePasswordsFromEnv();
+  const pool = new pg.Pool({
+    connectionString: urlForLogin(url, AUTHENTICATOR, passwords.authenticator),
+    max: 1,
+  });
+  const owner = new pg.Client({ connectionString: url });
+  await owner.connect();
+  const callers = await shapes(url);
+  console.log(`\n${ITERATIONS} iterations per figure (naive policy: ${NAIVE_ITERATIONS}); times in ms\n`);
+  const verdicts: string[] = [];
+  for (const [label, text, values, ownerText] of [
+    ['GET /work_items?order=created_at.desc&limit=50', LIST_SQL, [], OWNER_LIST_SQL],
+    [
+      'GET /work_items?state=eq.proposed&limit=0 (Prefer: count=exact)',
+      COUNT_SQL,
+      ['proposed'],
+      OWNER_COUNT_SQL,
+    ],
+  ] as const) {
+    console.log(`== ${label}`);
+    console.log(
+      '   caller                 rows | RLS query p50      p95 | request p50 | owner+filter p50      p95 | RLS/filter | naive p50  naive/RLS',
+    );
+    for (const s of callers) {
+      const rls = await viaPostgrest(pool, s.sub, PORTAL_ROLE, text, [...values], ITERATIONS);
+      const ownerValues = label.startsWith('GET /work_items?state')
+        ? [s.companyId, s.siteIds, 'proposed']
+        : [s.companyId, s.siteIds];
+      const explicit = await asOwner(owner, ownerText, ownerValues);
+      const naive = await viaPostgrest(pool, s.sub, 'bench_naive_role', text, [...values], NAIVE_ITERATIONS);
+      const r = summary(rls.query);
+      const req = summary(rls.request);
+      const e = summary(explicit.query);
+      const n = summary(naive.query);
+      if (rls.rows !== explicit.rows || rls.rows !== naive.rows) {
+        throw new Error(
+          `row counts differ for ${s.name}: RLS ${rls.rows}, owner ${explicit.rows}, naive ${naive.rows}`,
+        );
+      }
+      console.log(
+        `   ${s.name.padEnd(20)} ${String(rls.rows).padStart(6)} | ${ms(r.p50)} ${ms(r.p95)} | ${ms(req.p50)}   | ${ms(e.p50)} ${ms(e.p95)} | ${(r.p50 / e.p50).toFixed(2).padStart(9)}x | ${ms(n.p50)} ${(n.p50 / r.p50).toFixed(0).padStart(6)}x`,
+      );
+      verdicts.push(
+        `${label.split('?')[1]?.split('&')[0] ?? label} / ${s.name}: p50 ${r.p50.toFixed(2)} ms (target <= 2: ${r.p50 <= 2 ? 'met' : 'MISSED'}), RLS/filter ${(r.p50 / e.p50).toFixed(2)}x`,
+      );
+    }
+    console.log('   plans under RLS (key lines):');
+    for (const s of callers) {
+      console.log(`    ${s.name}:`);
+      for (const l of await planLines(pool, s.sub, PORTAL_ROLE, text, [...values])) console.log(l);
+    }
+    console.log('');
+  }
+  console.log('summary:');
+  for (const v of verdicts) console.log(`  ${v}`);
+  await owner.end();
+  await pool.end();
+} finally {
+  await stop();
+}

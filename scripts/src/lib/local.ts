@@ -1,0 +1,43 @@
+// Defaults of the local development stack (DESIGN 5): fixed ports a developer can remember, data under
+// the git-ignored `.data/`, development secrets that are printed in the banner. Nothing here is used
+// by a deployed service: they read their own environment (services/*/src/config.ts).
+import { fileURLToPath } from 'node:url';
+
+export const repoRoot = fileURLToPath(new URL('../../../', import.meta.url));
+export const dataDir = `${repoRoot}.data`;
+
+export const localPorts = {
+  postgres: 5433,
+  gatewayHttp: 8080,
+  gatewayCoap: 5683,
+  workflow: 3800,
+  postgrest: 3850,
+  s3: 9000,
+  issuer: 8180,
+} as const;
+
+export const devSecrets = {
+  gatewayApiKey: 'dev-gateway-key',
+  webhookToken: 'dev-webhook-token',
+} as const;
+
+/** Reads an integer port from the environment, falling back to the local default. */
+export function envPort(env: NodeJS.ProcessEnv, name: string, fallback: number): number {
+  const raw = env[name];
+  if (raw === undefined || raw === '') return fallback;
+  const port = Number(raw);
+  if (!Number.isInteger(port) || port < 0 || port > 65535) throw new Error(`${name} must be a TCP/UDP port`);
+  return port;
+}
+
+/** `DATABASE_URL` or a clear message: migrate and seed never guess which database to write to. */
+export function requireDatabaseUrl(env: NodeJS.ProcessEnv): string {
+  const url = env.DATABASE_URL;
+  if (url === undefined || url === '') {
+    throw new Error(
+      'DATABASE_URL is not set. Point it at the database to change (an owner login), e.g. ' +
+        `postgres://postgres:postgres@127.0.0.1:${localPorts.postgres}/platform for the local stack.`,
+    );
+  }
+  return url;
+}
