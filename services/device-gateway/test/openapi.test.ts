@@ -1,0 +1,159 @@
+import { readFileSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+import { createDb, createLogger, SecretSet } from '@platform/service-kit';
+import { freePort } from '@platform/testkit';
+import { Ajv2020 } from 'ajv/dist/2020.js';
+import request from 'supertest';
+import { parse } from 'yaml';
+import { buildApp, type GatewayApp } from '../src/app.js';
+import { loadGatewayConfig } from '../src/config.js';
+import type { GatewayDatabase } from '../src/db/tables.js';
+import { gatewayRoutes } from '../src/http/routes.js';
+import { API_KEYS, startGateway, type GatewayFixture } from './support/gateway.js';
+
+interface Operation {
+  responses: Record<string, { $ref?: string; content?: Record<string, { schema: unknown }> }>;
+}
+interface OpenApi {
+  paths: Record<string, Record<string, Operation>>;
+  components: {
+    responses: Record<string, { content?: Record<string, { schema: unknown }> }>;
+    schemas: Record<string, unknown>;
+  };
+}
+
+const doc = parse(
+  readFileSync(fileURLToPath(new URL('../openapi.yaml', import.meta.url)), 'utf8'),
+) as OpenApi;
+const ajv = new Ajv2020({ strict: false, allErrors: true });
+ajv.addSchema({ $id: 'https://gateway.example/openapi', components: doc.components });
+
+function responseSchema(
+  path: string,
+  method: string,
+  status: string,
+): { mediaType: string; schema: unknown } {
+  let response = doc.paths[path]![method]!.responses[status]!;
+  if (response.$ref !== undefined) response = doc.components.responses[response.$ref.split('/').at(-1)!]!;
+  const [mediaType, media] = Object.entries(response.content!)[0]!;
+  return { mediaType, schema: media.schema };
+}
+
+function validate(schema: unknown, body: unknown): string {
+  const check = ajv.compile({
+    $id: `https://gateway.example/r${Math.random()}`,
+    $ref: `https://gateway.example/openapi${(schema as { $ref?: string }).$ref ?? ''}`,
+  });
+  return check(body) ? '' : ajv.errorsText(check.errors);
+}
+
+const key = `Bearer ${API_KEYS[1]}`;
+
+describe('openapi.yaml describes the management API exactly', () => {
+  let gw: GatewayFixture;
+  let unloaded: GatewayFixture;
+  let offline: GatewayApp;
+  let offlineDb: { destroy(): Promise<void> };
+
+  beforeAll(async () => {
+    gw = await startGateway();
+    unloaded = await startGateway({ load: false });
+    // A gateway whose database cannot be reached (nothing listens on that port).
+    const config = loadGatewayConfig({
+      DATABASE_URL: `postgres://u:p@127.0.0.1:${await freePort('tcp')}/x`,
+      GATEWAY_API_KEYS: API_KEYS.join(','),
+    });
+    const db = createDb<GatewayDatabase>(config.DATABASE_URL, {
+      max: 1,
+      connectionTimeoutMs: 1000,
+      logger: { warn: () => undefined },
+    });
+    offlineDb = db;
+    const keys = new SecretSet(API_KEYS);
+    offline = buildApp({
+      config,
+      logger: createLogger({ service: 'offline', level: 'error' }),
+      db,
+      apiKeys: () => keys,
+    });
+  });
+
+  afterAll(async () => {
+    await offlineDb.destroy();
+    await gw.close();
+    await unloaded.close();
+  });
+
+  it('documents every route the app registers, and nothing else', () => {
+    const routes = gatewayRoutes({} as never, (_req, _res, next) => next());
+    const registered = routes.map((r) => `${r.method.toLowerCase()} ${r.path}`).sort();
+    const documented = Object.entries(doc.paths)
+      .flatMap(([path, ops]) => Object.keys(ops).map((m) => `${m} ${path}`))
+      .sort();
+    expect(documented).toEqual(registered);
+  });
+
+  it('the schema check can fail', () => {
+    expect(validate({ $ref: '#/components/schemas/Ok' }, { status: 'reloaded' })).not.toBe('');
+    expect(validate({ $ref: '#/components/schemas/Problem' }, { status: 400 })).not.toBe('');
+  });
+
+  const notify = (path: string) => ({
+    device_id: 'acme-hq-hvac-01',
+    settings: { reporting_interval_s: path.length },
+  });
+  const scenarios: Record<string, (path: string) => request.Test> = {
+    'get /api/health 200': (p) => request(gw.app.http).get(p),
+    'get /api/ready 200': (p) => request(gw.app.http).get(p),
+    'get /api/ready 503': (p) => request(unloaded.app.http).get(p),
+    'get /api/config 200': (p) => request(gw.app.http).get(p).set('Authorization', key),
+    'get /api/config 401': (p) => request(gw.app.http).get(p),
+    'post reload 200': (p) => request(gw.app.http).post(p).set('Authorization', key),
+    'post reload 401': (p) => request(gw.app.http).post(p),
+    'post reload 503': (p) => request(offline.http).post(p).set('Authorization', key),
+    'post notify 200': (p) => request(gw.app.http).post(p).set('Authorization', key).send(notify(p)),
+    'post notify 400': (p) => request(gw.app.http).post(p).set('Authorization', key).send({ device_id: 'x' }),
+    'post notify 401': (p) => request(gw.app.http).post(p).send(notify(p)),
+    'post notify 404': (p) =>
+      request(gw.app.http)
+        .post(p)
+        .set('Authorization', key)
+        .send({ device_id: 'nope', settings: { telemetry_enabled: true } }),
+    'post notify 413': (p) =>
+      request(gw.app.http)
+        .post(p)
+        .set('Authorization', key)
+        .set('Content-Type', 'application/json')
+        .send(`{"device_id":"${'a'.repeat(70000)}"}`),
+    'post notify 415': (p) =>
+      request(gw.app.http).post(p).set('Authorization', key).set('Content-Type', 'text/plain').send('x'),
+  };
+  const scenarioFor = (path: string, method: string, status: string) => {
+    const family =
+      path.includes('reload') || path.includes('register')
+        ? 'reload'
+        : path.includes('settings')
+          ? 'notify'
+          : path;
+    return scenarios[`${method} ${family} ${status}`];
+  };
+
+  const cases = Object.entries(doc.paths).flatMap(([path, ops]) =>
+    Object.entries(ops).flatMap(([method, op]) =>
+      Object.keys(op.responses).map((status) => [path, method, status] as const),
+    ),
+  );
+
+  it.each(cases)(
+    '%s %s → %s: the response matches the documented status, media type and schema',
+    async (path, method, status) => {
+      const scenario = scenarioFor(path, method, status);
+      expect(scenario).toBeDefined();
+      const res = await scenario!(path);
+      expect(String(res.status)).toBe(status);
+      const { mediaType, schema } = responseSchema(path, method, status);
+      expect(res.headers['content-type']).toContain(mediaType);
+      expect(validate(schema, res.body)).toBe('');
+    },
+  );
+});
