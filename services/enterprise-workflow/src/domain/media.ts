@@ -1,8 +1,7 @@
 // Media rules that do not depend on HTTP, SQL or S3: which files may be uploaded, how objects are
 // named, how a download is labelled and what an arrived object must look like to be accepted.
 import { randomUUID } from 'node:crypto';
-
-export type MediaKind = 'image' | 'video';
+import type { MediaContentType, MediaKind } from '@platform/contracts';
 
 /** Content types the portal may upload, with the extension used in the generated object key. */
 export const allowedContentTypes = {
@@ -12,7 +11,7 @@ export const allowedContentTypes = {
   'image/heic': { kind: 'image', extension: 'heic' },
   'video/mp4': { kind: 'video', extension: 'mp4' },
   'video/quicktime': { kind: 'video', extension: 'mov' },
-} as const satisfies Record<string, { kind: MediaKind; extension: string }>;
+} as const satisfies Record<MediaContentType, { kind: MediaKind; extension: string }>;
 
 export type AllowedContentType = keyof typeof allowedContentTypes;
 
@@ -72,17 +71,11 @@ export function checkIntent(
 /**
  * The object key is generated here and never derived from the client's filename, so a filename
  * cannot choose, overwrite or traverse keys. Grouping by site keeps a site's objects together for
- * lifecycle rules and audits.
+ * lifecycle rules and audits; the random part (not the media id, which the database assigns) makes
+ * keys unguessable and unique.
  */
-export function newMediaObject(
-  siteId: string,
-  contentType: AllowedContentType,
-): { mediaId: string; objectKey: string } {
-  const mediaId = randomUUID();
-  return {
-    mediaId,
-    objectKey: `sites/${siteId}/media/${mediaId}.${allowedContentTypes[contentType].extension}`,
-  };
+export function newObjectKey(siteId: string, contentType: AllowedContentType): string {
+  return `sites/${siteId}/media/${randomUUID()}.${allowedContentTypes[contentType].extension}`;
 }
 
 /**

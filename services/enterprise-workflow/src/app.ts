@@ -1,0 +1,77 @@
+// buildApp(deps): the workflow's HTTP application, without listening (tests use it directly).
+import { SecretSet, addRoutes, createHttpApp, finishHttpApp } from '@platform/service-kit';
+import type { Logger, Registry } from '@platform/service-kit';
+import type { Express } from 'express';
+import { sql } from 'kysely';
+import type { Kysely } from 'kysely';
+import type { TokenVerifier } from './auth/token-verifier.js';
+import type { WorkflowConfig } from './config.js';
+import type { WorkflowDb } from './db/database.js';
+import type { WorkflowContext } from './domain/context.js';
+import { createWorkflowMetrics } from './domain/metrics.js';
+import { workflowRoutes } from './http/routes.js';
+import type { MediaStorage } from './storage/s3.js';
+
+export interface AppDeps {
+  config: Pick<WorkflowConfig, 'media' | 'idempotencyTtlS' | 'webhookTokens'> & {
+    http?: Pick<WorkflowConfig['http'], 'trustProxy'>;
+  };
+  logger: Logger;
+  db: Kysely<WorkflowDb>;
+  storage: MediaStorage;
+  verifier: TokenVerifier;
+  /** Serve /metrics from this registry (and record HTTP metrics on it). */
+  metrics?: Registry;
+  /** Clock; tests may fix it. */
+  now?: () => Date;
+}
+
+/** Bound on the readiness probe's database round trip, in milliseconds. */
+const READY_DB_TIMEOUT_MS = 2000;
+
+async function databaseAnswers(db: Kysely<WorkflowDb>): Promise<boolean> {
+  let timer: NodeJS.Timeout | undefined;
+  try {
+    await Promise.race([
+      sql`SELECT 1`.execute(db),
+      new Promise((_resolve, reject) => {
+        timer = setTimeout(() => reject(new Error('timeout')), READY_DB_TIMEOUT_MS);
+      }),
+    ]);
+    return true;
+  } catch {
+    return false;
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+export function buildApp(deps: AppDeps): Express {
+  const ctx: WorkflowContext = {
+    db: deps.db,
+    storage: deps.storage,
+    media: deps.config.media,
+    idempotencyTtlS: deps.config.idempotencyTtlS,
+    metrics: deps.metrics,
+    counters: createWorkflowMetrics(deps.metrics),
+    now: deps.now ?? (() => new Date()),
+  };
+  const app = createHttpApp({
+    logger: deps.logger,
+    trustProxy: deps.config.http?.trustProxy ?? 0,
+    ...(deps.metrics === undefined ? {} : { metrics: deps.metrics }),
+  });
+  addRoutes(
+    app,
+    workflowRoutes({
+      ctx,
+      verifier: deps.verifier,
+      webhookTokens: new SecretSet(deps.config.webhookTokens),
+      checkReady: async () => {
+        const [database, keys] = await Promise.all([databaseAnswers(deps.db), deps.verifier.keysLoaded()]);
+        return { database: database ? 'ok' : 'failed', signing_keys: keys ? 'ok' : 'failed' };
+      },
+    }),
+  );
+  return finishHttpApp(app, deps.logger);
+}

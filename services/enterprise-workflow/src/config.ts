@@ -1,0 +1,155 @@
+// The workflow's whole configuration, read once from the environment at boot (DESIGN 5.1) and passed
+// in; nothing else reads process.env.
+import { loadConfig, readSecretList, ConfigError } from '@platform/service-kit';
+import type { LogLevel } from '@platform/service-kit';
+import type { S3Settings } from './storage/s3.js';
+import type { TokenVerifierSettings } from './auth/token-verifier.js';
+import type { MediaLimits } from './domain/media.js';
+
+const MiB = 1024 * 1024;
+
+export const configSchema = {
+  $id: 'https://platform.example/schemas/enterprise-workflow-config.json',
+  type: 'object',
+  additionalProperties: false,
+  required: ['DATABASE_URL', 'OIDC_ISSUER_URL', 'S3_BUCKET'],
+  properties: {
+    PORT: { type: 'integer', minimum: 0, maximum: 65535, default: 3800 },
+    HOST: { type: 'string', default: '0.0.0.0' },
+    LOG_LEVEL: {
+      type: 'string',
+      enum: ['error', 'warn', 'info', 'http', 'verbose', 'debug', 'silly'],
+      default: 'info',
+    },
+    /** Proxy hops trusted for client addresses (the Ingress, DESIGN 5). */
+    TRUST_PROXY: { type: 'integer', minimum: 0, maximum: 10, default: 1 },
+    /** The `enterprise_api_login` connection (DESIGN 4.4). */
+    DATABASE_URL: { type: 'string', minLength: 1 },
+    DB_POOL_MAX: { type: 'integer', minimum: 1, maximum: 200, default: 10 },
+    /** Bound on one statement, in milliseconds; a stuck query answers 503 instead of hanging. */
+    DB_STATEMENT_TIMEOUT_MS: { type: 'integer', minimum: 100, maximum: 600000, default: 5000 },
+    OIDC_ISSUER_URL: { type: 'string', format: 'uri' },
+    OIDC_CLIENT_ID: { type: 'string', minLength: 1, default: 'platform-enterprise-web' },
+    /** Overrides Keycloak's `{issuer}/protocol/openid-connect/certs`. */
+    OIDC_JWKS_URL: { type: 'string', format: 'uri' },
+    /** Allowed clock skew for exp/nbf, in seconds. */
+    OIDC_CLOCK_TOLERANCE_S: { type: 'integer', minimum: 0, maximum: 300, default: 30 },
+    /** Minimum interval between JWKS refetches caused by an unknown kid, in milliseconds. */
+    OIDC_JWKS_COOLDOWN_MS: { type: 'integer', minimum: 0, default: 30000 },
+    /** JWKS cache lifetime, in milliseconds. */
+    OIDC_JWKS_MAX_AGE_MS: { type: 'integer', minimum: 1000, default: 600000 },
+    OIDC_JWKS_TIMEOUT_MS: { type: 'integer', minimum: 100, maximum: 60000, default: 5000 },
+    S3_ENDPOINT: { type: 'string', format: 'uri' },
+    /** Endpoint put into presigned URLs when clients reach the store by another address. */
+    S3_PUBLIC_ENDPOINT: { type: 'string', format: 'uri' },
+    S3_REGION: { type: 'string', minLength: 1, default: 'us-east-1' },
+    S3_BUCKET: { type: 'string', minLength: 3, maxLength: 63 },
+    S3_ACCESS_KEY_ID: { type: 'string', minLength: 1 },
+    S3_SECRET_ACCESS_KEY: { type: 'string', minLength: 1, writeOnly: true },
+    S3_FORCE_PATH_STYLE: { type: 'boolean', default: false },
+    WEBHOOK_TOKENS: { type: 'string', writeOnly: true },
+    WEBHOOK_TOKENS_FILE: { type: 'string' },
+    /** Largest image upload, in bytes (default 25 MiB). */
+    MEDIA_MAX_IMAGE_BYTES: { type: 'integer', minimum: 1, default: 25 * MiB },
+    /** Largest video upload, in bytes (default 2 GiB). */
+    MEDIA_MAX_VIDEO_BYTES: { type: 'integer', minimum: 1, default: 2048 * MiB },
+    /** Lifetime of a presigned PUT, in seconds (SigV4 allows at most 7 days). */
+    UPLOAD_URL_TTL_S: { type: 'integer', minimum: 60, maximum: 604800, default: 900 },
+    /** Lifetime of a presigned GET, in seconds. */
+    DOWNLOAD_URL_TTL_S: { type: 'integer', minimum: 10, maximum: 604800, default: 300 },
+    /** How long a stored Idempotency-Key answer is replayed, in seconds. */
+    IDEMPOTENCY_TTL_S: { type: 'integer', minimum: 60, default: 86400 },
+    /** Bound on the shutdown sequence, in milliseconds. */
+    SHUTDOWN_TIMEOUT_MS: { type: 'integer', minimum: 1000, default: 15000 },
+  },
+} as const;
+
+export interface WorkflowConfig {
+  http: { port: number; host: string; trustProxy: number };
+  logLevel: LogLevel;
+  database: { url: string; poolMax: number; statementTimeoutMs: number };
+  oidc: TokenVerifierSettings;
+  s3: S3Settings;
+  webhookTokens: string[];
+  media: MediaLimits & { uploadUrlTtlS: number; downloadUrlTtlS: number };
+  idempotencyTtlS: number;
+  shutdownTimeoutMs: number;
+}
+
+/** Reads and checks the environment; throws `ConfigError` naming every bad variable. */
+export function loadWorkflowConfig(env: Record<string, string | undefined> = process.env): WorkflowConfig {
+  const raw = loadConfig(configSchema, env);
+  let webhookTokens: string[];
+  try {
+    webhookTokens = readSecretList({ value: raw.WEBHOOK_TOKENS, file: raw.WEBHOOK_TOKENS_FILE });
+  } catch (err) {
+    throw new ConfigError([
+      {
+        variable: 'WEBHOOK_TOKENS_FILE',
+        message: `cannot be read (${(err as NodeJS.ErrnoException).code ?? 'error'})`,
+      },
+    ]);
+  }
+  if (webhookTokens.length === 0) {
+    // DESIGN 5.1: refuse to start without a webhook token rather than accept unauthenticated events.
+    throw new ConfigError([
+      {
+        variable: 'WEBHOOK_TOKENS',
+        message: 'set WEBHOOK_TOKENS or WEBHOOK_TOKENS_FILE (at least one token)',
+      },
+    ]);
+  }
+  if ((raw.S3_ACCESS_KEY_ID === undefined) !== (raw.S3_SECRET_ACCESS_KEY === undefined)) {
+    throw new ConfigError([
+      {
+        variable: 'S3_SECRET_ACCESS_KEY',
+        message: 'S3_ACCESS_KEY_ID and S3_SECRET_ACCESS_KEY must be set together',
+      },
+    ]);
+  }
+  return deepFreeze({
+    http: { port: raw.PORT, host: raw.HOST, trustProxy: raw.TRUST_PROXY },
+    logLevel: raw.LOG_LEVEL,
+    database: {
+      url: raw.DATABASE_URL,
+      poolMax: raw.DB_POOL_MAX,
+      statementTimeoutMs: raw.DB_STATEMENT_TIMEOUT_MS,
+    },
+    oidc: {
+      issuerUrl: raw.OIDC_ISSUER_URL,
+      jwksUrl: raw.OIDC_JWKS_URL,
+      clientId: raw.OIDC_CLIENT_ID,
+      requiredRole: 'enterprise_portal_role',
+      clockToleranceS: raw.OIDC_CLOCK_TOLERANCE_S,
+      jwksCooldownMs: raw.OIDC_JWKS_COOLDOWN_MS,
+      jwksCacheMaxAgeMs: raw.OIDC_JWKS_MAX_AGE_MS,
+      jwksTimeoutMs: raw.OIDC_JWKS_TIMEOUT_MS,
+    },
+    s3: {
+      endpoint: raw.S3_ENDPOINT,
+      publicEndpoint: raw.S3_PUBLIC_ENDPOINT,
+      region: raw.S3_REGION,
+      bucket: raw.S3_BUCKET,
+      accessKeyId: raw.S3_ACCESS_KEY_ID,
+      secretAccessKey: raw.S3_SECRET_ACCESS_KEY,
+      forcePathStyle: raw.S3_FORCE_PATH_STYLE,
+    },
+    webhookTokens,
+    media: {
+      maxImageBytes: raw.MEDIA_MAX_IMAGE_BYTES,
+      maxVideoBytes: raw.MEDIA_MAX_VIDEO_BYTES,
+      uploadUrlTtlS: raw.UPLOAD_URL_TTL_S,
+      downloadUrlTtlS: raw.DOWNLOAD_URL_TTL_S,
+    },
+    idempotencyTtlS: raw.IDEMPOTENCY_TTL_S,
+    shutdownTimeoutMs: raw.SHUTDOWN_TIMEOUT_MS,
+  });
+}
+
+function deepFreeze<T>(value: T): T {
+  if (typeof value === 'object' && value !== null) {
+    for (const child of Object.values(value)) deepFreeze(child);
+    Object.freeze(value);
+  }
+  return value;
+}

@@ -1,0 +1,174 @@
+// Work items, their decision audit and the decision idempotency store (under the caller's RLS).
+import type { Decision, WorkItemState } from '@platform/enterprise-db';
+import type { Executor } from './database.js';
+
+export interface LockedWorkItem {
+  id: string;
+  siteId: string;
+  state: WorkItemState;
+  deferUntil: Date | null;
+  decidedAt: Date | null;
+  decidedBy: string | null;
+  decisionNote: string | null;
+}
+
+const columns = [
+  'id',
+  'site_id',
+  'state',
+  'defer_until',
+  'decided_at',
+  'decided_by',
+  'decision_note',
+] as const;
+
+function toLocked(row: {
+  id: string;
+  site_id: string;
+  state: WorkItemState;
+  defer_until: Date | null;
+  decided_at: Date | null;
+  decided_by: string | null;
+  decision_note: string | null;
+}): LockedWorkItem {
+  return {
+    id: row.id,
+    siteId: row.site_id,
+    state: row.state,
+    deferUntil: row.defer_until,
+    decidedAt: row.decided_at,
+    decidedBy: row.decided_by,
+    decisionNote: row.decision_note,
+  };
+}
+
+/**
+ * Reads the item and locks its row until the transaction ends, so concurrent decisions on one item
+ * run one after the other, each seeing the state the previous one committed (READ COMMITTED
+ * re-reads the locked row). Undefined when it does not exist at `siteId` or the caller cannot see it.
+ */
+export async function lockWorkItem(
+  db: Executor,
+  siteId: string,
+  itemId: string,
+): Promise<LockedWorkItem | undefined> {
+  const row = await db
+    .selectFrom('enterprise.work_items')
+    .select(columns)
+    .where('id', '=', itemId)
+    .where('site_id', '=', siteId)
+    .forUpdate()
+    .executeTakeFirst();
+  return row === undefined ? undefined : toLocked(row);
+}
+
+export interface DecisionRecord {
+  itemId: string;
+  siteId: string;
+  decision: Decision;
+  previousState: WorkItemState;
+  newState: WorkItemState;
+  note: string | null;
+  deferUntil: Date | null;
+  decidedBy: string;
+  decidedAt: Date;
+  requestId: string;
+}
+
+/** Applies the decision to the item and appends its audit row; the caller's transaction holds both. */
+export async function recordDecision(db: Executor, record: DecisionRecord): Promise<LockedWorkItem> {
+  const row = await db
+    .updateTable('enterprise.work_items')
+    .set({
+      state: record.newState,
+      defer_until: record.deferUntil,
+      decided_at: record.decidedAt,
+      decided_by: record.decidedBy,
+      decision_note: record.note,
+      updated_at: record.decidedAt,
+    })
+    .where('id', '=', record.itemId)
+    .where('site_id', '=', record.siteId)
+    .returning(columns)
+    .executeTakeFirstOrThrow();
+  await db
+    .insertInto('enterprise.work_item_decisions')
+    .values({
+      work_item_id: record.itemId,
+      site_id: record.siteId,
+      decision: record.decision,
+      previous_state: record.previousState,
+      new_state: record.newState,
+      note: record.note,
+      defer_until: record.deferUntil,
+      decided_by: record.decidedBy,
+      decided_at: record.decidedAt,
+      request_id: record.requestId,
+    })
+    .execute();
+  return toLocked(row);
+}
+
+export interface StoredResponse {
+  fingerprint: string;
+  status: number;
+  body: unknown;
+  createdAt: Date;
+}
+
+/** The stored answer for the caller's key (RLS scopes keys to the caller's `sub`). */
+export async function findIdempotentResponse(
+  db: Executor,
+  callerSub: string,
+  key: string,
+): Promise<StoredResponse | undefined> {
+  const row = await db
+    .selectFrom('enterprise.decision_idempotency_keys')
+    .select(['request_fingerprint', 'response_status', 'response_body', 'created_at'])
+    .where('caller_sub', '=', callerSub)
+    .where('idempotency_key', '=', key)
+    .executeTakeFirst();
+  if (row === undefined) return undefined;
+  return {
+    fingerprint: row.request_fingerprint,
+    status: row.response_status,
+    body: row.response_body,
+    createdAt: row.created_at,
+  };
+}
+
+export async function deleteIdempotentResponse(db: Executor, callerSub: string, key: string): Promise<void> {
+  await db
+    .deleteFrom('enterprise.decision_idempotency_keys')
+    .where('caller_sub', '=', callerSub)
+    .where('idempotency_key', '=', key)
+    .execute();
+}
+
+export async function storeIdempotentResponse(
+  db: Executor,
+  entry: {
+    callerSub: string;
+    key: string;
+    itemId: string;
+    siteId: string;
+    fingerprint: string;
+    status: number;
+    body: unknown;
+    createdAt: Date;
+  },
+): Promise<void> {
+  await db
+    .insertInto('enterprise.decision_idempotency_keys')
+    .values({
+      caller_sub: entry.callerSub,
+      idempotency_key: entry.key,
+      work_item_id: entry.itemId,
+      site_id: entry.siteId,
+      request_fingerprint: entry.fingerprint,
+      response_status: entry.status,
+      response_body: JSON.stringify(entry.body),
+      created_at: entry.createdAt,
+    })
+    .execute();
+}

@@ -1,0 +1,35 @@
+// What the workflow's use cases are given: storage handles, limits, a clock and counters. Built once
+// at boot (main.ts or a test) and passed in; no module-level state.
+import type { Logger } from '@platform/service-kit';
+import type { Kysely } from 'kysely';
+import type { Registry } from '@platform/service-kit';
+import type { PortalUser } from '../auth/token-verifier.js';
+import type { WorkflowDb } from '../db/database.js';
+import type { MediaStorage } from '../storage/s3.js';
+import type { MediaLimits } from './media.js';
+import type { WorkflowMetrics } from './metrics.js';
+
+export interface WorkflowContext {
+  /** Connected as `enterprise_api_login`; every use goes through a claims-carrying transaction. */
+  db: Kysely<WorkflowDb>;
+  storage: MediaStorage;
+  media: MediaLimits & { uploadUrlTtlS: number; downloadUrlTtlS: number };
+  /** How long an Idempotency-Key answer is replayed, in seconds. */
+  idempotencyTtlS: number;
+  metrics: Registry | undefined;
+  counters: WorkflowMetrics;
+  now: () => Date;
+}
+
+/** The caller of one portal request. */
+export interface UserScope {
+  user: PortalUser;
+  requestId: string;
+  log: Logger;
+}
+
+/** The webhook's request: the caller is the object store, not a user. */
+export interface ServiceScope {
+  requestId: string;
+  log: Logger;
+}

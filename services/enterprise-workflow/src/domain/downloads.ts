@@ -1,0 +1,37 @@
+// GET /sites/{site_id}/media/{media_id}/download (DESIGN 4.4).
+import type { DownloadResponse, MediaContentType } from '@platform/contracts';
+import { DomainError } from '@platform/service-kit';
+import { inUserTransaction } from '../db/database.js';
+import { findMediaAtSite } from '../db/media.js';
+import type { UserScope, WorkflowContext } from './context.js';
+import { contentDisposition } from './media.js';
+
+export async function getDownload(
+  ctx: WorkflowContext,
+  scope: UserScope,
+  siteId: string,
+  mediaId: string,
+): Promise<DownloadResponse> {
+  const media = await inUserTransaction(ctx.db, scope.user, (trx) => findMediaAtSite(trx, siteId, mediaId));
+  // Rejected uploads are gone for the client: the same 404 as an unknown id or another site's item.
+  if (media === undefined || media.status === 'rejected')
+    throw new DomainError('not_found', 'No such media item.');
+  if (media.status === 'pending_upload') {
+    throw new DomainError('media_pending', 'The file has not been uploaded yet.');
+  }
+  const signed = await ctx.storage.presignDownload({
+    key: media.objectKey,
+    contentDisposition: contentDisposition(media.filename),
+    contentType: media.contentType,
+    expiresInS: ctx.media.downloadUrlTtlS,
+    now: ctx.now(),
+  });
+  return {
+    media_id: media.id,
+    url: signed.url,
+    expires_at: signed.expiresAt.toISOString(),
+    content_type: media.contentType as MediaContentType,
+    size_bytes: media.sizeBytes,
+    filename: media.filename,
+  };
+}

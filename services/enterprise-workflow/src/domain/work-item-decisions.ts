@@ -1,0 +1,147 @@
+// POST /sites/{site_id}/work-items/{item_id}/decision (DESIGN 4.4).
+import { createHash } from 'node:crypto';
+import type { DecisionRequest, DecisionResponse } from '@platform/contracts';
+import { DomainError } from '@platform/service-kit';
+import { inUserTransaction } from '../db/database.js';
+import {
+  deleteIdempotentResponse,
+  findIdempotentResponse,
+  lockWorkItem,
+  recordDecision,
+  storeIdempotentResponse,
+} from '../db/work-items.js';
+import type { LockedWorkItem } from '../db/work-items.js';
+import type { UserScope, WorkflowContext } from './context.js';
+import { checkDecisionRequest, decide } from './decisions.js';
+
+export interface DecisionResult {
+  item: DecisionResponse;
+  /** True when the answer is a stored one replayed for a repeated Idempotency-Key. */
+  replayed: boolean;
+}
+
+function toResponse(item: LockedWorkItem): DecisionResponse {
+  return {
+    work_item_id: item.id,
+    site_id: item.siteId,
+    status: item.state,
+    defer_until: item.deferUntil?.toISOString() ?? null,
+    decided_at: item.decidedAt?.toISOString() ?? null,
+    decided_by: item.decidedBy,
+    note: item.decisionNote,
+  };
+}
+
+/** Identifies "the same request" for an Idempotency-Key: target and body, independent of key order. */
+function fingerprintOf(siteId: string, itemId: string, body: DecisionRequest): string {
+  const canonical = JSON.stringify([
+    'POST decision',
+    siteId,
+    itemId,
+    body.decision,
+    body.note ?? null,
+    body.defer_until === undefined ? null : new Date(body.defer_until).toISOString(),
+  ]);
+  return createHash('sha256').update(canonical).digest('hex');
+}
+
+/**
+ * Applies a decision. The item's row lock serialises concurrent decisions (one wins, the others see
+ * its result); the state change and its audit row commit together or not at all. With an
+ * Idempotency-Key the first answer is stored in the same transaction and replayed to retries; the
+ * lookup happens after the row lock, so a retry racing its original waits for it and replays it.
+ */
+export async function decideWorkItem(
+  ctx: WorkflowContext,
+  scope: UserScope,
+  siteId: string,
+  itemId: string,
+  body: DecisionRequest,
+  idempotencyKey: string | undefined,
+): Promise<DecisionResult> {
+  const now = ctx.now();
+  // Checked after a replay lookup: a retry must get its stored answer even once defer_until passed.
+  const problems = checkDecisionRequest(body, now);
+  if (problems.length > 0 && idempotencyKey === undefined) {
+    throw new DomainError('invalid_body', 'The decision is not valid.', { errors: problems });
+  }
+  const sub = scope.user.sub;
+  const fingerprint = idempotencyKey === undefined ? undefined : fingerprintOf(siteId, itemId, body);
+
+  try {
+    const result = await inUserTransaction(ctx.db, scope.user, async (trx) => {
+      const item = await lockWorkItem(trx, siteId, itemId);
+      if (item === undefined) throw new DomainError('not_found', 'No such work item.');
+
+      if (idempotencyKey !== undefined) {
+        const stored = await findIdempotentResponse(trx, sub, idempotencyKey);
+        if (stored !== undefined && now.getTime() - stored.createdAt.getTime() > ctx.idempotencyTtlS * 1000) {
+          await deleteIdempotentResponse(trx, sub, idempotencyKey);
+        } else if (stored !== undefined) {
+          if (stored.fingerprint !== fingerprint) {
+            throw new DomainError(
+              'conflict',
+              'This Idempotency-Key was already used for a different request.',
+            );
+          }
+          return { item: stored.body as DecisionResponse, replayed: true, outcome: 'replayed' as const };
+        }
+      }
+
+      if (problems.length > 0) {
+        throw new DomainError('invalid_body', 'The decision is not valid.', { errors: problems });
+      }
+      const outcome = decide(item.state, body.decision);
+      let after = item;
+      switch (outcome.kind) {
+        case 'conflict':
+          throw new DomainError('conflict', outcome.detail);
+        case 'unchanged':
+          break;
+        case 'transition':
+          after = await recordDecision(trx, {
+            itemId,
+            siteId,
+            decision: body.decision,
+            previousState: item.state,
+            newState: outcome.state,
+            note: body.note ?? null,
+            deferUntil:
+              body.decision === 'defer' && body.defer_until !== undefined ? new Date(body.defer_until) : null,
+            decidedBy: sub,
+            decidedAt: now,
+            requestId: scope.requestId,
+          });
+          break;
+      }
+      const response = toResponse(after);
+      if (idempotencyKey !== undefined && fingerprint !== undefined) {
+        await storeIdempotentResponse(trx, {
+          callerSub: sub,
+          key: idempotencyKey,
+          itemId,
+          siteId,
+          fingerprint,
+          status: 200,
+          body: response,
+          createdAt: now,
+        });
+      }
+      return { item: response, replayed: false, outcome: outcome.kind };
+    });
+    ctx.counters.decisions.inc({ decision: body.decision, outcome: result.outcome });
+    if (result.outcome === 'transition') {
+      scope.log.info('work item decided', {
+        work_item_id: itemId,
+        site_id: siteId,
+        state: result.item.status,
+      });
+    }
+    return { item: result.item, replayed: result.replayed };
+  } catch (err) {
+    if (err instanceof DomainError && err.code === 'conflict') {
+      ctx.counters.decisions.inc({ decision: body.decision, outcome: 'conflict' });
+    }
+    throw err;
+  }
+}

@@ -1,0 +1,54 @@
+// Edge authentication: bearer JWTs for portal routes, shared tokens for the storage webhook.
+import { DomainError, bearerToken } from '@platform/service-kit';
+import type { SecretSet } from '@platform/service-kit';
+import type { Request } from 'express';
+import type { PortalUser, TokenVerifier } from '../auth/token-verifier.js';
+
+/** RFC 6750 challenge; the realm names the Keycloak realm the token must come from. */
+function challenge(error?: 'invalid_token'): Record<string, string> {
+  return {
+    'WWW-Authenticate':
+      error === undefined ? 'Bearer realm="platform"' : `Bearer realm="platform", error="${error}"`,
+  };
+}
+
+/** Seconds a client should wait before retrying when the signing keys are unreachable. */
+const KEYS_RETRY_AFTER_S = 5;
+
+/**
+ * The verified user of a portal request. No token means the anonymous role, which may do nothing
+ * here (DESIGN 4.1): 401. An invalid token is 401, a valid token without the portal role 403.
+ */
+export async function authenticateUser(req: Request, verifier: TokenVerifier): Promise<PortalUser> {
+  const token = bearerToken(req);
+  if (token === undefined) {
+    throw new DomainError('unauthorized', 'A bearer token is required.', { headers: challenge() });
+  }
+  const result = await verifier.verify(token);
+  if (result.ok) return result.user;
+  switch (result.reason) {
+    case 'invalid_token':
+      throw new DomainError('unauthorized', result.detail, { headers: challenge('invalid_token') });
+    case 'insufficient_role':
+      throw new DomainError('forbidden', result.detail);
+    case 'keys_unavailable':
+      req.log.warn('token signing keys unavailable', {
+        jwks_url: verifier.jwksUrl,
+        err: String(result.cause),
+      });
+      throw new DomainError('backend_unavailable', result.detail, {
+        headers: { 'Retry-After': String(KEYS_RETRY_AFTER_S) },
+        cause: result.cause,
+      });
+  }
+}
+
+/** The webhook's shared secrets: several may be valid at once (rotation), compared in constant time. */
+export function authenticateWebhook(req: Request, tokens: SecretSet): void {
+  const token = bearerToken(req);
+  if (token === undefined || !tokens.has(token)) {
+    throw new DomainError('unauthorized', 'A valid webhook bearer token is required.', {
+      headers: challenge(),
+    });
+  }
+}

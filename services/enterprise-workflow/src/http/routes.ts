@@ -1,0 +1,174 @@
+// The HTTP edge: parses and validates requests, authenticates, calls the domain, shapes responses.
+// Statuses come from DomainError codes; nothing below this file knows about HTTP.
+import {
+  isUuid,
+  validateDecisionRequest,
+  validateObjectCreatedEvent,
+  validateUploadIntentRequest,
+} from '@platform/contracts';
+import { DomainError, metricsHandler, requireValid } from '@platform/service-kit';
+import type { RouteDefinition, SecretSet } from '@platform/service-kit';
+import type { Request, RequestHandler, Response } from 'express';
+import type { TokenVerifier } from '../auth/token-verifier.js';
+import type { WorkflowContext } from '../domain/context.js';
+import { decideWorkItem } from '../domain/work-item-decisions.js';
+import { getDownload } from '../domain/downloads.js';
+import { handleObjectCreated } from '../domain/object-created.js';
+import { createUploadIntent } from '../domain/upload-intents.js';
+import { authenticateUser, authenticateWebhook } from './auth.js';
+
+export interface RouteDeps {
+  ctx: WorkflowContext;
+  verifier: TokenVerifier;
+  webhookTokens: SecretSet;
+  /** Readiness: database reachable, signing keys loaded. */
+  checkReady: () => Promise<Record<string, 'ok' | 'failed'>>;
+}
+
+/** Express 5 forwards rejected promises to the error handler; this only narrows the types. */
+type AsyncHandler = (req: Request, res: Response) => Promise<void>;
+const handle =
+  (fn: AsyncHandler): RequestHandler =>
+  (req, res, next) => {
+    fn(req, res).catch(next);
+  };
+
+/**
+ * A path id that is not a UUID cannot name anything: answer as for an unknown resource (404),
+ * before touching the database, exactly like an existing id outside the caller's sites.
+ */
+const notFoundDetail: Record<string, string> = {
+  site_id: 'No such site.',
+  media_id: 'No such media item.',
+  item_id: 'No such work item.',
+};
+
+function pathId(req: Request, name: 'site_id' | 'media_id' | 'item_id'): string {
+  const value = req.params[name];
+  if (!isUuid(value)) throw new DomainError('not_found', notFoundDetail[name]);
+  return value.toLowerCase();
+}
+
+/** RFC draft "The Idempotency-Key HTTP Header Field": a quoted or bare string, kept short. */
+const IDEMPOTENCY_KEY = /^"?([\x21\x23-\x7e]{1,255})"?$/;
+
+function idempotencyKey(req: Request): string | undefined {
+  const raw = req.get('Idempotency-Key');
+  if (raw === undefined) return undefined;
+  const match = IDEMPOTENCY_KEY.exec(raw.trim());
+  if (match === null) {
+    throw new DomainError(
+      'invalid_body',
+      'The Idempotency-Key header must be 1–255 visible ASCII characters.',
+      {
+        errors: [{ path: '', message: 'Idempotency-Key header is malformed' }],
+      },
+    );
+  }
+  return match[1];
+}
+
+export function workflowRoutes(deps: RouteDeps): RouteDefinition[] {
+  const { ctx, verifier, webhookTokens } = deps;
+
+  return [
+    {
+      method: 'GET',
+      path: '/health',
+      // Liveness: the process answers; no dependency is called (a database outage must not restart pods).
+      handler: (_req, res) => {
+        res.json({ status: 'ok' });
+      },
+    },
+    {
+      method: 'GET',
+      path: '/ready',
+      handler: handle(async (_req, res) => {
+        const checks = await deps.checkReady();
+        const failed = Object.entries(checks)
+          .filter(([, state]) => state !== 'ok')
+          .map(([name]) => name);
+        if (failed.length > 0) {
+          throw new DomainError('not_ready', `Not ready: ${failed.join(', ')} unavailable.`, {
+            headers: { 'Retry-After': '5' },
+          });
+        }
+        res.json({ status: 'ready', checks });
+      }),
+    },
+    ...(ctx.metrics === undefined
+      ? []
+      : [
+          { method: 'GET', path: '/metrics', handler: metricsHandler(ctx.metrics) } satisfies RouteDefinition,
+        ]),
+    {
+      method: 'POST',
+      path: '/sites/:site_id/media/upload-intents',
+      handler: handle(async (req, res) => {
+        const user = await authenticateUser(req, verifier);
+        const siteId = pathId(req, 'site_id');
+        const body = requireValid(validateUploadIntentRequest(req.body));
+        const created = await createUploadIntent(
+          ctx,
+          { user, requestId: req.id, log: req.log },
+          siteId,
+          body,
+        );
+        res.status(201).location(`/sites/${siteId}/media/${created.media_id}/download`).json(created);
+      }),
+    },
+    {
+      method: 'GET',
+      path: '/sites/:site_id/media/:media_id/download',
+      handler: handle(async (req, res) => {
+        const user = await authenticateUser(req, verifier);
+        const siteId = pathId(req, 'site_id');
+        const mediaId = pathId(req, 'media_id');
+        const download = await getDownload(ctx, { user, requestId: req.id, log: req.log }, siteId, mediaId);
+        // The URL is a short-lived credential: keep it out of shared caches.
+        res.setHeader('Cache-Control', 'no-store');
+        res.json(download);
+      }),
+    },
+    {
+      method: 'POST',
+      path: '/sites/:site_id/work-items/:item_id/decision',
+      handler: handle(async (req, res) => {
+        const user = await authenticateUser(req, verifier);
+        const siteId = pathId(req, 'site_id');
+        const itemId = pathId(req, 'item_id');
+        const body = requireValid(validateDecisionRequest(req.body));
+        const key = idempotencyKey(req);
+        const result = await decideWorkItem(
+          ctx,
+          { user, requestId: req.id, log: req.log },
+          siteId,
+          itemId,
+          body,
+          key,
+        );
+        if (result.replayed) res.setHeader('Idempotent-Replayed', 'true');
+        res.status(200).json(result.item);
+      }),
+    },
+    {
+      method: 'HEAD',
+      path: '/internal/media/object-created',
+      // Older MinIO releases probe the target with HEAD when it is configured (DESIGN 4.4); the
+      // probe carries no token, and answering it reveals nothing.
+      handler: (_req, res) => {
+        res.status(200).end();
+      },
+    },
+    {
+      method: 'POST',
+      path: '/internal/media/object-created',
+      handler: handle(async (req, res) => {
+        authenticateWebhook(req, webhookTokens);
+        const event = requireValid(validateObjectCreatedEvent(req.body));
+        const result = await handleObjectCreated(ctx, { requestId: req.id, log: req.log }, event);
+        res.status(200).json(result);
+      }),
+    },
+  ];
+}

@@ -1,0 +1,83 @@
+// The workflow process: configuration, connections, HTTP listener and graceful shutdown.
+import { API_LOGIN } from '@platform/enterprise-db';
+import {
+  ConfigError,
+  closeHttpServer,
+  createDb,
+  createLogger,
+  createMetrics,
+  installShutdown,
+  redactUrl,
+} from '@platform/service-kit';
+import { buildApp } from './app.js';
+import { createTokenVerifier } from './auth/token-verifier.js';
+import { loadWorkflowConfig } from './config.js';
+import type { WorkflowDb } from './db/database.js';
+import { createS3Storage } from './storage/s3.js';
+
+const SERVICE = 'enterprise-workflow';
+
+async function main(): Promise<void> {
+  let config;
+  try {
+    config = loadWorkflowConfig();
+  } catch (err) {
+    if (err instanceof ConfigError) {
+      process.stderr.write(`${SERVICE}: ${err.message}\n`);
+      process.exit(2);
+    }
+    throw err;
+  }
+  const logger = createLogger({ service: SERVICE, level: config.logLevel });
+  const dbUser = decodeURIComponent(new URL(config.database.url).username);
+  if (dbUser !== API_LOGIN) {
+    // DESIGN 4.2: runtime logins never own tables; another login would bypass the intended grants.
+    logger.warn('DATABASE_URL does not use the workflow login', { expected: API_LOGIN, user: dbUser });
+  }
+  const db = createDb<WorkflowDb>(config.database.url, {
+    max: config.database.poolMax,
+    applicationName: SERVICE,
+    statementTimeoutMs: config.database.statementTimeoutMs,
+    logger,
+  });
+  const storage = createS3Storage(config.s3);
+  const verifier = createTokenVerifier(config.oidc);
+  const metrics = createMetrics({ service: SERVICE });
+  const app = buildApp({ config, logger, db, storage, verifier, metrics });
+
+  const server = app.listen(config.http.port, config.http.host);
+  await new Promise<void>((resolve, reject) => {
+    server.once('listening', resolve);
+    server.once('error', reject);
+  });
+  const address = server.address();
+  const port = typeof address === 'object' && address !== null ? address.port : config.http.port;
+  logger.info('listening', {
+    port,
+    database: redactUrl(config.database.url),
+    issuer: config.oidc.issuerUrl,
+    bucket: config.s3.bucket,
+    s3_endpoint: config.s3.endpoint ?? 'aws',
+    webhook_tokens: config.webhookTokens.length,
+  });
+  // Warm the key cache so the first request does not wait for the issuer (failure is not fatal:
+  // /ready reports it and verification retries).
+  void verifier.keysLoaded().then((ok) => {
+    if (!ok) logger.warn('signing keys not loaded yet', { jwks_url: verifier.jwksUrl });
+  });
+
+  installShutdown({
+    logger,
+    timeoutMs: config.shutdownTimeoutMs,
+    steps: [
+      { name: 'http', close: () => closeHttpServer(server, Math.floor(config.shutdownTimeoutMs / 2)) },
+      { name: 'db pool', close: () => db.destroy() },
+      { name: 's3 client', close: () => Promise.resolve(storage.destroy()) },
+    ],
+  });
+}
+
+main().catch((err: unknown) => {
+  process.stderr.write(`${SERVICE}: failed to start: ${err instanceof Error ? err.message : String(err)}\n`);
+  process.exit(1);
+});

@@ -1,0 +1,138 @@
+// Transport-free rules: decisions, intents, arrivals and event records.
+import { checkDecisionRequest, decide } from '../src/domain/decisions.js';
+import {
+  checkIntent,
+  contentDisposition,
+  judgeArrival,
+  newObjectKey,
+  normaliseEtag,
+} from '../src/domain/media.js';
+import { readRecord } from '../src/domain/object-events.js';
+
+describe('decide', () => {
+  it.each([
+    ['proposed', 'accept', { kind: 'transition', state: 'accepted' }],
+    ['proposed', 'defer', { kind: 'transition', state: 'deferred' }],
+    ['proposed', 'decline', { kind: 'transition', state: 'declined' }],
+    ['deferred', 'defer', { kind: 'transition', state: 'deferred' }],
+    ['deferred', 'accept', { kind: 'transition', state: 'accepted' }],
+    ['deferred', 'decline', { kind: 'transition', state: 'declined' }],
+    ['accepted', 'accept', { kind: 'unchanged' }],
+    ['declined', 'decline', { kind: 'unchanged' }],
+  ] as const)('%s + %s', (state, decision, outcome) => {
+    expect(decide(state, decision)).toEqual(outcome);
+  });
+
+  it.each([
+    ['accepted', 'decline'],
+    ['accepted', 'defer'],
+    ['declined', 'accept'],
+    ['declined', 'defer'],
+  ] as const)('%s + %s is a conflict', (state, decision) => {
+    expect(decide(state, decision).kind).toBe('conflict');
+  });
+});
+
+describe('checkDecisionRequest', () => {
+  const now = new Date('2026-11-22T10:00:00Z');
+  it('requires a future defer_until for defer only', () => {
+    expect(checkDecisionRequest({ decision: 'defer', defer_until: '2026-12-01T00:00:00Z' }, now)).toEqual([]);
+    expect(checkDecisionRequest({ decision: 'defer' }, now)).toEqual([
+      { path: '/defer_until', message: 'is required when the decision is "defer"' },
+    ]);
+    expect(
+      checkDecisionRequest({ decision: 'defer', defer_until: '2026-11-22T09:59:59Z' }, now)[0]?.message,
+    ).toBe('must be in the future');
+    expect(
+      checkDecisionRequest({ decision: 'accept', defer_until: '2026-12-01T00:00:00Z' }, now),
+    ).toHaveLength(1);
+    expect(checkDecisionRequest({ decision: 'accept' }, now)).toEqual([]);
+  });
+});
+
+describe('media rules', () => {
+  const limits = { maxImageBytes: 100, maxVideoBytes: 1000 };
+
+  it('allows listed types within the kind limit', () => {
+    expect(checkIntent({ content_type: 'image/png', size_bytes: 100 }, limits)).toEqual([]);
+    expect(checkIntent({ content_type: 'video/mp4', size_bytes: 1000 }, limits)).toEqual([]);
+    expect(checkIntent({ content_type: 'image/png', size_bytes: 101 }, limits)).toEqual([
+      { path: '/size_bytes', message: 'must be at most 100 bytes for a image' },
+    ]);
+    expect(checkIntent({ content_type: 'text/html', size_bytes: 1 }, limits)[0]?.path).toBe('/content_type');
+    expect(checkIntent({ content_type: 'IMAGE/PNG', size_bytes: 1 }, limits)[0]?.path).toBe('/content_type');
+    expect(checkIntent({ content_type: 'toString', size_bytes: 1 }, limits)[0]?.path).toBe('/content_type');
+  });
+
+  it('generates keys from ids only', () => {
+    const key = newObjectKey('11111111-1111-4111-8111-111111111111', 'video/quicktime');
+    expect(key).toMatch(/^sites\/11111111-1111-4111-8111-111111111111\/media\/[0-9a-f-]{36}\.mov$/);
+    expect(newObjectKey('s', 'image/png')).not.toBe(newObjectKey('s', 'image/png'));
+  });
+
+  it('makes filenames safe for Content-Disposition', () => {
+    expect(contentDisposition('report.pdf')).toBe(
+      `attachment; filename="report.pdf"; filename*=UTF-8''report.pdf`,
+    );
+    expect(contentDisposition('a\r\nSet-Cookie: x=1.png')).toBe(
+      `attachment; filename="aSet-Cookie_ x=1.png"; filename*=UTF-8''aSet-Cookie%3A%20x%3D1.png`,
+    );
+    expect(contentDisposition('C:\\temp\\')).toBe(
+      `attachment; filename="download"; filename*=UTF-8''download`,
+    );
+  });
+
+  it('judges arrivals against the intent', () => {
+    const intent = { declaredSizeBytes: 10, contentType: 'image/png' };
+    expect(judgeArrival(intent, { sizeBytes: 10, contentType: 'image/png', etag: 'x' })).toEqual({
+      status: 'available',
+    });
+    expect(judgeArrival(intent, { sizeBytes: 10, contentType: 'Image/PNG; q=1', etag: 'x' }).status).toBe(
+      'available',
+    );
+    expect(judgeArrival(intent, { sizeBytes: 11, contentType: 'image/png', etag: 'x' }).status).toBe(
+      'rejected',
+    );
+    expect(judgeArrival(intent, { sizeBytes: 10, contentType: 'text/html', etag: 'x' }).status).toBe(
+      'rejected',
+    );
+    expect(judgeArrival(intent, { sizeBytes: 10, contentType: undefined, etag: 'x' }).status).toBe(
+      'rejected',
+    );
+  });
+
+  it('normalises ETags', () => {
+    expect(normaliseEtag('"abc"')).toBe('abc');
+    expect(normaliseEtag('W/"abc"')).toBe('abc');
+    expect(normaliseEtag('abc-3')).toBe('abc-3');
+    expect(normaliseEtag('""')).toBeUndefined();
+  });
+});
+
+describe('object-created records', () => {
+  it('decodes keys the way S3 encodes them', () => {
+    const keyed = (key: string) => ({
+      eventName: 'ObjectCreated:Put',
+      s3: { bucket: { name: 'b' }, object: { key } },
+    });
+    const keyOf = (key: string) => {
+      const reading = readRecord(keyed(key));
+      return reading.kind === 'created' ? reading.event.key : undefined;
+    };
+    expect(keyOf('sites%2Fa%2Fmy+photo%2B1.jpg')).toBe('sites/a/my photo+1.jpg');
+    expect(keyOf('plain/key.png')).toBe('plain/key.png');
+  });
+
+  it('reads MinIO and S3 event names alike and ignores other events', () => {
+    const record = (eventName: string) => ({
+      eventName,
+      s3: { bucket: { name: 'media' }, object: { key: 'a+b', size: 3, eTag: 'e', contentType: '' } },
+    });
+    expect(readRecord(record('s3:ObjectCreated:Put'))).toEqual({
+      kind: 'created',
+      event: { bucket: 'media', key: 'a b', sizeBytes: 3, etag: 'e', contentType: undefined },
+    });
+    expect(readRecord(record('ObjectCreated:CompleteMultipartUpload')).kind).toBe('created');
+    expect(readRecord(record('s3:ObjectRemoved:Delete')).kind).toBe('ignored');
+  });
+});

@@ -1,0 +1,441 @@
+// Upload intents, downloads and the object-created webhook against real PostgreSQL (RLS), s3rver
+// and real JWTs.
+import { createHash } from 'node:crypto';
+import { PutObjectCommand, S3Client } from '@aws-sdk/client-s3';
+import {
+  validateDownloadResponse,
+  validateProblemDocument,
+  validateUploadIntentResponse,
+} from '@platform/contracts';
+import { demoRowId, demoSites, demoUserSubs } from '@platform/enterprise-db';
+import { encodeEventKey } from '@platform/testkit';
+import request from 'supertest';
+import { startHarness, WEBHOOK_TOKENS } from './support/harness.js';
+import type { Harness } from './support/harness.js';
+
+let h: Harness;
+let alice: string;
+let bob: string;
+let carol: string;
+let s3client: S3Client;
+
+beforeAll(async () => {
+  h = await startHarness({ media: { maxImageBytes: 1000, maxVideoBytes: 5000 } });
+  [alice, bob, carol] = await Promise.all([
+    h.issuer.demoToken('alice'),
+    h.issuer.demoToken('bob'),
+    h.issuer.demoToken('carol'),
+  ]);
+  s3client = new S3Client({
+    endpoint: h.s3.endpoint,
+    region: h.s3.region,
+    forcePathStyle: true,
+    credentials: { accessKeyId: h.s3.accessKeyId, secretAccessKey: h.s3.secretAccessKey },
+  });
+});
+afterAll(async () => {
+  s3client.destroy();
+  await h.close();
+});
+
+const hq = demoSites.acmeHq.id;
+const warehouse = demoSites.acmeWarehouse.id;
+const tower = demoSites.borealisTower.id;
+
+function intent(token: string, siteId: string, body: Record<string, unknown>) {
+  return request(h.app)
+    .post(`/sites/${siteId}/media/upload-intents`)
+    .set('Authorization', `Bearer ${token}`)
+    .send(body);
+}
+
+function download(token: string, siteId: string, mediaId: string) {
+  return request(h.app)
+    .get(`/sites/${siteId}/media/${mediaId}/download`)
+    .set('Authorization', `Bearer ${token}`);
+}
+
+function webhook(body: unknown, token = WEBHOOK_TOKENS[1]!) {
+  return request(h.app)
+    .post('/internal/media/object-created')
+    .set('Authorization', `Bearer ${token}`)
+    .send(body as object);
+}
+
+/** A plain S3 event document (s3rver/AWS shape: URL-encoded key, no content type). */
+function s3Event(key: string, size: number, extra: Record<string, unknown> = {}) {
+  return {
+    Records: [
+      {
+        eventVersion: '2.1',
+        eventSource: 'aws:s3',
+        eventName: 'ObjectCreated:Put',
+        s3: {
+          bucket: { name: h.s3.bucket },
+          object: { key: encodeEventKey(key), size, eTag: 'abc123', ...extra },
+        },
+      },
+    ],
+  };
+}
+
+/** MinIO's webhook body: `Key` is bucket/object, the record carries contentType. */
+function minioEvent(key: string, size: number, contentType: string) {
+  return {
+    EventName: 's3:ObjectCreated:Put',
+    Key: `${h.s3.bucket}/${key}`,
+    Records: [
+      {
+        eventVersion: '2.0',
+        eventSource: 'minio:s3',
+        eventName: 's3:ObjectCreated:Put',
+        s3: {
+          bucket: { name: h.s3.bucket },
+          object: { key: encodeEventKey(key), size, eTag: '"d41d8cd98f00b204e9800998ecf8427e"', contentType },
+        },
+      },
+    ],
+  };
+}
+
+async function objectKeyOf(mediaId: string): Promise<string> {
+  const row = await h.admin
+    .selectFrom('enterprise.media_items')
+    .select('object_key')
+    .where('id', '=', mediaId)
+    .executeTakeFirstOrThrow();
+  return row.object_key;
+}
+
+async function put(key: string, body: Buffer, contentType: string) {
+  await s3client.send(
+    new PutObjectCommand({ Bucket: h.s3.bucket, Key: key, Body: body, ContentType: contentType }),
+  );
+}
+
+function pathsOf(res: request.Response): string[] {
+  return (res.body as { errors: Array<{ path: string }> }).errors.map((e) => e.path);
+}
+
+function expectProblem(res: request.Response, status: number, code: string) {
+  expect(res.status).toBe(status);
+  expect(res.headers['content-type']).toMatch(/^application\/problem\+json/);
+  expect(res.body.code).toBe(code);
+  expect(validateProblemDocument(res.body).ok).toBe(true);
+}
+
+describe('POST /sites/{site_id}/media/upload-intents', () => {
+  it('creates a pending item and a presigned PUT', async () => {
+    const res = await intent(bob, hq, {
+      filename: 'boiler room.jpg',
+      content_type: 'image/jpeg',
+      size_bytes: 900,
+    });
+    expect(res.status).toBe(201);
+    expect(validateUploadIntentResponse(res.body).ok).toBe(true);
+    expect(res.body.status).toBe('pending_upload');
+    expect(res.body.upload.method).toBe('PUT');
+    expect(res.body.upload.headers).toEqual({ 'Content-Type': 'image/jpeg' });
+    expect(res.headers.location).toBe(`/sites/${hq}/media/${res.body.media_id}/download`);
+    const expiresInS = (Date.parse(String(res.body.upload.expires_at)) - Date.now()) / 1000;
+    expect(expiresInS).toBeGreaterThan(890);
+    expect(expiresInS).toBeLessThanOrEqual(900);
+
+    const row = await h.admin
+      .selectFrom('enterprise.media_items')
+      .selectAll()
+      .where('id', '=', res.body.media_id)
+      .executeTakeFirstOrThrow();
+    expect(row).toMatchObject({
+      site_id: hq,
+      status: 'pending_upload',
+      filename: 'boiler room.jpg',
+      declared_content_type: 'image/jpeg',
+      declared_size_bytes: '900',
+      uploaded_by: demoUserSubs.bob,
+    });
+    // The key is the server's: site and a random id, never the filename.
+    expect(row.object_key).toMatch(new RegExp(`^sites/${hq}/media/[0-9a-f-]{36}\\.jpg$`));
+    const url = new URL(String(res.body.upload.url));
+    expect(url.pathname).toBe(`/${h.s3.bucket}/${row.object_key}`);
+    expect(url.searchParams.get('X-Amz-SignedHeaders')).toBe('content-length;content-type;host');
+  });
+
+  it('binds a declared checksum and stores it', async () => {
+    const checksum = createHash('sha256').update('x').digest('base64');
+    const res = await intent(bob, hq, {
+      filename: 'a.png',
+      content_type: 'image/png',
+      size_bytes: 1,
+      checksum_sha256: checksum,
+    });
+    expect(res.status).toBe(201);
+    expect(res.body.upload.headers['x-amz-checksum-sha256']).toBe(checksum);
+    const row = await h.admin
+      .selectFrom('enterprise.media_items')
+      .select('declared_checksum_sha256')
+      .where('id', '=', res.body.media_id)
+      .executeTakeFirstOrThrow();
+    expect(row.declared_checksum_sha256).toBe(checksum);
+  });
+
+  it('links records of the same site', async () => {
+    const res = await intent(alice, warehouse, {
+      filename: 'leak.mp4',
+      content_type: 'video/mp4',
+      size_bytes: 4000,
+      walkthrough_id: demoRowId('walkthrough', 'acmeWarehouse', 1),
+      work_item_id: demoRowId('work_item', 'acmeWarehouse', 2),
+      asset_id: demoRowId('asset', 'acmeWarehouse', 3),
+    });
+    expect(res.status).toBe(201);
+    const row = await h.admin
+      .selectFrom('enterprise.media_items')
+      .selectAll()
+      .where('id', '=', res.body.media_id)
+      .executeTakeFirstOrThrow();
+    expect(row.work_item_id).toBe(demoRowId('work_item', 'acmeWarehouse', 2));
+  });
+
+  it('refuses links to another site or another company without linking', async () => {
+    const before = await h.admin
+      .selectFrom('enterprise.media_items')
+      .select(({ fn }) => fn.countAll<string>().as('n'))
+      .executeTakeFirstOrThrow();
+    const res = await intent(alice, hq, {
+      filename: 'x.jpg',
+      content_type: 'image/jpeg',
+      size_bytes: 10,
+      work_item_id: demoRowId('work_item', 'acmeWarehouse', 1),
+      asset_id: demoRowId('asset', 'borealisTower', 1),
+      walkthrough_id: '00000000-0000-4000-8000-000000000000',
+    });
+    expectProblem(res, 400, 'invalid_body');
+    expect(pathsOf(res).sort()).toEqual(['/asset_id', '/walkthrough_id', '/work_item_id']);
+    const after = await h.admin
+      .selectFrom('enterprise.media_items')
+      .select(({ fn }) => fn.countAll<string>().as('n'))
+      .executeTakeFirstOrThrow();
+    expect(after.n).toBe(before.n);
+  });
+
+  it.each([
+    [{ filename: 'a.gif', content_type: 'image/gif', size_bytes: 10 }, '/content_type'],
+    [{ filename: 'a.jpg', content_type: 'image/jpeg', size_bytes: 1001 }, '/size_bytes'],
+    [{ filename: 'a.mov', content_type: 'video/quicktime', size_bytes: 5001 }, '/size_bytes'],
+    [{ filename: 'a.jpg', content_type: 'image/jpeg', size_bytes: 0 }, '/size_bytes'],
+    [{ filename: '../etc/passwd', content_type: 'image/jpeg', size_bytes: 1 }, '/filename'],
+    [{ filename: 'a.jpg', content_type: 'image/jpeg' }, '/size_bytes'],
+    [{ filename: 'a.jpg', content_type: 'image/jpeg', size_bytes: 1, object_key: 'mine' }, '/object_key'],
+    [
+      { filename: 'a.jpg', content_type: 'image/jpeg', size_bytes: 1, checksum_sha256: 'zz' },
+      '/checksum_sha256',
+    ],
+  ])('refuses %j', async (body, path) => {
+    const res = await intent(alice, hq, body);
+    expectProblem(res, 400, 'invalid_body');
+    expect(pathsOf(res)).toContain(path);
+  });
+
+  it('answers 404 for a site outside the caller access, unknown or malformed, identically', async () => {
+    const body = { filename: 'a.jpg', content_type: 'image/jpeg', size_bytes: 1 };
+    const answers = await Promise.all([
+      intent(bob, warehouse, body),
+      intent(alice, tower, body),
+      intent(alice, '5e000000-0000-4000-8000-00000000ffff', body),
+      intent(alice, 'not-a-uuid', body),
+    ]);
+    for (const res of answers) {
+      expectProblem(res, 404, 'not_found');
+      expect(res.body.detail).toBe(answers[0]?.body.detail);
+    }
+  });
+
+  it('refuses non-JSON and oversized bodies', async () => {
+    const text = await request(h.app)
+      .post(`/sites/${hq}/media/upload-intents`)
+      .set('Authorization', `Bearer ${bob}`)
+      .set('Content-Type', 'text/plain')
+      .send('hello');
+    expectProblem(text, 415, 'unsupported_media_type');
+    const big = await intent(bob, hq, {
+      filename: 'a'.repeat(70 * 1024),
+      content_type: 'image/png',
+      size_bytes: 1,
+    });
+    expectProblem(big, 413, 'payload_too_large');
+    const bad = await request(h.app)
+      .post(`/sites/${hq}/media/upload-intents`)
+      .set('Authorization', `Bearer ${bob}`)
+      .set('Content-Type', 'application/json')
+      .send('{"filename":');
+    expectProblem(bad, 400, 'invalid_json');
+  });
+});
+
+describe('object-created webhook and download', () => {
+  async function pending(token: string, siteId: string, contentType: string, size: number) {
+    const res = await intent(token, siteId, {
+      filename: 'photo 1.png',
+      content_type: contentType,
+      size_bytes: size,
+    });
+    expect(res.status).toBe(201);
+    return { mediaId: res.body.media_id as string, key: await objectKeyOf(res.body.media_id as string) };
+  }
+
+  it('answers 409 while pending, then 200 with a presigned GET once the object arrived (S3 record + HEAD)', async () => {
+    const { mediaId, key } = await pending(bob, hq, 'image/png', 5);
+    const early = await download(bob, hq, mediaId);
+    expectProblem(early, 409, 'media_pending');
+
+    await put(key, Buffer.from('12345'), 'image/png');
+    const hook = await webhook(s3Event(key, 5));
+    expect(hook.status).toBe(200);
+    expect(hook.body).toEqual({ received: 1, results: [{ key, outcome: 'available' }] });
+
+    const res = await download(bob, hq, mediaId);
+    expect(res.status).toBe(200);
+    expect(res.headers['cache-control']).toBe('no-store');
+    expect(validateDownloadResponse(res.body).ok).toBe(true);
+    expect(res.body).toMatchObject({
+      media_id: mediaId,
+      content_type: 'image/png',
+      size_bytes: 5,
+      filename: 'photo 1.png',
+    });
+    const url = new URL(String(res.body.url));
+    expect(url.searchParams.get('response-content-disposition')).toBe(
+      `attachment; filename="photo 1.png"; filename*=UTF-8''photo%201.png`,
+    );
+    expect(url.searchParams.get('X-Amz-Expires')).toBe('300');
+    const fetched = await fetch(String(res.body.url));
+    expect(fetched.status).toBe(200);
+    expect(await fetched.text()).toBe('12345');
+
+    const row = await h.admin
+      .selectFrom('enterprise.media_items')
+      .selectAll()
+      .where('id', '=', mediaId)
+      .executeTakeFirstOrThrow();
+    expect(row).toMatchObject({
+      status: 'available',
+      actual_size_bytes: '5',
+      actual_content_type: 'image/png',
+      etag: 'abc123',
+    });
+
+    // Redelivery changes nothing.
+    const again = await webhook(s3Event(key, 5));
+    expect(again.body.results).toEqual([{ key, outcome: 'duplicate' }]);
+    // Other users of the company with access see it; a user of the other company does not.
+    expect((await download(alice, hq, mediaId)).status).toBe(200);
+    expectProblem(await download(carol, hq, mediaId), 404, 'not_found');
+    expectProblem(await download(alice, warehouse, mediaId), 404, 'not_found');
+  });
+
+  it('accepts the MinIO body with its content type (old token still valid)', async () => {
+    const { mediaId, key } = await pending(alice, warehouse, 'video/mp4', 3000);
+    const res = await webhook(minioEvent(key, 3000, 'video/mp4'), WEBHOOK_TOKENS[0]);
+    expect(res.status).toBe(200);
+    expect(res.body.results).toEqual([{ key, outcome: 'available' }]);
+    const row = await h.admin
+      .selectFrom('enterprise.media_items')
+      .selectAll()
+      .where('id', '=', mediaId)
+      .executeTakeFirstOrThrow();
+    expect(row.etag).toBe('d41d8cd98f00b204e9800998ecf8427e');
+  });
+
+  it('rejects an object whose size or type break the intent, deletes it, and hides it', async () => {
+    const bySize = await pending(bob, hq, 'image/png', 10);
+    await put(bySize.key, Buffer.from('123456789012'), 'image/png');
+    const res1 = await webhook(s3Event(bySize.key, 12));
+    expect(res1.body.results).toEqual([{ key: bySize.key, outcome: 'rejected' }]);
+    expectProblem(await download(bob, hq, bySize.mediaId), 404, 'not_found');
+    expect(await h.storage.head(bySize.key)).toBeUndefined();
+
+    const byType = await pending(bob, hq, 'image/png', 4);
+    const res2 = await webhook(minioEvent(byType.key, 4, 'text/html'));
+    expect(res2.body.results).toEqual([{ key: byType.key, outcome: 'rejected' }]);
+    const row = await h.admin
+      .selectFrom('enterprise.media_items')
+      .selectAll()
+      .where('id', '=', byType.mediaId)
+      .executeTakeFirstOrThrow();
+    expect(row.status).toBe('rejected');
+    expect(row.rejection_reason).toMatch(/text\/html/);
+  });
+
+  it('acknowledges unknown keys, other events and other buckets with 200', async () => {
+    const res = await webhook({
+      Records: [
+        {
+          eventName: 's3:ObjectCreated:Put',
+          s3: {
+            bucket: { name: h.s3.bucket },
+            object: { key: 'sites/none/media/x.png', size: 1, contentType: 'image/png' },
+          },
+        },
+        // No content type: the object is looked up, and it does not exist.
+        {
+          eventName: 'ObjectCreated:Put',
+          s3: { bucket: { name: h.s3.bucket }, object: { key: 'gone.png', size: 1 } },
+        },
+        { eventName: 's3:ObjectRemoved:Delete', s3: { bucket: { name: h.s3.bucket }, object: { key: 'a' } } },
+        {
+          eventName: 'ObjectCreated:Put',
+          s3: { bucket: { name: 'other' }, object: { key: 'b', size: 1, contentType: 'image/png' } },
+        },
+      ],
+    });
+    expect(res.status).toBe(200);
+    expect(res.body.results).toEqual([
+      { key: 'sites/none/media/x.png', outcome: 'unknown_key' },
+      { key: 'gone.png', outcome: 'ignored' },
+      { key: null, outcome: 'ignored' },
+      { key: 'b', outcome: 'ignored' },
+    ]);
+    expect(h.logs.some((l) => l.message === 'object event for an unknown key acknowledged')).toBe(true);
+  });
+
+  it('refuses a wrong or missing token with 401 and a malformed body with 400', async () => {
+    const key = 'sites/x/media/y.png';
+    const wrong = await webhook(s3Event(key, 1), 'not-the-token');
+    expectProblem(wrong, 401, 'unauthorized');
+    expect(wrong.headers['www-authenticate']).toMatch(/^Bearer/);
+    const none = await request(h.app).post('/internal/media/object-created').send(s3Event(key, 1));
+    expectProblem(none, 401, 'unauthorized');
+    const portalToken = await webhook(s3Event(key, 1), alice);
+    expectProblem(portalToken, 401, 'unauthorized');
+    expectProblem(await webhook({ Records: [] }), 400, 'invalid_body');
+    expectProblem(await webhook({ EventName: 'x' }), 400, 'invalid_body');
+    expectProblem(
+      await webhook({ Records: [{ eventName: 'ObjectCreated:Put', s3: { bucket: {} } }] }),
+      400,
+      'invalid_body',
+    );
+    // The token never reaches a log line.
+    expect(JSON.stringify(h.logs)).not.toContain(WEBHOOK_TOKENS[1]);
+  });
+
+  it('answers HEAD with 200 without a token (MinIO probes)', async () => {
+    const res = await request(h.app).head('/internal/media/object-created');
+    expect(res.status).toBe(200);
+    const get = await request(h.app).get('/internal/media/object-created');
+    expectProblem(get, 405, 'method_not_allowed');
+    expect(get.headers.allow).toContain('POST');
+  });
+
+  it('answers 404 for unknown and malformed media ids', async () => {
+    expectProblem(await download(bob, hq, '00000000-0000-4000-8000-000000000000'), 404, 'not_found');
+    expectProblem(await download(bob, hq, 'nope'), 404, 'not_found');
+  });
+
+  it('counts intents and webhook outcomes in /metrics', async () => {
+    const res = await request(h.app).get('/metrics');
+    expect(res.status).toBe(200);
+    expect(res.text).toMatch(/workflow_upload_intents_total\{[^}]*content_kind="image"[^}]*\} \d+/);
+    expect(res.text).toMatch(/workflow_webhook_records_total\{[^}]*outcome="available"[^}]*\} \d+/);
+  });
+});

@@ -1,0 +1,131 @@
+// A real workflow app for tests: its own database (enterprise migrations + demo seed), connected as
+// enterprise_api_login; a local S3 (s3rver); a Keycloak-style issuer with real keys. Nothing mocked.
+import { PassThrough } from 'node:stream';
+import {
+  API_LOGIN,
+  enterpriseMigrations,
+  rolePasswordsFromEnv,
+  seedEnterprise,
+  urlForLogin,
+} from '@platform/enterprise-db';
+import { createDb, createLogger, createMetrics } from '@platform/service-kit';
+import type { Registry } from '@platform/service-kit';
+import { createTestDatabase, startIssuer, startS3 } from '@platform/testkit';
+import type { Issuer, S3Server, TestDatabase } from '@platform/testkit';
+import type { Express } from 'express';
+import type { Kysely } from 'kysely';
+import { buildApp } from '../../src/app.js';
+import { createTokenVerifier } from '../../src/auth/token-verifier.js';
+import type { TokenVerifier } from '../../src/auth/token-verifier.js';
+import type { WorkflowDb } from '../../src/db/database.js';
+import { createS3Storage } from '../../src/storage/s3.js';
+import type { MediaStorage } from '../../src/storage/s3.js';
+
+export const WEBHOOK_TOKENS = ['webhook-token-old', 'webhook-token-new'];
+
+export interface Harness {
+  app: Express;
+  issuer: Issuer;
+  s3: S3Server;
+  storage: MediaStorage;
+  verifier: TokenVerifier;
+  database: TestDatabase;
+  /** enterprise_api_login pool (what the app uses). */
+  db: Kysely<WorkflowDb>;
+  /** Superuser pool, for arranging and asserting state around RLS. */
+  admin: Kysely<WorkflowDb>;
+  metrics: Registry;
+  /** Every log line the app wrote, parsed. */
+  logs: Array<Record<string, unknown>>;
+  close(): Promise<void>;
+}
+
+export interface HarnessOptions {
+  /** Presigned URLs point here instead of at s3rver (e.g. a verifying proxy). */
+  publicEndpoint?: string;
+  media?: Partial<{
+    maxImageBytes: number;
+    maxVideoBytes: number;
+    uploadUrlTtlS: number;
+    downloadUrlTtlS: number;
+  }>;
+  /** The app's database URL instead of the test database's enterprise_api_login URL. */
+  databaseUrl?: string;
+  jwksCooldownMs?: number;
+  now?: () => Date;
+}
+
+export async function startHarness(options: HarnessOptions = {}): Promise<Harness> {
+  const database = await createTestDatabase({ migrations: [enterpriseMigrations] });
+  const admin = createDb<WorkflowDb>(database.url, { max: 2 });
+  await seedEnterprise(admin);
+  const apiUrl = urlForLogin(database.url, API_LOGIN, rolePasswordsFromEnv().enterpriseApi);
+  const db = createDb<WorkflowDb>(options.databaseUrl ?? apiUrl, {
+    max: 10,
+    connectionTimeoutMs: 2000,
+    logger: { warn: () => undefined },
+  });
+  const [issuer, s3] = await Promise.all([startIssuer(), startS3()]);
+  const storage = createS3Storage({
+    endpoint: s3.endpoint,
+    publicEndpoint: options.publicEndpoint,
+    region: s3.region,
+    bucket: s3.bucket,
+    accessKeyId: s3.accessKeyId,
+    secretAccessKey: s3.secretAccessKey,
+    forcePathStyle: true,
+  });
+  const verifier = createTokenVerifier({
+    issuerUrl: issuer.issuerUrl,
+    clientId: issuer.clientId,
+    requiredRole: 'enterprise_portal_role',
+    clockToleranceS: 5,
+    jwksCooldownMs: options.jwksCooldownMs ?? 30_000,
+    jwksCacheMaxAgeMs: 600_000,
+    jwksTimeoutMs: 2000,
+  });
+  const logs: Array<Record<string, unknown>> = [];
+  const stream = new PassThrough();
+  stream.on('data', (chunk: Buffer) => {
+    for (const line of chunk.toString('utf8').split('\n'))
+      if (line.trim() !== '') logs.push(JSON.parse(line) as Record<string, unknown>);
+  });
+  const logger = createLogger({ service: 'enterprise-workflow-test', level: 'info', stream });
+  const metrics = createMetrics({ service: 'enterprise-workflow', defaultMetrics: false });
+  const app = buildApp({
+    config: {
+      media: {
+        maxImageBytes: 25 * 1024 * 1024,
+        maxVideoBytes: 2 * 1024 * 1024 * 1024,
+        uploadUrlTtlS: 900,
+        downloadUrlTtlS: 300,
+        ...options.media,
+      },
+      idempotencyTtlS: 86400,
+      webhookTokens: WEBHOOK_TOKENS,
+    },
+    logger,
+    db,
+    storage,
+    verifier,
+    metrics,
+    ...(options.now === undefined ? {} : { now: options.now }),
+  });
+  return {
+    app,
+    issuer,
+    s3,
+    storage,
+    verifier,
+    database,
+    db,
+    admin,
+    metrics,
+    logs,
+    async close() {
+      storage.destroy();
+      await Promise.all([db.destroy(), admin.destroy(), issuer.stop(), s3.stop()]);
+      await database.drop();
+    },
+  };
+}
