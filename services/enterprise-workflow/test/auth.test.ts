@@ -1,0 +1,246 @@
+// The authentication matrix (issue 6 item 9): every portal endpoint × every way a token can be wrong,
+// with real tokens from the testkit issuer (RS256/ES256 keys, Keycloak-shaped JWKS).
+import { validateProblemDocument } from '@platform/contracts';
+import { demoRowId, demoSites, demoUserSubs } from '@platform/enterprise-db';
+import { createLogger } from '@platform/service-kit';
+import { freePort } from '@platform/testkit';
+import request from 'supertest';
+import { buildApp } from '../src/app.js';
+import { createTokenVerifier } from '../src/auth/token-verifier.js';
+import type { TokenVerifierSettings } from '../src/auth/token-verifier.js';
+import { startHarness } from './support/harness.js';
+import type { Harness } from './support/harness.js';
+
+let h: Harness;
+beforeAll(async () => {
+  h = await startHarness({ jwksCooldownMs: 1000 });
+});
+afterAll(async () => {
+  await h.close();
+});
+
+const hq = demoSites.acmeHq.id;
+
+/** One representative request per portal endpoint, each valid for alice. */
+const endpoints = [
+  {
+    name: 'upload intent',
+    send: (auth: Record<string, string>) =>
+      request(h.app)
+        .post(`/sites/${hq}/media/upload-intents`)
+        .set(auth)
+        .send({ filename: 'a.jpg', content_type: 'image/jpeg', size_bytes: 10 }),
+    ok: 201,
+  },
+  {
+    name: 'download',
+    send: (auth: Record<string, string>) =>
+      request(h.app)
+        .get(`/sites/${hq}/media/${demoRowId('media_item', 'acmeHq', 1)}/download`)
+        .set(auth),
+    ok: 200,
+  },
+  {
+    name: 'decision',
+    send: (auth: Record<string, string>) =>
+      request(h.app)
+        .post(`/sites/${hq}/work-items/${demoRowId('work_item', 'acmeHq', 4)}/decision`)
+        .set(auth)
+        .send({ decision: 'accept' }),
+    ok: 200,
+  },
+] as const;
+
+interface TokenCase {
+  name: string;
+  token: () => Promise<string | undefined>;
+  status: number;
+  code: string;
+}
+
+const cases: TokenCase[] = [
+  { name: 'no token', token: () => Promise.resolve(undefined), status: 401, code: 'unauthorized' },
+  { name: 'not a JWT', token: () => Promise.resolve('abc.def.ghi'), status: 401, code: 'unauthorized' },
+  {
+    name: 'expired',
+    token: () => h.issuer.demoToken('alice', {}, { expiresInS: -60 }),
+    status: 401,
+    code: 'unauthorized',
+  },
+  {
+    name: 'not yet valid',
+    token: () => h.issuer.demoToken('alice', {}, { notBeforeS: 120 }),
+    status: 401,
+    code: 'unauthorized',
+  },
+  {
+    name: 'alg none',
+    token: () => h.issuer.signUnsafe('alg-none', { sub: aliceSub }),
+    status: 401,
+    code: 'unauthorized',
+  },
+  {
+    name: 'HS256 signed with the public key',
+    token: () => h.issuer.signUnsafe('hs256-public-key', { sub: aliceSub }),
+    status: 401,
+    code: 'unauthorized',
+  },
+  {
+    name: 'unknown kid',
+    token: () => h.issuer.signUnsafe('unknown-kid', { sub: aliceSub }),
+    status: 401,
+    code: 'unauthorized',
+  },
+  {
+    name: 'forged signature under a known kid',
+    token: () => h.issuer.signUnsafe('forged-kid', { sub: aliceSub }),
+    status: 401,
+    code: 'unauthorized',
+  },
+  {
+    name: 'wrong iss',
+    token: () => h.issuer.demoToken('alice', { iss: 'http://127.0.0.1:1/realms/other' }),
+    status: 401,
+    code: 'unauthorized',
+  },
+  {
+    name: 'wrong azp and aud',
+    token: () => h.issuer.demoToken('alice', { azp: 'other-client', aud: 'account' }),
+    status: 401,
+    code: 'unauthorized',
+  },
+  { name: 'no sub', token: () => h.issuer.sign({ sub: undefined }), status: 401, code: 'unauthorized' },
+  {
+    name: 'wrong role',
+    token: () => h.issuer.demoToken('alice', { role: 'enterprise_portal_anon' }),
+    status: 403,
+    code: 'forbidden',
+  },
+  {
+    name: 'no role',
+    token: () => h.issuer.demoToken('alice', { role: undefined }),
+    status: 403,
+    code: 'forbidden',
+  },
+  { name: 'other tenant (carol)', token: () => h.issuer.demoToken('carol'), status: 404, code: 'not_found' },
+  {
+    name: 'signed in without access (dave)',
+    token: () => h.issuer.demoToken('dave'),
+    status: 404,
+    code: 'not_found',
+  },
+];
+
+const aliceSub = demoUserSubs.alice;
+
+describe.each(endpoints)('$name', ({ send, ok }) => {
+  it('succeeds for alice with RS256 and with ES256', async () => {
+    expect((await send({ Authorization: `Bearer ${await h.issuer.demoToken('alice')}` })).status).toBe(ok);
+    const es = await h.issuer.demoToken('alice', {}, { alg: 'ES256' });
+    expect((await send({ Authorization: `Bearer ${es}` })).status).toBe(ok);
+  });
+
+  it.each(cases)('$name → $status $code, with no data in the body', async ({ token, status, code }) => {
+    const value = await token();
+    const res = await send(value === undefined ? {} : { Authorization: `Bearer ${value}` });
+    expect(res.status).toBe(status);
+    expect(res.body.code).toBe(code);
+    expect(validateProblemDocument(res.body).ok).toBe(true);
+    expect(Object.keys(res.body as object).sort()).toEqual([
+      'code',
+      'detail',
+      'request_id',
+      'status',
+      'title',
+      'type',
+    ]);
+    // Every 401 names the scheme (DESIGN 2); other statuses carry no challenge.
+    expect(/^Bearer realm="platform"/.test(String(res.headers['www-authenticate']))).toBe(status === 401);
+  });
+});
+
+describe('key handling', () => {
+  it('accepts a token whose aud (not azp) names the client', async () => {
+    const token = await h.issuer.demoToken('alice', {
+      azp: 'another-frontend',
+      aud: ['account', h.issuer.clientId],
+    });
+    expect((await endpoints[1].send({ Authorization: `Bearer ${token}` })).status).toBe(200);
+  });
+
+  it('caches the JWKS and bounds refetches caused by unknown kids', async () => {
+    await new Promise((resolve) => setTimeout(resolve, 1100)); // let the cooldown pass
+    const before = h.issuer.jwksRequests;
+    // Each unknown-kid token is signed by a fresh RSA key under a fresh kid (slow to make: 4 kids,
+    // each presented 5 times).
+    const forged = await Promise.all(
+      Array.from({ length: 4 }, () => h.issuer.signUnsafe('unknown-kid', { sub: aliceSub })),
+    );
+    for (const token of forged.flatMap((t) => [t, t, t, t, t])) {
+      expect((await endpoints[1].send({ Authorization: `Bearer ${token}` })).status).toBe(401);
+    }
+    // At most one refetch per cooldown (1 s here) however many unknown kids arrive.
+    expect(h.issuer.jwksRequests - before).toBeLessThanOrEqual(1);
+    const valid = await h.issuer.demoToken('alice');
+    for (let i = 0; i < 5; i++)
+      expect((await endpoints[1].send({ Authorization: `Bearer ${valid}` })).status).toBe(200);
+    expect(h.issuer.jwksRequests - before).toBeLessThanOrEqual(1);
+  });
+
+  it('picks up a rotated key after the cooldown', async () => {
+    const kid = await h.issuer.addKey('RS256');
+    const token = await h.issuer.demoToken('alice', {}, { kid });
+    await new Promise((resolve) => setTimeout(resolve, 1100));
+    expect((await endpoints[1].send({ Authorization: `Bearer ${token}` })).status).toBe(200);
+  });
+});
+
+describe('signing keys unreachable', () => {
+  async function deadVerifierSettings(): Promise<TokenVerifierSettings> {
+    const port = await freePort('tcp');
+    return {
+      issuerUrl: h.issuer.issuerUrl,
+      jwksUrl: `http://127.0.0.1:${port}/certs`,
+      clientId: h.issuer.clientId,
+      requiredRole: 'enterprise_portal_role',
+      clockToleranceS: 5,
+      jwksCooldownMs: 1000,
+      jwksCacheMaxAgeMs: 60_000,
+      jwksTimeoutMs: 500,
+    };
+  }
+
+  it('answers 503 with Retry-After (not 401) and /ready reports not ready', async () => {
+    const verifier = createTokenVerifier(await deadVerifierSettings());
+    const app = buildApp({
+      config: {
+        media: { maxImageBytes: 1, maxVideoBytes: 1, uploadUrlTtlS: 60, downloadUrlTtlS: 60 },
+        idempotencyTtlS: 60,
+        webhookTokens: ['t'],
+      },
+      logger: createLogger({ service: 'test', level: 'error' }),
+      db: h.db,
+      storage: h.storage,
+      verifier,
+    });
+    const token = await h.issuer.demoToken('alice');
+    const res = await request(app)
+      .get(`/sites/${hq}/media/${demoRowId('media_item', 'acmeHq', 1)}/download`)
+      .set('Authorization', `Bearer ${token}`);
+    expect(res.status).toBe(503);
+    expect(res.body.code).toBe('backend_unavailable');
+    expect(res.headers['retry-after']).toBe('5');
+    const ready = await request(app).get('/ready');
+    expect(ready.status).toBe(503);
+    expect(ready.body.code).toBe('not_ready');
+    expect(ready.body.detail).toContain('signing_keys');
+    // Liveness stays independent of dependencies.
+    expect((await request(app).get('/health')).status).toBe(200);
+  });
+
+  it('/ready is 200 with the real issuer and database', async () => {
+    const res = await request(h.app).get('/ready');
+    expect(res.status).toBe(200);
+    expect(res.body).toEqual({ status: 'ready', checks: { database: 'ok', signing_keys: 'ok' } });
+  });
+});
