@@ -37,6 +37,10 @@ export interface Harness {
   metrics: Registry;
   /** Every log line the app wrote, parsed. */
   logs: Array<Record<string, unknown>>;
+  /** Where forwarded events go (the listening app's webhook URL). */
+  setEventTarget(url: string): void;
+  /** Webhook answers to forwarded events, in order. */
+  forwarded: number[];
   close(): Promise<void>;
 }
 
@@ -53,6 +57,8 @@ export interface HarnessOptions {
   databaseUrl?: string;
   jwksCooldownMs?: number;
   now?: () => Date;
+  /** Forward s3rver's ObjectCreated records to this webhook (as the local stack's bridge does). */
+  forwardEvents?: boolean;
 }
 
 export async function startHarness(options: HarnessOptions = {}): Promise<Harness> {
@@ -65,7 +71,26 @@ export async function startHarness(options: HarnessOptions = {}): Promise<Harnes
     connectionTimeoutMs: 2000,
     logger: { warn: () => undefined },
   });
-  const [issuer, s3] = await Promise.all([startIssuer(), startS3()]);
+  let eventTarget: string | undefined;
+  const forwarded: number[] = [];
+  const [issuer, s3] = await Promise.all([
+    startIssuer(),
+    startS3(
+      options.forwardEvents === true
+        ? {
+            onObjectCreated: async (record) => {
+              if (eventTarget === undefined) return;
+              const res = await fetch(eventTarget, {
+                method: 'POST',
+                headers: { 'Content-Type': 'application/json', Authorization: `Bearer ${WEBHOOK_TOKENS[0]}` },
+                body: JSON.stringify({ Records: [record] }),
+              });
+              forwarded.push(res.status);
+            },
+          }
+        : {},
+    ),
+  ]);
   const storage = createS3Storage({
     endpoint: s3.endpoint,
     publicEndpoint: options.publicEndpoint,
@@ -122,6 +147,10 @@ export async function startHarness(options: HarnessOptions = {}): Promise<Harnes
     admin,
     metrics,
     logs,
+    forwarded,
+    setEventTarget(url) {
+      eventTarget = url;
+    },
     async close() {
       storage.destroy();
       await Promise.all([db.destroy(), admin.destroy(), issuer.stop(), s3.stop()]);

@@ -115,15 +115,16 @@ export function verifyPresigned(
 
 /**
  * An HTTP proxy that checks every request's presigned signature like S3/MinIO would (403 when it
- * does not verify) and forwards verified requests to `target` (s3rver).
+ * does not verify) and forwards verified requests to `target()` (s3rver, whose address may be known
+ * only after the proxy's own, since presigned URLs must name the proxy).
  */
 export async function startVerifyingProxy(
-  target: string,
+  target: () => string,
   credentials: { accessKeyId: string; secretAccessKey: string },
 ): Promise<{ endpoint: string; refused: string[]; stop(): Promise<void> }> {
-  const targetUrl = new URL(target);
   const refused: string[] = [];
   const server = createServer((req, res) => {
+    const targetUrl = new URL(target());
     const url = `http://${req.headers.host ?? ''}${req.url ?? '/'}`;
     const headers: Record<string, string | undefined> = {};
     for (const [k, v] of Object.entries(req.headers)) headers[k] = Array.isArray(v) ? v.join(',') : v;
