@@ -1,0 +1,289 @@
+// openapi.yaml is the contract portal developers read: every documented route exists (and every
+// route is documented), every documented response status is produced and validates against its
+// documented schema, and the schemas equal @platform/contracts' (no drift).
+import { readFileSync } from 'node:fs';
+import {
+  decisionRequestSchema,
+  decisionResponseSchema,
+  downloadResponseSchema,
+  objectCreatedEventSchema,
+  problemDocumentSchema,
+  uploadIntentRequestSchema,
+  uploadIntentResponseSchema,
+} from '@platform/contracts';
+import { demoRowId, demoSites } from '@platform/enterprise-db';
+import { createDb, createLogger } from '@platform/service-kit';
+import { freePort } from '@platform/testkit';
+import { Ajv } from 'ajv';
+import type { ValidateFunction } from 'ajv';
+import addFormats from 'ajv-formats';
+import type { Express } from 'express';
+import request from 'supertest';
+import { parse } from 'yaml';
+import { buildApp } from '../src/app.js';
+import type { WorkflowDb } from '../src/db/database.js';
+import { workflowRoutes } from '../src/http/routes.js';
+import { startHarness, WEBHOOK_TOKENS } from './support/harness.js';
+import type { Harness } from './support/harness.js';
+
+interface ResponseObject {
+  $ref?: string;
+  headers?: Record<string, unknown>;
+  content?: Record<string, { schema: unknown }>;
+}
+interface Operation {
+  responses: Record<string, ResponseObject>;
+}
+interface OpenApi {
+  openapi: string;
+  paths: Record<string, Record<string, Operation>>;
+  components: {
+    schemas: Record<string, unknown>;
+    responses: Record<string, ResponseObject>;
+    headers: Record<string, unknown>;
+  };
+}
+
+const doc = parse(readFileSync(new URL('../openapi.yaml', import.meta.url), 'utf8')) as OpenApi;
+const ajv = new Ajv({ strict: false, allErrors: true, validateSchema: false });
+addFormats.default(ajv);
+ajv.addSchema(doc, 'openapi');
+
+const methods = ['get', 'head', 'post', 'put', 'patch', 'delete'];
+
+function resolveResponse(response: ResponseObject): ResponseObject {
+  if (response.$ref === undefined) return response;
+  const name = response.$ref.replace('#/components/responses/', '');
+  const resolved = doc.components.responses[name];
+  if (resolved === undefined) throw new Error(`unresolved ${response.$ref}`);
+  return resolved;
+}
+
+/** Whether a documented header (inline or `$ref` to components/headers) is always sent. */
+function headerRequired(spec: unknown): boolean {
+  const ref = (spec as { $ref?: string }).$ref;
+  const resolved =
+    ref === undefined ? spec : doc.components.headers[ref.replace('#/components/headers/', '')];
+  return (resolved as { required?: boolean } | undefined)?.required === true;
+}
+
+const validators = new Map<string, ValidateFunction>();
+function validatorFor(pointer: string): ValidateFunction {
+  let validate = validators.get(pointer);
+  if (validate === undefined) {
+    validate = ajv.compile({ $ref: `openapi#${pointer}` });
+    validators.set(pointer, validate);
+  }
+  return validate;
+}
+
+function escapePointer(segment: string): string {
+  return segment.replace(/~/g, '~0').replace(/\//g, '~1');
+}
+
+/** Which documented path template a concrete path matches. */
+function templateOf(path: string): string | undefined {
+  return Object.keys(doc.paths).find((template) =>
+    new RegExp(`^${template.replace(/\{[^}]+\}/g, '[^/]+')}$`).test(path),
+  );
+}
+
+const observed = new Set<string>();
+
+/** Checks `res` against the documentation of `method path` and records the status as covered. */
+function conforms(method: string, path: string, res: request.Response): void {
+  const template = templateOf(path);
+  expect(template).toBeDefined();
+  const operation = doc.paths[template!]![method.toLowerCase()];
+  expect(operation).toBeDefined();
+  const raw = operation!.responses[String(res.status)];
+  if (raw === undefined)
+    throw new Error(`${method} ${template} answered undocumented ${res.status}: ${res.text}`);
+  const documented = resolveResponse(raw);
+  observed.add(`${method.toUpperCase()} ${template} ${res.status}`);
+  for (const [header, spec] of Object.entries(documented.headers ?? {})) {
+    if (!headerRequired(spec)) continue;
+    expect({ header, value: res.headers[header.toLowerCase()] }).toEqual({
+      header,
+      value: expect.any(String),
+    });
+  }
+  if (documented.content === undefined) return;
+  const type = (res.headers['content-type'] ?? '').split(';')[0]!.trim();
+  const media = Object.keys(documented.content);
+  expect(media).toContain(type);
+  if (type === 'text/plain') return;
+  const pointer =
+    raw.$ref !== undefined
+      ? `${raw.$ref.slice(1)}/content/${escapePointer(type)}/schema`
+      : `/paths/${escapePointer(template!)}/${method.toLowerCase()}/responses/${res.status}/content/${escapePointer(type)}/schema`;
+  const validate = validatorFor(pointer);
+  if (!validate(res.body)) {
+    throw new Error(
+      `${method} ${template} ${res.status} body does not match: ${ajv.errorsText(validate.errors)}`,
+    );
+  }
+}
+
+describe('openapi.yaml', () => {
+  it('is OpenAPI 3.1 and its schemas are the contracts schemas', () => {
+    expect(doc.openapi).toBe('3.1.0');
+    const strip = (schema: object) => {
+      const { $id: _id, ...rest } = schema as Record<string, unknown>;
+      return JSON.parse(JSON.stringify(rest)) as unknown;
+    };
+    const s = doc.components.schemas;
+    expect(s.UploadIntentRequest).toEqual(strip(uploadIntentRequestSchema));
+    expect(s.UploadIntentResponse).toEqual(strip(uploadIntentResponseSchema));
+    expect(s.DownloadResponse).toEqual(strip(downloadResponseSchema));
+    expect(s.DecisionRequest).toEqual(strip(decisionRequestSchema));
+    expect(s.DecisionResponse).toEqual(strip(decisionResponseSchema));
+    expect(s.ObjectCreatedEvent).toEqual(strip(objectCreatedEventSchema));
+    expect(s.Problem).toEqual(strip(problemDocumentSchema));
+    // On failure: npx tsc -b && npm run openapi:sync -w @platform/enterprise-workflow
+  });
+
+  it('documents exactly the routes the service registers', () => {
+    const registered = workflowRoutes({
+      ctx: { metrics: {} } as never,
+      verifier: {} as never,
+      webhookTokens: {} as never,
+      checkReady: () => Promise.resolve({}),
+    }).map((r) => `${r.method.toLowerCase()} ${r.path.replace(/:([a-z_]+)/g, '{$1}')}`);
+    const documented = Object.entries(doc.paths).flatMap(([path, ops]) =>
+      Object.keys(ops)
+        .filter((m) => methods.includes(m))
+        .map((m) => `${m} ${path}`),
+    );
+    expect(documented.sort()).toEqual(registered.sort());
+  });
+});
+
+describe('documented responses', () => {
+  let h: Harness;
+  let down: Express;
+  let alice: string;
+  let dave: string;
+  const hq = demoSites.acmeHq.id;
+  const deadDb = { db: undefined as unknown as ReturnType<typeof createDb<WorkflowDb>> };
+
+  beforeAll(async () => {
+    h = await startHarness();
+    [alice, dave] = await Promise.all([h.issuer.demoToken('alice'), h.issuer.demoToken('dave')]);
+    // The same service against a database nobody listens on: every database call fails.
+    deadDb.db = createDb<WorkflowDb>(
+      `postgres://enterprise_api_login:x@127.0.0.1:${await freePort('tcp')}/none`,
+      {
+        connectionTimeoutMs: 500,
+        logger: { warn: () => undefined },
+      },
+    );
+    down = buildApp({
+      config: {
+        media: { maxImageBytes: 1000, maxVideoBytes: 1000, uploadUrlTtlS: 60, downloadUrlTtlS: 60 },
+        idempotencyTtlS: 60,
+        webhookTokens: WEBHOOK_TOKENS,
+      },
+      logger: createLogger({ service: 'openapi-test', level: 'error' }),
+      db: deadDb.db,
+      storage: h.storage,
+      verifier: h.verifier,
+    });
+  });
+  afterAll(async () => {
+    await deadDb.db.destroy();
+    await h.close();
+  });
+
+  const intents = `/sites/${hq}/media/upload-intents`;
+  const decision = `/sites/${hq}/work-items/${demoRowId('work_item', 'acmeHq', 1)}/decision`;
+  const hook = '/internal/media/object-created';
+  const goodIntent = { filename: 'a.jpg', content_type: 'image/jpeg', size_bytes: 10 };
+  const event = {
+    Records: [
+      {
+        eventName: 's3:ObjectCreated:Put',
+        s3: { bucket: { name: 'media' }, object: { key: 'k', size: 1, contentType: 'image/png' } },
+      },
+    ],
+  };
+
+  it('every documented status is produced and matches its schema', async () => {
+    const bearer = (t: string) => ({ Authorization: `Bearer ${t}` });
+    const roleless = await h.issuer.demoToken('alice', { role: 'other' });
+    const check = async (
+      app: Express,
+      method: 'get' | 'post' | 'head',
+      path: string,
+      init?: (r: request.Test) => request.Test,
+    ) => {
+      const base = request(app)[method](path);
+      const res = await (init === undefined ? base : init(base));
+      conforms(method, path, res);
+      return res;
+    };
+
+    // Upload intents.
+    const created = await check(h.app, 'post', intents, (r) => r.set(bearer(alice)).send(goodIntent));
+    const mediaId = created.body.media_id as string;
+    await check(h.app, 'post', intents, (r) => r.set(bearer(alice)).send({}));
+    await check(h.app, 'post', intents, (r) => r.send(goodIntent));
+    await check(h.app, 'post', intents, (r) => r.set(bearer(roleless)).send(goodIntent));
+    await check(h.app, 'post', intents, (r) => r.set(bearer(dave)).send(goodIntent));
+    await check(h.app, 'post', intents, (r) => r.set(bearer(alice)).send({ filename: 'x'.repeat(70_000) }));
+    await check(h.app, 'post', intents, (r) =>
+      r.set(bearer(alice)).set('Content-Type', 'text/plain').send('x'),
+    );
+    await check(down, 'post', intents, (r) => r.set(bearer(alice)).send(goodIntent));
+
+    // Downloads.
+    const dl = (id: string) => `/sites/${hq}/media/${id}/download`;
+    await check(h.app, 'get', dl(demoRowId('media_item', 'acmeHq', 1)), (r) => r.set(bearer(alice)));
+    await check(h.app, 'get', dl(mediaId), (r) => r.set(bearer(alice)));
+    await check(h.app, 'get', dl(mediaId));
+    await check(h.app, 'get', dl(mediaId), (r) => r.set(bearer(roleless)));
+    await check(h.app, 'get', dl(mediaId), (r) => r.set(bearer(dave)));
+    await check(down, 'get', dl(mediaId), (r) => r.set(bearer(alice)));
+
+    // Decisions.
+    await check(h.app, 'post', decision, (r) => r.set(bearer(alice)).send({ decision: 'accept' }));
+    await check(h.app, 'post', decision, (r) => r.set(bearer(alice)).send({ decision: 'decline' }));
+    await check(h.app, 'post', decision, (r) => r.set(bearer(alice)).send({ decision: 'nope' }));
+    await check(h.app, 'post', decision, (r) => r.send({ decision: 'accept' }));
+    await check(h.app, 'post', decision, (r) => r.set(bearer(roleless)).send({ decision: 'accept' }));
+    await check(h.app, 'post', decision, (r) => r.set(bearer(dave)).send({ decision: 'accept' }));
+    await check(h.app, 'post', decision, (r) => r.set(bearer(alice)).send({ note: 'x'.repeat(70_000) }));
+    await check(h.app, 'post', decision, (r) =>
+      r.set(bearer(alice)).set('Content-Type', 'text/plain').send('x'),
+    );
+    await check(down, 'post', decision, (r) => r.set(bearer(alice)).send({ decision: 'accept' }));
+
+    // Webhook.
+    await check(h.app, 'head', hook);
+    await check(h.app, 'post', hook, (r) => r.set(bearer(WEBHOOK_TOKENS[0]!)).send(event));
+    await check(h.app, 'post', hook, (r) => r.set(bearer(WEBHOOK_TOKENS[0]!)).send({}));
+    await check(h.app, 'post', hook, (r) => r.send(event));
+    await check(h.app, 'post', hook, (r) =>
+      r.set(bearer(WEBHOOK_TOKENS[0]!)).send({ Records: ['x'.repeat(70_000)] }),
+    );
+    await check(h.app, 'post', hook, (r) =>
+      r.set(bearer(WEBHOOK_TOKENS[0]!)).set('Content-Type', 'text/plain').send('x'),
+    );
+    await check(down, 'post', hook, (r) => r.set(bearer(WEBHOOK_TOKENS[0]!)).send(event));
+
+    // Operations.
+    await check(h.app, 'get', '/health');
+    await check(h.app, 'get', '/ready');
+    await check(down, 'get', '/ready');
+    await check(h.app, 'get', '/metrics');
+
+    const documented = Object.entries(doc.paths).flatMap(([path, ops]) =>
+      Object.entries(ops)
+        .filter(([m]) => methods.includes(m))
+        .flatMap(([m, op]) =>
+          Object.keys(op.responses).map((status) => `${m.toUpperCase()} ${path} ${status}`),
+        ),
+    );
+    expect(documented.filter((d) => !observed.has(d))).toEqual([]);
+  });
+});
