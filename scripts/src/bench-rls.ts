@@ -109,20 +109,22 @@ async function prepare(adminUrl: string): Promise<string> {
               FROM (VALUES ('bench-one-site', 1), ('bench-ten-sites', 10)) AS p(sub, k)
               CROSS JOIN LATERAL generate_series(1, p.k) n
               ON CONFLICT DO NOTHING`.execute(db);
-    // The naive policy for comparison: a role whose policy calls a function for every row.
+    // The naive policy for comparison: the access function not wrapped in (SELECT ...), so it is
+    // called for every row, and no tenant predicate.
     await sql
       .raw(
         `
       DO $$ BEGIN CREATE ROLE bench_naive_role NOLOGIN; EXCEPTION WHEN duplicate_object OR unique_violation THEN NULL; END $$;
       DO $$ BEGIN GRANT bench_naive_role TO ${AUTHENTICATOR}; EXCEPTION WHEN duplicate_object THEN NULL; END $$;
-      CREATE OR REPLACE FUNCTION enterprise.bench_naive_can_see(site uuid) RETURNS boolean
-        LANGUAGE plpgsql STABLE AS 'BEGIN RETURN site = ANY (enterprise_api.authorized_site_ids()); END';
+      DROP POLICY IF EXISTS bench_naive ON enterprise.work_items;
+      DROP FUNCTION IF EXISTS enterprise.bench_naive_can_see(uuid);
       GRANT USAGE ON SCHEMA enterprise, enterprise_api, postgrest TO bench_naive_role;
-      GRANT EXECUTE ON FUNCTION enterprise.bench_naive_can_see(uuid), enterprise_api.authorized_site_ids(),
+      GRANT EXECUTE ON FUNCTION enterprise_api.authorized_site_ids(),
         enterprise_api.authorized_company_id(), enterprise_api.request_sub(), postgrest.pre_request() TO bench_naive_role;
       GRANT SELECT ON enterprise.work_items, enterprise_api.work_items TO bench_naive_role;
       DROP POLICY IF EXISTS bench_naive ON enterprise.work_items;
-      CREATE POLICY bench_naive ON enterprise.work_items FOR SELECT TO bench_naive_role USING (enterprise.bench_naive_can_see(site_id));
+      CREATE POLICY bench_naive ON enterprise.work_items FOR SELECT TO bench_naive_role
+        USING (site_id = ANY (enterprise_api.authorized_site_ids()));
     `,
       )
       .execute(db);
@@ -210,14 +212,13 @@ async function asOwner(
   let rows = 0;
   for (let i = 0; i < ITERATIONS + 20; i++) {
     const q0 = performance.now();
-    const res = await client.query<{ count?: string; coalesce?: unknown[] }>({
+    const res = await client.query<{ page_total: string; total_result_set: string | null }>({
       name: `o${text.length}`,
       text,
       values,
     });
     if (i >= 20) query.push(performance.now() - q0);
-    const r = res.rows[0];
-    rows = r?.count !== undefined ? Number(r.count) : Array.isArray(r?.coalesce) ? r.coalesce.length : 0;
+    rows = Number(res.rows[0]?.total_result_set ?? res.rows[0]?.page_total ?? 0);
   }
   return { query, rows };
 }
@@ -274,9 +275,7 @@ try {
     );
     for (const s of callers) {
       const rls = await viaPostgrest(pool, s.sub, PORTAL_ROLE, text, [...values], ITERATIONS);
-      const ownerValues = label.startsWith('GET /work_items?state')
-        ? [s.companyId, s.siteIds, 'proposed']
-        : [s.companyId, s.siteIds];
+      const ownerValues = [...values, s.companyId, s.siteIds];
       const explicit = await asOwner(owner, ownerText, ownerValues);
       const naive = await viaPostgrest(
         pool,
