@@ -58,6 +58,7 @@ export function buildApp(deps: GatewayDeps): GatewayApp {
     maxAgeS: config.COAP_MAX_AGE_S,
     fanoutChunk: config.COAP_FANOUT_CHUNK,
     wellKnownMaxLinks: config.COAP_WELL_KNOWN_MAX_LINKS,
+    maxRelationsPerEndpoint: config.COAP_MAX_RELATIONS_PER_ENDPOINT,
   });
   const service = new GatewayService({ config, db: deps.db, state, coap, apiKeys: deps.apiKeys });
   const http = createHttpApp({

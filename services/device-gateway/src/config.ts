@@ -35,6 +35,7 @@ export const gatewayConfigSchema = {
     COAP_SOCKET_BUFFER_BYTES: { type: 'integer', minimum: 65536, maximum: 67108864, default: 4194304 },
     COAP_FANOUT_CHUNK: { type: 'integer', minimum: 1, maximum: 65536, default: 256 },
     COAP_WELL_KNOWN_MAX_LINKS: { type: 'integer', minimum: 1, maximum: 1000, default: 64 },
+    COAP_MAX_RELATIONS_PER_ENDPOINT: { type: 'integer', minimum: 1, maximum: 4096, default: 256 },
     SHUTDOWN_TIMEOUT_MS: { type: 'integer', minimum: 1000, maximum: 60000, default: 10000 },
   },
 } as const;
@@ -63,6 +64,7 @@ export interface GatewayConfig {
   readonly COAP_SOCKET_BUFFER_BYTES: number;
   readonly COAP_FANOUT_CHUNK: number;
   readonly COAP_WELL_KNOWN_MAX_LINKS: number;
+  readonly COAP_MAX_RELATIONS_PER_ENDPOINT: number;
   readonly SHUTDOWN_TIMEOUT_MS: number;
 }
 
@@ -106,6 +108,7 @@ export function publicConfig(config: GatewayConfig, apiKeys: SecretSet): Record<
       socket_buffer_bytes: config.COAP_SOCKET_BUFFER_BYTES,
       fanout_chunk: config.COAP_FANOUT_CHUNK,
       well_known_max_links: config.COAP_WELL_KNOWN_MAX_LINKS,
+      max_relations_per_endpoint: config.COAP_MAX_RELATIONS_PER_ENDPOINT,
     },
     shutdown_timeout_ms: config.SHUTDOWN_TIMEOUT_MS,
   };

@@ -72,6 +72,8 @@ export interface CoapServerOptions {
   fanoutChunk: number;
   /** Most links /.well-known/core returns; a query matching more is refused with 4.00 and a hint. */
   wellKnownMaxLinks: number;
+  /** Most observe relations one endpoint (address and port) may hold; further registrations get a plain reply. */
+  maxRelationsPerEndpoint: number;
 }
 
 export const defaultCoapOptions: Omit<CoapServerOptions, 'logger'> = {
@@ -84,6 +86,7 @@ export const defaultCoapOptions: Omit<CoapServerOptions, 'logger'> = {
   maxAgeS: 60,
   fanoutChunk: 256,
   wellKnownMaxLinks: 64,
+  maxRelationsPerEndpoint: 256,
 };
 
 export interface CoapStats {
@@ -100,6 +103,7 @@ export interface CoapStats {
   observersRemovedByRst: number;
   observersRemovedByTimeout: number;
   observersDeregistered: number;
+  registrationsRefused: number;
   finalNotFound: number;
   internalErrors: number;
   sendErrors: number;
@@ -208,6 +212,7 @@ export class CoapServer {
     observersRemovedByRst: 0,
     observersRemovedByTimeout: 0,
     observersDeregistered: 0,
+    registrationsRefused: 0,
     finalNotFound: 0,
     internalErrors: 0,
     sendErrors: 0,
@@ -508,8 +513,18 @@ export class CoapServer {
     // its relation (never duplicates it).
     const existing = this.byEndpoint.get(endpoint);
     if (existing !== undefined) {
-      for (const rel of [...existing]) {
+      // Backwards, without copying: removeRelation splices this array. At most maxRelationsPerEndpoint long.
+      for (let i = existing.length - 1; i >= 0; i--) {
+        const rel = existing[i]!;
         if (rel.token === tokenKey || rel.resource.key === resourceKey) this.removeRelation(rel);
+      }
+      if (existing.length >= this.options.maxRelationsPerEndpoint) {
+        // RFC 7641 4.1: a server unwilling to add an observer answers like a plain GET (no Observe option).
+        // The cap keeps per-endpoint lookups (ACK, RST, re-registration) short and stops one endpoint from
+        // claiming an unbounded share of memory.
+        this.stats.registrationsRefused++;
+        this.sendPlain(msg, address, port, form, -1);
+        return;
       }
     }
     let resource = this.resources.get(resourceKey);

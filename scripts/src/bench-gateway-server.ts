@@ -1,0 +1,110 @@
+// Child process of `npm run bench:gateway`: runs ONE server under test (so heap figures are its own) and
+// obeys the parent over IPC. Mode `gateway`: the real gateway (buildApp, CoAP + HTTP, registry in
+// PostgreSQL). Mode `nodecoap`: a plain node-coap 1.5.0 server holding one `res` per observe relation and
+// calling res.write() per notification — the approach NODE-COAP.md measured.
+import type { AddressInfo } from 'node:net';
+import { createLogger, createDb, SecretSet } from '@platform/service-kit';
+import { buildApp, loadGatewayConfig, type GatewayDatabase } from '@platform/device-gateway';
+import { createServer, type IncomingMessage, type OutgoingMessage } from 'coap';
+
+type Command = { cmd: 'heap' } | { cmd: 'reload' } | { cmd: 'fanout'; value: number } | { cmd: 'exit' };
+
+// Never outlive the benchmark that started this process.
+process.on('disconnect', () => process.exit(0));
+
+const send = (msg: unknown): void => {
+  process.send?.(msg);
+};
+
+function heap(): { heap: number; rss: number; observers: number } {
+  const gc = (globalThis as { gc?: () => void }).gc;
+  gc?.();
+  gc?.();
+  const m = process.memoryUsage();
+  return { heap: m.heapUsed, rss: m.rss, observers: observers() };
+}
+
+let observers = (): number => 0;
+
+async function gateway(): Promise<void> {
+  const config = loadGatewayConfig({
+    DATABASE_URL: process.env.BENCH_DATABASE_URL,
+    GATEWAY_API_KEYS: 'bench-key',
+    LOG_LEVEL: 'error',
+    GATEWAY_HTTP_PORT: '0',
+    GATEWAY_COAP_PORT: '0',
+  });
+  const logger = createLogger({ service: 'bench-gateway', level: 'error' });
+  const db = createDb<GatewayDatabase>(config.DATABASE_URL, { max: 2 });
+  const keys = new SecretSet(['bench-key']);
+  const app = buildApp({ config, logger, db, apiKeys: () => keys });
+  await app.coap.listen(0, '127.0.0.1');
+  const server = app.http.listen(0, '127.0.0.1');
+  await new Promise((r) => server.once('listening', r));
+  await app.service.reload();
+  observers = () => app.coap.observerCount;
+  process.on('message', (m: Command) => {
+    void (async () => {
+      switch (m.cmd) {
+        case 'heap':
+          send({ ...heap() });
+          break;
+        case 'reload': {
+          const t0 = performance.now();
+          const summary = await app.service.reload();
+          send({ ms: performance.now() - t0, changed: summary.changed });
+          break;
+        }
+        case 'fanout':
+          break;
+        case 'exit':
+          process.exit(0);
+      }
+    })();
+  });
+  send({ ready: true, coapPort: app.coap.address().port, httpPort: (server.address() as AddressInfo).port });
+}
+
+async function nodecoap(): Promise<void> {
+  const relations: OutgoingMessage[] = [];
+  const server = createServer({ type: 'udp4' });
+  const doc = (id: string, version: number) =>
+    JSON.stringify({ device_id: id, version, source: 'registry', settings: { reporting_interval_s: 60 } });
+  server.on('request', (req: IncomingMessage, res: OutgoingMessage) => {
+    const id = req.url.split('/')[2] ?? '';
+    if (req.headers.Observe === 0) {
+      relations.push(res);
+      (res as unknown as { id: string }).id = id;
+      res.on('finish', () => {
+        const i = relations.indexOf(res);
+        if (i !== -1) relations.splice(i, 1);
+      });
+      res.write(doc(id, 1));
+    } else res.end(doc(id, 1));
+  });
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', () => r()));
+  observers = () => relations.length;
+  process.on('message', (m: Command) => {
+    switch (m.cmd) {
+      case 'heap':
+        send({ ...heap() });
+        break;
+      case 'fanout': {
+        // The plain approach: one synchronous loop of res.write() over every held relation.
+        const t0 = performance.now();
+        for (const res of relations) res.write(doc((res as unknown as { id: string }).id, m.value));
+        send({ ms: performance.now() - t0 });
+        break;
+      }
+      case 'reload':
+        send({ ms: 0 });
+        break;
+      case 'exit':
+        process.exit(0);
+    }
+  });
+  const address = (server as unknown as { _sock: { address(): AddressInfo } })._sock.address();
+  send({ ready: true, coapPort: address.port, httpPort: 0 });
+}
+
+await (process.argv[2] === 'nodecoap' ? nodecoap() : gateway());
