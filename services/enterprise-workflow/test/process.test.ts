@@ -1,0 +1,94 @@
+// The built service as a process (`dist/main.js`, run `npx tsc -b` first): refuses bad configuration
+// with exit code 2, serves when configured, and shuts down cleanly on SIGTERM.
+import { spawn } from 'node:child_process';
+import type { ChildProcess } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import { API_LOGIN, rolePasswordsFromEnv, urlForLogin } from '@platform/enterprise-db';
+import { freePort } from '@platform/testkit';
+import { startHarness } from './support/harness.js';
+import type { Harness } from './support/harness.js';
+
+const main = fileURLToPath(new URL('../dist/main.js', import.meta.url));
+
+function run(env: Record<string, string>): {
+  child: ChildProcess;
+  output: () => string;
+  exit: Promise<number | null>;
+} {
+  const child = spawn(process.execPath, [main], {
+    env: { PATH: process.env.PATH ?? '', ...env },
+    stdio: 'pipe',
+  });
+  let output = '';
+  child.stdout?.on('data', (d: Buffer) => (output += d.toString()));
+  child.stderr?.on('data', (d: Buffer) => (output += d.toString()));
+  const exit = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
+  return { child, output: () => output, exit };
+}
+
+it('exits with 2 and a readable message when the configuration is incomplete', async () => {
+  const p = run({ S3_SECRET_ACCESS_KEY: 'super-secret-value' });
+  expect(await p.exit).toBe(2);
+  expect(p.output()).toMatch(/Invalid configuration[\s\S]*DATABASE_URL[\s\S]*OIDC_ISSUER_URL/);
+  expect(p.output()).not.toContain('super-secret-value');
+});
+
+describe('configured', () => {
+  let h: Harness;
+  beforeAll(async () => {
+    h = await startHarness();
+  });
+  afterAll(async () => {
+    await h.close();
+  });
+
+  it('becomes ready, serves, and stops cleanly on SIGTERM', async () => {
+    const port = await freePort('tcp');
+    const p = run({
+      PORT: String(port),
+      HOST: '127.0.0.1',
+      DATABASE_URL: urlForLogin(h.database.url, API_LOGIN, rolePasswordsFromEnv().enterpriseApi),
+      OIDC_ISSUER_URL: h.issuer.issuerUrl,
+      S3_ENDPOINT: h.s3.endpoint,
+      S3_BUCKET: h.s3.bucket,
+      S3_ACCESS_KEY_ID: h.s3.accessKeyId,
+      S3_SECRET_ACCESS_KEY: h.s3.secretAccessKey,
+      S3_FORCE_PATH_STYLE: 'true',
+      WEBHOOK_TOKENS: 'process-test-token',
+    });
+    const deadline = Date.now() + 15_000;
+    let ready = 0;
+    while (Date.now() < deadline) {
+      ready = await fetch(`http://127.0.0.1:${port}/ready`).then(
+        (r) => r.status,
+        () => 0,
+      );
+      if (ready === 200) break;
+      await new Promise((resolve) => setTimeout(resolve, 100));
+    }
+    expect(ready).toBe(200);
+    const token = await h.issuer.demoToken('alice');
+    const res = await fetch(
+      `http://127.0.0.1:${port}/sites/00000000-0000-4000-8000-000000000000/media/upload-intents`,
+      {
+        method: 'POST',
+        headers: { Authorization: `Bearer ${token}`, 'Content-Type': 'application/json' },
+        body: JSON.stringify({ filename: 'a.jpg', content_type: 'image/jpeg', size_bytes: 1 }),
+      },
+    );
+    expect(res.status).toBe(404);
+
+    p.child.kill('SIGTERM');
+    expect(await p.exit).toBe(0);
+    const lines = p
+      .output()
+      .split('\n')
+      .filter((l) => l.startsWith('{'))
+      .map((l) => JSON.parse(l) as Record<string, unknown>);
+    expect(lines.some((l) => l.message === 'shutdown complete')).toBe(true);
+    // Secrets never reach the log: not the webhook token, not the database password.
+    expect(p.output()).not.toContain('process-test-token');
+    expect(p.output()).not.toContain(rolePasswordsFromEnv().enterpriseApi);
+    expect(p.output()).not.toContain(token);
+  });
+});
