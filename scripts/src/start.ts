@@ -1,5 +1,5 @@
 // `npm start`: the whole platform on one machine, in the foreground (DESIGN 5). Embedded PostgreSQL
-// (data in .data/postgres), migrations and demo seed, s3rver whose ObjectCreated events are forwarded
+// (data in .data/postgres, or PLATFORM_DATA_DIR), migrations and demo seed, s3rver whose ObjectCreated events are forwarded
 // to the workflow's webhook the way MinIO sends them, a development token issuer with Keycloak's paths,
 // both services as separate processes, and PostgREST when a `postgrest` binary is on PATH. Any piece can
 // point at a real server instead: DATABASE_URL, S3_ENDPOINT, OIDC_ISSUER_URL. Ctrl-C stops everything.
@@ -45,7 +45,7 @@ async function main(): Promise<void> {
   // 1. Database: the given server, or the embedded one (its data survives restarts).
   let ownerUrl = env.DATABASE_URL;
   if (ownerUrl === undefined || ownerUrl === '') {
-    log(`starting embedded PostgreSQL on 127.0.0.1:${ports.postgres} (data in .data/postgres)`);
+    log(`starting embedded PostgreSQL on 127.0.0.1:${ports.postgres} (data in ${dataDir}/postgres)`);
     running.postgres = await startPostgres({ port: ports.postgres, dataDir: `${dataDir}/postgres` });
     ownerUrl = await ensureDatabase(running.postgres.url, 'platform');
   }
@@ -135,7 +135,7 @@ async function main(): Promise<void> {
   const banner = [
     '',
     'Facility platform: local stack is up (Ctrl-C stops all of it)',
-    `  PostgreSQL           ${ownerUrl}${running.postgres ? '  (embedded, data in .data/postgres)' : ''}`,
+    `  PostgreSQL           ${ownerUrl}${running.postgres ? `  (embedded, data in ${dataDir}/postgres)` : ''}`,
     `  gateway HTTP API     http://127.0.0.1:${ports.gatewayHttp}/api   (API key: ${apiKeys === devSecrets.gatewayApiKey ? devSecrets.gatewayApiKey : 'from GATEWAY_API_KEYS'})`,
     `  gateway CoAP         coap://127.0.0.1:${ports.gatewayCoap}/devices/acme-hq-hvac-01/settings`,
     `  workflow API         ${workflowUrl}`,

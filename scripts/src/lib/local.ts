@@ -4,7 +4,8 @@
 import { fileURLToPath } from 'node:url';
 
 export const repoRoot = fileURLToPath(new URL('../../../', import.meta.url));
-export const dataDir = `${repoRoot}.data`;
+/** Where the local stack keeps its data; `PLATFORM_DATA_DIR` moves it (the stack's own test does). */
+export const dataDir = process.env.PLATFORM_DATA_DIR ?? `${repoRoot}.data`;
 
 export const localPorts = {
   postgres: 5433,
