@@ -48,7 +48,8 @@ describe('npm start (local stack)', () => {
   let env: Record<string, string>;
 
   beforeAll(async () => {
-    expect(existsSync(startScript)).toBe(true); // `npm test` builds first
+    if (!existsSync(startScript))
+      throw new Error(`${startScript} is missing: run npx tsc -b (npm test does)`);
     dataDir = await mkdtemp(join(tmpdir(), 'platform-stack-'));
     // As root, embedded PostgreSQL runs as the OS user `postgres`, which must be able to enter the folder.
     await chmod(dataDir, 0o711);
