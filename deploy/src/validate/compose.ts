@@ -143,7 +143,13 @@ export function checkPlatformCompose(text: string, file = 'docker-compose.yml'):
   const add = (message: string): void => {
     problems.push({ file, message });
   };
-  const doc = parseYamlDocuments(text, { version: '1.2' })[0];
+  let doc: unknown;
+  try {
+    doc = parseYamlDocuments(text, { version: '1.2' })[0];
+  } catch (err) {
+    add(`YAML: ${(err as Error).message}`);
+    return problems;
+  }
   const services = isRecord(doc) && isRecord(doc.services) ? doc.services : {};
   const service = (name: string): Record<string, unknown> | undefined => {
     const s = services[name];

@@ -1,0 +1,76 @@
+import { checkComposeFile, checkPlatformCompose, validateCompose } from '../src/validate/index.js';
+import { breakText, readRepoFile, repoRoot } from './helpers.js';
+
+const compose = readRepoFile('docker-compose.yml');
+const envExample = readRepoFile('.env.example');
+const messages = (text: string, env = envExample): string[] =>
+  [...validateCompose(text, { envExample: env }), ...checkPlatformCompose(text)].map((p) => p.message);
+
+describe('docker-compose.yml', () => {
+  it('is valid against the Compose Specification schema and the platform rules', () => {
+    expect(checkComposeFile(repoRoot)).toEqual([]);
+  });
+
+  it('fails on a misspelt service key (schema: additional property)', () => {
+    const broken = breakText(
+      compose,
+      "    healthcheck:\n      test: ['CMD-SHELL'",
+      "    healthchek:\n      test: ['CMD-SHELL'",
+    );
+    expect(messages(broken)).toContainEqual(
+      expect.stringMatching(/services\/postgres must NOT have additional properties \(healthchek\)/),
+    );
+  });
+
+  it('fails on a value of the wrong type', () => {
+    const broken = breakText(
+      compose,
+      '      retries: 20\n    restart: unless-stopped',
+      '      retries: 20\n    restart: [unless-stopped]',
+    );
+    expect(messages(broken)).toContainEqual('schema: /services/postgres/restart must be string');
+  });
+
+  it('fails when a dependency names an unknown service', () => {
+    const broken = breakText(
+      compose,
+      /depends_on:\n {6}postgres:\n {8}condition: service_healthy\n {4}restart: 'no'/,
+      "depends_on:\n      postgress:\n        condition: service_healthy\n    restart: 'no'",
+    );
+    expect(messages(broken)).toContainEqual(
+      expect.stringContaining('depends_on names unknown service "postgress"'),
+    );
+  });
+
+  it('fails on a literal secret', () => {
+    const broken = breakText(compose, '${GATEWAY_API_KEYS:?set GATEWAY_API_KEYS in .env}', 'hunter2');
+    expect(messages(broken)).toContainEqual(expect.stringContaining('GATEWAY_API_KEYS is a literal secret'));
+  });
+
+  it('fails when a variable is missing from .env.example', () => {
+    const env = breakText(envExample, /^MINIO_WEBHOOK_TOKEN=.*$/m, '');
+    expect(messages(compose, env)).toContainEqual('${MINIO_WEBHOOK_TOKEN} is not listed in .env.example');
+  });
+
+  it('fails when MinIO has no queue_dir for its webhook (events would be dropped)', () => {
+    const broken = breakText(compose, /\n\s+MINIO_NOTIFY_WEBHOOK_QUEUE_DIR_WORKFLOW: .*/, '');
+    expect(messages(broken)).toContainEqual('minio webhook WORKFLOW has no queue_dir');
+  });
+
+  it('fails when a service does not wait for the migration to complete', () => {
+    const gateway = compose.slice(compose.indexOf('  device-gateway:'));
+    const brokenGateway = breakText(
+      gateway,
+      'condition: service_completed_successfully',
+      'condition: service_started',
+    );
+    const broken = compose.replace(gateway, brokenGateway);
+    expect(messages(broken)).toContainEqual(
+      'device-gateway must wait for migrate with condition service_completed_successfully',
+    );
+  });
+
+  it('fails on invalid YAML', () => {
+    expect(messages(`${compose}\n  bad: [unclosed`).some((m) => m.startsWith('YAML:'))).toBe(true);
+  });
+});

@@ -1,0 +1,157 @@
+import { jest } from '@jest/globals';
+import { checkKustomization, KUBERNETES_SCHEMA_VERSION } from '../src/validate/index.js';
+import { copyK8sTree, repoRoot } from './helpers.js';
+
+// Each render type-checks every object with the TypeScript compiler (a few seconds on 2 cores).
+jest.setTimeout(120_000);
+
+const messagesOf = async (root: string, which: 'base' | 'dev'): Promise<string[]> =>
+  (await checkKustomization(root, which)).problems.map((p) => `${p.file}: ${p.message}`);
+
+describe(`Kubernetes manifests (schemas ${KUBERNETES_SCHEMA_VERSION})`, () => {
+  it('the base renders and validates with no problem', async () => {
+    const { objects, problems } = await checkKustomization(repoRoot, 'base');
+    expect(problems).toEqual([]);
+    const kinds = new Set(objects.map((o) => o.object.kind));
+    for (const kind of [
+      'Deployment',
+      'Service',
+      'PodDisruptionBudget',
+      'HorizontalPodAutoscaler',
+      'NetworkPolicy',
+      'ConfigMap',
+      'Job',
+      'CronJob',
+      'Ingress',
+    ])
+      expect(kinds).toContain(kind);
+    expect(kinds).not.toContain('Secret');
+  });
+
+  it('the dev overlay renders (namespace, images, patches, placeholder secrets) and validates', async () => {
+    const { objects, problems } = await checkKustomization(repoRoot, 'dev');
+    expect(problems).toEqual([]);
+    const gateway = objects.find(
+      (o) => o.object.kind === 'Deployment' && o.object.metadata.name === 'device-gateway',
+    )!.object;
+    expect(gateway.metadata.namespace).toBe('platform-dev');
+    expect((gateway.spec as { replicas: number }).replicas).toBe(1);
+    expect(JSON.stringify(gateway)).toContain('platform/device-gateway:dev');
+    const coap = objects.find((o) => o.object.metadata.name === 'device-gateway-coap')!.object.spec as Record<
+      string,
+      unknown
+    >;
+    expect(coap.sessionAffinity).toBe('ClientIP');
+    expect(objects.filter((o) => o.object.kind === 'Secret').length).toBeGreaterThan(0);
+  });
+
+  describe('fails on a broken copy', () => {
+    const cases: [string, 'base' | 'dev', string, string | RegExp, string, RegExp][] = [
+      [
+        'a misspelt field',
+        'base',
+        'deploy/k8s/base/device-gateway.yaml',
+        'readinessProbe:',
+        'readinesProbe:',
+        /'"readinesProbe"' does not exist in type 'IContainer'/,
+      ],
+      [
+        'a wrong enum value',
+        'base',
+        'deploy/k8s/base/device-gateway.yaml',
+        'protocol: UDP\n---',
+        'protocol: UPD\n---',
+        /protocol must be equal to one of the allowed values/,
+      ],
+      [
+        'a value of the wrong type',
+        'base',
+        'deploy/k8s/base/enterprise-workflow.yaml',
+        'minReplicas: 2',
+        'minReplicas: two',
+        /minReplicas must be integer/,
+      ],
+      [
+        'a missing required field',
+        'base',
+        'deploy/k8s/base/postgrest.yaml',
+        / {2}selector:\n {4}matchLabels:\n {6}app.kubernetes.io\/name: postgrest\n {2}template:/,
+        '  template:',
+        /must have required property selector/,
+      ],
+      [
+        'a lost sessionAffinity',
+        'base',
+        'deploy/k8s/base/device-gateway.yaml',
+        'sessionAffinity: ClientIP\n',
+        'sessionAffinity: None\n',
+        /must use sessionAffinity ClientIP/,
+      ],
+      [
+        'a writable root filesystem',
+        'base',
+        'deploy/k8s/base/enterprise-workflow.yaml',
+        'readOnlyRootFilesystem: true',
+        'readOnlyRootFilesystem: false',
+        /readOnlyRootFilesystem must be true/,
+      ],
+      [
+        'an inlined secret',
+        'base',
+        'deploy/k8s/base/device-gateway.yaml',
+        /- name: DATABASE_URL\n\s+valueFrom:\n\s+secretKeyRef:\n\s+name: device-gateway-database\n\s+key: url/,
+        '- name: DATABASE_URL\n              value: postgres://u:p@db/x',
+        /inlines a secret/,
+      ],
+      [
+        'a wrong readiness path',
+        'base',
+        'deploy/k8s/base/device-gateway.yaml',
+        'path: /api/ready',
+        'path: /api/health',
+        /readiness must probe \/api\/ready/,
+      ],
+      [
+        'a resource file that does not exist',
+        'base',
+        'deploy/k8s/base/kustomization.yaml',
+        '  - ingress.yaml',
+        '  - ingres.yaml',
+        /resource ingres.yaml does not exist/,
+      ],
+      [
+        'an unsupported kustomization field',
+        'dev',
+        'deploy/k8s/overlays/dev/kustomization.yaml',
+        'namespace: platform-dev',
+        'namespace: platform-dev\nreplacements: []',
+        /unsupported kustomization field "replacements"/,
+      ],
+      [
+        'a patch whose target is gone',
+        'dev',
+        'deploy/k8s/overlays/dev/hpa.yaml',
+        'name: enterprise-workflow',
+        'name: enterprise-workflows',
+        /patch target HorizontalPodAutoscaler\/enterprise-workflows/,
+      ],
+      [
+        'a Secret the overlay no longer generates',
+        'dev',
+        'deploy/k8s/overlays/dev/kustomization.yaml',
+        / {2}- name: postgrest-database\n {4}literals:\n {6}- url=.*\n/,
+        '',
+        /references missing Secret postgrest-database/,
+      ],
+    ];
+    it.each(cases)('%s', async (_name, which, file, from, to, expected) => {
+      const copy = copyK8sTree();
+      try {
+        copy.edit(file, from, to);
+        expect((await messagesOf(copy.root, which)).join('\n')).toMatch(expected);
+      } finally {
+        copy.remove();
+      }
+    });
+  });
+});
