@@ -1,5 +1,7 @@
 // Presigned URLs checked as DESIGN 5 asks: s3rver accepts any signature, so the URL itself is
 // verified here with an independent SigV4 implementation.
+import { GetObjectCommand, PutObjectCommand, S3Client } from '@aws-sdk/client-s3';
+import { getSignedUrl } from '@aws-sdk/s3-request-presigner';
 import { createS3Storage } from '../src/storage/s3.js';
 import type { MediaStorage } from '../src/storage/s3.js';
 import { contentDisposition } from '../src/domain/media.js';
@@ -152,5 +154,85 @@ describe('presigned URLs', () => {
         new Date(now.getTime() + 301_000),
       ).ok,
     ).toBe(false);
+  });
+});
+
+describe('direct presigning equals the SDK command pipeline', () => {
+  const now = new Date('2026-11-22T10:00:00Z');
+  const key = 'sites/s1/media/a b+c ü(1)*.png';
+  const disposition = contentDisposition('Report "Q4" ü.png');
+
+  it.each([
+    ['path style with port', 'http://127.0.0.1:9000', true],
+    ['virtual host', 'https://minio.example.com', false],
+    ['path style with a base path', 'https://gw.example.com/s3', true],
+  ])('%s', async (_name, endpoint, forcePathStyle) => {
+    const settings = {
+      endpoint,
+      publicEndpoint: undefined,
+      region: 'eu-west-1',
+      bucket: 'media',
+      ...credentials,
+      forcePathStyle,
+    };
+    const storage = createS3Storage(settings);
+    const reference = new S3Client({
+      endpoint,
+      region: 'eu-west-1',
+      forcePathStyle,
+      credentials,
+      requestChecksumCalculation: 'WHEN_REQUIRED',
+      responseChecksumValidation: 'WHEN_REQUIRED',
+    });
+    try {
+      const checksum = 'n4bQgYhMfWWaL+qgxVrQFaO/TxsrC4Is0V1sFbDwCgg=';
+      const ours = await storage.presignUpload({
+        key,
+        contentType: 'image/png',
+        sizeBytes: 42,
+        checksumSha256: checksum,
+        expiresInS: 900,
+        now,
+      });
+      const theirs = await getSignedUrl(
+        reference,
+        new PutObjectCommand({
+          Bucket: 'media',
+          Key: key,
+          ContentType: 'image/png',
+          ContentLength: 42,
+          ChecksumSHA256: checksum,
+        }),
+        {
+          expiresIn: 900,
+          signingDate: now,
+          signableHeaders: new Set(['content-type']),
+          unhoistableHeaders: new Set(['x-amz-checksum-sha256']),
+        },
+      );
+      expect(ours.url).toBe(theirs);
+
+      const download = await storage.presignDownload({
+        key,
+        contentDisposition: disposition,
+        contentType: 'image/png',
+        expiresInS: 300,
+        now,
+      });
+      const theirsGet = await getSignedUrl(
+        reference,
+        new GetObjectCommand({
+          Bucket: 'media',
+          Key: key,
+          ResponseContentDisposition: disposition,
+          ResponseContentType: 'image/png',
+        }),
+        { expiresIn: 300, signingDate: now },
+      );
+      expect(download.url).toBe(theirsGet);
+    } finally {
+      storage.destroy();
+      reference.destroy();
+    }
   });
 });
