@@ -41,7 +41,7 @@ function qualified(name: string): { schema: string; fn: string } | undefined {
 
 /**
  * Runs the checks on `ownerUrl` (a superuser or the migration owner of a migrated database).
- * Switches to the authenticator with SET ROLE, then to each target role, exactly as PostgREST does.
+ * Role switching is checked with pg_has_role(authenticator, role, 'SET'), what PostgREST's SET ROLE needs.
  */
 export async function checkPostgrestAgainstDatabase(
   settings: PostgrestSettings,
@@ -102,16 +102,13 @@ export async function checkPostgrestAgainstDatabase(
       }
       if (r.rolcanlogin) add(`role ${target} must not be able to log in`);
       if (auth === undefined) continue;
-      // Exactly PostgREST's switch: connected as the authenticator, SET ROLE to the request's role.
-      try {
-        await client.query('BEGIN');
-        await client.query(`SET LOCAL ROLE ${pg.escapeIdentifier(authenticator)}`);
-        await client.query(`SET LOCAL ROLE ${pg.escapeIdentifier(target)}`);
-      } catch (err) {
-        add(`${authenticator} cannot switch to ${target}: ${(err as Error).message}`);
-      } finally {
-        await client.query('ROLLBACK');
-      }
+      // PostgREST's switch is SET ROLE from the authenticator session. A superuser session may SET ROLE to
+      // anything, so ask the catalogue what the authenticator itself may do (PostgreSQL 16+: 'SET').
+      const { rows } = await client.query<{ can: boolean }>(`SELECT pg_has_role($1, $2, 'SET') AS can`, [
+        authenticator,
+        target,
+      ]);
+      if (rows[0]?.can !== true) add(`${authenticator} cannot switch to ${target} (SET ROLE is not granted)`);
     }
     if (anon !== undefined && (await role(anon)) !== undefined) {
       const { rows } = await client.query<{ relation: string }>(
