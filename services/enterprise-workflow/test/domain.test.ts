@@ -75,7 +75,7 @@ describe('media rules', () => {
       `attachment; filename="report.pdf"; filename*=UTF-8''report.pdf`,
     );
     expect(contentDisposition('a\r\nSet-Cookie: x=1.png')).toBe(
-      `attachment; filename="aSet-Cookie_ x=1.png"; filename*=UTF-8''aSet-Cookie%3A%20x%3D1.png`,
+      `attachment; filename="aSet-Cookie: x=1.png"; filename*=UTF-8''aSet-Cookie%3A%20x%3D1.png`,
     );
     expect(contentDisposition('C:\\temp\\')).toBe(
       `attachment; filename="download"; filename*=UTF-8''download`,

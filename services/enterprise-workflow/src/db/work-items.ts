@@ -1,5 +1,6 @@
 // Work items, their decision audit and the decision idempotency store (under the caller's RLS).
 import type { Decision, WorkItemState } from '@platform/enterprise-db';
+import { sql } from 'kysely';
 import type { Executor } from './database.js';
 
 export interface LockedWorkItem {
@@ -171,4 +172,45 @@ export async function storeIdempotentResponse(
       created_at: entry.createdAt,
     })
     .execute();
+}
+
+/**
+ * The common case in one statement: moves an item that is still open (`proposed` or `deferred`) to
+ * `newState` and appends the audit row, returning the item as updated; undefined when the item is
+ * not visible at `siteId` or already final (the caller then takes the locking path to tell which).
+ * Concurrent decisions serialise on the row: under READ COMMITTED a waiting UPDATE re-checks
+ * `state` on the row the winner committed (and matches nothing once it is final). `RETURNING old.*`
+ * needs PostgreSQL 18.
+ */
+export async function decideIfOpen(
+  db: Executor,
+  record: Omit<DecisionRecord, 'previousState'>,
+): Promise<LockedWorkItem | undefined> {
+  const result = await sql<{
+    id: string;
+    site_id: string;
+    state: WorkItemState;
+    defer_until: Date | null;
+    decided_at: Date | null;
+    decided_by: string | null;
+    decision_note: string | null;
+  }>`
+    WITH decided AS (
+      UPDATE enterprise.work_items
+      SET state = ${record.newState}, defer_until = ${record.deferUntil}::timestamptz,
+          decided_at = ${record.decidedAt}::timestamptz, decided_by = ${record.decidedBy},
+          decision_note = ${record.note}, updated_at = ${record.decidedAt}::timestamptz
+      WHERE id = ${record.itemId}::uuid AND site_id = ${record.siteId}::uuid AND state IN ('proposed', 'deferred')
+      RETURNING new.id, new.site_id, new.state, new.defer_until, new.decided_at, new.decided_by,
+        new.decision_note, old.state AS previous_state
+    ), audited AS (
+      INSERT INTO enterprise.work_item_decisions (work_item_id, site_id, decision, previous_state, new_state,
+        note, defer_until, decided_by, decided_at, request_id)
+      SELECT id, site_id, ${record.decision}, previous_state, state, decision_note, defer_until, decided_by,
+        decided_at, ${record.requestId}
+      FROM decided
+    )
+    SELECT id, site_id, state, defer_until, decided_at, decided_by, decision_note FROM decided`.execute(db);
+  const row = result.rows[0];
+  return row === undefined ? undefined : toLocked(row);
 }

@@ -8,6 +8,8 @@ import { siteIsVisible } from '../db/sites.js';
 import type { UserScope, WorkflowContext } from './context.js';
 import { checkIntent, newObjectKey } from './media.js';
 
+const siteNotFound = () => new DomainError('not_found', 'No such site.');
+
 export async function createUploadIntent(
   ctx: WorkflowContext,
   scope: UserScope,
@@ -33,31 +35,34 @@ export async function createUploadIntent(
   });
 
   const mediaId = await inUserTransaction(ctx.db, scope.user, async (trx) => {
-    // RLS decides visibility: a site outside the caller's access looks exactly like no site.
-    if (!(await siteIsVisible(trx, siteId))) throw new DomainError('not_found', 'No such site.');
-    const missing = await missingLinkTargets(trx, siteId, {
+    const links = {
       walkthroughId: body.walkthrough_id,
       workItemId: body.work_item_id,
       assetId: body.asset_id,
-    });
-    if (missing.length > 0) {
-      throw new DomainError('invalid_body', 'A linked record does not exist at this site.', {
-        errors: missing.map((field) => ({ path: `/${field}`, message: 'no such record at this site' })),
-      });
+    };
+    if (links.walkthroughId !== undefined || links.workItemId !== undefined || links.assetId !== undefined) {
+      if (!(await siteIsVisible(trx, siteId))) throw siteNotFound();
+      const missing = await missingLinkTargets(trx, siteId, links);
+      if (missing.length > 0) {
+        throw new DomainError('invalid_body', 'A linked record does not exist at this site.', {
+          errors: missing.map((field) => ({ path: `/${field}`, message: 'no such record at this site' })),
+        });
+      }
     }
-    return insertPendingMedia(trx, {
+    const id = await insertPendingMedia(trx, {
       siteId,
       objectKey,
       filename: body.filename,
       contentType: body.content_type,
       declaredSizeBytes: body.size_bytes,
       checksumSha256: body.checksum_sha256,
-      walkthroughId: body.walkthrough_id,
-      workItemId: body.work_item_id,
-      assetId: body.asset_id,
+      ...links,
       uploadedBy: scope.user.sub,
       uploadExpiresAt: upload.expiresAt,
     });
+    // RLS decides visibility: a site outside the caller's access looks exactly like no site.
+    if (id === undefined) throw siteNotFound();
+    return id;
   });
 
   ctx.counters.intents.inc({ content_kind: mediaKindOf(body.content_type) });

@@ -5,6 +5,7 @@ import { DomainError } from '@platform/service-kit';
 import { inUserTransaction } from '../db/database.js';
 import {
   deleteIdempotentResponse,
+  decideIfOpen,
   findIdempotentResponse,
   lockWorkItem,
   recordDecision,
@@ -12,7 +13,7 @@ import {
 } from '../db/work-items.js';
 import type { LockedWorkItem } from '../db/work-items.js';
 import type { UserScope, WorkflowContext } from './context.js';
-import { checkDecisionRequest, decide } from './decisions.js';
+import { checkDecisionRequest, decide, stateAfter } from './decisions.js';
 
 export interface DecisionResult {
   item: DecisionResponse;
@@ -30,6 +31,10 @@ function toResponse(item: LockedWorkItem): DecisionResponse {
     decided_by: item.decidedBy,
     note: item.decisionNote,
   };
+}
+
+function deferUntilOf(body: DecisionRequest): Date | null {
+  return body.decision === 'defer' && body.defer_until !== undefined ? new Date(body.defer_until) : null;
 }
 
 /** Identifies "the same request" for an Idempotency-Key: target and body, independent of key order. */
@@ -70,6 +75,22 @@ export async function decideWorkItem(
 
   try {
     const result = await inUserTransaction(ctx.db, scope.user, async (trx) => {
+      if (idempotencyKey === undefined) {
+        // No replay to look up first: try the one-statement transition.
+        const decided = await decideIfOpen(trx, {
+          itemId,
+          siteId,
+          decision: body.decision,
+          newState: stateAfter[body.decision],
+          note: body.note ?? null,
+          deferUntil: deferUntilOf(body),
+          decidedBy: sub,
+          decidedAt: now,
+          requestId: scope.requestId,
+        });
+        if (decided !== undefined)
+          return { item: toResponse(decided), replayed: false, outcome: 'transition' as const };
+      }
       const item = await lockWorkItem(trx, siteId, itemId);
       if (item === undefined) throw new DomainError('not_found', 'No such work item.');
 
@@ -106,8 +127,7 @@ export async function decideWorkItem(
             previousState: item.state,
             newState: outcome.state,
             note: body.note ?? null,
-            deferUntil:
-              body.decision === 'defer' && body.defer_until !== undefined ? new Date(body.defer_until) : null,
+            deferUntil: deferUntilOf(body),
             decidedBy: sub,
             decidedAt: now,
             requestId: scope.requestId,
