@@ -24,7 +24,11 @@ interface Child {
 
 async function startChild(mode: 'gateway' | 'nodecoap', databaseUrl: string): Promise<Child> {
   const proc = fork(serverJs, [mode], {
-    execArgv: ['--expose-gc'],
+    // BENCH_PROFILE=<dir> writes a CPU profile per server child (node --cpu-prof) for the report.
+    execArgv: [
+      '--expose-gc',
+      ...(process.env.BENCH_PROFILE ? ['--cpu-prof', `--cpu-prof-dir=${process.env.BENCH_PROFILE}`] : []),
+    ],
     env: { ...process.env, BENCH_DATABASE_URL: databaseUrl },
     stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
   });
@@ -42,6 +46,15 @@ async function startChild(mode: 'gateway' | 'nodecoap', databaseUrl: string): Pr
         proc.send(msg as object);
       }),
   };
+}
+
+/** Asks the child to exit (so a CPU profile is written), killing it if it does not within 5 s. */
+async function stopChild(child: Child): Promise<void> {
+  const exited = new Promise<void>((resolve) => child.proc.once('exit', () => resolve()));
+  child.proc.send({ cmd: 'exit' });
+  const timer = setTimeout(() => child.proc.kill('SIGKILL'), 5000);
+  await exited;
+  clearTimeout(timer);
 }
 
 /** Raw CoAP observers: N relations over CLIENT_SOCKETS sockets, token = relation index (4 bytes). */
@@ -238,7 +251,7 @@ async function measure(
     endToEnd,
   };
   obs.close();
-  child.proc.kill('SIGKILL');
+  await stopChild(child);
   return result;
 }
 
@@ -298,7 +311,7 @@ async function latency(
     samples[Math.min(samples.length - 1, Math.floor((p / 100) * samples.length))] ?? NaN;
   agent.destroy();
   obs.close();
-  child.proc.kill('SIGKILL');
+  await stopChild(child);
   return { p50: pct(50), p99: pct(99), sent: total, seen: samples.length };
 }
 

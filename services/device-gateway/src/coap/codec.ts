@@ -339,6 +339,35 @@ export function encodeNotification(
   return out;
 }
 
+/**
+ * A notification from a pre-built observe form (see `observeForm` in wire.ts): header, token, the form's first
+ * `splitAt` bytes (options numbered below 6, encoded from 0), the Observe option (24-bit `observe`), then the
+ * rest of the form (options encoded from 6, payload marker, payload). Same bytes as `encodeNotification`,
+ * from one Buffer per document instead of two.
+ */
+export function encodeFromObserveForm(
+  type: MessageType,
+  msgCode: number,
+  messageId: number,
+  token: string,
+  form: Buffer,
+  splitAt: number,
+  observe: number,
+): Buffer {
+  const tkl = token.length;
+  const obsLen = observe === 0 ? 0 : observe < 0x100 ? 1 : observe < 0x10000 ? 2 : 3;
+  const out = Buffer.allocUnsafe(4 + tokenHeaderExtra(tkl) + tkl + form.length + 1 + obsLen);
+  let pos = writeHeader(out, type, msgCode, messageId, tkl);
+  if (tkl > 0) pos += out.write(token, pos, 'latin1');
+  pos += form.copy(out, pos, 0, splitAt);
+  out[pos++] = ((splitAt > 0 ? Opt.Observe - Opt.ETag : Opt.Observe) << 4) | obsLen;
+  if (obsLen === 3) out[pos++] = (observe >> 16) & 0xff;
+  if (obsLen >= 2) out[pos++] = (observe >> 8) & 0xff;
+  if (obsLen >= 1) out[pos++] = observe & 0xff;
+  form.copy(out, pos, splitAt);
+  return out;
+}
+
 /** Builds the constant tail of a response (options after `base`, payload marker, payload). */
 export function encodeTail(options: readonly CoapOption[], base: number, payload: Buffer): Buffer {
   const opts = encodeOptions(options, base);

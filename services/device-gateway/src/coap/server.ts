@@ -1,6 +1,7 @@
 import dgram from 'node:dgram';
+import { lookup as dnsLookup } from 'node:dns';
 import type { AddressInfo } from 'node:net';
-import { isIPv6 } from 'node:net';
+import { isIP, isIPv6 } from 'node:net';
 import type { VisibleDocument } from '../domain/documents.js';
 import type { DeviceChange, GatewayState } from '../domain/gateway-state.js';
 import {
@@ -21,8 +22,8 @@ import {
   PROXYING_NOT_SUPPORTED,
   RST,
   VALID,
+  encodeFromObserveForm,
   encodeMessage,
-  encodeNotification,
   encodeOptions,
   encodeWithParts,
   parseMessage,
@@ -33,7 +34,16 @@ import {
   type ParseFailure,
 } from './codec.js';
 import { linkFormat } from './link-format.js';
-import { WireCache, buildForm, contentEtag, type DocumentFormat, type WireForm } from './wire.js';
+import {
+  OBSERVE_FORM_SPLIT,
+  buildForm,
+  contentEtag,
+  documentForm,
+  formEtagEquals,
+  observeForm,
+  type DocumentFormat,
+  type WireForm,
+} from './wire.js';
 
 /**
  * The gateway's CoAP endpoint: it owns its UDP socket and implements RFC 7252 message handling and RFC 7641
@@ -70,6 +80,15 @@ export interface CoapServerOptions {
   maxAgeS: number;
   /** Notifications sent per event-loop turn during a fan-out, so incoming ACKs are read in between. */
   fanoutChunk: number;
+  /**
+   * Server-wide window of confirmable notifications awaiting their first ACK. NSTART (RFC 7252 4.7) bounds
+   * exchanges per endpoint; this bounds them across all endpoints, so a fan-out to 100,000 observers is paced
+   * by the ACKs coming back: each ACK returns well within ACK_TIMEOUT instead of queueing behind the burst
+   * (unbounded, the ACKs of a large fan-out arrived after the timeout and every notification was resent).
+   * A notification leaves the window at its ACK or its first timeout (a slow or dead peer must not hold a
+   * slot through its whole backoff); it keeps its own retransmission schedule either way.
+   */
+  maxInflight: number;
   /** Most links /.well-known/core returns; a query matching more is refused with 4.00 and a hint. */
   wellKnownMaxLinks: number;
   /** Most observe relations one endpoint (address and port) may hold; further registrations get a plain reply. */
@@ -85,6 +104,7 @@ export const defaultCoapOptions: Omit<CoapServerOptions, 'logger'> = {
   confirmableRefreshMs: 24 * 60 * 60 * 1000,
   maxAgeS: 60,
   fanoutChunk: 256,
+  maxInflight: 2048,
   wellKnownMaxLinks: 64,
   maxRelationsPerEndpoint: 256,
 };
@@ -107,31 +127,73 @@ export interface CoapStats {
   finalNotFound: number;
   internalErrors: number;
   sendErrors: number;
+  /** Times a fan-out paused because the in-flight window was full. */
+  windowFull: number;
 }
 
 type ResourceKind = 'settings' | 'record';
 
-/** All observers of one resource, and its RFC 7641 sequence number (24-bit, per resource). */
-class ObservedResource {
-  readonly relations = new Set<Relation>();
-  seq = 0;
+/** One client endpoint (address and port): ACK and RST carry only a message id, so they are matched here. */
+class Endpoint {
+  readonly relations: Relation[] = [];
   constructor(
     readonly key: string,
+    readonly address: string,
+    readonly port: number,
+  ) {}
+}
+
+/**
+ * All observers of one resource, its RFC 7641 sequence number (24-bit, per resource), and the observe form of
+ * its current document: built once per version and format, shared by every observer. Relations are an
+ * intrusive doubly linked list: most resources have one observer, and a Set would cost ~100 bytes each.
+ */
+class ObservedResource {
+  head: Relation | null = null;
+  count = 0;
+  seq = 0;
+  formDoc: VisibleDocument | null = null;
+  jsonForm: Buffer | null = null;
+  cborForm: Buffer | null = null;
+  constructor(
     readonly deviceId: string,
     readonly kind: ResourceKind,
   ) {}
+
   nextSeq(): number {
     this.seq = (this.seq + 1) & 0xffffff;
     return this.seq;
   }
+
+  add(rel: Relation): void {
+    rel.next = this.head;
+    if (this.head !== null) this.head.prev = rel;
+    this.head = rel;
+    this.count++;
+  }
+
+  /** Returns false when `rel` was not attached. */
+  remove(rel: Relation): boolean {
+    if (!rel.attached) return false;
+    rel.attached = false;
+    if (rel.prev !== null) rel.prev.next = rel.next;
+    else this.head = rel.next;
+    if (rel.next !== null) rel.next.prev = rel.prev;
+    rel.prev = rel.next = null;
+    this.count--;
+    return true;
+  }
 }
 
 /**
- * One observe relation, kept as small as Observe needs (NODE-COAP.md: the application's part of a relation
- * should cost ~100-200 bytes, node-coap's held `res` costs ~4 KB). The token is a latin1 string: a Buffer
- * would cost an object plus a backing store, and a slice of the request would pin the whole datagram.
+ * One observe relation, kept as small as Observe needs (NODE-COAP.md: node-coap's held `res` costs ~4 KB).
+ * The token is a latin1 string: a Buffer would cost an object plus a backing store, and a slice of the request
+ * would pin the whole datagram. Times are whole milliseconds (small integers, stored unboxed by V8).
  */
 class Relation {
+  prev: Relation | null = null;
+  next: Relation | null = null;
+  attached = true;
   /** Version of the document last sent (0: none), so unchanged states are not re-sent. */
   lastVersion = 0;
   /** Message id of the last notification (any type), to match an RST. */
@@ -143,19 +205,20 @@ class Relation {
   inflight: Buffer | null = null;
   retransmits = 0;
   timeoutMs = 0;
-  deadline = 0;
   slot = 0;
+  /** Holds one of the server-wide window's slots (see CoapServerOptions.maxInflight). */
+  inWindow = false;
   /** A newer state arrived while a CON was in flight (RFC 7641 4.5.2): sent on ACK or at the next timeout. */
   pending = false;
   queued = false;
+  /** Queued for a confirmable liveness refresh (RFC 7641 4.5) rather than for a change. */
+  refreshDue = false;
   /** A final 4.04 is in flight; the relation is out of its resource and ends on ACK, RST or timeout. */
   closing = false;
   dead = false;
 
   constructor(
-    readonly endpoint: string,
-    readonly address: string,
-    readonly port: number,
+    readonly endpoint: Endpoint,
     readonly token: string,
     readonly resource: ObservedResource,
     readonly format: DocumentFormat,
@@ -166,7 +229,8 @@ class Relation {
   }
 }
 
-const now = (): number => performance.now();
+/** Monotonic whole milliseconds. */
+const now = (): number => Math.floor(performance.now());
 
 const DIAG_BAD_OPTION = Buffer.from('unsupported critical option');
 const DIAG_TOO_MANY = Buffer.from('too many resources match; filter with href=/devices/<id prefix>*');
@@ -186,14 +250,23 @@ export class CoapServer {
   private isBound = false;
   private closing = false;
   private mid = Math.floor(Math.random() * 0x10000);
-  private readonly resources = new Map<string, ObservedResource>();
-  /** Relations per client endpoint ("port|address"): ACK/RST carry only a message id, so they are matched here. */
-  private readonly byEndpoint = new Map<string, Relation[]>();
+  /** Observed resources by device id, one map per kind (no concatenated key string per resource). */
+  private readonly settingsResources = new Map<string, ObservedResource>();
+  private readonly recordResources = new Map<string, ObservedResource>();
+  /** Client endpoints by "port|address". */
+  private readonly byEndpoint = new Map<string, Endpoint>();
   private relationCount = 0;
-  private readonly wire: WireCache;
+  private readonly observeMaxAgeS: number;
   private queue: Relation[] = [];
   private queueHead = 0;
   private pumpScheduled = false;
+  private readonly pumpLater = (): void => {
+    this.pumpScheduled = false;
+    this.pump();
+  };
+  /** Confirmable notifications holding a window slot, and whether a fan-out waits for one to free. */
+  private windowUsed = 0;
+  private windowBlocked = false;
   private readonly wheel = new Map<number, Relation[]>();
   private wheelTimer: NodeJS.Timeout | undefined;
   private readonly tickMs: number;
@@ -216,6 +289,7 @@ export class CoapServer {
     finalNotFound: 0,
     internalErrors: 0,
     sendErrors: 0,
+    windowFull: 0,
   };
 
   constructor(
@@ -224,8 +298,7 @@ export class CoapServer {
   ) {
     // Notifications carry a Max-Age that outlives the refresh period, so a device does not treat a quiet
     // relation as stale before the periodic confirmable notification refreshes it (RFC 7641 4.3.1).
-    const observeMaxAgeS = Math.min(0xffffffff, Math.ceil((options.confirmableRefreshMs * 1.1) / 1000));
-    this.wire = new WireCache(options.maxAgeS, observeMaxAgeS);
+    this.observeMaxAgeS = Math.min(0xffffffff, Math.ceil((options.confirmableRefreshMs * 1.1) / 1000));
     this.tickMs = Math.max(5, Math.min(100, Math.floor(options.ackTimeoutMs / 4)));
     state.onChange((changes) => this.onStateChange(changes));
   }
@@ -249,6 +322,15 @@ export class CoapServer {
       type: isIPv6(host) ? 'udp6' : 'udp4',
       recvBufferSize: this.options.socketBufferBytes,
       sendBufferSize: this.options.socketBufferBytes,
+      // dgram resolves the destination of every send() on an unconnected socket through `lookup`; the default
+      // (dns.lookup) answers even an IP literal on a later tick, so no datagram of a synchronous fan-out chunk
+      // left before the chunk ended and each send paid a closure and a tick. Peers here are always IP
+      // literals (rinfo.address): answer them synchronously; names (a bind host) still go to dns.lookup.
+      lookup: (hostname, options, callback) => {
+        const family = isIP(hostname);
+        if (family !== 0) callback(null, hostname, family);
+        else dnsLookup(hostname, options, callback);
+      },
     });
     this.socket = socket;
     socket.on('message', (buf, rinfo) => this.onDatagram(buf, rinfo.address, rinfo.port));
@@ -405,7 +487,7 @@ export class CoapServer {
       return;
     }
     const endpoint = endpointKey(address, port);
-    const tokenKey = token.toString('latin1');
+    const tokenKey = token.length === 0 ? '' : token.toString('latin1');
     // Observe=1 (RFC 7641 3.6) ends the relation with this token; the request is then answered as a plain GET.
     if (req.observe === 1) this.deregister(endpoint, tokenKey);
 
@@ -436,11 +518,13 @@ export class CoapServer {
       reply(NOT_FOUND);
       return;
     }
-    const form = this.wire.get(doc, format);
     if (req.observe === 0) {
-      this.register(msg, address, port, endpoint, tokenKey, deviceId, kind, format, doc, form, req);
+      this.register(msg, address, port, endpoint, tokenKey, kind, format, doc, req);
       return;
     }
+    const resource = this.resourceMap(kind).get(deviceId);
+    const form = documentForm(doc, format, this.options.maxAgeS, this.observeMaxAgeS);
+    if (resource !== undefined) this.formFor(resource, doc, format);
     if (req.etags.some((e) => e.equals(form.etag))) {
       reply(VALID, [
         { number: Opt.ETag, value: form.etag },
@@ -495,49 +579,77 @@ export class CoapServer {
     return kind === 'settings' ? this.state.settingsDocument(deviceId) : this.state.recordDocument(deviceId);
   }
 
+  private resourceMap(kind: ResourceKind): Map<string, ObservedResource> {
+    return kind === 'settings' ? this.settingsResources : this.recordResources;
+  }
+
+  /** The resource's observe form for `doc`, rebuilt when the document changed since the last one. */
+  private formFor(resource: ObservedResource, doc: VisibleDocument, format: DocumentFormat): Buffer {
+    if (resource.formDoc !== doc) {
+      resource.formDoc = doc;
+      resource.jsonForm = null;
+      resource.cborForm = null;
+    }
+    if (format === ContentFormat.json)
+      return (resource.jsonForm ??= observeForm(doc, format, this.observeMaxAgeS));
+    return (resource.cborForm ??= observeForm(doc, format, this.observeMaxAgeS));
+  }
+
   private register(
     msg: CoapMessage,
     address: string,
     port: number,
-    endpoint: string,
+    endpointKeyValue: string,
     tokenKey: string,
-    deviceId: string,
     kind: ResourceKind,
     format: DocumentFormat,
     doc: VisibleDocument,
-    form: WireForm,
     req: ParsedRequest,
   ): void {
-    const resourceKey = `${kind === 'settings' ? 's' : 'r'}:${deviceId}`;
+    // The registry's own id string (the document's), not the request's copy: one string per device.
+    const deviceId = (doc.body as { device_id: string }).device_id;
+    const resources = this.resourceMap(kind);
     // The same endpoint observing again with the same token, or the same resource with a new token, replaces
     // its relation (never duplicates it).
-    const existing = this.byEndpoint.get(endpoint);
-    if (existing !== undefined) {
+    let endpoint = this.byEndpoint.get(endpointKeyValue);
+    if (endpoint !== undefined) {
+      const existing = endpoint.relations;
       // Backwards, without copying: removeRelation splices this array. At most maxRelationsPerEndpoint long.
       for (let i = existing.length - 1; i >= 0; i--) {
         const rel = existing[i]!;
-        if (rel.token === tokenKey || rel.resource.key === resourceKey) this.removeRelation(rel);
+        if (rel.token === tokenKey || (rel.resource.deviceId === deviceId && rel.resource.kind === kind))
+          this.removeRelation(rel);
       }
       if (existing.length >= this.options.maxRelationsPerEndpoint) {
         // RFC 7641 4.1: a server unwilling to add an observer answers like a plain GET (no Observe option).
         // The cap keeps per-endpoint lookups (ACK, RST, re-registration) short and stops one endpoint from
         // claiming an unbounded share of memory.
         this.stats.registrationsRefused++;
-        this.sendPlain(msg, address, port, form, -1);
+        this.sendPlain(
+          msg,
+          address,
+          port,
+          documentForm(doc, format, this.options.maxAgeS, this.observeMaxAgeS),
+          -1,
+        );
         return;
       }
+      // removeRelation drops an endpoint whose last relation went; look it up again.
+      endpoint = this.byEndpoint.get(endpointKeyValue);
     }
-    let resource = this.resources.get(resourceKey);
+    if (endpoint === undefined) {
+      endpoint = new Endpoint(endpointKeyValue, address, port);
+      this.byEndpoint.set(endpointKeyValue, endpoint);
+    }
+    let resource = resources.get(deviceId);
     if (resource === undefined) {
-      resource = new ObservedResource(resourceKey, deviceId, kind);
-      this.resources.set(resourceKey, resource);
+      resource = new ObservedResource(deviceId, kind);
+      resources.set(deviceId, resource);
     }
-    const t = now();
-    const rel = new Relation(endpoint, address, port, tokenKey, resource, format, msg.type === CON, t);
-    resource.relations.add(rel);
-    const list = this.byEndpoint.get(endpoint);
-    if (list === undefined) this.byEndpoint.set(endpoint, [rel]);
-    else list.push(rel);
+    const form = this.formFor(resource, doc, format);
+    const rel = new Relation(endpoint, tokenKey, resource, format, msg.type === CON, now());
+    resource.add(rel);
+    endpoint.relations.push(rel);
     this.relationCount++;
     rel.lastVersion = doc.version;
     const seq = resource.nextSeq();
@@ -546,33 +658,32 @@ export class CoapServer {
     const mid = msg.type === CON ? msg.messageId : this.nextMid();
     if (msg.type === NON) rel.lastMid = mid;
     this.stats.responses++;
-    if (req.etags.some((e) => e.equals(form.etag))) {
+    if (req.etags.some((e) => formEtagEquals(form, e))) {
       const validTail = encodeOptions(
-        [{ number: Opt.MaxAge, value: uintBytes(this.observeMaxAge()) }],
+        [{ number: Opt.MaxAge, value: uintBytes(this.observeMaxAgeS) }],
         Opt.Observe,
       );
+      const validForm = Buffer.concat([form.subarray(0, OBSERVE_FORM_SPLIT), validTail]);
       this.sendRaw(
-        encodeNotification(type, VALID, mid, tokenKey, form.etagOpt, seq, validTail),
+        encodeFromObserveForm(type, VALID, mid, tokenKey, validForm, OBSERVE_FORM_SPLIT, seq),
         address,
         port,
       );
       return;
     }
     this.sendRaw(
-      encodeNotification(type, CONTENT, mid, tokenKey, form.etagOpt, seq, form.observeTail),
+      encodeFromObserveForm(type, CONTENT, mid, tokenKey, form, OBSERVE_FORM_SPLIT, seq),
       address,
       port,
     );
   }
 
-  private observeMaxAge(): number {
-    return Math.min(0xffffffff, Math.ceil((this.options.confirmableRefreshMs * 1.1) / 1000));
-  }
-
-  private deregister(endpoint: string, tokenKey: string): void {
-    const list = this.byEndpoint.get(endpoint);
-    if (list === undefined) return;
-    for (const rel of [...list]) {
+  private deregister(endpointKeyValue: string, tokenKey: string): void {
+    const endpoint = this.byEndpoint.get(endpointKeyValue);
+    if (endpoint === undefined) return;
+    const list = endpoint.relations;
+    for (let i = list.length - 1; i >= 0; i--) {
+      const rel = list[i]!;
       if (rel.token === tokenKey) {
         this.removeRelation(rel);
         this.stats.observersDeregistered++;
@@ -641,15 +752,16 @@ export class CoapServer {
     this.sendRaw(encodeMessage(type, responseCode, mid, msg.token, options, payload), address, port);
   }
 
-  private onAck(endpoint: string, mid: number): void {
+  private onAck(endpointKeyValue: string, mid: number): void {
     this.stats.acks++;
-    const list = this.byEndpoint.get(endpoint);
-    if (list === undefined) return;
-    for (const rel of list) {
+    const endpoint = this.byEndpoint.get(endpointKeyValue);
+    if (endpoint === undefined) return;
+    for (const rel of endpoint.relations) {
       if (rel.inflightMid !== mid) continue;
       rel.inflightMid = -1;
       rel.inflight = null;
       rel.lastConfirmedAt = now();
+      this.leaveWindow(rel);
       if (rel.closing) this.removeRelation(rel);
       else if (rel.pending) {
         rel.pending = false;
@@ -660,11 +772,11 @@ export class CoapServer {
   }
 
   /** RFC 7641 3.6: an RST in reply to a notification (of any type) cancels the relation. */
-  private onRst(endpoint: string, mid: number): void {
+  private onRst(endpointKeyValue: string, mid: number): void {
     this.stats.resets++;
-    const list = this.byEndpoint.get(endpoint);
-    if (list === undefined) return;
-    for (const rel of list) {
+    const endpoint = this.byEndpoint.get(endpointKeyValue);
+    if (endpoint === undefined) return;
+    for (const rel of endpoint.relations) {
       if (rel.lastMid === mid || rel.inflightMid === mid) {
         this.removeRelation(rel);
         this.stats.observersRemovedByRst++;
@@ -677,54 +789,85 @@ export class CoapServer {
 
   private onStateChange(changes: DeviceChange[]): void {
     for (const change of changes) {
-      if (change.settings) this.enqueueResource(`s:${change.deviceId}`);
-      if (change.record) this.enqueueResource(`r:${change.deviceId}`);
+      if (change.settings) this.enqueueResource(this.settingsResources.get(change.deviceId));
+      if (change.record) this.enqueueResource(this.recordResources.get(change.deviceId));
     }
-    this.pump();
+    if (!this.pumpScheduled) this.pump();
   }
 
-  private enqueueResource(key: string): void {
-    const resource = this.resources.get(key);
+  private enqueueResource(resource: ObservedResource | undefined): void {
     if (resource === undefined) return;
-    for (const rel of resource.relations) {
-      if (rel.queued) continue;
-      rel.queued = true;
-      this.queue.push(rel);
-    }
+    for (let rel = resource.head; rel !== null; rel = rel.next) this.enqueue(rel);
+  }
+
+  private enqueue(rel: Relation): void {
+    if (rel.queued) return;
+    rel.queued = true;
+    this.queue.push(rel);
   }
 
   /**
-   * Sends queued notifications, `fanoutChunk` per event-loop turn. Between chunks the socket's ACKs and RSTs
-   * are read, so a 100,000-observer fan-out neither stalls ACK processing (which would trigger
-   * retransmissions) nor holds 100,000 datagrams in memory at once. Each notification is built from the
-   * current document when it is sent, so a state that changed again meanwhile is sent once, newest first.
+   * Sends queued notifications, `fanoutChunk` per event-loop turn, while the in-flight window has room. Between
+   * chunks the socket's ACKs and RSTs are read, so a 100,000-observer fan-out neither stalls ACK processing
+   * (which would trigger retransmissions) nor holds 100,000 datagrams in memory at once; a full window pauses
+   * the fan-out until ACKs (or first timeouts) free slots. Each notification is built from the current document
+   * when it is sent, so a state that changed again meanwhile is sent once, newest first.
    */
   private pump(): void {
-    if (this.pumpScheduled) return;
     let sent = 0;
-    while (this.queueHead < this.queue.length && sent < this.options.fanoutChunk) {
+    const chunk = this.options.fanoutChunk;
+    while (this.queueHead < this.queue.length && sent < chunk) {
+      if (this.windowUsed >= this.options.maxInflight) {
+        // Resumed by leaveWindow. Checked before every send: whether the next one is confirmable is only known
+        // when it is built, and a paused NON costs no more than the wait for one ACK.
+        if (!this.windowBlocked) this.stats.windowFull++;
+        this.windowBlocked = true;
+        return;
+      }
       const rel = this.queue[this.queueHead++]!;
       rel.queued = false;
-      if (!rel.dead && !rel.closing) {
-        this.sendCurrent(rel, false);
+      const refresh = rel.refreshDue;
+      rel.refreshDue = false;
+      if (!rel.dead && !rel.closing && (!refresh || rel.inflightMid === -1)) {
+        this.sendCurrent(rel, refresh);
         sent++;
       }
     }
-    if (this.queueHead < this.queue.length) {
-      this.pumpScheduled = true;
-      setImmediate(() => {
-        this.pumpScheduled = false;
-        this.pump();
-      });
-    } else {
+    if (this.queueHead < this.queue.length) this.schedulePump();
+    else {
       this.queue = [];
       this.queueHead = 0;
     }
   }
 
+  private schedulePump(): void {
+    if (this.pumpScheduled) return;
+    this.pumpScheduled = true;
+    setImmediate(this.pumpLater);
+  }
+
+  private enterWindow(rel: Relation): void {
+    if (rel.inWindow) return;
+    rel.inWindow = true;
+    this.windowUsed++;
+  }
+
+  private leaveWindow(rel: Relation): void {
+    if (!rel.inWindow) return;
+    rel.inWindow = false;
+    this.windowUsed--;
+    if (this.windowBlocked) {
+      this.windowBlocked = false;
+      // Later, not now: the ACKs read in this turn of the event loop free their slots first, then one pump
+      // refills them in a batch.
+      this.schedulePump();
+    }
+  }
+
   /** Sends the relation's current state if it differs from what it last got (or `force`: a liveness refresh). */
   private sendCurrent(rel: Relation, force: boolean): void {
-    const doc = this.documentFor(rel.resource.deviceId, rel.resource.kind);
+    const resource = rel.resource;
+    const doc = this.documentFor(resource.deviceId, resource.kind);
     if (doc === undefined) {
       this.sendFinalNotFound(rel);
       return;
@@ -739,17 +882,16 @@ export class CoapServer {
     const t = now();
     const confirmable =
       rel.confirmable || force || t - rel.lastConfirmedAt >= this.options.confirmableRefreshMs;
-    const form = this.wire.get(doc, rel.format);
+    const form = this.formFor(resource, doc, rel.format);
     const mid = this.nextMid();
-    const seq = rel.resource.nextSeq();
-    const bytes = encodeNotification(
+    const bytes = encodeFromObserveForm(
       confirmable ? CON : NON,
       CONTENT,
       mid,
       rel.token,
-      form.etagOpt,
-      seq,
-      form.observeTail,
+      form,
+      OBSERVE_FORM_SPLIT,
+      resource.nextSeq(),
     );
     rel.lastVersion = doc.version;
     rel.lastMid = mid;
@@ -758,7 +900,7 @@ export class CoapServer {
       this.stats.confirmableNotifications++;
       this.track(rel, mid, bytes, t, true);
     }
-    this.sendRaw(bytes, rel.address, rel.port);
+    this.sendRaw(bytes, rel.endpoint.address, rel.endpoint.port);
   }
 
   /** RFC 7641 4.2: observers of a resource that is gone get a final 4.04 (no Observe option) and are removed. */
@@ -782,23 +924,25 @@ export class CoapServer {
     } else {
       this.removeRelation(rel);
     }
-    this.sendRaw(bytes, rel.address, rel.port);
+    this.sendRaw(bytes, rel.endpoint.address, rel.endpoint.port);
   }
 
-  /** Starts (fresh) or continues (replacement, 4.5.2) the retransmission state of a CON. */
+  /** Starts (fresh: enters the window) or continues (replacement, 4.5.2) the retransmission state of a CON. */
   private track(rel: Relation, mid: number, bytes: Buffer, t: number, fresh: boolean): void {
     rel.inflightMid = mid;
     rel.inflight = bytes;
     if (fresh) {
       rel.retransmits = 0;
-      rel.timeoutMs = this.options.ackTimeoutMs * (1 + Math.random() * (this.options.ackRandomFactor - 1));
-      rel.deadline = t + rel.timeoutMs;
-      this.schedule(rel);
+      rel.timeoutMs = Math.round(
+        this.options.ackTimeoutMs * (1 + Math.random() * (this.options.ackRandomFactor - 1)),
+      );
+      this.enterWindow(rel);
+      this.schedule(rel, t + rel.timeoutMs);
     }
   }
 
-  private schedule(rel: Relation): void {
-    const slot = Math.ceil(rel.deadline / this.tickMs);
+  private schedule(rel: Relation, deadline: number): void {
+    const slot = Math.ceil(deadline / this.tickMs);
     rel.slot = slot;
     const bucket = this.wheel.get(slot);
     if (bucket === undefined) this.wheel.set(slot, [rel]);
@@ -834,6 +978,9 @@ export class CoapServer {
   }
 
   private onAckTimeout(rel: Relation, t: number): void {
+    // Out of the window at its first timeout: its retransmissions follow their own backoff, bounded by
+    // MAX_RETRANSMIT, and must not stall notifications to peers that answer.
+    this.leaveWindow(rel);
     if (rel.retransmits >= this.options.maxRetransmit) {
       // RFC 7641 4.5: an unacknowledged confirmable notification means the client is no longer interested.
       this.removeRelation(rel);
@@ -842,24 +989,23 @@ export class CoapServer {
     }
     rel.retransmits++;
     rel.timeoutMs *= 2;
-    rel.deadline = t + rel.timeoutMs;
     if (rel.pending && !rel.closing) {
       // Replace the notification in flight by the newest state (RFC 7641 4.5.2), same counter and timeout.
       rel.pending = false;
-      const doc = this.documentFor(rel.resource.deviceId, rel.resource.kind);
+      const resource = rel.resource;
+      const doc = this.documentFor(resource.deviceId, resource.kind);
       if (doc === undefined) {
         this.sendFinalNotFound(rel);
       } else {
-        const form = this.wire.get(doc, rel.format);
         const mid = this.nextMid();
-        const bytes = encodeNotification(
+        const bytes = encodeFromObserveForm(
           CON,
           CONTENT,
           mid,
           rel.token,
-          form.etagOpt,
-          rel.resource.nextSeq(),
-          form.observeTail,
+          this.formFor(resource, doc, rel.format),
+          OBSERVE_FORM_SPLIT,
+          resource.nextSeq(),
         );
         rel.lastVersion = doc.version;
         rel.lastMid = mid;
@@ -867,41 +1013,38 @@ export class CoapServer {
         rel.inflight = bytes;
         this.stats.notifications++;
         this.stats.confirmableNotifications++;
-        this.sendRaw(bytes, rel.address, rel.port);
+        this.sendRaw(bytes, rel.endpoint.address, rel.endpoint.port);
       }
     } else if (rel.inflight !== null) {
       this.stats.retransmissions++;
-      this.sendRaw(rel.inflight, rel.address, rel.port);
+      this.sendRaw(rel.inflight, rel.endpoint.address, rel.endpoint.port);
     }
-    this.schedule(rel);
+    this.schedule(rel, t + rel.timeoutMs);
   }
 
-  /** Sends a confirmable refresh to observers not confirmed within the refresh period (RFC 7641 4.5). */
+  /**
+   * Queues a confirmable refresh for observers not confirmed within the refresh period (RFC 7641 4.5). The
+   * refreshes go through the same queue and window as a fan-out.
+   */
   private refreshSweep(): void {
     const t = now();
     const limit = this.options.confirmableRefreshMs;
-    const stale: Relation[] = [];
-    for (const resource of this.resources.values()) {
-      for (const rel of resource.relations) {
-        if (rel.inflightMid === -1 && t - rel.lastConfirmedAt >= limit) stale.push(rel);
+    for (const endpoint of this.byEndpoint.values()) {
+      for (const rel of endpoint.relations) {
+        if (!rel.closing && rel.inflightMid === -1 && t - rel.lastConfirmedAt >= limit) {
+          rel.refreshDue = true;
+          this.enqueue(rel);
+        }
       }
     }
-    let i = 0;
-    const step = (): void => {
-      const end = Math.min(stale.length, i + this.options.fanoutChunk);
-      for (; i < end; i++) {
-        const rel = stale[i]!;
-        if (!rel.dead && !rel.closing && rel.inflightMid === -1) this.sendCurrent(rel, true);
-      }
-      if (i < stale.length && !this.closing) setImmediate(step);
-    };
-    step();
+    if (!this.pumpScheduled && !this.closing) this.pump();
   }
 
   private detachFromResource(rel: Relation): void {
     const resource = rel.resource;
-    if (resource.relations.delete(rel) && resource.relations.size === 0) {
-      if (this.resources.get(resource.key) === resource) this.resources.delete(resource.key);
+    if (resource.remove(rel) && resource.count === 0) {
+      const resources = this.resourceMap(resource.kind);
+      if (resources.get(resource.deviceId) === resource) resources.delete(resource.deviceId);
     }
   }
 
@@ -910,13 +1053,14 @@ export class CoapServer {
     rel.dead = true;
     rel.inflight = null;
     rel.inflightMid = -1;
+    this.leaveWindow(rel);
     this.detachFromResource(rel);
-    const list = this.byEndpoint.get(rel.endpoint);
-    if (list !== undefined) {
-      const index = list.indexOf(rel);
-      if (index !== -1) list.splice(index, 1);
-      if (list.length === 0) this.byEndpoint.delete(rel.endpoint);
-    }
+    const endpoint = rel.endpoint;
+    const list = endpoint.relations;
+    const index = list.indexOf(rel);
+    if (index !== -1) list.splice(index, 1);
+    if (list.length === 0 && this.byEndpoint.get(endpoint.key) === endpoint)
+      this.byEndpoint.delete(endpoint.key);
     this.relationCount--;
   }
 
@@ -935,12 +1079,19 @@ export class CoapServer {
   }
 
   /** For readiness and metrics. */
-  snapshot(): { observers: number; resources: number; endpoints: number; queued: number } {
+  snapshot(): {
+    observers: number;
+    resources: number;
+    endpoints: number;
+    queued: number;
+    inflightWindow: number;
+  } {
     return {
       observers: this.relationCount,
-      resources: this.resources.size,
+      resources: this.settingsResources.size + this.recordResources.size,
       endpoints: this.byEndpoint.size,
       queued: this.queue.length - this.queueHead,
+      inflightWindow: this.windowUsed,
     };
   }
 }
