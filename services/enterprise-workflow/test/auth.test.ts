@@ -111,6 +111,12 @@ const cases: TokenCase[] = [
   },
   { name: 'no sub', token: () => h.issuer.sign({ sub: undefined }), status: 401, code: 'unauthorized' },
   {
+    name: 'NUL character in a claim',
+    token: () => h.issuer.demoToken('alice', { name: 'Alice\u0000Anders' }),
+    status: 401,
+    code: 'unauthorized',
+  },
+  {
     name: 'wrong role',
     token: () => h.issuer.demoToken('alice', { role: 'enterprise_portal_anon' }),
     status: 403,

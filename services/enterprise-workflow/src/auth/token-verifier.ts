@@ -118,6 +118,11 @@ export function createTokenVerifier(settings: TokenVerifierSettings): TokenVerif
       if (typeof payload.sub !== 'string' || payload.sub.length === 0) {
         return { ok: false, reason: 'invalid_token', detail: 'The access token has no subject.' };
       }
+      // The claims travel into PostgreSQL as jsonb (request.jwt.claims), which refuses U+0000: such a
+      // token, however well signed, is refused here rather than failing inside the transaction.
+      if (JSON.stringify(payload).includes('\\u0000')) {
+        return { ok: false, reason: 'invalid_token', detail: 'The access token contains a NUL character.' };
+      }
       const role = (payload as { role?: unknown }).role;
       if (role !== settings.requiredRole) {
         return {
