@@ -10,6 +10,8 @@ import {
 } from '@platform/service-kit';
 import type { Express } from 'express';
 import type { Kysely } from 'kysely';
+import { ClusterBus } from './cluster/bus.js';
+import { registerBusMetrics } from './cluster/metrics.js';
 import { CoapServer } from './coap/server.js';
 import { maxDocumentBytes } from './coap/wire.js';
 import type { GatewayConfig } from './config.js';
@@ -37,13 +39,16 @@ export interface GatewayApp {
   coap: CoapServer;
   state: GatewayState;
   service: GatewayService;
+  /** Inert until `service.useCluster(bus)` and `bus.start()` (main.ts does both unless GATEWAY_CLUSTER_BUS=false). */
+  bus: ClusterBus;
 }
 
 /** Wires the gateway without listening: tests drive `http` with supertest and bind `coap` to a free port. */
 export function buildApp(deps: GatewayDeps): GatewayApp {
   const { config, logger } = deps;
+  const clock = deps.clock ?? new VersionClock();
   const state = new GatewayState({
-    clock: deps.clock ?? new VersionClock(),
+    clock,
     maxDocumentBytes: maxDocumentBytes(config.COAP_MAX_TOKEN_LENGTH),
     validateSettings: validateDesiredSettings,
   });
@@ -62,6 +67,18 @@ export function buildApp(deps: GatewayDeps): GatewayApp {
     maxRelationsPerEndpoint: config.COAP_MAX_RELATIONS_PER_ENDPOINT,
   });
   const service = new GatewayService({ config, db: deps.db, state, coap, apiKeys: deps.apiKeys });
+  const bus = new ClusterBus({
+    databaseUrl: config.DATABASE_URL,
+    db: deps.db,
+    state,
+    clock,
+    reload: () => service.reload(),
+    validateSettings: validateDesiredSettings,
+    logger,
+    reconnectMinMs: config.GATEWAY_BUS_RECONNECT_MIN_MS,
+    reconnectMaxMs: config.GATEWAY_BUS_RECONNECT_MAX_MS,
+    heartbeatMs: config.GATEWAY_BUS_HEARTBEAT_MS,
+  });
   const http = createHttpApp({
     logger,
     trustProxy: config.GATEWAY_TRUST_PROXY,
@@ -70,8 +87,9 @@ export function buildApp(deps: GatewayDeps): GatewayApp {
   addRoutes(http, gatewayRoutes(service, requireApiKey(deps.apiKeys)));
   if (deps.metrics !== undefined) {
     registerGatewayMetrics(deps.metrics, state, coap);
+    registerBusMetrics(deps.metrics, bus);
     addRoutes(http, [{ method: 'GET', path: '/metrics', handler: metricsHandler(deps.metrics) }]);
   }
   finishHttpApp(http, logger);
-  return { http, coap, state, service };
+  return { http, coap, state, service, bus };
 }

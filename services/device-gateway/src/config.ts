@@ -39,6 +39,13 @@ export const gatewayConfigSchema = {
     COAP_WELL_KNOWN_MAX_LINKS: { type: 'integer', minimum: 1, maximum: 1000, default: 64 },
     COAP_MAX_RELATIONS_PER_ENDPOINT: { type: 'integer', minimum: 1, maximum: 4096, default: 256 },
     SHUTDOWN_TIMEOUT_MS: { type: 'integer', minimum: 1000, maximum: 60000, default: 10000 },
+    /** Issue 8: share overrides and reloads with the other replicas over PostgreSQL LISTEN/NOTIFY. */
+    GATEWAY_CLUSTER_BUS: { type: 'boolean', default: true },
+    /** Listener reconnect backoff (ms): first delay, doubling up to the cap. */
+    GATEWAY_BUS_RECONNECT_MIN_MS: { type: 'integer', minimum: 10, maximum: 60000, default: 100 },
+    GATEWAY_BUS_RECONNECT_MAX_MS: { type: 'integer', minimum: 100, maximum: 300000, default: 5000 },
+    /** A query on the listener connection this often (ms) detects a silently dead connection. */
+    GATEWAY_BUS_HEARTBEAT_MS: { type: 'integer', minimum: 500, maximum: 600000, default: 5000 },
   },
 } as const;
 
@@ -69,6 +76,10 @@ export interface GatewayConfig {
   readonly COAP_WELL_KNOWN_MAX_LINKS: number;
   readonly COAP_MAX_RELATIONS_PER_ENDPOINT: number;
   readonly SHUTDOWN_TIMEOUT_MS: number;
+  readonly GATEWAY_CLUSTER_BUS: boolean;
+  readonly GATEWAY_BUS_RECONNECT_MIN_MS: number;
+  readonly GATEWAY_BUS_RECONNECT_MAX_MS: number;
+  readonly GATEWAY_BUS_HEARTBEAT_MS: number;
 }
 
 type UntypedLoadConfig = (schema: object, env: Record<string, string | undefined>) => unknown;
@@ -115,5 +126,11 @@ export function publicConfig(config: GatewayConfig, apiKeys: SecretSet): Record<
       max_relations_per_endpoint: config.COAP_MAX_RELATIONS_PER_ENDPOINT,
     },
     shutdown_timeout_ms: config.SHUTDOWN_TIMEOUT_MS,
+    cluster_bus: {
+      enabled: config.GATEWAY_CLUSTER_BUS,
+      reconnect_min_ms: config.GATEWAY_BUS_RECONNECT_MIN_MS,
+      reconnect_max_ms: config.GATEWAY_BUS_RECONNECT_MAX_MS,
+      heartbeat_ms: config.GATEWAY_BUS_HEARTBEAT_MS,
+    },
   };
 }

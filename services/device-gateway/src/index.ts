@@ -13,4 +13,6 @@ export { loadRegistry } from './db/registry-repository.js';
 export type { DeviceRegistryTable, GatewayDatabase } from './db/tables.js';
 export { CoapServer, defaultCoapOptions, type CoapServerOptions, type CoapStats } from './coap/server.js';
 export { VersionClock } from './domain/version-clock.js';
+export { ClusterBus, type BusStatus, type BusStats } from './cluster/bus.js';
+export { BUS_CHANNEL, NOTIFY_PAYLOAD_LIMIT_BYTES } from './cluster/messages.js';
 export { GatewayState } from './domain/gateway-state.js';

@@ -35,13 +35,14 @@ async function main(): Promise<void> {
     logger.error('unhandled rejection', { error: reason instanceof Error ? reason.message : String(reason) });
   });
 
+  const metrics = createMetrics({ service: 'device-gateway' });
   const db = createDb<GatewayDatabase>(config.DATABASE_URL, {
     max: config.DB_POOL_MAX,
     applicationName: 'device-gateway',
     statementTimeoutMs: config.DB_STATEMENT_TIMEOUT_MS,
     logger,
+    metrics,
   });
-  const metrics = createMetrics({ service: 'device-gateway' });
   const app = buildApp({ config, logger, db, apiKeys: () => apiKeys, metrics });
 
   await app.coap.listen(config.GATEWAY_COAP_PORT, config.GATEWAY_COAP_HOST);
@@ -78,11 +79,20 @@ async function main(): Promise<void> {
         },
       },
       { name: 'coap', close: () => app.coap.close(2000) },
+      { name: 'cluster bus', close: () => app.bus.stop() },
       { name: 'db pool', close: () => db.destroy() },
     ],
   });
 
-  // Initial load: retry with backoff (0.5 s doubling to 10 s) until the database answers.
+  if (config.GATEWAY_CLUSTER_BUS) {
+    // Issue 8: the bus LISTENs, then loads the registry and the retained overrides (retrying with backoff
+    // until the database answers); /api/ready is 503 until that first resync is done.
+    app.service.useCluster(app.bus);
+    await app.bus.start();
+    if (!stopping) logger.info('registry loaded; cluster bus listening', { origin: app.bus.origin });
+    return;
+  }
+  // Single process: initial load, retried with backoff (0.5 s doubling to 10 s) until the database answers.
   for (let delayMs = 500; !stopping; delayMs = Math.min(delayMs * 2, 10_000)) {
     try {
       const summary = await app.service.reload();

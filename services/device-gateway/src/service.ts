@@ -7,12 +7,22 @@ import type { GatewayDatabase } from './db/tables.js';
 import type { Settings } from './domain/documents.js';
 import type { GatewayState, ReloadSummary } from './domain/gateway-state.js';
 
+/** The replica bus as the service uses it (issue 8; implemented by cluster/bus.ts). */
+export interface ClusterLink {
+  /** Resolves after the message is committed and applied here. */
+  publishOverride(deviceId: string, settings: Settings): Promise<void>;
+  publishReload(): Promise<void>;
+  readinessProblems(): string[];
+  describe(): Record<string, unknown>;
+}
+
 /**
  * What the HTTP edge calls: reload from PostgreSQL, overrides, readiness. Keeps the transport (express)
  * out of the rules and the database out of the domain state.
  */
 export class GatewayService {
   private reloading: Promise<unknown> = Promise.resolve();
+  private cluster: ClusterLink | undefined;
 
   constructor(
     private readonly deps: {
@@ -43,18 +53,38 @@ export class GatewayService {
     return run;
   }
 
-  notifySettings(deviceId: string, settings: Settings): void {
-    this.deps.state.setOverride(deviceId, settings);
+  /** From now on overrides and requested reloads go to every replica through the bus. */
+  useCluster(cluster: ClusterLink): void {
+    this.cluster = cluster;
+  }
+
+  /** A reload asked for over HTTP: this replica, then (when clustered) every other one. */
+  async reloadEverywhere(): Promise<ReloadSummary> {
+    const summary = await this.reload();
+    await this.cluster?.publishReload();
+    return summary;
+  }
+
+  /** Checks first (404, 400), so nothing is published that this replica would refuse. */
+  async notifySettings(deviceId: string, settings: Settings): Promise<void> {
+    if (this.cluster === undefined) {
+      this.deps.state.setOverride(deviceId, settings);
+      return;
+    }
+    this.deps.state.checkOverride(deviceId, settings);
+    await this.cluster.publishOverride(deviceId, settings);
   }
 
   readinessProblems(): string[] {
     const problems: string[] = [];
     if (!this.deps.state.loaded) problems.push('registry not loaded');
     if (!this.deps.coap.bound) problems.push('CoAP socket not bound');
+    if (this.cluster !== undefined) problems.push(...this.cluster.readinessProblems());
     return problems;
   }
 
   publicConfig(): Record<string, unknown> {
-    return publicConfig(this.deps.config, this.deps.apiKeys());
+    const config = publicConfig(this.deps.config, this.deps.apiKeys());
+    return this.cluster === undefined ? config : { ...config, cluster: this.cluster.describe() };
   }
 }

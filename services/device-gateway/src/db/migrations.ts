@@ -1,5 +1,6 @@
 import { sql, type Kysely, type Migration } from 'kysely';
 import type { MigrationSet } from '@platform/service-kit';
+import { clusterBusMigration } from './cluster-bus-migration.js';
 
 /** The read-only login the running gateway uses (DESIGN 4.2): SELECT on its registry, nothing else. */
 export const GATEWAY_LOGIN_ROLE = 'device_gateway_login';
@@ -77,5 +78,5 @@ const registry: Migration = {
 export const gatewayMigrations: MigrationSet = {
   name: 'device-gateway',
   table: 'device_gateway_migrations',
-  migrations: { '0001_device_registry': registry },
+  migrations: { '0001_device_registry': registry, '0002_cluster_bus': clusterBusMigration },
 };

@@ -187,7 +187,16 @@ export class GatewayState {
    * Stores an in-memory override that replaces (never merges with) the registry settings. Returns whether
    * anything visible changed; an identical override issues no new version and no notification.
    */
-  setOverride(deviceId: string, settings: Settings): { changed: boolean; document: VisibleDocument } {
+  setOverride(
+    deviceId: string,
+    settings: Settings,
+    /**
+     * A version stamped by the replica that accepted the override (issue 8): used as is when it is above the
+     * device's current version, so every replica shows the same version for the same override; otherwise
+     * (this replica already issued a higher one, e.g. in a reload) a fresh local version.
+     */
+    stampedVersion?: number,
+  ): { changed: boolean; document: VisibleDocument } {
     const entry = this.entries.get(deviceId);
     if (entry === undefined) throw new UnknownDeviceError(deviceId);
     this.assertFits(deviceId, 'override', settings);
@@ -196,11 +205,22 @@ export class GatewayState {
       this.overrides.set(deviceId, settings);
       return { changed: false, document: entry.settingsDoc };
     }
-    const document = settingsDocument(deviceId, this.options.clock.next(), 'override', settings);
+    let version: number;
+    if (stampedVersion !== undefined && stampedVersion > entry.settingsDoc.version) {
+      this.options.clock.observe(stampedVersion);
+      version = stampedVersion;
+    } else version = this.options.clock.next();
+    const document = settingsDocument(deviceId, version, 'override', settings);
     this.overrides.set(deviceId, settings);
     entry.settingsDoc = document;
     this.emit([{ deviceId, settings: true, record: false, removed: false }]);
     return { changed: true, document };
+  }
+
+  /** Throws what setOverride would throw (unknown device, too large) without changing anything. */
+  checkOverride(deviceId: string, settings: Settings): void {
+    if (!this.entries.has(deviceId)) throw new UnknownDeviceError(deviceId);
+    this.assertFits(deviceId, 'override', settings);
   }
 
   private checkRecord(record: DeviceRecord): string | undefined {

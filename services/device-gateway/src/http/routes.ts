@@ -26,14 +26,14 @@ export function gatewayRoutes(service: GatewayService, auth: RequestHandler): Ro
     res.json(service.publicConfig());
   };
   const reload: RequestHandler = async (req, res) => {
-    const summary = await service.reload();
+    const summary = await service.reloadEverywhere();
     req.log.info('registry reloaded', { ...summary, rejected: summary.rejected.length });
     res.json({ status: 'reloaded' });
   };
-  const notify: RequestHandler = (req, res) => {
+  const notify: RequestHandler = async (req, res) => {
     const body = requireValid(validateNotifySettingsRequest(req.body));
     try {
-      service.notifySettings(body.device_id, body.settings);
+      await service.notifySettings(body.device_id, body.settings);
     } catch (err) {
       if (err instanceof UnknownDeviceError) {
         throw new DomainError('unknown_device', `Device ${body.device_id} is unknown or disabled.`);

@@ -1,0 +1,69 @@
+import type { Settings } from '../domain/documents.js';
+import { DEVICE_ID_PATTERN } from '../domain/gateway-state.js';
+
+/** The one LISTEN/NOTIFY channel every replica of the gateway listens on (per database). */
+export const BUS_CHANNEL = 'device_gateway_bus';
+
+/**
+ * PostgreSQL refuses (never truncates) a NOTIFY payload of 8000 bytes or more in a default build
+ * (`NOTIFY_PAYLOAD_MAX_LENGTH` = BLCKSZ - NAMEDATALEN - 128; docs: sql-notify.html, "must be shorter than
+ * 8000 bytes"). The gateway refuses such a message itself, before anything is published.
+ */
+export const NOTIFY_PAYLOAD_LIMIT_BYTES = 7999;
+
+/**
+ * An override accepted by one replica. `v` is the version the accepting replica stamped with its hybrid
+ * logical clock; `o` that replica's origin id. (v, o) orders overrides of one device totally: the larger
+ * wins everywhere (last writer wins), so replicas may apply messages in any order, twice, or from the
+ * retained table after a gap, and still agree.
+ */
+export interface OverrideMessage {
+  k: 'override';
+  d: string;
+  v: number;
+  o: string;
+  s: Settings;
+}
+
+/** "The registry changed, reload it"; `v` lifts receivers' clocks above every version the sender issued. */
+export interface ReloadMessage {
+  k: 'reload';
+  v: number;
+  o: string;
+}
+
+export type BusMessage = OverrideMessage | ReloadMessage;
+
+const ORIGIN_PATTERN = /^[A-Za-z0-9._:-]{1,64}$/;
+
+export function encodeMessage(message: BusMessage): string {
+  return JSON.stringify(message);
+}
+
+/**
+ * Parses a payload from the channel. NOTIFY has no privileges in PostgreSQL (any session of the database can
+ * send on any channel), so nothing is trusted: anything malformed is `undefined` (dropped and counted), and
+ * override settings are checked against the Device Settings schema by the caller.
+ */
+export function decodeMessage(payload: string): BusMessage | undefined {
+  let data: unknown;
+  try {
+    data = JSON.parse(payload);
+  } catch {
+    return undefined;
+  }
+  if (typeof data !== 'object' || data === null || Array.isArray(data)) return undefined;
+  const m = data as Record<string, unknown>;
+  if (!Number.isSafeInteger(m.v) || (m.v as number) <= 0) return undefined;
+  if (typeof m.o !== 'string' || !ORIGIN_PATTERN.test(m.o)) return undefined;
+  if (m.k === 'reload') return { k: 'reload', v: m.v as number, o: m.o };
+  if (m.k !== 'override') return undefined;
+  if (typeof m.d !== 'string' || !DEVICE_ID_PATTERN.test(m.d)) return undefined;
+  if (typeof m.s !== 'object' || m.s === null || Array.isArray(m.s)) return undefined;
+  return { k: 'override', d: m.d, v: m.v as number, o: m.o, s: m.s as Settings };
+}
+
+/** Whether `a` supersedes `b` (same device): higher version, ties broken by origin id. */
+export function supersedes(a: { v: number; o: string }, b: { v: number; o: string }): boolean {
+  return a.v > b.v || (a.v === b.v && a.o > b.o);
+}

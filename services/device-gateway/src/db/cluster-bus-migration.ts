@@ -1,0 +1,76 @@
+import { sql, type Kysely, type Migration } from 'kysely';
+
+const LOGIN = 'device_gateway_login';
+
+/**
+ * Issue 8: what the replica bus needs in the database, and exactly the rights the gateway's login gets for it.
+ *
+ * - `bus_overrides`: the last override message per device (retained message), so a replica that was not
+ *   listening when it went by (started later, or its LISTEN connection broke) still learns it. It is not
+ *   the registry: reload never reads it, and `desired_settings` stays untouched.
+ * - The login gets no INSERT/UPDATE/DELETE on it. It may only EXECUTE two SECURITY DEFINER functions, which
+ *   do the one write each message needs (last-writer-wins upsert, or dropping retained messages of devices
+ *   that left the registry) and the `pg_notify` in the same transaction, plus SELECT to resynchronise.
+ * - LISTEN and NOTIFY themselves need no grant: PostgreSQL has no privilege for them (any session of the
+ *   database may use any channel), which is why receivers validate every message.
+ * - Functions have a fixed search_path (pg_catalog) and fully qualified names, so the login cannot
+ *   redirect them with objects of its own; EXECUTE is revoked from PUBLIC.
+ */
+export const clusterBusMigration: Migration = {
+  async up(db: Kysely<unknown>): Promise<void> {
+    await sql`
+      CREATE TABLE device_gateway.bus_overrides (
+        device_id text PRIMARY KEY CHECK (device_id ~ '^[A-Za-z0-9._:-]{1,128}$'),
+        -- The accepting replica's hybrid-logical-clock stamp (µs); with origin, the last-writer-wins key.
+        version bigint NOT NULL CHECK (version > 0),
+        origin text COLLATE "C" NOT NULL CHECK (origin ~ '^[A-Za-z0-9._:-]{1,64}$'),
+        settings jsonb NOT NULL CHECK (jsonb_typeof(settings) = 'object'),
+        published_at timestamptz NOT NULL DEFAULT now()
+      )`.execute(db);
+    await sql`
+      CREATE FUNCTION device_gateway.bus_publish_override(p_payload text) RETURNS boolean
+      LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog AS $$
+      DECLARE
+        m jsonb := p_payload::jsonb;
+      BEGIN
+        IF m->>'k' IS DISTINCT FROM 'override' OR jsonb_typeof(m->'s') IS DISTINCT FROM 'object' THEN
+          RAISE EXCEPTION 'not an override message' USING ERRCODE = '22023';
+        END IF;
+        INSERT INTO device_gateway.bus_overrides AS b (device_id, version, origin, settings)
+        VALUES (m->>'d', (m->>'v')::bigint, m->>'o', m->'s')
+        ON CONFLICT (device_id) DO UPDATE
+          SET version = excluded.version, origin = excluded.origin, settings = excluded.settings,
+              published_at = now()
+          WHERE (excluded.version, excluded.origin) > (b.version, b.origin);
+        -- Only a message that won is sent; NOTIFY is delivered when this transaction commits.
+        IF FOUND THEN
+          PERFORM pg_catalog.pg_notify('device_gateway_bus', p_payload);
+        END IF;
+        RETURN FOUND;
+      END $$`.execute(db);
+    await sql`
+      CREATE FUNCTION device_gateway.bus_publish_reload(p_payload text) RETURNS void
+      LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog AS $$
+      BEGIN
+        IF (p_payload::jsonb)->>'k' IS DISTINCT FROM 'reload' THEN
+          RAISE EXCEPTION 'not a reload message' USING ERRCODE = '22023';
+        END IF;
+        -- A device that left the registry (deleted or disabled) loses its override, as in one process.
+        DELETE FROM device_gateway.bus_overrides b
+        WHERE NOT EXISTS (
+          SELECT 1 FROM device_gateway.device_registry r WHERE r.device_id = b.device_id AND r.enabled
+        );
+        PERFORM pg_catalog.pg_notify('device_gateway_bus', p_payload);
+      END $$`.execute(db);
+    for (const fn of ['bus_publish_override(text)', 'bus_publish_reload(text)']) {
+      await sql.raw(`REVOKE ALL ON FUNCTION device_gateway.${fn} FROM PUBLIC`).execute(db);
+      await sql.raw(`GRANT EXECUTE ON FUNCTION device_gateway.${fn} TO ${LOGIN}`).execute(db);
+    }
+    await sql.raw(`GRANT SELECT ON device_gateway.bus_overrides TO ${LOGIN}`).execute(db);
+  },
+  async down(db: Kysely<unknown>): Promise<void> {
+    await sql`DROP FUNCTION device_gateway.bus_publish_reload(text)`.execute(db);
+    await sql`DROP FUNCTION device_gateway.bus_publish_override(text)`.execute(db);
+    await sql`DROP TABLE device_gateway.bus_overrides`.execute(db);
+  },
+};
