@@ -34,15 +34,16 @@ async function main(): Promise<void> {
     // DESIGN 4.2: runtime logins never own tables; another login would bypass the intended grants.
     logger.warn('DATABASE_URL does not use the workflow login', { expected: API_LOGIN, user: dbUser });
   }
+  const metrics = createMetrics({ service: SERVICE });
   const db = createDb<WorkflowDb>(config.database.url, {
     max: config.database.poolMax,
     applicationName: SERVICE,
     statementTimeoutMs: config.database.statementTimeoutMs,
     logger,
+    metrics,
   });
   const storage = createS3Storage(config.s3);
   const verifier = createTokenVerifier(config.oidc);
-  const metrics = createMetrics({ service: SERVICE });
   const app = buildApp({ config, logger, db, storage, verifier, metrics });
 
   const server = app.listen(config.http.port, config.http.host);

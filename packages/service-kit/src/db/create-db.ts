@@ -1,5 +1,7 @@
 import { Kysely, PostgresDialect } from 'kysely';
 import pg from 'pg';
+import { Gauge } from 'prom-client';
+import type { Registry } from 'prom-client';
 
 /** The part of a winston logger the pool needs; any logger with `warn` fits. */
 export interface DbLogger {
@@ -19,6 +21,11 @@ export interface CreateDbOptions {
   idleTimeoutMs?: number;
   /** Where connection errors are reported. Default: `console.warn`. */
   logger?: DbLogger;
+  /**
+   * Publish the pool's use on this registry as `db_pool_connections{pool, state}` (state: total,
+   * idle, waiting — waiting counts queries queued for a connection, the sign of a pool too small).
+   */
+  metrics?: Registry;
 }
 
 const consoleLogger: DbLogger = {
@@ -59,5 +66,32 @@ export function createDb<DB>(url: string, options: CreateDbOptions = {}): Kysely
   pool.on('connect', (client) => {
     client.on('error', report);
   });
+  if (options.metrics !== undefined)
+    registerPoolMetrics(options.metrics, pool, options.applicationName ?? 'db');
   return new Kysely<DB>({ dialect: new PostgresDialect({ pool }) });
 }
+
+const POOL_METRIC = 'db_pool_connections';
+
+/** One gauge per registry; each pool adds its own `pool` label value, read at scrape time. */
+function registerPoolMetrics(registry: Registry, pool: pg.Pool, name: string): void {
+  const pools = poolsByRegistry.get(registry) ?? new Map<string, pg.Pool>();
+  pools.set(name, pool);
+  if (poolsByRegistry.has(registry)) return;
+  poolsByRegistry.set(registry, pools);
+  new Gauge({
+    name: POOL_METRIC,
+    help: 'Database pool connections by state: total (open), idle, waiting (queries queued for a connection).',
+    labelNames: ['pool', 'state'],
+    registers: [registry],
+    collect() {
+      for (const [label, p] of pools) {
+        this.set({ pool: label, state: 'total' }, p.totalCount);
+        this.set({ pool: label, state: 'idle' }, p.idleCount);
+        this.set({ pool: label, state: 'waiting' }, p.waitingCount);
+      }
+    },
+  });
+}
+
+const poolsByRegistry = new WeakMap<Registry, Map<string, pg.Pool>>();
