@@ -7,7 +7,18 @@ import { createLogger, createDb, SecretSet } from '@platform/service-kit';
 import { buildApp, loadGatewayConfig, type GatewayDatabase } from '@platform/device-gateway';
 import { createServer, type IncomingMessage, type OutgoingMessage } from 'coap';
 
-type Command = { cmd: 'heap' } | { cmd: 'reload' } | { cmd: 'fanout'; value: number } | { cmd: 'exit' };
+type Command =
+  | { cmd: 'heap' }
+  | { cmd: 'cpu' }
+  | { cmd: 'stats' }
+  | { cmd: 'reload' }
+  | { cmd: 'fanout'; value: number }
+  | { cmd: 'exit' };
+
+const cpuMs = (): number => {
+  const u = process.cpuUsage();
+  return (u.user + u.system) / 1000;
+};
 
 // Never outlive the benchmark that started this process.
 process.on('disconnect', () => process.exit(0));
@@ -49,6 +60,12 @@ async function gateway(): Promise<void> {
         case 'heap':
           send({ ...heap() });
           break;
+        case 'cpu':
+          send({ cpuMs: cpuMs() });
+          break;
+        case 'stats':
+          send({ ...app.coap.stats, malformedByReason: undefined });
+          break;
         case 'reload': {
           const t0 = performance.now();
           const summary = await app.service.reload();
@@ -68,8 +85,15 @@ async function gateway(): Promise<void> {
 async function nodecoap(): Promise<void> {
   const relations: OutgoingMessage[] = [];
   const server = createServer({ type: 'udp4' });
-  const doc = (id: string, version: number) =>
-    JSON.stringify({ device_id: id, version, source: 'registry', settings: { reporting_interval_s: 60 } });
+  // The same document shape as the gateway's; the bench's round value goes into the settings (as in the
+  // gateway, where the registry's settings change), so the client counts both servers the same way.
+  const doc = (id: string, value: number) =>
+    JSON.stringify({
+      device_id: id,
+      version: value,
+      source: 'registry',
+      settings: { reporting_interval_s: value },
+    });
   server.on('request', (req: IncomingMessage, res: OutgoingMessage) => {
     const id = req.url.split('/')[2] ?? '';
     if (req.headers.Observe === 0) {
@@ -79,8 +103,8 @@ async function nodecoap(): Promise<void> {
         const i = relations.indexOf(res);
         if (i !== -1) relations.splice(i, 1);
       });
-      res.write(doc(id, 1));
-    } else res.end(doc(id, 1));
+      res.write(doc(id, 60));
+    } else res.end(doc(id, 60));
   });
   await new Promise<void>((r) => server.listen(0, '127.0.0.1', () => r()));
   observers = () => relations.length;
@@ -88,6 +112,12 @@ async function nodecoap(): Promise<void> {
     switch (m.cmd) {
       case 'heap':
         send({ ...heap() });
+        break;
+      case 'cpu':
+        send({ cpuMs: cpuMs() });
+        break;
+      case 'stats':
+        send({});
         break;
       case 'fanout': {
         // The plain approach: one synchronous loop of res.write() over every held relation.

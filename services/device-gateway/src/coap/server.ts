@@ -797,7 +797,12 @@ export class CoapServer {
 
   private enqueueResource(resource: ObservedResource | undefined): void {
     if (resource === undefined) return;
-    for (let rel = resource.head; rel !== null; rel = rel.next) this.enqueue(rel);
+    for (let rel = resource.head; rel !== null; rel = rel.next) {
+      // A relation with a CON in flight is not queued: the newer state replaces that notification at its ACK
+      // or its next retransmission (RFC 7641 4.5.2), whether or not the window has room.
+      if (rel.inflightMid !== -1) rel.pending = true;
+      else this.enqueue(rel);
+    }
   }
 
   private enqueue(rel: Relation): void {
