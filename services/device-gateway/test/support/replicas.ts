@@ -45,8 +45,8 @@ export async function startReplica(
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   let logs = '';
-  child.stdout!.on('data', (d: Buffer) => (logs += d.toString()));
-  child.stderr!.on('data', (d: Buffer) => (logs += d.toString()));
+  child.stdout.on('data', (d: Buffer) => (logs += d.toString()));
+  child.stderr.on('data', (d: Buffer) => (logs += d.toString()));
   const url = `http://127.0.0.1:${httpPort}`;
   const auth = { Authorization: `Bearer ${API_KEYS[0]}` };
   const replica: Replica = {
