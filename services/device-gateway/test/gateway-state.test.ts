@@ -1,0 +1,64 @@
+// Reload change detection (the fast paths of GatewayState.replaceRegistry): equal content keeps its documents and
+// versions whatever the key order, a change issues versions only for the documents that changed, and the size
+// check still rejects a row whose document cannot fit one datagram.
+import type { DeviceChange } from '../src/domain/gateway-state.js';
+import { device, newState } from './support/harness.js';
+
+describe('GatewayState.replaceRegistry change detection', () => {
+  it('keeps documents and versions of rows whose content is equal, in any key order', () => {
+    const state = newState();
+    const changes: DeviceChange[][] = [];
+    state.onChange((c) => changes.push(c));
+    state.replaceRegistry([
+      device('d1', { desiredSettings: { reporting_interval_s: 60, telemetry_enabled: true } }),
+    ]);
+    const settings = state.settingsDocument('d1')!;
+    const record = state.recordDocument('d1')!;
+    state.replaceRegistry([
+      device('d1', { desiredSettings: { telemetry_enabled: true, reporting_interval_s: 60 } }),
+    ]);
+    expect(state.settingsDocument('d1')).toBe(settings);
+    expect(state.recordDocument('d1')).toBe(record);
+    expect(changes).toHaveLength(0);
+  });
+
+  it('issues a new version only for the document that changed', () => {
+    const state = newState();
+    state.replaceRegistry([device('d1'), device('d2')]);
+    const before = { s: state.settingsDocument('d1')!, r: state.recordDocument('d1')! };
+    const changes: DeviceChange[][] = [];
+    state.onChange((c) => changes.push(c));
+    const summary = state.replaceRegistry([
+      device('d1', { desiredSettings: { reporting_interval_s: 61 } }),
+      device('d2', { name: 'Renamed' }),
+    ]);
+    expect(summary.changed).toBe(2);
+    expect(state.settingsDocument('d1')!.version).toBeGreaterThan(before.s.version);
+    expect(state.recordDocument('d1')).toBe(before.r);
+    expect(changes).toEqual([
+      [
+        { deviceId: 'd1', settings: true, record: false, removed: false },
+        { deviceId: 'd2', settings: false, record: true, removed: false },
+      ],
+    ]);
+  });
+
+  it('rejects a row whose settings document would not fit one datagram, and one with invalid settings', () => {
+    const state = newState();
+    const thresholds: Record<string, { min: number; max: number }> = {};
+    for (let i = 0; i < 16; i++)
+      thresholds[`threshold_${String(i).padStart(2, '0')}_${'x'.repeat(18)}`] = {
+        min: -1.2345678901234567e300,
+        max: 1.2345678901234567e300,
+      };
+    const summary = state.replaceRegistry([
+      device('big', { desiredSettings: { thresholds } }),
+      device('bad', { desiredSettings: { reporting_interval_s: 1 } }),
+      device('ok'),
+    ]);
+    expect(summary.rejected.map((r) => r.deviceId).sort()).toEqual(['bad', 'big']);
+    expect(summary.rejected.find((r) => r.deviceId === 'big')!.reason).toMatch(/at most \d+/);
+    expect(state.settingsDocument('big')).toBeUndefined();
+    expect(state.settingsDocument('ok')).toBeDefined();
+  });
+});
