@@ -480,4 +480,7 @@ async function main(): Promise<void> {
   }
 }
 
-await main();
+// Issue 8: `--replicas N` measures cross-replica notify latency instead (bench-gateway-replicas.ts).
+if (process.argv.includes('--replicas'))
+  await (await import('./bench-gateway-replicas.js')).benchReplicas(process.argv);
+else await main();

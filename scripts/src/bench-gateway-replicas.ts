@@ -1,0 +1,195 @@
+// `npm run bench:gateway -- --replicas N` (issue 8 item 6): N gateway processes (the real dist/main.js) on
+// one embedded PostgreSQL; one CoAP observer on replica A; notify-settings POSTed to replica B at a fixed
+// rate; latency = notification received on the observer's socket − the moment the POST was sent, i.e.
+// HTTP + publish transaction (commit) + NOTIFY delivery + apply + CoAP send. Not a pass/fail test.
+import { spawn, type ChildProcess } from 'node:child_process';
+import dgram from 'node:dgram';
+import http from 'node:http';
+import { fileURLToPath } from 'node:url';
+import { createDb, migrateToLatest } from '@platform/service-kit';
+import { gatewayMigrations, seedDevices, type GatewayDatabase } from '@platform/device-gateway';
+import { freePort, startPostgres } from '@platform/testkit';
+
+const RATE_PER_S = Number(process.env.BENCH_NOTIFY_RATE ?? 1000);
+const SECONDS = Number(process.env.BENCH_SECONDS ?? 5);
+const DEVICE = 'acme-hq-hvac-01';
+const KEY = 'bench-key-0123456789';
+const mainJs = fileURLToPath(new URL('./main.js', import.meta.resolve('@platform/device-gateway')));
+
+interface Replica {
+  proc: ChildProcess;
+  httpPort: number;
+  coapPort: number;
+}
+
+async function startReplica(databaseUrl: string): Promise<Replica> {
+  const httpPort = await freePort('tcp');
+  const coapPort = await freePort('udp');
+  const proc = spawn(process.execPath, [mainJs], {
+    env: {
+      PATH: process.env.PATH,
+      DATABASE_URL: databaseUrl,
+      GATEWAY_API_KEYS: KEY,
+      GATEWAY_HTTP_PORT: String(httpPort),
+      GATEWAY_COAP_PORT: String(coapPort),
+      GATEWAY_COAP_HOST: '127.0.0.1',
+      // Request log lines at 1,000/s would cost the replicas more than the work measured.
+      LOG_LEVEL: 'error',
+    },
+    stdio: ['ignore', 'ignore', 'inherit'],
+  });
+  const deadline = Date.now() + 20_000;
+  for (;;) {
+    try {
+      if ((await fetch(`http://127.0.0.1:${httpPort}/api/ready`)).status === 200) break;
+    } catch {
+      // not listening yet
+    }
+    if (Date.now() > deadline) throw new Error('replica did not become ready');
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  return { proc, httpPort, coapPort };
+}
+
+/** Observe=0 on the device's settings; calls back with each notification's settings value and time. */
+async function observe(port: number, onValue: (value: number, at: number) => void): Promise<dgram.Socket> {
+  const socket = dgram.createSocket({ type: 'udp4', recvBufferSize: 8 << 20 });
+  await new Promise<void>((r) => socket.bind(0, '127.0.0.1', r));
+  socket.on('message', (buf) => {
+    const at = performance.now();
+    const type = (buf[0]! >> 4) & 3;
+    if (type === 0) socket.send(Buffer.from([0x60, 0x00, buf[2]!, buf[3]!]), port, '127.0.0.1');
+    const start = buf.indexOf('{"device_id"');
+    if (start < 0) return;
+    const doc = JSON.parse(buf.subarray(start).toString()) as { settings: { reporting_interval_s?: number } };
+    if (doc.settings.reporting_interval_s !== undefined) onValue(doc.settings.reporting_interval_s, at);
+  });
+  const parts: number[] = [0x41, 0x01, 0x00, 0x01, 0x7b, 0x60];
+  let prev = 6;
+  for (const seg of ['devices', DEVICE, 'settings']) {
+    const bytes = Buffer.from(seg);
+    const delta = 11 - prev;
+    if (bytes.length < 13) parts.push((delta << 4) | bytes.length);
+    else parts.push((delta << 4) | 13, bytes.length - 13);
+    parts.push(...bytes);
+    prev = 11;
+  }
+  socket.send(Buffer.from(parts), port, '127.0.0.1');
+  return socket;
+}
+
+const pct = (sorted: number[], p: number): number =>
+  sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))] ?? NaN;
+
+async function run(label: string, publishTo: Replica, observeOn: Replica, base: number) {
+  const sentAt = new Map<number, number>();
+  const latencies: number[] = [];
+  const socket = await observe(observeOn.coapPort, (value, at) => {
+    const t = sentAt.get(value);
+    if (t !== undefined) {
+      latencies.push(at - t);
+      sentAt.delete(value);
+    }
+  });
+  await new Promise((r) => setTimeout(r, 200));
+  const agent = new http.Agent({ keepAlive: true, maxSockets: 16 });
+  const answers: number[] = [];
+  let failed = 0;
+  const post = (value: number): Promise<void> =>
+    new Promise((resolve) => {
+      const body = JSON.stringify({ device_id: DEVICE, settings: { reporting_interval_s: value } });
+      const t0 = performance.now();
+      const req = http.request(
+        {
+          host: '127.0.0.1',
+          port: publishTo.httpPort,
+          path: '/api/notify-settings',
+          method: 'POST',
+          agent,
+          headers: {
+            'content-type': 'application/json',
+            authorization: `Bearer ${KEY}`,
+            'content-length': Buffer.byteLength(body),
+          },
+        },
+        (res) => {
+          if (res.statusCode !== 200) failed++;
+          res.resume();
+          res.on('end', () => {
+            answers.push(performance.now() - t0);
+            resolve();
+          });
+        },
+      );
+      req.on('error', () => {
+        failed++;
+        resolve();
+      });
+      req.end(body);
+    });
+  const total = RATE_PER_S * SECONDS;
+  const intervalMs = 1000 / RATE_PER_S;
+  const pending: Promise<void>[] = [];
+  const t0 = performance.now();
+  // Paced by a 2 ms timer rather than a busy loop: on a 2-core machine a spinning client would take a core
+  // from the replicas and PostgreSQL. Each request's own send time is what latency is measured from.
+  let i = 0;
+  await new Promise<void>((done) => {
+    const tick = (): void => {
+      const due = Math.min(total, Math.floor((performance.now() - t0) / intervalMs) + 1);
+      for (; i < due; i++) {
+        // Distinct values (within the schema's 10..86400) so every notification is matched to its request.
+        const value = base + i;
+        sentAt.set(value, performance.now());
+        pending.push(post(value));
+      }
+      if (i < total) setTimeout(tick, 2);
+      else done();
+    };
+    tick();
+  });
+  await Promise.all(pending);
+  const elapsed = (performance.now() - t0) / 1000;
+  await new Promise((r) => setTimeout(r, 500));
+  socket.close();
+  agent.destroy();
+  latencies.sort((x, y) => x - y);
+  answers.sort((x, y) => x - y);
+  console.log(
+    `${label.padEnd(34)} notify→device p50 ${pct(latencies, 50).toFixed(2)} ms  p99 ${pct(latencies, 99).toFixed(2)} ms  ` +
+      `max ${(latencies.at(-1) ?? NaN).toFixed(2)} ms | HTTP answer p50 ${pct(answers, 50).toFixed(2)} ms  ` +
+      `p99 ${pct(answers, 99).toFixed(2)} ms | ${latencies.length}/${total} seen, ${failed} failed, ` +
+      `${(total / elapsed).toFixed(0)} req/s`,
+  );
+}
+
+export async function benchReplicas(argv: readonly string[]): Promise<void> {
+  const flag = argv.indexOf('--replicas');
+  const count = Math.max(2, Number(argv[flag + 1] ?? 2) || 2);
+  const durable = !argv.includes('--no-fsync');
+  console.log(
+    `bench:gateway --replicas ${count}: cross-replica notify → device latency, ${RATE_PER_S} notifies/s for ${SECONDS} s ` +
+      `(PostgreSQL ${durable ? 'durable: fsync + synchronous_commit on' : 'fsync off'})`,
+  );
+  const pg = await startPostgres({ durable });
+  const replicas: Replica[] = [];
+  try {
+    const owner = createDb<GatewayDatabase>(pg.url, { max: 1 });
+    await migrateToLatest(owner, [gatewayMigrations]);
+    await seedDevices(owner);
+    await owner.destroy();
+    const login = new URL(pg.url);
+    login.username = 'device_gateway_login';
+    login.password = 'device-gateway-dev';
+    for (let i = 0; i < count; i++) replicas.push(await startReplica(login.toString()));
+    const [a, b] = replicas as [Replica, Replica];
+    // Warm-up (JIT, connection pools), not reported.
+    await run('warm-up', b, a, 10);
+    await run('same replica (B → observer on B)', b, b, 20_000);
+    await run('cross replica (B → observer on A)', b, a, 40_000);
+  } finally {
+    for (const r of replicas) r.proc.kill('SIGTERM');
+    await new Promise((r) => setTimeout(r, 300));
+    await pg.destroy();
+  }
+}
