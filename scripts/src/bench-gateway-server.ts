@@ -44,6 +44,9 @@ async function gateway(): Promise<void> {
     LOG_LEVEL: 'error',
     GATEWAY_HTTP_PORT: '0',
     GATEWAY_COAP_PORT: '0',
+    // Tuning under test, when given: the in-flight window and the fan-out chunk.
+    COAP_MAX_INFLIGHT: process.env.COAP_MAX_INFLIGHT,
+    COAP_FANOUT_CHUNK: process.env.COAP_FANOUT_CHUNK,
   });
   const logger = createLogger({ service: 'bench-gateway', level: 'error' });
   const db = createDb<GatewayDatabase>(config.DATABASE_URL, { max: 2 });
