@@ -116,17 +116,17 @@ describe('migration 0002: what the gateway login may do', () => {
   });
 
   const publish = (payload: string) =>
-    sql<{ written: boolean }>`SELECT device_gateway.bus_publish_override(${payload}) AS written`.execute(
-      login,
-    );
+    sql<{
+      written: boolean[];
+    }>`SELECT device_gateway.bus_publish_overrides(${[payload]}::text[]) AS written`.execute(login);
   const override = (v: number, o: string, s: object) =>
     JSON.stringify({ k: 'override', d: 'acme-hq-hvac-01', v, o, s });
 
   it('publishes through the functions only, last writer wins', async () => {
-    expect((await publish(override(10, 'b', { maintenance_mode: true }))).rows[0]!.written).toBe(true);
-    expect((await publish(override(9, 'z', { maintenance_mode: false }))).rows[0]!.written).toBe(false);
-    expect((await publish(override(10, 'a', { maintenance_mode: false }))).rows[0]!.written).toBe(false);
-    expect((await publish(override(10, 'c', { telemetry_enabled: true }))).rows[0]!.written).toBe(true);
+    expect((await publish(override(10, 'b', { maintenance_mode: true }))).rows[0]!.written).toEqual([true]);
+    expect((await publish(override(9, 'z', { maintenance_mode: false }))).rows[0]!.written).toEqual([false]);
+    expect((await publish(override(10, 'a', { maintenance_mode: false }))).rows[0]!.written).toEqual([false]);
+    expect((await publish(override(10, 'c', { telemetry_enabled: true }))).rows[0]!.written).toEqual([true]);
     const rows = await login
       .selectFrom('device_gateway.bus_overrides' as never)
       .selectAll()

@@ -157,6 +157,26 @@ describe('gateway replicas over PostgreSQL LISTEN/NOTIFY', () => {
     expect(unchanged.docs).toHaveLength(1);
   });
 
+  it('a burst of concurrent notifies (batched into shared commits) leaves A and B agreeing', async () => {
+    const onA = await observe(a, 'acme-hq-hvac-01');
+    const results = await Promise.all(
+      Array.from({ length: 60 }, (_, i) =>
+        b.post('/api/notify-settings', {
+          device_id: 'acme-hq-hvac-01',
+          settings: { reporting_interval_s: 1000 + i },
+        }),
+      ),
+    );
+    expect(results.map((r) => r.status)).toEqual(results.map(() => 200));
+    const row = await sql<{ settings: { reporting_interval_s: number } }>`
+      SELECT settings FROM device_gateway.bus_overrides WHERE device_id = 'acme-hq-hvac-01'`.execute(owner);
+    const winner = row.rows[0]!.settings.reporting_interval_s;
+    const last = await onA.next((d) => d.settings.reporting_interval_s === winner);
+    const onB = await observe(b, 'acme-hq-hvac-01');
+    expect(onB.last).toEqual(last);
+    expectIncreasing(onA.docs);
+  });
+
   it('a killed LISTEN connection reconnects and resynchronises: nothing sent meanwhile is lost', async () => {
     const observer = await observe(a, 'acme-wh-freezer-02');
     const { origin } = await a.cluster();

@@ -28,25 +28,32 @@ export const clusterBusMigration: Migration = {
         published_at timestamptz NOT NULL DEFAULT now()
       )`.execute(db);
     await sql`
-      CREATE FUNCTION device_gateway.bus_publish_override(p_payload text) RETURNS boolean
+      CREATE FUNCTION device_gateway.bus_publish_overrides(p_payloads text[]) RETURNS boolean[]
       LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog AS $$
       DECLARE
-        m jsonb := p_payload::jsonb;
+        p text;
+        m jsonb;
+        written boolean[] := '{}';
       BEGIN
-        IF m->>'k' IS DISTINCT FROM 'override' OR jsonb_typeof(m->'s') IS DISTINCT FROM 'object' THEN
-          RAISE EXCEPTION 'not an override message' USING ERRCODE = '22023';
-        END IF;
-        INSERT INTO device_gateway.bus_overrides AS b (device_id, version, origin, settings)
-        VALUES (m->>'d', (m->>'v')::bigint, m->>'o', m->'s')
-        ON CONFLICT (device_id) DO UPDATE
-          SET version = excluded.version, origin = excluded.origin, settings = excluded.settings,
-              published_at = now()
-          WHERE (excluded.version, excluded.origin) > (b.version, b.origin);
-        -- Only a message that won is sent; NOTIFY is delivered when this transaction commits.
-        IF FOUND THEN
-          PERFORM pg_catalog.pg_notify('device_gateway_bus', p_payload);
-        END IF;
-        RETURN FOUND;
+        -- Several messages per call: under load the bus commits a batch in one transaction (group commit).
+        FOREACH p IN ARRAY p_payloads LOOP
+          m := p::jsonb;
+          IF m->>'k' IS DISTINCT FROM 'override' OR jsonb_typeof(m->'s') IS DISTINCT FROM 'object' THEN
+            RAISE EXCEPTION 'not an override message' USING ERRCODE = '22023';
+          END IF;
+          INSERT INTO device_gateway.bus_overrides AS b (device_id, version, origin, settings)
+          VALUES (m->>'d', (m->>'v')::bigint, m->>'o', m->'s')
+          ON CONFLICT (device_id) DO UPDATE
+            SET version = excluded.version, origin = excluded.origin, settings = excluded.settings,
+                published_at = now()
+            WHERE (excluded.version, excluded.origin) > (b.version, b.origin);
+          -- Only a message that won is sent; NOTIFY is delivered when this transaction commits.
+          IF FOUND THEN
+            PERFORM pg_catalog.pg_notify('device_gateway_bus', p);
+          END IF;
+          written := written || FOUND;
+        END LOOP;
+        RETURN written;
       END $$`.execute(db);
     await sql`
       CREATE FUNCTION device_gateway.bus_publish_reload(p_payload text) RETURNS void
@@ -62,7 +69,7 @@ export const clusterBusMigration: Migration = {
         );
         PERFORM pg_catalog.pg_notify('device_gateway_bus', p_payload);
       END $$`.execute(db);
-    for (const fn of ['bus_publish_override(text)', 'bus_publish_reload(text)']) {
+    for (const fn of ['bus_publish_overrides(text[])', 'bus_publish_reload(text)']) {
       await sql.raw(`REVOKE ALL ON FUNCTION device_gateway.${fn} FROM PUBLIC`).execute(db);
       await sql.raw(`GRANT EXECUTE ON FUNCTION device_gateway.${fn} TO ${LOGIN}`).execute(db);
     }
@@ -70,7 +77,7 @@ export const clusterBusMigration: Migration = {
   },
   async down(db: Kysely<unknown>): Promise<void> {
     await sql`DROP FUNCTION device_gateway.bus_publish_reload(text)`.execute(db);
-    await sql`DROP FUNCTION device_gateway.bus_publish_override(text)`.execute(db);
+    await sql`DROP FUNCTION device_gateway.bus_publish_overrides(text[])`.execute(db);
     await sql`DROP TABLE device_gateway.bus_overrides`.execute(db);
   },
 };
