@@ -20,7 +20,7 @@ import { GatewayState } from './domain/gateway-state.js';
 import { VersionClock } from './domain/version-clock.js';
 import { requireApiKey } from './http/auth.js';
 import { gatewayRoutes } from './http/routes.js';
-import { registerGatewayMetrics } from './metrics.js';
+import { createReloadMetrics, registerGatewayMetrics } from './metrics.js';
 import { GatewayService } from './service.js';
 
 export interface GatewayDeps {
@@ -66,7 +66,14 @@ export function buildApp(deps: GatewayDeps): GatewayApp {
     wellKnownMaxLinks: config.COAP_WELL_KNOWN_MAX_LINKS,
     maxRelationsPerEndpoint: config.COAP_MAX_RELATIONS_PER_ENDPOINT,
   });
-  const service = new GatewayService({ config, db: deps.db, state, coap, apiKeys: deps.apiKeys });
+  const service = new GatewayService({
+    config,
+    db: deps.db,
+    state,
+    coap,
+    apiKeys: deps.apiKeys,
+    ...(deps.metrics === undefined ? {} : { reloadMetrics: createReloadMetrics(deps.metrics) }),
+  });
   const bus = new ClusterBus({
     databaseUrl: config.DATABASE_URL,
     db: deps.db,

@@ -6,6 +6,7 @@ import { loadRegistry } from './db/registry-repository.js';
 import type { GatewayDatabase } from './db/tables.js';
 import type { Settings } from './domain/documents.js';
 import type { GatewayState, ReloadSummary } from './domain/gateway-state.js';
+import type { ReloadMetrics } from './metrics.js';
 
 /** The replica bus as the service uses it (issue 8; implemented by cluster/bus.ts). */
 export interface ClusterLink {
@@ -31,6 +32,7 @@ export class GatewayService {
       state: GatewayState;
       coap: CoapServer;
       apiKeys: () => SecretSet;
+      reloadMetrics?: ReloadMetrics;
     },
   ) {}
 
@@ -41,13 +43,17 @@ export class GatewayService {
    */
   reload(): Promise<ReloadSummary> {
     const run = this.reloading.then(async () => {
+      const timer = this.deps.reloadMetrics?.duration.startTimer();
       let records;
       try {
         records = await loadRegistry(this.deps.db);
       } catch (err) {
+        timer?.({ outcome: 'failed' });
         throw mapDbError(err);
       }
-      return this.deps.state.replaceRegistry(records);
+      const summary = this.deps.state.replaceRegistry(records);
+      timer?.({ outcome: 'ok' });
+      return summary;
     });
     this.reloading = run.catch(() => undefined);
     return run;

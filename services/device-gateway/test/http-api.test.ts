@@ -263,6 +263,20 @@ describe('management HTTP API on a real PostgreSQL registry', () => {
     expect(res.status).toBe(200);
     expect(res.text).toContain('gateway_coap_observers');
     expect(res.text).toContain('gateway_registry_devices');
+    expect(res.text).toContain('gateway_coap_notifications_total');
+  });
+
+  it('counts registry reloads with their duration', async () => {
+    const count = async (): Promise<number> => {
+      const text = (await request(gw.app.http).get('/metrics')).text;
+      const line = /^gateway_registry_reload_duration_seconds_count\{[^}]*outcome="ok"[^}]*\} (\d+)$/m.exec(
+        text,
+      );
+      return Number(line?.[1] ?? 0);
+    };
+    const before = await count();
+    await request(gw.app.http).post('/api/reload-registry').set(auth);
+    expect(await count()).toBe(before + 1);
   });
 });
 
