@@ -23,7 +23,8 @@ const columns = [
   'decision_note',
 ] as const;
 
-function toLocked(row: {
+/** The columns of a work item that decisions read and write. */
+interface WorkItemRow {
   id: string;
   site_id: string;
   state: WorkItemState;
@@ -31,7 +32,9 @@ function toLocked(row: {
   decided_at: Date | null;
   decided_by: string | null;
   decision_note: string | null;
-}): LockedWorkItem {
+}
+
+function toLocked(row: WorkItemRow): LockedWorkItem {
   return {
     id: row.id,
     siteId: row.site_id,
@@ -186,15 +189,7 @@ export async function decideIfOpen(
   db: Executor,
   record: Omit<DecisionRecord, 'previousState'>,
 ): Promise<LockedWorkItem | undefined> {
-  const result = await sql<{
-    id: string;
-    site_id: string;
-    state: WorkItemState;
-    defer_until: Date | null;
-    decided_at: Date | null;
-    decided_by: string | null;
-    decision_note: string | null;
-  }>`
+  const result = await sql<WorkItemRow>`
     WITH decided AS (
       UPDATE enterprise.work_items
       SET state = ${record.newState}, defer_until = ${record.deferUntil}::timestamptz,
