@@ -7,6 +7,7 @@ import request from 'supertest';
 import { parse } from 'yaml';
 import { buildApp, type GatewayApp } from '../src/app.js';
 import { loadGatewayConfig } from '../src/config.js';
+import { loadRegistry } from '../src/db/registry-repository.js';
 import type { GatewayDatabase } from '../src/db/tables.js';
 import { gatewayRoutes } from '../src/http/routes.js';
 import { API_KEYS, startGateway, type GatewayFixture } from './support/gateway.js';
@@ -76,6 +77,10 @@ describe('openapi.yaml describes the management API exactly', () => {
       db,
       apiKeys: () => keys,
     });
+    // Clustered (issue 8) with the registry it had before the database went away: a settings push is
+    // accepted only once the bus has committed it, so here it must answer 503, not pretend.
+    offline.state.replaceRegistry(await loadRegistry(gw.reader));
+    offline.service.useCluster(offline.bus);
   });
 
   afterAll(async () => {
@@ -125,6 +130,7 @@ describe('openapi.yaml describes the management API exactly', () => {
         .set('Authorization', key)
         .set('Content-Type', 'application/json')
         .send(`{"device_id":"${'a'.repeat(70000)}"}`),
+    'post notify 503': (p) => request(offline.http).post(p).set('Authorization', key).send(notify(p)),
     'post notify 415': (p) =>
       request(gw.app.http).post(p).set('Authorization', key).set('Content-Type', 'text/plain').send('x'),
   };
