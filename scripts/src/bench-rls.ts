@@ -12,7 +12,7 @@ import pg from 'pg';
 import { sql } from 'kysely';
 import {
   AUTHENTICATOR,
-  enterpriseMigrations,
+  enterpriseMigrationsWith,
   installPostgrestAuth,
   PORTAL_ROLE,
   rolePasswordsFromEnv,
@@ -24,6 +24,8 @@ import {
 import { createDb, migrateToLatest } from '@platform/service-kit';
 import { startPostgres } from '@platform/testkit';
 
+// A given DATABASE_URL may already have logins created from the environment's passwords.
+const rolePasswords = rolePasswordsFromEnv(process.env);
 const { values: args } = parseArgs({
   options: {
     iterations: { type: 'string', default: '300' },
@@ -87,7 +89,7 @@ async function prepare(adminUrl: string): Promise<string> {
   const url = u.toString();
   const db = createDb<unknown>(url, { max: 1 });
   try {
-    await migrateToLatest(db, [enterpriseMigrations]);
+    await migrateToLatest(db, [enterpriseMigrationsWith(rolePasswords)]);
     const started = Date.now();
     const seeded = await seedEnterprise(db, { scale: 10 });
     console.log(
@@ -250,9 +252,8 @@ async function planLines(
 const { url: adminUrl, stop } = await ownerUrl();
 try {
   const url = await prepare(adminUrl);
-  const passwords = rolePasswordsFromEnv();
   const pool = new pg.Pool({
-    connectionString: urlForLogin(url, AUTHENTICATOR, passwords.authenticator),
+    connectionString: urlForLogin(url, AUTHENTICATOR, rolePasswords.authenticator),
     max: 1,
   });
   const owner = new pg.Client({ connectionString: url });

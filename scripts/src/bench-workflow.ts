@@ -19,7 +19,7 @@ import {
   API_LOGIN,
   demoSites,
   enterpriseMigrations,
-  rolePasswordsFromEnv,
+  devRolePasswords,
   seedEnterprise,
   urlForLogin,
 } from '@platform/enterprise-db';
@@ -111,7 +111,7 @@ async function main(): Promise<void> {
           HOST: '127.0.0.1',
           LOG_LEVEL: args['log-level'],
           DB_POOL_MAX: args.pool,
-          DATABASE_URL: urlForLogin(pg.url, API_LOGIN, rolePasswordsFromEnv().enterpriseApi),
+          DATABASE_URL: urlForLogin(pg.url, API_LOGIN, devRolePasswords.enterpriseApi),
           OIDC_ISSUER_URL: issuer.issuerUrl,
           S3_ENDPOINT: s3.endpoint,
           S3_BUCKET: s3.bucket,

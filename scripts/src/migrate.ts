@@ -3,7 +3,7 @@ import { migrateAll } from './lib/database.js';
 import { requireDatabaseUrl } from './lib/local.js';
 
 try {
-  await migrateAll(requireDatabaseUrl(process.env));
+  await migrateAll(requireDatabaseUrl(process.env), process.env);
   console.log('migrations applied');
 } catch (err) {
   console.error(`migrate failed: ${err instanceof Error ? err.message : String(err)}`);

@@ -50,7 +50,7 @@ async function main(): Promise<void> {
     ownerUrl = await ensureDatabase(running.postgres.url, 'platform');
   }
   log('applying migrations and demo seed');
-  await migrateAll(ownerUrl);
+  await migrateAll(ownerUrl, env);
   await seedAll(ownerUrl);
   const passwords = rolePasswordsFromEnv(env);
   const gatewayDbUrl = urlForLogin(ownerUrl, GATEWAY_LOGIN_ROLE, gatewayLoginPassword(env));

@@ -1,4 +1,4 @@
-export { enterpriseMigrations } from './migrations/index.js';
+export { enterpriseMigrations, enterpriseMigrationsWith } from './migrations/index.js';
 export * from './roles.js';
 export * from './demo.js';
 export * from './types.js';

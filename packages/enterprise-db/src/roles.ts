@@ -35,15 +35,23 @@ export interface RolePasswords {
 const DEV_AUTHENTICATOR_PASSWORD = 'authenticator-dev-password';
 const DEV_ENTERPRISE_API_PASSWORD = 'enterprise-api-dev-password';
 
+/** The development passwords: what `enterpriseMigrations` (tests, local stack defaults) creates the logins with. */
+export const devRolePasswords: Readonly<RolePasswords> = Object.freeze({
+  authenticator: DEV_AUTHENTICATOR_PASSWORD,
+  enterpriseApi: DEV_ENTERPRISE_API_PASSWORD,
+  explicit: false,
+});
+
 export class RolePasswordError extends Error {
   override readonly name = 'RolePasswordError';
 }
 
 /**
- * Reads `AUTHENTICATOR_PASSWORD` and `ENTERPRISE_API_PASSWORD`. Outside production missing values
- * fall back to fixed development passwords; with `NODE_ENV=production` both are required.
+ * Reads `AUTHENTICATOR_PASSWORD` and `ENTERPRISE_API_PASSWORD` from the environment the entry point
+ * (`npm run migrate`, the migration Job) passes in. Outside production missing values fall back to the
+ * development passwords; with `NODE_ENV=production` both are required.
  */
-export function rolePasswordsFromEnv(env: NodeJS.ProcessEnv = process.env): RolePasswords {
+export function rolePasswordsFromEnv(env: Readonly<Record<string, string | undefined>>): RolePasswords {
   const authenticator = env.AUTHENTICATOR_PASSWORD;
   const enterpriseApi = env.ENTERPRISE_API_PASSWORD;
   const given = (v: string | undefined): v is string => v !== undefined && v !== '';

@@ -12,7 +12,7 @@ import {
   enterpriseMigrations,
   installPostgrestAuth,
   PORTAL_ROLE,
-  rolePasswordsFromEnv,
+  devRolePasswords,
   seedEnterprise,
   urlForLogin,
 } from '@platform/enterprise-db';
@@ -41,7 +41,7 @@ export async function setUp(): Promise<Fixture> {
   const admin = createDb<unknown>(database.url);
   await seedEnterprise(admin);
   await installPostgrestAuth(admin, { issuer: ISSUER, clientId: CLIENT_ID, jwks: TEST_JWKS });
-  const passwords = rolePasswordsFromEnv();
+  const passwords = devRolePasswords;
   const adminPool = new pg.Pool({ connectionString: database.url, max: 2 });
   const authenticator = new pg.Pool({
     connectionString: urlForLogin(database.url, AUTHENTICATOR, passwords.authenticator),

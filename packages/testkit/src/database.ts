@@ -2,6 +2,7 @@ import { createHash, randomBytes } from 'node:crypto';
 import pg from 'pg';
 import { createDb, migrateToLatest } from '@platform/service-kit';
 import type { MigrationSet } from '@platform/service-kit';
+import { testDatabaseAdminUrl } from './env.js';
 
 export interface CreateTestDatabaseOptions {
   /** Applied once per distinct set list into a template; every test database is cloned from it. */
@@ -106,13 +107,7 @@ async function ensureTemplate(
  * per run (per distinct migration sets), which is much faster than migrating every database.
  */
 export async function createTestDatabase(options: CreateTestDatabaseOptions = {}): Promise<TestDatabase> {
-  const adminUrl = options.adminUrl ?? process.env['TEST_DATABASE_URL'];
-  if (adminUrl === undefined || adminUrl === '') {
-    throw new Error(
-      'TEST_DATABASE_URL is not set: run the tests through jest (its globalSetup starts PostgreSQL) ' +
-        'or set it to a superuser URL of a PostgreSQL server',
-    );
-  }
+  const adminUrl = options.adminUrl ?? testDatabaseAdminUrl();
   const sets = options.migrations ?? [];
   const fingerprint = sets.length > 0 ? migrationFingerprint(sets) : 'empty';
   const template = sets.length > 0 ? `testkit_tpl_${fingerprint}` : 'template1';

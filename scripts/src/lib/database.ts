@@ -1,19 +1,30 @@
 // Migrations and seed of the whole platform, in one place for `npm run migrate`, `npm run seed` and `npm start`.
-import { gatewayMigrations, seedDevices } from '@platform/device-gateway';
+import { gatewayLoginPassword, gatewayMigrationsWith, seedDevices } from '@platform/device-gateway';
 import type { GatewayDatabase } from '@platform/device-gateway';
-import { enterpriseMigrations, seedEnterprise } from '@platform/enterprise-db';
+import { enterpriseMigrationsWith, rolePasswordsFromEnv, seedEnterprise } from '@platform/enterprise-db';
 import type { SeedOptions } from '@platform/enterprise-db';
 import { createDb, migrateToLatest } from '@platform/service-kit';
 import type { Kysely } from 'kysely';
 import pg from 'pg';
 
-/** Every migration set, in the order they must run (each keeps its own migration table). */
-export const platformMigrations = [enterpriseMigrations, gatewayMigrations];
+type Env = Readonly<Record<string, string | undefined>>;
 
-export async function migrateAll(ownerUrl: string): Promise<void> {
+/**
+ * Every migration set, in the order they must run (each keeps its own migration table), with the
+ * runtime logins' passwords read from `env` (AUTHENTICATOR_PASSWORD, ENTERPRISE_API_PASSWORD,
+ * DEVICE_GATEWAY_DB_PASSWORD; development defaults outside production).
+ */
+export function platformMigrations(env: Env) {
+  return [
+    enterpriseMigrationsWith(rolePasswordsFromEnv(env)),
+    gatewayMigrationsWith(gatewayLoginPassword(env)),
+  ];
+}
+
+export async function migrateAll(ownerUrl: string, env: Env): Promise<void> {
   const db = createDb(ownerUrl, { applicationName: 'platform-migrate', max: 1 });
   try {
-    await migrateToLatest(db, platformMigrations);
+    await migrateToLatest(db, platformMigrations(env));
   } finally {
     await db.destroy();
   }

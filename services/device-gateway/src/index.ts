@@ -7,7 +7,13 @@ export {
   readApiKeys,
   type GatewayConfig,
 } from './config.js';
-export { GATEWAY_LOGIN_ROLE, gatewayLoginPassword, gatewayMigrations } from './db/migrations.js';
+export {
+  DEV_GATEWAY_LOGIN_PASSWORD,
+  GATEWAY_LOGIN_ROLE,
+  gatewayLoginPassword,
+  gatewayMigrations,
+  gatewayMigrationsWith,
+} from './db/migrations.js';
 export { demoSites, seedDevices } from './db/seed.js';
 export { loadRegistry } from './db/registry-repository.js';
 export type { DeviceRegistryTable, GatewayDatabase } from './db/tables.js';

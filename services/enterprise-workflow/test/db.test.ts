@@ -6,7 +6,7 @@ import {
   demoSites,
   demoUserSubs,
   enterpriseMigrations,
-  rolePasswordsFromEnv,
+  devRolePasswords,
   seedEnterprise,
   urlForLogin,
   withRequestClaims,
@@ -29,7 +29,7 @@ beforeAll(async () => {
   await seedEnterprise(admin);
   await admin.destroy();
   // One connection: whatever a transaction leaves behind, the next one sees.
-  db = createDb<WorkflowDb>(urlForLogin(database.url, API_LOGIN, rolePasswordsFromEnv().enterpriseApi), {
+  db = createDb<WorkflowDb>(urlForLogin(database.url, API_LOGIN, devRolePasswords.enterpriseApi), {
     max: 1,
   });
 });

@@ -6,7 +6,7 @@ import {
   demoRowId,
   demoSites,
   enterpriseMigrations,
-  rolePasswordsFromEnv,
+  devRolePasswords,
   seedEnterprise,
   urlForLogin,
 } from '@platform/enterprise-db';
@@ -36,7 +36,7 @@ beforeAll(async () => {
   await migrateToLatest(admin, [enterpriseMigrations]);
   await seedEnterprise(admin);
   await admin.destroy();
-  db = createDb<WorkflowDb>(urlForLogin(pg.url, API_LOGIN, rolePasswordsFromEnv().enterpriseApi), {
+  db = createDb<WorkflowDb>(urlForLogin(pg.url, API_LOGIN, devRolePasswords.enterpriseApi), {
     max: 4,
     connectionTimeoutMs: 1000,
     logger: { warn: () => undefined },

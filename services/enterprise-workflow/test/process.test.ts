@@ -3,7 +3,7 @@
 import { spawn } from 'node:child_process';
 import type { ChildProcess } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
-import { API_LOGIN, rolePasswordsFromEnv, urlForLogin } from '@platform/enterprise-db';
+import { API_LOGIN, devRolePasswords, urlForLogin } from '@platform/enterprise-db';
 import { freePort } from '@platform/testkit';
 import { startHarness } from './support/harness.js';
 import type { Harness } from './support/harness.js';
@@ -47,7 +47,7 @@ describe('configured', () => {
     const p = run({
       PORT: String(port),
       HOST: '127.0.0.1',
-      DATABASE_URL: urlForLogin(h.database.url, API_LOGIN, rolePasswordsFromEnv().enterpriseApi),
+      DATABASE_URL: urlForLogin(h.database.url, API_LOGIN, devRolePasswords.enterpriseApi),
       OIDC_ISSUER_URL: h.issuer.issuerUrl,
       S3_ENDPOINT: h.s3.endpoint,
       S3_BUCKET: h.s3.bucket,
@@ -88,7 +88,7 @@ describe('configured', () => {
     expect(lines.some((l) => l.message === 'shutdown complete')).toBe(true);
     // Secrets never reach the log: not the webhook token, not the database password.
     expect(p.output()).not.toContain('process-test-token');
-    expect(p.output()).not.toContain(rolePasswordsFromEnv().enterpriseApi);
+    expect(p.output()).not.toContain(devRolePasswords.enterpriseApi);
     expect(p.output()).not.toContain(token);
   });
 });

@@ -18,8 +18,8 @@ import {
   MEDIA_INGEST_OWNER,
   PORTAL_ANON,
   PORTAL_ROLE,
-  rolePasswordsFromEnv,
 } from '../roles.js';
+import type { RolePasswords } from '../roles.js';
 
 /** `company_id = caller's company AND site_id = ANY(caller's sites)`, each computed once per statement. */
 const tenantCheck = (siteColumn = 'site_id', companyColumn = 'company_id'): string =>
@@ -48,12 +48,11 @@ const allTables = [
 
 // The SQL sits inside up() so that its text is part of the migration's fingerprint (testkit keys
 // its template databases on the source of up()).
-export const securityMigration: Migration = {
+export const securityMigration = (passwords: RolePasswords): Migration => ({
   async up(db: Kysely<unknown>): Promise<void> {
     // Roles are cluster-wide: another database's migration may create the same role at the same
     // moment (parallel test databases), so "already exists" in any form is success. Passwords travel
     // as transaction-local settings quoted by format(%L), never spliced into SQL text here.
-    const passwords = rolePasswordsFromEnv();
     await sql`SELECT set_config('enterprise_db.authenticator_password', ${passwords.authenticator}, true),
                      set_config('enterprise_db.enterprise_api_password', ${passwords.enterpriseApi}, true),
                      set_config('enterprise_db.explicit_passwords', ${String(passwords.explicit)}, true)`.execute(
@@ -430,4 +429,4 @@ GRANT SELECT ON enterprise_api.sites, enterprise_api.assets, enterprise_api.main
     await sql`SELECT set_config('enterprise_db.authenticator_password', '', true),
                      set_config('enterprise_db.enterprise_api_password', '', true)`.execute(db);
   },
-};
+});

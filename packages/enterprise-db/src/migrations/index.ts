@@ -1,13 +1,24 @@
 import type { MigrationSet } from '@platform/service-kit';
+import { devRolePasswords } from '../roles.js';
+import type { RolePasswords } from '../roles.js';
 import { schemaMigration } from './0001-schema.js';
 import { securityMigration } from './0002-security.js';
 
-/** The enterprise schema, roles, RLS and read surface; its own migration table. */
-export const enterpriseMigrations: MigrationSet = {
-  name: 'enterprise',
-  table: 'enterprise_migrations',
-  migrations: {
-    '0001_schema': schemaMigration,
-    '0002_security': securityMigration,
-  },
-};
+/**
+ * The enterprise schema, roles, RLS and read surface; its own migration table. The logins' passwords
+ * are an argument: the entry point that runs migrations reads them from its environment
+ * (`rolePasswordsFromEnv`), nothing in here does.
+ */
+export function enterpriseMigrationsWith(passwords: RolePasswords): MigrationSet {
+  return {
+    name: 'enterprise',
+    table: 'enterprise_migrations',
+    migrations: {
+      '0001_schema': schemaMigration,
+      '0002_security': securityMigration(passwords),
+    },
+  };
+}
+
+/** With the development passwords (`devRolePasswords`): tests and benchmarks on a private database. */
+export const enterpriseMigrations: MigrationSet = enterpriseMigrationsWith(devRolePasswords);

@@ -4,25 +4,26 @@ import { clusterBusMigration } from './cluster-bus-migration.js';
 
 /** The read-only login the running gateway uses (DESIGN 4.2): SELECT on its registry, nothing else. */
 export const GATEWAY_LOGIN_ROLE = 'device_gateway_login';
-const DEV_PASSWORD = 'device-gateway-dev';
+/** The login's development password: what `gatewayMigrations` (tests, benchmarks) creates it with. */
+export const DEV_GATEWAY_LOGIN_PASSWORD = 'device-gateway-dev';
 
 /**
- * The login's password: `DEVICE_GATEWAY_DB_PASSWORD`, with a development default outside production.
- * Read here (not in config.ts) because migrations run from `npm run migrate` and the migration Job, not
- * from the gateway process.
+ * The login's password from the environment the migration entry point passes in
+ * (`DEVICE_GATEWAY_DB_PASSWORD`), with the development default outside production. Not in config.ts:
+ * migrations run from `npm run migrate` and the migration Job, not from the gateway process.
  */
-export function gatewayLoginPassword(env: NodeJS.ProcessEnv = process.env): string {
+export function gatewayLoginPassword(env: Readonly<Record<string, string | undefined>>): string {
   const value = env.DEVICE_GATEWAY_DB_PASSWORD;
   if (value !== undefined && value !== '') return value;
   if (env.NODE_ENV === 'production') {
     throw new Error('DEVICE_GATEWAY_DB_PASSWORD must be set in production');
   }
-  return DEV_PASSWORD;
+  return DEV_GATEWAY_LOGIN_PASSWORD;
 }
 
 const literal = (value: string): string => `'${value.replaceAll("'", "''")}'`;
 
-const registry: Migration = {
+const registry = (loginPassword: string): Migration => ({
   async up(db: Kysely<unknown>): Promise<void> {
     await sql`CREATE SCHEMA IF NOT EXISTS device_gateway`.execute(db);
     await sql`
@@ -59,7 +60,7 @@ const registry: Migration = {
         BEGIN
           IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = '${GATEWAY_LOGIN_ROLE}') THEN
             BEGIN
-              CREATE ROLE ${GATEWAY_LOGIN_ROLE} LOGIN NOINHERIT PASSWORD ${literal(gatewayLoginPassword())};
+              CREATE ROLE ${GATEWAY_LOGIN_ROLE} LOGIN NOINHERIT PASSWORD ${literal(loginPassword)};
             EXCEPTION WHEN duplicate_object OR unique_violation THEN NULL;
             END;
           END IF;
@@ -72,11 +73,19 @@ const registry: Migration = {
   async down(db: Kysely<unknown>): Promise<void> {
     await sql`DROP SCHEMA device_gateway CASCADE`.execute(db);
   },
-};
+});
 
-/** The gateway's own migrations, versioned in their own table (`device_gateway_migrations`). */
-export const gatewayMigrations: MigrationSet = {
-  name: 'device-gateway',
-  table: 'device_gateway_migrations',
-  migrations: { '0001_device_registry': registry, '0002_cluster_bus': clusterBusMigration },
-};
+/**
+ * The gateway's own migrations, versioned in their own table (`device_gateway_migrations`); the read-only
+ * login is created with `loginPassword` (the entry point reads it with `gatewayLoginPassword(env)`).
+ */
+export function gatewayMigrationsWith(loginPassword: string): MigrationSet {
+  return {
+    name: 'device-gateway',
+    table: 'device_gateway_migrations',
+    migrations: { '0001_device_registry': registry(loginPassword), '0002_cluster_bus': clusterBusMigration },
+  };
+}
+
+/** With the development password: tests and benchmarks on a private database. */
+export const gatewayMigrations: MigrationSet = gatewayMigrationsWith(DEV_GATEWAY_LOGIN_PASSWORD);

@@ -4,7 +4,7 @@ import { PassThrough } from 'node:stream';
 import {
   API_LOGIN,
   enterpriseMigrations,
-  rolePasswordsFromEnv,
+  devRolePasswords,
   seedEnterprise,
   urlForLogin,
 } from '@platform/enterprise-db';
@@ -65,7 +65,7 @@ export async function startHarness(options: HarnessOptions = {}): Promise<Harnes
   const database = await createTestDatabase({ migrations: [enterpriseMigrations] });
   const admin = createDb<WorkflowDb>(database.url, { max: 2 });
   await seedEnterprise(admin);
-  const apiUrl = urlForLogin(database.url, API_LOGIN, rolePasswordsFromEnv().enterpriseApi);
+  const apiUrl = urlForLogin(database.url, API_LOGIN, devRolePasswords.enterpriseApi);
   const db = createDb<WorkflowDb>(options.databaseUrl ?? apiUrl, {
     max: 10,
     connectionTimeoutMs: 2000,
