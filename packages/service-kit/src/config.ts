@@ -110,7 +110,8 @@ function describe(
   return problems;
 }
 
-function deepFreeze<T>(value: T): T {
+/** Freezes `value` and everything reachable from it (a configuration built from a validated one). */
+export function deepFreeze<T>(value: T): T {
   if (value !== null && typeof value === 'object' && !Object.isFrozen(value)) {
     Object.freeze(value);
     for (const item of Object.values(value)) deepFreeze(item);

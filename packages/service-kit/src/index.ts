@@ -6,7 +6,7 @@ export type { Logger, LoggerOptions, LogLevel } from './logger.js';
 export { isSensitiveKey, redactString, redactValue, REDACTED } from './redact.js';
 export { bearerToken, fingerprint, readSecretList, redactUrl, SecretSet } from './secrets.js';
 export type { SecretListSource } from './secrets.js';
-export { ConfigError, loadConfig } from './config.js';
+export { ConfigError, deepFreeze, loadConfig } from './config.js';
 export type { ConfigProblem, DeepReadonly } from './config.js';
 export { closeHttpServer, installShutdown } from './shutdown.js';
 export type { ShutdownHandle, ShutdownOptions, ShutdownStep } from './shutdown.js';

@@ -1,6 +1,6 @@
 // The workflow's whole configuration, read once from the environment at boot (DESIGN 5.1) and passed
 // in; nothing else reads process.env.
-import { loadConfig, readSecretList, ConfigError } from '@platform/service-kit';
+import { ConfigError, deepFreeze, loadConfig, readSecretList } from '@platform/service-kit';
 import type { LogLevel } from '@platform/service-kit';
 import type { S3Settings } from './storage/s3.js';
 import type { TokenVerifierSettings } from './auth/token-verifier.js';
@@ -144,12 +144,4 @@ export function loadWorkflowConfig(env: Record<string, string | undefined> = pro
     idempotencyTtlS: raw.IDEMPOTENCY_TTL_S,
     shutdownTimeoutMs: raw.SHUTDOWN_TIMEOUT_MS,
   });
-}
-
-function deepFreeze<T>(value: T): T {
-  if (typeof value === 'object' && value !== null) {
-    for (const child of Object.values(value)) deepFreeze(child);
-    Object.freeze(value);
-  }
-  return value;
 }

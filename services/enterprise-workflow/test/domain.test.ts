@@ -1,12 +1,6 @@
-// Transport-free rules: decisions, intents, arrivals and event records.
+// Transport-free rules: decisions, intents and event records.
 import { checkDecisionRequest, decide } from '../src/domain/decisions.js';
-import {
-  checkIntent,
-  contentDisposition,
-  judgeArrival,
-  newObjectKey,
-  normaliseEtag,
-} from '../src/domain/media.js';
+import { checkIntent, contentDisposition, newObjectKey, normaliseEtag } from '../src/domain/media.js';
 import { readRecord } from '../src/domain/object-events.js';
 
 describe('decide', () => {
@@ -79,25 +73,6 @@ describe('media rules', () => {
     );
     expect(contentDisposition('C:\\temp\\')).toBe(
       `attachment; filename="download"; filename*=UTF-8''download`,
-    );
-  });
-
-  it('judges arrivals against the intent', () => {
-    const intent = { declaredSizeBytes: 10, contentType: 'image/png' };
-    expect(judgeArrival(intent, { sizeBytes: 10, contentType: 'image/png', etag: 'x' })).toEqual({
-      status: 'available',
-    });
-    expect(judgeArrival(intent, { sizeBytes: 10, contentType: 'Image/PNG; q=1', etag: 'x' }).status).toBe(
-      'available',
-    );
-    expect(judgeArrival(intent, { sizeBytes: 11, contentType: 'image/png', etag: 'x' }).status).toBe(
-      'rejected',
-    );
-    expect(judgeArrival(intent, { sizeBytes: 10, contentType: 'text/html', etag: 'x' }).status).toBe(
-      'rejected',
-    );
-    expect(judgeArrival(intent, { sizeBytes: 10, contentType: undefined, etag: 'x' }).status).toBe(
-      'rejected',
     );
   });
 

@@ -1,6 +1,7 @@
 // Verification of Keycloak access tokens against the realm's JWKS (DESIGN 4.1).
 import { createRemoteJWKSet, errors, jwtVerify } from 'jose';
 import type { JWTPayload, RemoteJWKSet } from 'jose';
+import { jwksUrlOf } from '@platform/enterprise-db';
 
 export interface TokenVerifierSettings {
   /** e.g. `http://localhost:8180/realms/platform`; must equal the token's `iss` exactly. */
@@ -73,8 +74,7 @@ function describe(err: unknown): string {
 }
 
 export function createTokenVerifier(settings: TokenVerifierSettings): TokenVerifier {
-  const jwksUrl =
-    settings.jwksUrl ?? `${settings.issuerUrl.replace(/\/+$/, '')}/protocol/openid-connect/certs`;
+  const jwksUrl = settings.jwksUrl ?? jwksUrlOf(settings.issuerUrl);
   const keySet: RemoteJWKSet = createRemoteJWKSet(new URL(jwksUrl), {
     cooldownDuration: settings.jwksCooldownMs,
     cacheMaxAge: settings.jwksCacheMaxAgeMs,

@@ -70,47 +70,12 @@ export interface DecisionRecord {
   itemId: string;
   siteId: string;
   decision: Decision;
-  previousState: WorkItemState;
   newState: WorkItemState;
   note: string | null;
   deferUntil: Date | null;
   decidedBy: string;
   decidedAt: Date;
   requestId: string;
-}
-
-/** Applies the decision to the item and appends its audit row; the caller's transaction holds both. */
-export async function recordDecision(db: Executor, record: DecisionRecord): Promise<LockedWorkItem> {
-  const row = await db
-    .updateTable('enterprise.work_items')
-    .set({
-      state: record.newState,
-      defer_until: record.deferUntil,
-      decided_at: record.decidedAt,
-      decided_by: record.decidedBy,
-      decision_note: record.note,
-      updated_at: record.decidedAt,
-    })
-    .where('id', '=', record.itemId)
-    .where('site_id', '=', record.siteId)
-    .returning(columns)
-    .executeTakeFirstOrThrow();
-  await db
-    .insertInto('enterprise.work_item_decisions')
-    .values({
-      work_item_id: record.itemId,
-      site_id: record.siteId,
-      decision: record.decision,
-      previous_state: record.previousState,
-      new_state: record.newState,
-      note: record.note,
-      defer_until: record.deferUntil,
-      decided_by: record.decidedBy,
-      decided_at: record.decidedAt,
-      request_id: record.requestId,
-    })
-    .execute();
-  return toLocked(row);
 }
 
 export interface StoredResponse {
@@ -187,7 +152,7 @@ export async function storeIdempotentResponse(
  */
 export async function decideIfOpen(
   db: Executor,
-  record: Omit<DecisionRecord, 'previousState'>,
+  record: DecisionRecord,
 ): Promise<LockedWorkItem | undefined> {
   const result = await sql<WorkItemRow>`
     WITH decided AS (

@@ -1,7 +1,8 @@
 // The work-item decision rules of DESIGN 4.4, free of transport and storage.
 
-export type WorkItemState = 'proposed' | 'accepted' | 'deferred' | 'declined';
-export type Decision = 'accept' | 'defer' | 'decline';
+import type { Decision, WorkItemState } from '@platform/enterprise-db';
+
+export type { Decision, WorkItemState };
 
 export const stateAfter = {
   accept: 'accepted',

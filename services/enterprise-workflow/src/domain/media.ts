@@ -1,5 +1,6 @@
 // Media rules that do not depend on HTTP, SQL or S3: which files may be uploaded, how objects are
-// named, how a download is labelled and what an arrived object must look like to be accepted.
+// named, and how a download is labelled. Whether an arrived object matches its intent is decided in SQL
+// (enterprise_api.record_object_created), the one place the webhook's writes go through.
 import { randomUUID } from 'node:crypto';
 import type { MediaContentType, MediaKind } from '@platform/contracts';
 
@@ -20,13 +21,6 @@ export interface MediaLimits {
   maxImageBytes: number;
   /** Largest accepted video, in bytes. */
   maxVideoBytes: number;
-}
-
-export type MediaStatus = 'pending_upload' | 'available' | 'rejected';
-
-/** The media type without parameters, lower-cased: `Image/PNG; x=1` → `image/png`. */
-export function essenceOf(contentType: string): string {
-  return (contentType.split(';')[0] ?? '').trim().toLowerCase();
 }
 
 export function isAllowedContentType(contentType: string): contentType is AllowedContentType {
@@ -94,40 +88,6 @@ export function contentDisposition(filename: string): string {
     (c) => `%${c.charCodeAt(0).toString(16).toUpperCase()}`,
   );
   return `attachment; filename="${ascii}"; filename*=UTF-8''${encoded}`;
-}
-
-/** What the object store reports about an arrived object. */
-export interface ArrivedObject {
-  sizeBytes: number;
-  contentType: string | undefined;
-  etag: string | undefined;
-}
-
-export type ArrivalVerdict = { status: 'available' } | { status: 'rejected'; reason: string };
-
-/**
- * An arrived object is accepted only when it is exactly what the intent declared: the same size
- * (the presigned PUT signs Content-Length, so a verifying store already enforces it) and the same
- * media type (a store that does not verify signatures, or a client that bypassed the URL, could
- * still deliver something else).
- */
-export function judgeArrival(
-  intent: { declaredSizeBytes: number; contentType: string },
-  arrived: ArrivedObject,
-): ArrivalVerdict {
-  if (arrived.sizeBytes !== intent.declaredSizeBytes) {
-    return {
-      status: 'rejected',
-      reason: `size ${arrived.sizeBytes} bytes differs from the declared ${intent.declaredSizeBytes} bytes`,
-    };
-  }
-  if (arrived.contentType === undefined || essenceOf(arrived.contentType) !== essenceOf(intent.contentType)) {
-    return {
-      status: 'rejected',
-      reason: `content type ${arrived.contentType ?? '(none)'} differs from the declared ${intent.contentType}`,
-    };
-  }
-  return { status: 'available' };
 }
 
 /** ETags arrive quoted from S3 HEAD and unquoted in event records; store them unquoted. */

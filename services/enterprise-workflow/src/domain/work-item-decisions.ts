@@ -8,7 +8,6 @@ import {
   decideIfOpen,
   findIdempotentResponse,
   lockWorkItem,
-  recordDecision,
   storeIdempotentResponse,
 } from '../db/work-items.js';
 import type { LockedWorkItem } from '../db/work-items.js';
@@ -31,6 +30,13 @@ function toResponse(item: LockedWorkItem): DecisionResponse {
     decided_by: item.decidedBy,
     note: item.decisionNote,
   };
+}
+
+/** decideIfOpen on an item this transaction holds locked in an open state: it must match. */
+async function decideOrFail(...args: Parameters<typeof decideIfOpen>): Promise<LockedWorkItem> {
+  const decided = await decideIfOpen(...args);
+  if (decided === undefined) throw new Error('a locked open work item did not accept its decision');
+  return decided;
 }
 
 function deferUntilOf(body: DecisionRequest): Date | null {
@@ -120,11 +126,11 @@ export async function decideWorkItem(
         case 'unchanged':
           break;
         case 'transition':
-          after = await recordDecision(trx, {
+          // The row is locked and open (decide() only transitions open items), so this matches it.
+          after = await decideOrFail(trx, {
             itemId,
             siteId,
             decision: body.decision,
-            previousState: item.state,
             newState: outcome.state,
             note: body.note ?? null,
             deferUntil: deferUntilOf(body),

@@ -4,7 +4,6 @@ import {
   DeleteObjectCommand,
   GetObjectCommand,
   HeadObjectCommand,
-  HeadBucketCommand,
   PutObjectCommand,
   S3Client,
   S3ServiceException,
@@ -63,8 +62,6 @@ export interface MediaStorage {
   /** undefined when the object does not exist. */
   head(key: string): Promise<StoredObject | undefined>;
   delete(key: string): Promise<void>;
-  /** Resolves when the bucket answers; rejects otherwise. */
-  ping(): Promise<void>;
   destroy(): void;
 }
 
@@ -296,14 +293,6 @@ export function createS3Storage(settings: S3Settings): MediaStorage {
       } catch (err) {
         if (isNotFound(err)) return;
         throw asStorageError(err, 'DELETE object');
-      }
-    },
-
-    async ping() {
-      try {
-        await client.send(new HeadBucketCommand({ Bucket: settings.bucket }));
-      } catch (err) {
-        throw asStorageError(err, 'HEAD bucket');
       }
     },
 
