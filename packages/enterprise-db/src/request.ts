@@ -1,6 +1,7 @@
 // How callers carry an identity into the database.
 // - withPostgrestRequest: PostgREST's per-request protocol, reproduced for tests and the benchmark.
-// - withRequestClaims: the workflow service's transactions (RLS guards its reads and writes too).
+// - withRequestClaims: a transaction with the caller's claims, as the workflow service runs its requests
+//   (the service opens the same settings in one round trip: services/enterprise-workflow/src/db/database.ts).
 // - recordObjectCreated: the webhook's narrow service identity.
 import { sql } from 'kysely';
 import type { Kysely, Transaction } from 'kysely';
