@@ -14,6 +14,7 @@ import { ensureDatabase, migrateAll, seedAll } from './lib/database.js';
 import { dataDir, devSecrets, envPort, localPorts, repoRoot } from './lib/local.js';
 import { forwardToWebhook } from './lib/webhook-bridge.js';
 import { postgrestEnvironment } from './lib/postgrest.js';
+import { readSecretList } from '@platform/service-kit';
 
 const env = process.env;
 const log = (message: string): void => console.error(`[stack] ${message}`);
@@ -40,7 +41,7 @@ async function main(): Promise<void> {
   };
   const apiKeys = env.GATEWAY_API_KEYS ?? devSecrets.gatewayApiKey;
   const webhookTokens = env.WEBHOOK_TOKENS ?? devSecrets.webhookToken;
-  const webhookToken = webhookTokens.split(',')[0]?.trim() ?? devSecrets.webhookToken;
+  const webhookToken = readSecretList({ value: webhookTokens })[0] ?? devSecrets.webhookToken;
 
   // 1. Database: the given server, or the embedded one (its data survives restarts).
   let ownerUrl = env.DATABASE_URL;
@@ -154,7 +155,7 @@ async function main(): Promise<void> {
     '',
     '  a token:             npm run token -- alice      (alice, bob, carol, dave)',
     `  observe a device:    coap-client-notls -m get -s 60 coap://127.0.0.1:${ports.gatewayCoap}/devices/acme-hq-hvac-01/settings`,
-    `  push settings:       curl -H 'Authorization: Bearer ${devSecrets.gatewayApiKey}' -H 'Content-Type: application/json' \\`,
+    `  push settings:       curl -H 'Authorization: Bearer ${readSecretList({ value: apiKeys })[0] ?? devSecrets.gatewayApiKey}' -H 'Content-Type: application/json' \\`,
     `                         -d '{"device_id":"acme-hq-hvac-01","settings":{"reporting_interval_s":60}}' http://127.0.0.1:${ports.gatewayHttp}/api/notify-settings`,
     '',
   ];

@@ -1,6 +1,6 @@
 import winston from 'winston';
 import type { Logger } from 'winston';
-import { isSensitiveKey, REDACTED, redactValue, redactString } from './redact.js';
+import { isSensitiveKey, REDACTED, redactValue } from './redact.js';
 
 export type { Logger } from 'winston';
 
@@ -26,11 +26,7 @@ const redactFormat = winston.format((info) => {
   for (const key of Object.keys(info)) {
     if (key === 'level') continue;
     const value = info[key];
-    info[key] = isSensitiveKey(key)
-      ? REDACTED
-      : typeof value === 'string'
-        ? redactString(value)
-        : redactValue(value);
+    info[key] = isSensitiveKey(key) ? REDACTED : redactValue(value);
   }
   return info;
 });

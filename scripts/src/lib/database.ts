@@ -6,6 +6,7 @@ import type { SeedOptions } from '@platform/enterprise-db';
 import { createDb, migrateToLatest } from '@platform/service-kit';
 import type { Kysely } from 'kysely';
 import pg from 'pg';
+import { databaseUrl } from '@platform/testkit';
 
 type Env = Readonly<Record<string, string | undefined>>;
 
@@ -50,7 +51,5 @@ export async function ensureDatabase(adminUrl: string, database: string): Promis
   } finally {
     await client.end();
   }
-  const url = new URL(adminUrl);
-  url.pathname = `/${database}`;
-  return url.toString();
+  return databaseUrl(adminUrl, database);
 }
