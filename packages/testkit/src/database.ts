@@ -107,7 +107,7 @@ async function ensureTemplate(
  * per run (per distinct migration sets), which is much faster than migrating every database.
  */
 export async function createTestDatabase(options: CreateTestDatabaseOptions = {}): Promise<TestDatabase> {
-  const adminUrl = options.adminUrl ?? testDatabaseAdminUrl();
+  const adminUrl = testDatabaseAdminUrl(options.adminUrl);
   const sets = options.migrations ?? [];
   const fingerprint = sets.length > 0 ? migrationFingerprint(sets) : 'empty';
   const template = sets.length > 0 ? `testkit_tpl_${fingerprint}` : 'template1';

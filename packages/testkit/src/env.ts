@@ -1,9 +1,9 @@
 // The one place the testkit reads its environment. jest's globalSetup (../jest/global-setup.js) starts
 // PostgreSQL and exports TEST_DATABASE_URL to the workers; a developer or CI may set it instead.
 
-/** Superuser URL of the PostgreSQL server that test databases are created on. */
-export function testDatabaseAdminUrl(): string {
-  const url = process.env['TEST_DATABASE_URL'];
+/** Superuser URL of the PostgreSQL server that test databases are created on: `given`, else the environment's. */
+export function testDatabaseAdminUrl(given?: string): string {
+  const url = given ?? process.env['TEST_DATABASE_URL'];
   if (url === undefined || url === '') {
     throw new Error(
       'TEST_DATABASE_URL is not set: run the tests through jest (its globalSetup starts PostgreSQL) ' +
