@@ -96,7 +96,7 @@ async function main(): Promise<void> {
   for (let delayMs = 500; !stopping; delayMs = Math.min(delayMs * 2, 10_000)) {
     try {
       const summary = await app.service.reload();
-      logger.info('registry loaded', { ...summary, rejected: summary.rejected });
+      logger.info('registry loaded', { ...summary, rejected: summary.rejected.length });
       break;
     } catch (err) {
       logger.warn('registry load failed; retrying', {

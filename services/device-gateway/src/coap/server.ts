@@ -522,9 +522,7 @@ export class CoapServer {
       this.register(msg, address, port, endpoint, tokenKey, kind, format, doc, req);
       return;
     }
-    const resource = this.resourceMap(kind).get(deviceId);
     const form = documentForm(doc, format, this.options.maxAgeS, this.observeMaxAgeS);
-    if (resource !== undefined) this.formFor(resource, doc, format);
     if (req.etags.some((e) => e.equals(form.etag))) {
       reply(VALID, [
         { number: Opt.ETag, value: form.etag },
