@@ -9,6 +9,7 @@ import { fileURLToPath } from 'node:url';
 import { createDb, migrateToLatest } from '@platform/service-kit';
 import { gatewayMigrations, seedDevices, type GatewayDatabase } from '@platform/device-gateway';
 import { freePort, startPostgres } from '@platform/testkit';
+import { cpuDuring, processCpuSeconds, treeCpuSeconds } from './lib/cpu-usage.js';
 
 const RATE_PER_S = Number(process.env.BENCH_NOTIFY_RATE ?? 1000);
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 5);
@@ -25,7 +26,10 @@ interface Replica {
 async function startReplica(databaseUrl: string): Promise<Replica> {
   const httpPort = await freePort('tcp');
   const coapPort = await freePort('udp');
-  const proc = spawn(process.execPath, [mainJs], {
+  // BENCH_PROFILE_DIR: a V8 CPU profile per replica, written when it exits.
+  const profile = process.env.BENCH_PROFILE_DIR;
+  const execArgv = profile === undefined ? [] : ['--cpu-prof', `--cpu-prof-dir=${profile}`];
+  const proc = spawn(process.execPath, [...execArgv, mainJs], {
     env: {
       PATH: process.env.PATH,
       DATABASE_URL: databaseUrl,
@@ -134,7 +138,9 @@ class RawHttpClient {
 const pct = (sorted: number[], p: number): number =>
   sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))] ?? NaN;
 
-async function run(label: string, publishTo: Replica, observeOn: Replica, base: number) {
+type CpuReaders = Record<string, () => number>;
+
+async function run(label: string, publishTo: Replica, observeOn: Replica, base: number, cpu: CpuReaders) {
   const sentAt = new Map<number, number>();
   const latencies: number[] = [];
   const socket = await observe(observeOn.coapPort, (value, at) => {
@@ -159,24 +165,7 @@ async function run(label: string, publishTo: Replica, observeOn: Replica, base: 
   const intervalMs = 1000 / RATE_PER_S;
   const pending: Promise<void>[] = [];
   const t0 = performance.now();
-  // Paced by a 2 ms timer rather than a busy loop: on a 2-core machine a spinning client would take a core
-  // from the replicas and PostgreSQL. Each request's own send time is what latency is measured from.
-  let i = 0;
-  await new Promise<void>((done) => {
-    const tick = (): void => {
-      const due = Math.min(total, Math.floor((performance.now() - t0) / intervalMs) + 1);
-      for (; i < due; i++) {
-        // Distinct values (within the schema's 10..86400) so every notification is matched to its request.
-        const value = base + i;
-        sentAt.set(value, performance.now());
-        pending.push(post(value));
-      }
-      if (i < total) setTimeout(tick, 2);
-      else done();
-    };
-    tick();
-  });
-  await Promise.all(pending);
+  const { cpuS } = await cpuDuring(cpu, () => drive());
   const elapsed = (performance.now() - t0) / 1000;
   await new Promise((r) => setTimeout(r, 500));
   socket.close();
@@ -189,6 +178,32 @@ async function run(label: string, publishTo: Replica, observeOn: Replica, base: 
       `p99 ${pct(answers, 99).toFixed(2)} ms | ${latencies.length}/${total} seen, ${failed} failed, ` +
       `${(total / elapsed).toFixed(0)} req/s`,
   );
+  // Where each notify's CPU goes: what limits the latency when the cores are the bottleneck.
+  const perNotify = Object.entries(cpuS)
+    .map(([name, s]) => `${name} ${Math.round((s * 1e6) / total)}`)
+    .join(', ');
+  console.log(`${''.padEnd(34)} CPU µs per notify: ${perNotify}`);
+
+  async function drive(): Promise<void> {
+    // Paced by a 2 ms timer rather than a busy loop: on a 2-core machine a spinning client would take a core
+    // from the replicas and PostgreSQL. Each request's own send time is what latency is measured from.
+    let i = 0;
+    await new Promise<void>((done) => {
+      const tick = (): void => {
+        const due = Math.min(total, Math.floor((performance.now() - t0) / intervalMs) + 1);
+        for (; i < due; i++) {
+          // Distinct values (within the schema's 10..86400) so every notification is matched to its request.
+          const value = base + i;
+          sentAt.set(value, performance.now());
+          pending.push(post(value));
+        }
+        if (i < total) setTimeout(tick, 2);
+        else done();
+      };
+      tick();
+    });
+    await Promise.all(pending);
+  }
 }
 
 export async function benchReplicas(argv: readonly string[]): Promise<void> {
@@ -211,10 +226,16 @@ export async function benchReplicas(argv: readonly string[]): Promise<void> {
     login.password = 'device-gateway-dev';
     for (let i = 0; i < count; i++) replicas.push(await startReplica(login.toString()));
     const [a, b] = replicas as [Replica, Replica];
+    const cpu: CpuReaders = {
+      'replica A': () => processCpuSeconds(a.proc.pid ?? 0),
+      'replica B': () => processCpuSeconds(b.proc.pid ?? 0),
+      postgres: () => treeCpuSeconds(pg.pid ?? 0),
+      'load generator': () => processCpuSeconds(process.pid),
+    };
     // Warm-up (JIT, connection pools), not reported.
-    await run('warm-up', b, a, 10);
-    await run('same replica (B → observer on B)', b, b, 20_000);
-    await run('cross replica (B → observer on A)', b, a, 40_000);
+    await run('warm-up', b, a, 10, cpu);
+    await run('same replica (B → observer on B)', b, b, 20_000, cpu);
+    await run('cross replica (B → observer on A)', b, a, 40_000, cpu);
   } finally {
     for (const r of replicas) r.proc.kill('SIGTERM');
     await new Promise((r) => setTimeout(r, 300));

@@ -25,6 +25,7 @@ import {
 } from '@platform/enterprise-db';
 import { createDb, migrateToLatest } from '@platform/service-kit';
 import { freePort, startIssuer, startPostgres, startS3 } from '@platform/testkit';
+import { cpuDuring, processCpuSeconds, treeCpuSeconds } from './lib/cpu-usage.js';
 
 const { values: args } = parseArgs({
   options: {
@@ -61,7 +62,11 @@ async function waitReady(url: string, timeoutMs: number): Promise<void> {
   throw new Error(`${url} not ready after ${timeoutMs} ms`);
 }
 
-function summary(name: string, r: Result): { rps: number; p50: number; p99: number; errors: number } {
+function summary(
+  name: string,
+  r: Result,
+  cpuS?: Record<string, number>,
+): { rps: number; p50: number; p99: number; errors: number } {
   const non2xx = r.non2xx + r.errors + r.timeouts;
   const line = {
     rps: Math.round(r.requests.average),
@@ -73,6 +78,13 @@ function summary(name: string, r: Result): { rps: number; p50: number; p99: numb
     `  ${name.padEnd(34)} ${String(line.rps).padStart(6)} req/s   p50 ${String(line.p50).padStart(4)} ms   ` +
       `p99 ${String(line.p99).padStart(4)} ms   non-2xx/errors ${non2xx} of ${r.requests.total}`,
   );
+  if (cpuS !== undefined && r.requests.total > 0) {
+    // CPU per request in each process: which one a request's cost is spent in.
+    const perRequest = Object.entries(cpuS)
+      .map(([process, s]) => `${process} ${Math.round((s * 1e6) / r.requests.total)}`)
+      .join(', ');
+    log(`  ${''.padEnd(34)} CPU µs per request: ${perRequest}`);
+  }
   return line;
 }
 
@@ -161,7 +173,18 @@ async function main(): Promise<void> {
       },
     };
 
-    const run = (requests: object[], rate?: number) =>
+    const servicePid = service.pid ?? 0;
+    const pgPid = pg.pid ?? 0;
+    const cpuReaders = {
+      service: () => processCpuSeconds(servicePid),
+      postgres: () => treeCpuSeconds(pgPid),
+      'load generator': () => processCpuSeconds(process.pid),
+    };
+    const measured = async (name: string, load: () => Promise<Result>) => {
+      const { result, cpuS } = await cpuDuring(cpuReaders, load);
+      return summary(name, result, cpuS);
+    };
+    const run = (requests: object[], rate?: number) => () =>
       autocannon({
         url: base,
         connections: rate === undefined ? CONNECTIONS : 16,
@@ -187,15 +210,14 @@ async function main(): Promise<void> {
     log('\nsaturation');
     // The ceiling of this machine for the HTTP stack alone (express, request id, per-request log
     // line, no auth, no database): what the endpoints below are measured against.
-    summary(
-      'GET /health (HTTP-only ceiling)',
-      await autocannon({ url: `${base}/health`, connections: CONNECTIONS, duration: DURATION_S }),
+    await measured('GET /health (HTTP-only ceiling)', () =>
+      autocannon({ url: `${base}/health`, connections: CONNECTIONS, duration: DURATION_S }),
     );
-    const intents = summary('upload intents', await run([intentRequest]));
-    const decisions = summary('decisions (defer, audited)', await run([decisionRequest]));
+    const intents = await measured('upload intents', run([intentRequest]));
+    const decisions = await measured('decisions (defer, audited)', run([decisionRequest]));
     log(`\nfixed rate ${FIXED_RATE} req/s`);
-    const intentsFixed = summary('upload intents', await run([intentRequest], FIXED_RATE));
-    const decisionsFixed = summary('decisions', await run([decisionRequest], FIXED_RATE));
+    const intentsFixed = await measured('upload intents', run([intentRequest], FIXED_RATE));
+    const decisionsFixed = await measured('decisions', run([decisionRequest], FIXED_RATE));
 
     const audit = createDb<unknown>(pg.url, { max: 1 });
     const { rows: counts } = await sql<{ decisions: string; media: string }>`

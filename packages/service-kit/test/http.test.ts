@@ -116,6 +116,12 @@ describe('createHttpApp body handling', () => {
     expect(res.body).toEqual({ received: { a: 1 } });
   });
 
+  it('sends no ETag (no route serves conditional requests; hashing every body costs CPU)', async () => {
+    const res = await request(app).post('/echo').send({ a: 1 });
+    expect(res.status).toBe(200);
+    expect(res.headers.etag).toBeUndefined();
+  });
+
   it('accepts +json media types and a charset parameter', async () => {
     const res = await request(app)
       .post('/echo')
