@@ -212,7 +212,7 @@ export async function benchReplicas(argv: readonly string[]): Promise<void> {
   const durable = !argv.includes('--no-fsync');
   console.log(
     `bench:gateway --replicas ${count}: cross-replica notify → device latency, ${RATE_PER_S} notifies/s for ${SECONDS} s ` +
-      `(PostgreSQL ${durable ? 'durable: fsync + synchronous_commit on' : 'fsync off'})`,
+      `(PostgreSQL ${durable ? 'durable: fsync on; the gateway commits bus messages with synchronous_commit off' : 'fsync off'})`,
   );
   const pg = await startPostgres({ durable });
   const replicas: Replica[] = [];

@@ -40,6 +40,12 @@ async function main(): Promise<void> {
     max: config.DB_POOL_MAX,
     applicationName: 'device-gateway',
     statementTimeoutMs: config.DB_STATEMENT_TIMEOUT_MS,
+    // The login's only writes are replica-bus messages (issue 8). notify-settings answers `updated` once
+    // the message is committed: visible to every replica's resync and NOTIFYed, both at commit. It need
+    // not survive a PostgreSQL crash: the override it carries is memory-only state by design, which a
+    // gateway restart forgets too. Waiting for the WAL flush was most of a cross-replica notify's
+    // latency with fsync on (bench:gateway --replicas 2).
+    synchronousCommit: 'off',
     logger,
     metrics,
   });

@@ -19,6 +19,13 @@ export interface CreateDbOptions {
   connectionTimeoutMs?: number;
   /** Idle connections are closed after this many ms. Default 30000. */
   idleTimeoutMs?: number;
+  /**
+   * `synchronous_commit` of every session of the pool. `'off'`: a commit returns (and its NOTIFYs are
+   * delivered) before the WAL reaches disk; a PostgreSQL crash can lose the last few hundred ms of
+   * commits, never leave a transaction half done. Only for writes that need not survive such a crash.
+   * Default: the server's (on).
+   */
+  synchronousCommit?: 'on' | 'off';
   /** Where connection errors are reported. Default: `console.warn`. */
   logger?: DbLogger;
   /**
@@ -49,6 +56,10 @@ export function createDb<DB>(url: string, options: CreateDbOptions = {}): Kysely
     idleTimeoutMillis: options.idleTimeoutMs ?? 30000,
     ...(options.applicationName === undefined ? {} : { application_name: options.applicationName }),
     ...(options.statementTimeoutMs === undefined ? {} : { statement_timeout: options.statementTimeoutMs }),
+    // A startup parameter: set once per connection, no extra round trip per transaction.
+    ...(options.synchronousCommit === undefined
+      ? {}
+      : { options: `-c synchronous_commit=${options.synchronousCommit}` }),
   });
   // The same error reaches both listeners when the client was idle; report it once.
   const reported = new WeakSet<Error>();
