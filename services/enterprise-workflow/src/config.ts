@@ -39,6 +39,12 @@ export const configSchema = {
     /** JWKS cache lifetime, in milliseconds. */
     OIDC_JWKS_MAX_AGE_MS: { type: 'integer', minimum: 1000, default: 600000 },
     OIDC_JWKS_TIMEOUT_MS: { type: 'integer', minimum: 100, maximum: 60000, default: 5000 },
+    /**
+     * How long a fully verified access token is remembered, in milliseconds (0: off); also how long a
+     * token signed with a key removed from the JWKS stays accepted.
+     */
+    OIDC_TOKEN_CACHE_TTL_MS: { type: 'integer', minimum: 0, maximum: 300000, default: 60000 },
+    OIDC_TOKEN_CACHE_MAX_ENTRIES: { type: 'integer', minimum: 0, maximum: 1000000, default: 10000 },
     S3_ENDPOINT: { type: 'string', format: 'uri' },
     /** Endpoint put into presigned URLs when clients reach the store by another address. */
     S3_PUBLIC_ENDPOINT: { type: 'string', format: 'uri' },
@@ -124,6 +130,8 @@ export function loadWorkflowConfig(env: Record<string, string | undefined> = pro
       jwksCooldownMs: raw.OIDC_JWKS_COOLDOWN_MS,
       jwksCacheMaxAgeMs: raw.OIDC_JWKS_MAX_AGE_MS,
       jwksTimeoutMs: raw.OIDC_JWKS_TIMEOUT_MS,
+      tokenCacheTtlMs: raw.OIDC_TOKEN_CACHE_TTL_MS,
+      tokenCacheMaxEntries: raw.OIDC_TOKEN_CACHE_MAX_ENTRIES,
     },
     s3: {
       endpoint: raw.S3_ENDPOINT,

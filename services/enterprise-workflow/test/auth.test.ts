@@ -213,6 +213,8 @@ describe('signing keys unreachable', () => {
       jwksCooldownMs: 1000,
       jwksCacheMaxAgeMs: 60_000,
       jwksTimeoutMs: 500,
+      tokenCacheTtlMs: 60_000,
+      tokenCacheMaxEntries: 100,
     };
   }
 
@@ -248,5 +250,92 @@ describe('signing keys unreachable', () => {
     const res = await request(h.app).get('/ready');
     expect(res.status).toBe(200);
     expect(res.body).toEqual({ status: 'ready', checks: { database: 'ok', signing_keys: 'ok' } });
+  });
+});
+
+describe('verified-token cache', () => {
+  /** A verifier on the harness issuer whose clock the test moves. */
+  function cachingVerifier(options: { ttlMs?: number; maxEntries?: number } = {}) {
+    let nowMs = Date.now();
+    const verifier = createTokenVerifier({
+      issuerUrl: h.issuer.issuerUrl,
+      clientId: h.issuer.clientId,
+      requiredRole: 'enterprise_portal_role',
+      clockToleranceS: 5,
+      jwksCooldownMs: 1000,
+      jwksCacheMaxAgeMs: 60_000,
+      jwksTimeoutMs: 2000,
+      tokenCacheTtlMs: options.ttlMs ?? 60_000,
+      tokenCacheMaxEntries: options.maxEntries ?? 100,
+      now: () => nowMs,
+    });
+    return { verifier, advance: (ms: number) => (nowMs += ms) };
+  }
+
+  it('answers a repeated token from the cache with the same user', async () => {
+    const { verifier } = cachingVerifier();
+    const token = await h.issuer.demoToken('alice');
+    const first = await verifier.verify(token);
+    const second = await verifier.verify(token);
+    expect(first.ok).toBe(true);
+    expect(second).toEqual(first);
+    expect(verifier.cacheStats()).toEqual({ hits: 1, misses: 1, entries: 1 });
+  });
+
+  it('still refuses a cached token once it expires (same tolerance as a full check)', async () => {
+    const { verifier, advance } = cachingVerifier({ ttlMs: 300_000 });
+    const token = await h.issuer.demoToken('alice', {}, { expiresInS: 60 });
+    expect((await verifier.verify(token)).ok).toBe(true);
+    advance(60_000); // at exp, but within the 5 s tolerance
+    expect((await verifier.verify(token)).ok).toBe(true);
+    advance(6_000); // past exp + tolerance
+    expect(await verifier.verify(token)).toEqual({
+      ok: false,
+      reason: 'invalid_token',
+      detail: 'The access token has expired.',
+    });
+    expect(verifier.cacheStats().entries).toBe(0);
+    // The entry is gone: a full check gives the same answer at the same moment.
+    expect(await verifier.verify(token)).toMatchObject({
+      ok: false,
+      detail: 'The access token has expired.',
+    });
+  });
+
+  it('forgets an entry after its TTL and checks the token in full again', async () => {
+    const { verifier, advance } = cachingVerifier({ ttlMs: 1000 });
+    const token = await h.issuer.demoToken('alice');
+    await verifier.verify(token);
+    advance(1000);
+    expect((await verifier.verify(token)).ok).toBe(true);
+    expect(verifier.cacheStats()).toMatchObject({ hits: 0, misses: 2 });
+  });
+
+  it('never caches a refused token', async () => {
+    const { verifier } = cachingVerifier();
+    const wrongClient = await h.issuer.demoToken('alice', { azp: 'other-client', aud: 'account' });
+    const noRole = await h.issuer.demoToken('alice', { role: 'enterprise_portal_anon' });
+    for (const token of [wrongClient, wrongClient, noRole, noRole]) {
+      expect((await verifier.verify(token)).ok).toBe(false);
+    }
+    expect(verifier.cacheStats()).toEqual({ hits: 0, misses: 4, entries: 0 });
+  });
+
+  it('holds at most the configured number of tokens, forgetting the oldest', async () => {
+    const { verifier } = cachingVerifier({ maxEntries: 2 });
+    const tokens = await Promise.all(['alice', 'bob', 'carol'].map((u) => h.issuer.demoToken(u as 'alice')));
+    for (const token of tokens) await verifier.verify(token);
+    expect(verifier.cacheStats().entries).toBe(2);
+    await verifier.verify(tokens[2]!); // newest: still cached
+    await verifier.verify(tokens[0]!); // oldest: forgotten, checked in full
+    expect(verifier.cacheStats()).toMatchObject({ hits: 1, misses: 4 });
+  });
+
+  it('caches nothing when the TTL is 0', async () => {
+    const { verifier } = cachingVerifier({ ttlMs: 0 });
+    const token = await h.issuer.demoToken('alice');
+    await verifier.verify(token);
+    await verifier.verify(token);
+    expect(verifier.cacheStats()).toEqual({ hits: 0, misses: 2, entries: 0 });
   });
 });

@@ -67,6 +67,8 @@ beforeAll(async () => {
       jwksCooldownMs: 30_000,
       jwksCacheMaxAgeMs: 600_000,
       jwksTimeoutMs: 2000,
+      tokenCacheTtlMs: 60_000,
+      tokenCacheMaxEntries: 100,
     }),
   });
   token = await issuer.demoToken('alice');

@@ -108,6 +108,8 @@ export async function startHarness(options: HarnessOptions = {}): Promise<Harnes
     jwksCooldownMs: options.jwksCooldownMs ?? 30_000,
     jwksCacheMaxAgeMs: 600_000,
     jwksTimeoutMs: 2000,
+    tokenCacheTtlMs: 60_000,
+    tokenCacheMaxEntries: 10_000,
   });
   const logs: Array<Record<string, unknown>> = [];
   const stream = new PassThrough();
