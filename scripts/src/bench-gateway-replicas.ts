@@ -4,12 +4,12 @@
 // HTTP + publish transaction (commit) + NOTIFY delivery + apply + CoAP send. Not a pass/fail test.
 import { spawn, type ChildProcess } from 'node:child_process';
 import dgram from 'node:dgram';
-import net from 'node:net';
 import { fileURLToPath } from 'node:url';
 import { createDb, migrateToLatest } from '@platform/service-kit';
 import { gatewayMigrations, seedDevices, type GatewayDatabase } from '@platform/device-gateway';
 import { freePort, startPostgres } from '@platform/testkit';
 import { cpuDuring, processCpuSeconds, treeCpuSeconds } from './lib/cpu-usage.js';
+import { RawHttpClient } from './lib/raw-http-client.js';
 
 const RATE_PER_S = Number(process.env.BENCH_NOTIFY_RATE ?? 1000);
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 5);
@@ -82,59 +82,6 @@ async function observe(port: number, onValue: (value: number, at: number) => voi
   return socket;
 }
 
-/**
- * A minimal HTTP/1.1 keep-alive client over raw sockets: node:http's client costs about 1 ms of CPU per
- * request, which at 1,000/s would take most of one of this machine's two cores from the system measured.
- * One request per connection at a time; requests queue for a free connection.
- */
-class RawHttpClient {
-  private readonly idle: net.Socket[] = [];
-  private readonly waiting: ((s: net.Socket) => void)[] = [];
-  private readonly all: net.Socket[] = [];
-
-  constructor(
-    private readonly port: number,
-    connections: number,
-  ) {
-    for (let i = 0; i < connections; i++) {
-      const socket = net.connect(port, '127.0.0.1');
-      socket.setNoDelay(true);
-      this.all.push(socket);
-      this.idle.push(socket);
-    }
-  }
-
-  async post(path: string, body: string): Promise<number> {
-    const socket = this.idle.pop() ?? (await new Promise<net.Socket>((r) => this.waiting.push(r)));
-    const status = await new Promise<number>((resolve) => {
-      let buf: Buffer = Buffer.alloc(0);
-      const onData = (chunk: Buffer): void => {
-        buf = buf.length === 0 ? chunk : Buffer.concat([buf, chunk]);
-        const headerEnd = buf.indexOf('\r\n\r\n');
-        if (headerEnd < 0) return;
-        const head = buf.subarray(0, headerEnd).toString('latin1');
-        const length = Number(/content-length: *(\d+)/i.exec(head)?.[1] ?? 0);
-        if (buf.length < headerEnd + 4 + length) return;
-        socket.off('data', onData);
-        resolve(Number(head.slice(9, 12)));
-      };
-      socket.on('data', onData);
-      socket.write(
-        `POST ${path} HTTP/1.1\r\nHost: 127.0.0.1:${this.port}\r\nAuthorization: Bearer ${KEY}\r\n` +
-          `Content-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`,
-      );
-    });
-    const next = this.waiting.shift();
-    if (next !== undefined) next(socket);
-    else this.idle.push(socket);
-    return status;
-  }
-
-  close(): void {
-    for (const s of this.all) s.destroy();
-  }
-}
-
 const pct = (sorted: number[], p: number): number =>
   sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))] ?? NaN;
 
@@ -151,7 +98,7 @@ async function run(label: string, publishTo: Replica, observeOn: Replica, base: 
     }
   });
   await new Promise((r) => setTimeout(r, 200));
-  const client = new RawHttpClient(publishTo.httpPort, 16);
+  const client = new RawHttpClient(publishTo.httpPort, 16, { authorization: `Bearer ${KEY}` });
   const answers: number[] = [];
   let failed = 0;
   const post = async (value: number): Promise<void> => {
