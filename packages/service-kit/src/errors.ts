@@ -1,6 +1,9 @@
 import { errorCatalogue } from '@platform/contracts';
 import type { ErrorCode, FieldError, Validation } from '@platform/contracts';
 
+/** DESIGN 2: the `Retry-After` (seconds) of a 503 that does not name its own. */
+export const RETRY_AFTER_S = 5;
+
 export interface DomainErrorOptions {
   /** Field-level failures (JSON Pointer paths), shown as `errors` in the problem document. */
   errors?: FieldError[];
@@ -33,10 +36,6 @@ export class DomainError extends Error {
     if (options.errors !== undefined) this.errors = options.errors;
     if (options.headers !== undefined) this.headers = options.headers;
   }
-}
-
-export function isDomainError(err: unknown): err is DomainError {
-  return err instanceof DomainError;
 }
 
 /**

@@ -2,8 +2,6 @@ import { createHash, timingSafeEqual } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import type { IncomingHttpHeaders } from 'node:http';
 
-export { redactUrl } from './redact.js';
-
 export interface SecretListSource {
   /** Comma- or newline-separated secrets, e.g. from `GATEWAY_API_KEYS`. */
   value?: string | undefined;

@@ -78,7 +78,7 @@ function buildTestApp() {
   addRoutes(api, [{ method: 'GET', path: '/things/:thing_id', handler: (_req, res) => void res.json({}) }]);
   app.use('/api', api);
   app.get('/metrics', metricsHandler(metrics));
-  finishHttpApp(app);
+  finishHttpApp(app, logs.logger);
   return { app, logs, metrics };
 }
 
@@ -192,7 +192,7 @@ describe('createHttpApp body handling', () => {
     const { logger } = captureLogs();
     const small = createHttpApp({ logger, bodyLimitBytes: 16 });
     addRoutes(small, [{ method: 'POST', path: '/x', handler: (_req, res) => void res.json({}) }]);
-    finishHttpApp(small);
+    finishHttpApp(small, logger);
     const res = await request(small).post('/x').send({ long: 'more than sixteen bytes' });
     expectProblem(res, 413, 'payload_too_large');
   });

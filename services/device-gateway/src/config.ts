@@ -1,4 +1,5 @@
-import { loadConfig, readSecretList, redactUrl, SecretSet } from '@platform/service-kit';
+import { loadConfig, LOG_LEVELS, readSecretList, redactUrl, SecretSet } from '@platform/service-kit';
+import type { LogLevel } from '@platform/service-kit';
 
 /** Every variable the gateway reads (DESIGN 5.1), validated once at boot; nothing else reads process.env. */
 export const gatewayConfigSchema = {
@@ -21,7 +22,7 @@ export const gatewayConfigSchema = {
       description: 'file with API keys, one per line; re-read on SIGHUP',
     },
     GATEWAY_TRUST_PROXY: { type: 'boolean', default: false, description: 'trust exactly one proxy hop' },
-    LOG_LEVEL: { type: 'string', enum: ['error', 'warn', 'info', 'debug'], default: 'info' },
+    LOG_LEVEL: { type: 'string', enum: LOG_LEVELS, default: 'info' },
     DB_POOL_MAX: { type: 'integer', minimum: 1, maximum: 50, default: 4 },
     DB_STATEMENT_TIMEOUT_MS: { type: 'integer', minimum: 100, default: 30000 },
     /** RFC 7252 ACK_TIMEOUT (ms) and MAX_RETRANSMIT. */
@@ -62,7 +63,7 @@ export interface GatewayConfig {
   readonly GATEWAY_API_KEYS?: string;
   readonly GATEWAY_API_KEYS_FILE?: string;
   readonly GATEWAY_TRUST_PROXY: boolean;
-  readonly LOG_LEVEL: 'error' | 'warn' | 'info' | 'debug';
+  readonly LOG_LEVEL: LogLevel;
   readonly DB_POOL_MAX: number;
   readonly DB_STATEMENT_TIMEOUT_MS: number;
   readonly COAP_ACK_TIMEOUT_MS: number;

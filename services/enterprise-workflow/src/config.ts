@@ -1,6 +1,6 @@
 // The workflow's whole configuration, read once from the environment at boot (DESIGN 5.1) and passed
 // in; nothing else reads process.env.
-import { ConfigError, deepFreeze, loadConfig, readSecretList } from '@platform/service-kit';
+import { ConfigError, deepFreeze, LOG_LEVELS, loadConfig, readSecretList } from '@platform/service-kit';
 import type { LogLevel } from '@platform/service-kit';
 import type { S3Settings } from './storage/s3.js';
 import type { TokenVerifierSettings } from './auth/token-verifier.js';
@@ -16,11 +16,7 @@ export const configSchema = {
   properties: {
     PORT: { type: 'integer', minimum: 0, maximum: 65535, default: 3800 },
     HOST: { type: 'string', default: '0.0.0.0' },
-    LOG_LEVEL: {
-      type: 'string',
-      enum: ['error', 'warn', 'info', 'http', 'verbose', 'debug', 'silly'],
-      default: 'info',
-    },
+    LOG_LEVEL: { type: 'string', enum: LOG_LEVELS, default: 'info' },
     /** Proxy hops trusted for client addresses (the Ingress, DESIGN 5). */
     TRUST_PROXY: { type: 'integer', minimum: 0, maximum: 10, default: 1 },
     /** The `enterprise_api_login` connection (DESIGN 4.4). */

@@ -1,7 +1,4 @@
-import { DomainError } from '../errors.js';
-
-/** Seconds a client should wait before retrying after the database was unreachable. */
-export const DB_RETRY_AFTER_S = 5;
+import { DomainError, RETRY_AFTER_S } from '../errors.js';
 
 /** Node socket errors that mean the server cannot be reached or the connection broke. */
 const socketErrorCodes = new Set([
@@ -88,7 +85,7 @@ export function isRetryableTransactionError(err: unknown): boolean {
 
 function unavailable(detail: string, cause: unknown): DomainError {
   return new DomainError('backend_unavailable', detail, {
-    headers: { 'Retry-After': String(DB_RETRY_AFTER_S) },
+    headers: { 'Retry-After': String(RETRY_AFTER_S) },
     cause,
   });
 }

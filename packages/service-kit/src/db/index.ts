@@ -2,10 +2,4 @@ export { createDb } from './create-db.js';
 export type { CreateDbOptions, DbLogger } from './create-db.js';
 export { MigrationError, migrateToLatest } from './migrate.js';
 export type { AppliedMigration, MigrationSet } from './migrate.js';
-export {
-  DB_RETRY_AFTER_S,
-  isConnectionError,
-  isRetryableTransactionError,
-  mapDbError,
-  sqlState,
-} from './errors.js';
+export { isConnectionError, isRetryableTransactionError, mapDbError, sqlState } from './errors.js';

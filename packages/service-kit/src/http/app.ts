@@ -3,7 +3,6 @@ import type { Express, Request, RequestHandler, Response } from 'express';
 import type { Registry } from 'prom-client';
 import type { Logger } from 'winston';
 import { DomainError } from '../errors.js';
-import { createLogger } from '../logger.js';
 import { httpMetrics } from '../metrics.js';
 import { problemErrorHandler } from './problem.js';
 import { requestContext } from './request-context.js';
@@ -27,8 +26,6 @@ export interface HttpAppOptions {
   metrics?: Registry;
 }
 
-const appLoggers = new WeakMap<Express, Logger>();
-
 /**
  * An express app with request ids, one log line (and metrics) per request, and JSON body parsing
  * whose failures come out as problem+json (400 `invalid_json`, 413, 415). Add routes (see
@@ -42,7 +39,6 @@ export function createHttpApp(options: HttpAppOptions): Express {
   app.set('etag', false);
   const hops = options.trustProxy === true ? 1 : options.trustProxy === false ? 0 : (options.trustProxy ?? 0);
   app.set('trust proxy', hops);
-  appLoggers.set(app, options.logger);
 
   app.use(requestContext(options.logger));
   app.use(observeRequests(options.metrics));
@@ -52,9 +48,9 @@ export function createHttpApp(options: HttpAppOptions): Express {
 }
 
 /** Installs the 404 for unknown routes and the problem+json error handler; call after the routes. */
-export function finishHttpApp(app: Express, logger?: Logger): Express {
+export function finishHttpApp(app: Express, logger: Logger): Express {
   app.use(notFound);
-  app.use(problemErrorHandler(logger ?? appLoggers.get(app) ?? createLogger({ service: 'http' })));
+  app.use(problemErrorHandler(logger));
   return app;
 }
 
@@ -78,7 +74,7 @@ function hasBody(req: Request): boolean {
 }
 
 /** The matched route pattern (`/sites/:site_id/...`), never the raw URL, so labels stay bounded. */
-export function routeLabel(req: Request, res: Response): string {
+function routeLabel(req: Request, res: Response): string {
   const tagged = res.locals.route as string | undefined;
   if (tagged !== undefined) return tagged;
   const path = (req.route as { path?: unknown } | undefined)?.path;

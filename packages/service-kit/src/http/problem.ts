@@ -1,23 +1,12 @@
-import type { ErrorCode, FieldError } from '@platform/contracts';
+import type { ErrorCode, ProblemDocument } from '@platform/contracts';
 import type { ErrorRequestHandler, Response } from 'express';
 import type { Logger } from 'winston';
-import { DomainError } from '../errors.js';
+import { DomainError, RETRY_AFTER_S } from '../errors.js';
 
 export const PROBLEM_CONTENT_TYPE = 'application/problem+json';
 
 /** Base of the `type` URIs; `.example` (RFC 2606) marks them as identifiers, not pages to fetch. */
-export const PROBLEM_TYPE_BASE = 'https://platform.example/problems/';
-
-/** The RFC 9457 body every non-2xx response carries (DESIGN 2). */
-export interface ProblemBody {
-  type: string;
-  title: string;
-  status: number;
-  detail: string;
-  code: ErrorCode;
-  request_id: string;
-  errors?: FieldError[];
-}
+const PROBLEM_TYPE_BASE = 'https://platform.example/problems/';
 
 interface Classified {
   error: DomainError;
@@ -69,7 +58,7 @@ function classify(err: unknown): Classified {
 
 /** Writes `error` as problem+json, with its headers and the request id. */
 export function sendProblem(res: Response, error: DomainError, requestId: string): void {
-  const body: ProblemBody = {
+  const body: ProblemDocument = {
     type: `${PROBLEM_TYPE_BASE}${error.code}`,
     title: error.title,
     status: error.status,
@@ -82,7 +71,8 @@ export function sendProblem(res: Response, error: DomainError, requestId: string
   for (const [name, value] of Object.entries(error.headers ?? {})) res.setHeader(name, value);
   // DESIGN 2: every 401 names the scheme; every 503 says when to retry (seconds).
   if (error.status === 401 && !res.hasHeader('WWW-Authenticate')) res.setHeader('WWW-Authenticate', 'Bearer');
-  if (error.status === 503 && !res.hasHeader('Retry-After')) res.setHeader('Retry-After', '5');
+  if (error.status === 503 && !res.hasHeader('Retry-After'))
+    res.setHeader('Retry-After', String(RETRY_AFTER_S));
   res.setHeader('Cache-Control', 'no-store');
   // The request log line names the code, so a 4xx needs no log line of its own.
   res.locals.errorCode = error.code;
@@ -97,7 +87,6 @@ export function sendProblem(res: Response, error: DomainError, requestId: string
 export function problemErrorHandler(fallbackLogger: Logger): ErrorRequestHandler {
   return (err: unknown, req, res, _next) => {
     const log = (req.log as Logger | undefined) ?? fallbackLogger;
-    const requestId = (res.locals.requestId as string | undefined) ?? req.id;
     const { error, expected } = classify(err);
 
     if (!expected) {
@@ -111,6 +100,6 @@ export function problemErrorHandler(fallbackLogger: Logger): ErrorRequestHandler
       res.destroy();
       return;
     }
-    sendProblem(res, error, requestId);
+    sendProblem(res, error, req.id);
   };
 }

@@ -15,7 +15,6 @@ export function requestContext(logger: Logger): RequestHandler {
     const incoming = req.get(REQUEST_ID_HEADER);
     const id = incoming !== undefined && REQUEST_ID_PATTERN.test(incoming) ? incoming : randomUUID();
     req.id = id;
-    res.locals.requestId = id;
     res.setHeader(REQUEST_ID_HEADER, id);
     req.log = logger.child({ request_id: id });
     next();
