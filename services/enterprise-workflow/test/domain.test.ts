@@ -1,4 +1,5 @@
 // Transport-free rules: decisions, intents and event records.
+import { validateDecisionRequest, validateUploadIntentRequest } from '@platform/contracts';
 import { checkDecisionRequest, decide } from '../src/domain/decisions.js';
 import { checkIntent, contentDisposition, newObjectKey, normaliseEtag } from '../src/domain/media.js';
 import { readRecord } from '../src/domain/object-events.js';
@@ -29,18 +30,24 @@ describe('decide', () => {
 
 describe('checkDecisionRequest', () => {
   const now = new Date('2026-11-22T10:00:00Z');
-  it('requires a future defer_until for defer only', () => {
-    expect(checkDecisionRequest({ decision: 'defer', defer_until: '2026-12-01T00:00:00Z' }, now)).toEqual([]);
-    expect(checkDecisionRequest({ decision: 'defer' }, now)).toEqual([
-      { path: '/defer_until', message: 'is required when the decision is "defer"' },
+  it('requires defer_until to lie in the future', () => {
+    expect(checkDecisionRequest({ defer_until: '2026-12-01T00:00:00Z' }, now)).toEqual([]);
+    expect(checkDecisionRequest({ defer_until: '2026-11-22T09:59:59Z' }, now)).toEqual([
+      { path: '/defer_until', message: 'must be in the future' },
     ]);
-    expect(
-      checkDecisionRequest({ decision: 'defer', defer_until: '2026-11-22T09:59:59Z' }, now)[0]?.message,
-    ).toBe('must be in the future');
-    expect(
-      checkDecisionRequest({ decision: 'accept', defer_until: '2026-12-01T00:00:00Z' }, now),
-    ).toHaveLength(1);
-    expect(checkDecisionRequest({ decision: 'accept' }, now)).toEqual([]);
+    expect(checkDecisionRequest({ defer_until: '2026-11-22T10:00:00Z' }, now)).toHaveLength(1);
+    expect(checkDecisionRequest({}, now)).toEqual([]);
+  });
+
+  it('leaves presence to the schema: required for defer, refused with the other decisions', () => {
+    const paths = (body: unknown) => {
+      const result = validateDecisionRequest(body);
+      return result.ok ? [] : result.errors.map((e) => e.path);
+    };
+    expect(paths({ decision: 'defer' })).toContain('/defer_until');
+    expect(paths({ decision: 'accept', defer_until: '2026-12-01T00:00:00Z' })).toContain('/defer_until');
+    expect(paths({ decision: 'defer', defer_until: 'next week' })).toContain('/defer_until');
+    expect(paths({ decision: 'decline' })).toEqual([]);
   });
 });
 
@@ -51,11 +58,18 @@ describe('media rules', () => {
     expect(checkIntent({ content_type: 'image/png', size_bytes: 100 }, limits)).toEqual([]);
     expect(checkIntent({ content_type: 'video/mp4', size_bytes: 1000 }, limits)).toEqual([]);
     expect(checkIntent({ content_type: 'image/png', size_bytes: 101 }, limits)).toEqual([
-      { path: '/size_bytes', message: 'must be at most 100 bytes for a image' },
+      { path: '/size_bytes', message: 'must be at most 100 bytes for an image' },
     ]);
-    expect(checkIntent({ content_type: 'text/html', size_bytes: 1 }, limits)[0]?.path).toBe('/content_type');
-    expect(checkIntent({ content_type: 'IMAGE/PNG', size_bytes: 1 }, limits)[0]?.path).toBe('/content_type');
-    expect(checkIntent({ content_type: 'toString', size_bytes: 1 }, limits)[0]?.path).toBe('/content_type');
+    expect(checkIntent({ content_type: 'video/quicktime', size_bytes: 1001 }, limits)).toEqual([
+      { path: '/size_bytes', message: 'must be at most 1000 bytes for a video' },
+    ]);
+  });
+
+  it('leaves the allowed list to the schema: exact lower-case types only', () => {
+    for (const content_type of ['text/html', 'IMAGE/PNG', 'toString', 'image/gif']) {
+      const result = validateUploadIntentRequest({ filename: 'a', content_type, size_bytes: 1 });
+      expect(result.ok ? [] : result.errors.map((e) => e.path)).toEqual(['/content_type']);
+    }
   });
 
   it('generates keys from ids only', () => {

@@ -44,22 +44,16 @@ export interface DecisionProblem {
 }
 
 /**
- * Rules a schema cannot express: `defer_until` is required for `defer`, must lie in the future,
- * and makes no sense with the other decisions.
+ * The rule the schema cannot express: `defer_until` lies in the future. (The contracts schema already
+ * requires it for "defer", refuses it with the other decisions, and checks its date-time format.)
  */
 export function checkDecisionRequest(
-  body: { decision: Decision; defer_until?: string | undefined },
+  body: { defer_until?: string | undefined },
   now: Date,
 ): DecisionProblem[] {
-  if (body.decision !== 'defer') {
-    return body.defer_until === undefined
-      ? []
-      : [{ path: '/defer_until', message: 'is only allowed with decision "defer"' }];
-  }
-  if (body.defer_until === undefined) {
-    return [{ path: '/defer_until', message: 'is required when the decision is "defer"' }];
-  }
+  if (body.defer_until === undefined) return [];
   const until = Date.parse(body.defer_until);
+  // RFC 3339 allows a leap second (…:60Z), which the format check accepts and Date cannot represent.
   if (Number.isNaN(until)) return [{ path: '/defer_until', message: 'must be a date-time' }];
   if (until <= now.getTime()) return [{ path: '/defer_until', message: 'must be in the future' }];
   return [];

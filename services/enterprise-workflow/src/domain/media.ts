@@ -2,19 +2,22 @@
 // named, and how a download is labelled. Whether an arrived object matches its intent is decided in SQL
 // (enterprise_api.record_object_created), the one place the webhook's writes go through.
 import { randomUUID } from 'node:crypto';
-import type { MediaContentType, MediaKind } from '@platform/contracts';
+import { mediaKindOf } from '@platform/contracts';
+import type { MediaContentType } from '@platform/contracts';
 
-/** Content types the portal may upload, with the extension used in the generated object key. */
-export const allowedContentTypes = {
-  'image/jpeg': { kind: 'image', extension: 'jpg' },
-  'image/png': { kind: 'image', extension: 'png' },
-  'image/webp': { kind: 'image', extension: 'webp' },
-  'image/heic': { kind: 'image', extension: 'heic' },
-  'video/mp4': { kind: 'video', extension: 'mp4' },
-  'video/quicktime': { kind: 'video', extension: 'mov' },
-} as const satisfies Record<MediaContentType, { kind: MediaKind; extension: string }>;
-
-export type AllowedContentType = keyof typeof allowedContentTypes;
+/**
+ * The extension used in the generated object key, per allowed content type. Which types are allowed
+ * is the contracts schema's decision (`mediaContentTypes`, an exact lower-case match, so the signed
+ * Content-Type equals what is stored); a body that passed it has one of these.
+ */
+const extensions: Record<MediaContentType, string> = {
+  'image/jpeg': 'jpg',
+  'image/png': 'png',
+  'image/webp': 'webp',
+  'image/heic': 'heic',
+  'video/mp4': 'mp4',
+  'video/quicktime': 'mov',
+};
 
 export interface MediaLimits {
   /** Largest accepted image, in bytes. */
@@ -23,43 +26,26 @@ export interface MediaLimits {
   maxVideoBytes: number;
 }
 
-export function isAllowedContentType(contentType: string): contentType is AllowedContentType {
-  return Object.hasOwn(allowedContentTypes, contentType);
-}
-
-export function maxBytesFor(contentType: AllowedContentType, limits: MediaLimits): number {
-  return allowedContentTypes[contentType].kind === 'image' ? limits.maxImageBytes : limits.maxVideoBytes;
-}
-
 /** A problem with one field of an intent, as a JSON Pointer and a sentence. */
 export interface IntentFieldProblem {
   path: string;
   message: string;
 }
 
-/**
- * Checks the parts of an upload intent that a JSON Schema cannot know: the allowed list (matched on
- * the exact, lower-case media type so the signed Content-Type equals what is stored) and the
- * configured size limit of the type's kind.
- */
+/** Checks what the JSON Schema cannot know: the configured size limit of the content type's kind. */
 export function checkIntent(
-  input: { content_type: string; size_bytes: number },
+  input: { content_type: MediaContentType; size_bytes: number },
   limits: MediaLimits,
 ): IntentFieldProblem[] {
-  if (!isAllowedContentType(input.content_type)) {
-    return [
-      {
-        path: '/content_type',
-        message: `must be one of ${Object.keys(allowedContentTypes).join(', ')}`,
-      },
-    ];
-  }
-  const max = maxBytesFor(input.content_type, limits);
-  if (input.size_bytes > max) {
-    const kind = allowedContentTypes[input.content_type].kind;
-    return [{ path: '/size_bytes', message: `must be at most ${max} bytes for a ${kind}` }];
-  }
-  return [];
+  const kind = mediaKindOf(input.content_type);
+  const max = kind === 'image' ? limits.maxImageBytes : limits.maxVideoBytes;
+  if (input.size_bytes <= max) return [];
+  return [
+    {
+      path: '/size_bytes',
+      message: `must be at most ${max} bytes for ${kind === 'image' ? 'an image' : 'a video'}`,
+    },
+  ];
 }
 
 /**
@@ -68,8 +54,8 @@ export function checkIntent(
  * lifecycle rules and audits; the random part (not the media id, which the database assigns) makes
  * keys unguessable and unique.
  */
-export function newObjectKey(siteId: string, contentType: AllowedContentType): string {
-  return `sites/${siteId}/media/${randomUUID()}.${allowedContentTypes[contentType].extension}`;
+export function newObjectKey(siteId: string, contentType: MediaContentType): string {
+  return `sites/${siteId}/media/${randomUUID()}.${extensions[contentType]}`;
 }
 
 /**
