@@ -10,6 +10,7 @@ import { gatewayMigrations, seedDevices, type GatewayDatabase } from '@platform/
 import { freePort, startPostgres } from '@platform/testkit';
 import { cpuDuring, processCpuSeconds, treeCpuSeconds } from './lib/cpu-usage.js';
 import { RawHttpClient } from './lib/raw-http-client.js';
+import { percentile as pct, waitReady } from './lib/wait.js';
 
 const RATE_PER_S = Number(process.env.BENCH_NOTIFY_RATE ?? 1000);
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 5);
@@ -42,16 +43,7 @@ async function startReplica(databaseUrl: string): Promise<Replica> {
     },
     stdio: ['ignore', 'ignore', 'inherit'],
   });
-  const deadline = Date.now() + 20_000;
-  for (;;) {
-    try {
-      if ((await fetch(`http://127.0.0.1:${httpPort}/api/ready`)).status === 200) break;
-    } catch {
-      // not listening yet
-    }
-    if (Date.now() > deadline) throw new Error('replica did not become ready');
-    await new Promise((r) => setTimeout(r, 50));
-  }
+  await waitReady(`http://127.0.0.1:${httpPort}/api/ready`, { timeoutMs: 20_000, intervalMs: 50 });
   return { proc, httpPort, coapPort };
 }
 
@@ -81,9 +73,6 @@ async function observe(port: number, onValue: (value: number, at: number) => voi
   socket.send(Buffer.from(parts), port, '127.0.0.1');
   return socket;
 }
-
-const pct = (sorted: number[], p: number): number =>
-  sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))] ?? NaN;
 
 type CpuReaders = Record<string, () => number>;
 

@@ -26,6 +26,7 @@ import {
 import { createDb, migrateToLatest } from '@platform/service-kit';
 import { freePort, startIssuer, startPostgres, startS3 } from '@platform/testkit';
 import { cpuDuring, processCpuSeconds, treeCpuSeconds } from './lib/cpu-usage.js';
+import { waitReady } from './lib/wait.js';
 
 const { values: args } = parseArgs({
   options: {
@@ -47,19 +48,6 @@ const targets = { intentsPerS: 2000, decisionsPerS: 1500, p99Ms: 20 };
 
 function log(message: string): void {
   process.stdout.write(`${message}\n`);
-}
-
-async function waitReady(url: string, timeoutMs: number): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (Date.now() < deadline) {
-    const status = await fetch(url).then(
-      (r) => r.status,
-      () => 0,
-    );
-    if (status === 200) return;
-    await new Promise((resolve) => setTimeout(resolve, 100));
-  }
-  throw new Error(`${url} not ready after ${timeoutMs} ms`);
 }
 
 function summary(
@@ -136,7 +124,7 @@ async function main(): Promise<void> {
         stdio: ['ignore', 'ignore', 'inherit'],
       },
     );
-    await waitReady(`${base}/ready`, 20_000);
+    await waitReady(`${base}/ready`, { timeoutMs: 20_000 });
 
     const token = await issuer.demoToken('alice', {}, { expiresInS: 3600 });
     const headers = { authorization: `Bearer ${token}`, 'content-type': 'application/json' };

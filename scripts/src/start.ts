@@ -14,6 +14,7 @@ import { ensureDatabase, migrateAll, seedAll } from './lib/database.js';
 import { dataDir, devSecrets, envPort, localPorts, repoRoot } from './lib/local.js';
 import { forwardToWebhook } from './lib/webhook-bridge.js';
 import { postgrestEnvironment } from './lib/postgrest.js';
+import { waitReady } from './lib/wait.js';
 import { readSecretList } from '@platform/service-kit';
 
 const env = process.env;
@@ -134,8 +135,8 @@ async function main(): Promise<void> {
   }
 
   await Promise.all([
-    waitReady('device-gateway', `http://127.0.0.1:${ports.gatewayHttp}/api/ready`),
-    waitReady('enterprise-workflow', `${workflowUrl}/ready`),
+    serviceReady('device-gateway', `http://127.0.0.1:${ports.gatewayHttp}/api/ready`),
+    serviceReady('enterprise-workflow', `${workflowUrl}/ready`),
   ]);
   if (stopping) return;
 
@@ -184,19 +185,12 @@ function spawnService(name: string, command: string, childEnv: Record<string, st
   });
 }
 
-async function waitReady(name: string, url: string, timeoutMs = 60_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (Date.now() < deadline) {
-    if (stopping) return;
-    try {
-      const res = await fetch(url, { signal: AbortSignal.timeout(1000) });
-      if (res.ok) return;
-    } catch {
-      // not listening yet
-    }
-    await new Promise((r) => setTimeout(r, 200));
+async function serviceReady(name: string, url: string): Promise<void> {
+  try {
+    await waitReady(url, { timeoutMs: 60_000, intervalMs: 200, cancelled: () => stopping });
+  } catch (err) {
+    throw new Error(`${name}: ${err instanceof Error ? err.message : String(err)}`, { cause: err });
   }
-  throw new Error(`${name} did not become ready at ${url} within ${timeoutMs / 1000} s`);
 }
 
 /** Stops the services first (they drain), then the stores they depend on. */
