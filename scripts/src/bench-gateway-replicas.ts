@@ -9,6 +9,7 @@ import { createDb, migrateToLatest } from '@platform/service-kit';
 import { gatewayMigrations, seedDevices, type GatewayDatabase } from '@platform/device-gateway';
 import { freePort, startPostgres } from '@platform/testkit';
 import { cpuDuring, processCpuSeconds, treeCpuSeconds } from './lib/cpu-usage.js';
+import { openLoop } from './lib/open-loop.js';
 import { RawHttpClient } from './lib/raw-http-client.js';
 import { percentile as pct, waitReady } from './lib/wait.js';
 
@@ -98,8 +99,6 @@ async function run(label: string, publishTo: Replica, observeOn: Replica, base: 
     answers.push(performance.now() - t0);
   };
   const total = RATE_PER_S * SECONDS;
-  const intervalMs = 1000 / RATE_PER_S;
-  const pending: Promise<void>[] = [];
   const t0 = performance.now();
   const { cpuS } = await cpuDuring(cpu, () => drive());
   const elapsed = (performance.now() - t0) / 1000;
@@ -121,24 +120,12 @@ async function run(label: string, publishTo: Replica, observeOn: Replica, base: 
   console.log(`${''.padEnd(34)} CPU µs per notify: ${perNotify}`);
 
   async function drive(): Promise<void> {
-    // Paced by a 2 ms timer rather than a busy loop: on a 2-core machine a spinning client would take a core
-    // from the replicas and PostgreSQL. Each request's own send time is what latency is measured from.
-    let i = 0;
-    await new Promise<void>((done) => {
-      const tick = (): void => {
-        const due = Math.min(total, Math.floor((performance.now() - t0) / intervalMs) + 1);
-        for (; i < due; i++) {
-          // Distinct values (within the schema's 10..86400) so every notification is matched to its request.
-          const value = base + i;
-          sentAt.set(value, performance.now());
-          pending.push(post(value));
-        }
-        if (i < total) setTimeout(tick, 2);
-        else done();
-      };
-      tick();
+    // Distinct values (within the schema's 10..86400) so every notification is matched to its request.
+    await openLoop(RATE_PER_S, total, (i) => {
+      const value = base + i;
+      sentAt.set(value, performance.now());
+      return post(value);
     });
-    await Promise.all(pending);
   }
 }
 
