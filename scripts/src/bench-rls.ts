@@ -170,59 +170,74 @@ function claims(sub: string, role = PORTAL_ROLE): Record<string, unknown> {
   };
 }
 
-/** Query time (inside the request) and whole-request time, per iteration. */
-async function viaPostgrest(
+interface Sample {
+  query: number;
+  request: number;
+  rows: number;
+}
+
+/** One request under PostgREST's protocol: the query's time inside it and the whole request's. */
+async function viaPostgrestOnce(
   pool: pg.Pool,
   sub: string,
   role: string,
   text: string,
   values: unknown[],
-  iterations: number,
-  warmup = 20,
-): Promise<{ query: number[]; request: number[]; rows: number }> {
-  const query: number[] = [];
-  const request: number[] = [];
+): Promise<Sample> {
+  const r0 = performance.now();
+  let query = 0;
   let rows = 0;
-  const name = `q${text.length}${values.length}`;
-  for (let i = 0; i < iterations + warmup; i++) {
-    const r0 = performance.now();
-    let q = 0;
-    await withPostgrestRequest(pool, { claims: claims(sub, role), path: '/work_items' }, async (c) => {
-      const q0 = performance.now();
-      const res = await c.query<{ page_total: string; total_result_set: string | null }>({
-        name,
-        text,
-        values,
-      });
-      q = performance.now() - q0;
-      rows = Number(res.rows[0]?.total_result_set ?? res.rows[0]?.page_total ?? 0);
-    });
-    if (i >= warmup) {
-      query.push(q);
-      request.push(performance.now() - r0);
-    }
-  }
-  return { query, request, rows };
-}
-
-async function asOwner(
-  client: pg.Client,
-  text: string,
-  values: unknown[],
-): Promise<{ query: number[]; rows: number }> {
-  const query: number[] = [];
-  let rows = 0;
-  for (let i = 0; i < ITERATIONS + 20; i++) {
+  await withPostgrestRequest(pool, { claims: claims(sub, role), path: '/work_items' }, async (c) => {
     const q0 = performance.now();
-    const res = await client.query<{ page_total: string; total_result_set: string | null }>({
-      name: `o${text.length}`,
+    const res = await c.query<{ page_total: string; total_result_set: string | null }>({
+      name: `q${text.length}${values.length}`,
       text,
       values,
     });
-    if (i >= 20) query.push(performance.now() - q0);
+    query = performance.now() - q0;
     rows = Number(res.rows[0]?.total_result_set ?? res.rows[0]?.page_total ?? 0);
+  });
+  return { query, request: performance.now() - r0, rows };
+}
+
+/** The same statement as the table owner with the predicate written out. */
+async function asOwnerOnce(client: pg.Client, text: string, values: unknown[]): Promise<Sample> {
+  const q0 = performance.now();
+  const res = await client.query<{ page_total: string; total_result_set: string | null }>({
+    name: `o${text.length}`,
+    text,
+    values,
+  });
+  const query = performance.now() - q0;
+  return {
+    query,
+    request: query,
+    rows: Number(res.rows[0]?.total_result_set ?? res.rows[0]?.page_total ?? 0),
+  };
+}
+
+/**
+ * RLS and owner runs alternate, one request each per round, so the machine's drift (other processes,
+ * frequency, caches) lands on both sides of the ratio alike; measured one block after the other, the
+ * ratio moved by ±30 % between runs on this 2-core machine.
+ */
+async function interleaved(
+  iterations: number,
+  rlsOnce: () => Promise<Sample>,
+  ownerOnce: () => Promise<Sample>,
+  warmup = 20,
+): Promise<{ rls: Sample[]; owner: Sample[] }> {
+  const rls: Sample[] = [];
+  const owner: Sample[] = [];
+  for (let i = 0; i < iterations + warmup; i++) {
+    const a = await rlsOnce();
+    const b = await ownerOnce();
+    if (i >= warmup) {
+      rls.push(a);
+      owner.push(b);
+    }
   }
-  return { query, rows };
+  return { rls, owner };
 }
 
 async function planLines(
@@ -275,18 +290,23 @@ try {
       '   caller                 rows | RLS query p50      p95 | request p50 | owner+filter p50      p95 | RLS/filter | naive p50  naive/RLS',
     );
     for (const s of callers) {
-      const rls = await viaPostgrest(pool, s.sub, PORTAL_ROLE, text, [...values], ITERATIONS);
       const ownerValues = [...values, s.companyId, s.siteIds];
-      const explicit = await asOwner(owner, ownerText, ownerValues);
-      const naive = await viaPostgrest(
-        pool,
-        s.sub,
-        'bench_naive_role',
-        text,
-        [...values],
-        NAIVE_ITERATIONS,
-        0,
+      const runs = await interleaved(
+        ITERATIONS,
+        () => viaPostgrestOnce(pool, s.sub, PORTAL_ROLE, text, [...values]),
+        () => asOwnerOnce(owner, ownerText, ownerValues),
       );
+      const rls = {
+        query: runs.rls.map((x) => x.query),
+        request: runs.rls.map((x) => x.request),
+        rows: runs.rls[0]?.rows ?? 0,
+      };
+      const explicit = { query: runs.owner.map((x) => x.query), rows: runs.owner[0]?.rows ?? 0 };
+      const naiveRuns: Sample[] = [];
+      for (let i = 0; i < NAIVE_ITERATIONS; i++) {
+        naiveRuns.push(await viaPostgrestOnce(pool, s.sub, 'bench_naive_role', text, [...values]));
+      }
+      const naive = { query: naiveRuns.map((x) => x.query), rows: naiveRuns[0]?.rows ?? 0 };
       const r = summary(rls.query);
       const req = summary(rls.request);
       const e = summary(explicit.query);
@@ -299,8 +319,11 @@ try {
       console.log(
         `   ${s.name.padEnd(20)} ${String(rls.rows).padStart(6)} | ${ms(r.p50)} ${ms(r.p95)} | ${ms(req.p50)}   | ${ms(e.p50)} ${ms(e.p95)} | ${(r.p50 / e.p50).toFixed(2).padStart(9)}x | ${ms(n.p50)} ${(n.p50 / r.p50).toFixed(0).padStart(6)}x`,
       );
+      // Issue 5: the typical query (the list) within 2 ms for every caller; RLS within 1.1x the filter for both.
+      const ratio = r.p50 / e.p50;
+      const timeVerdict = text === LIST_SQL ? ` (target <= 2: ${r.p50 <= 2 ? 'met' : 'MISSED'})` : '';
       verdicts.push(
-        `${label.split('?')[1]?.split('&')[0] ?? label} / ${s.name}: p50 ${r.p50.toFixed(2)} ms (target <= 2: ${r.p50 <= 2 ? 'met' : 'MISSED'}), RLS/filter ${(r.p50 / e.p50).toFixed(2)}x`,
+        `${label.split('?')[1]?.split('&')[0] ?? label} / ${s.name}: p50 ${r.p50.toFixed(2)} ms${timeVerdict}, RLS/filter ${ratio.toFixed(2)}x (target <= 1.1: ${ratio <= 1.1 ? 'met' : 'MISSED'})`,
       );
     }
     console.log('   plans under RLS (key lines):');

@@ -1,7 +1,14 @@
 // Catalog checks (RLS on every table, security_invoker on every view, who owns and may do what) and
 // the runtime logins' inability to weaken any of it.
 import pg from 'pg';
-import { API_ROLE, AUTHENTICATOR, API_LOGIN, PORTAL_ANON, PORTAL_ROLE } from '@platform/enterprise-db';
+import {
+  API_ROLE,
+  AUTHENTICATOR,
+  API_LOGIN,
+  demoUserSubs,
+  PORTAL_ANON,
+  PORTAL_ROLE,
+} from '@platform/enterprise-db';
 import { setUp, sqlState } from './helpers.js';
 import type { Fixture } from './helpers.js';
 
@@ -159,5 +166,74 @@ describe('runtime logins cannot weaken security', () => {
     } finally {
       await client.end();
     }
+  });
+});
+
+describe('access functions', () => {
+  /** Both functions' answers for the given raw `request.jwt.claims` text, as the superuser sees them. */
+  async function accessFor(claims: string | null): Promise<{ company: string | null; sites: string[] }> {
+    const client = await f.adminPool.connect();
+    try {
+      await client.query('BEGIN');
+      if (claims !== null) await client.query(`SELECT set_config('request.jwt.claims', $1, true)`, [claims]);
+      const { rows } = await client.query<{ company: string | null; sites: string[] }>(
+        'SELECT enterprise_api.authorized_company_id() AS company, enterprise_api.authorized_site_ids()::text[] AS sites',
+      );
+      return rows[0]!;
+    } finally {
+      await client.query('ROLLBACK');
+      client.release();
+    }
+  }
+
+  /** What the access map says, computed without the functions: the truth they must match. */
+  async function mapSays(sub: string): Promise<{ company: string | null; sites: string[] }> {
+    const { rows } = await f.adminPool.query<{ company: string | null; sites: string[] }>(
+      `SELECT (SELECT company_id FROM enterprise.principals WHERE sub = $1 AND active) AS company,
+              coalesce((SELECT array_agg(s.id ORDER BY s.id)::text[]
+                        FROM enterprise.principals p JOIN enterprise.sites s ON s.company_id = p.company_id
+                        WHERE p.sub = $1 AND p.active AND (p.all_sites OR EXISTS (
+                          SELECT 1 FROM enterprise.principal_sites ps WHERE ps.sub = p.sub AND ps.site_id = s.id))),
+                       '{}') AS sites`,
+      [sub],
+    );
+    return rows[0]!;
+  }
+
+  beforeAll(async () => {
+    // Two shapes the demo users lack: a principal switched off, and one limited to no site at all.
+    await f.adminPool.query(
+      `
+      INSERT INTO enterprise.principals (sub, company_id, all_sites, active)
+      SELECT 'switched-off', company_id, true, false FROM enterprise.principals WHERE sub = $1
+      UNION ALL
+      SELECT 'no-sites-yet', company_id, false, true FROM enterprise.principals WHERE sub = $1`,
+      [demoUserSubs.alice],
+    );
+  });
+
+  it.each([
+    ...Object.entries(demoUserSubs),
+    ['switched-off', 'switched-off'],
+    ['no-sites-yet', 'no-sites-yet'],
+  ])('%s: the company and the sorted site ids of the access map', async (_name, sub) => {
+    const truth = await mapSays(sub);
+    expect(await accessFor(JSON.stringify({ sub, role: PORTAL_ROLE }))).toEqual(truth);
+    if (sub === demoUserSubs.alice) expect(truth.sites.length).toBeGreaterThan(1);
+    if (sub === demoUserSubs.bob) expect(truth.sites).toHaveLength(1);
+    if (sub === 'switched-off') expect(truth).toEqual({ company: null, sites: [] });
+    if (sub === 'no-sites-yet') expect(truth.company).not.toBeNull();
+  });
+
+  it('no access without claims, with an empty or missing sub, or a sub nobody has', async () => {
+    for (const claims of [null, '', '{}', '{"sub":""}', '{"sub":null}', '{"sub":"nobody"}']) {
+      expect(await accessFor(claims)).toEqual({ company: null, sites: [] });
+    }
+  });
+
+  it('reads the last of duplicate "sub" keys, as jsonb would, and refuses malformed claims', async () => {
+    const bob = await mapSays(demoUserSubs.bob);
+    expect(await accessFor(`{"sub":"${demoUserSubs.alice}","sub":"${demoUserSubs.bob}"}`)).toEqual(bob);
+    await expect(accessFor('{"sub":')).rejects.toThrow(/invalid input syntax for type json/);
   });
 });

@@ -3,6 +3,7 @@ import { devRolePasswords } from '../roles.js';
 import type { RolePasswords } from '../roles.js';
 import { schemaMigration } from './0001-schema.js';
 import { securityMigration } from './0002-security.js';
+import { cheaperAccessFunctionsMigration } from './0003-cheaper-access-functions.js';
 
 /**
  * The enterprise schema, roles, RLS and read surface; its own migration table. The logins' passwords
@@ -16,6 +17,7 @@ export function enterpriseMigrationsWith(passwords: RolePasswords): MigrationSet
     migrations: {
       '0001_schema': schemaMigration,
       '0002_security': securityMigration(passwords),
+      '0003_cheaper_access_functions': cheaperAccessFunctionsMigration,
     },
   };
 }
