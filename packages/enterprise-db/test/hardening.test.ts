@@ -212,17 +212,20 @@ describe('access functions', () => {
     );
   });
 
-  it.each([
-    ...Object.entries(demoUserSubs),
-    ['switched-off', 'switched-off'],
-    ['no-sites-yet', 'no-sites-yet'],
-  ])('%s: the company and the sorted site ids of the access map', async (_name, sub) => {
+  /** What each principal's map must look like, so a test against a wrong truth cannot pass either. */
+  const shapes: Array<[string, string, (truth: { company: string | null; sites: string[] }) => boolean]> = [
+    ['alice (whole company)', demoUserSubs.alice, (t) => t.company !== null && t.sites.length > 1],
+    ['bob (one site)', demoUserSubs.bob, (t) => t.company !== null && t.sites.length === 1],
+    ['carol (other company)', demoUserSubs.carol, (t) => t.company !== null && t.sites.length > 1],
+    ['dave (no principal)', demoUserSubs.dave, (t) => t.company === null && t.sites.length === 0],
+    ['switched off', 'switched-off', (t) => t.company === null && t.sites.length === 0],
+    ['limited to no site', 'no-sites-yet', (t) => t.company !== null && t.sites.length === 0],
+  ];
+
+  it.each(shapes)('%s: the company and the sorted site ids of the access map', async (_name, sub, shape) => {
     const truth = await mapSays(sub);
+    expect(shape(truth)).toBe(true);
     expect(await accessFor(JSON.stringify({ sub, role: PORTAL_ROLE }))).toEqual(truth);
-    if (sub === demoUserSubs.alice) expect(truth.sites.length).toBeGreaterThan(1);
-    if (sub === demoUserSubs.bob) expect(truth.sites).toHaveLength(1);
-    if (sub === 'switched-off') expect(truth).toEqual({ company: null, sites: [] });
-    if (sub === 'no-sites-yet') expect(truth.company).not.toBeNull();
   });
 
   it('no access without claims, with an empty or missing sub, or a sub nobody has', async () => {
