@@ -3,6 +3,8 @@
 // shapes; compared with the same query as table owner with a hand-written filter and under a naive
 // policy that calls a function per row. Prints p50/p95, ratios and the plans' key lines.
 //
+// BENCH_PLAN_CACHE_MODE=force_generic_plan|force_custom_plan sets plan_cache_mode on both sides (PostgREST
+// prepares its statements; with the default `auto` PostgreSQL may re-plan the count, ~0.3-0.5 ms with RLS).
 // DATABASE_URL (a superuser URL) benchmarks that server; without it a private embedded PostgreSQL is
 // started under .data/bench-rls (kept, so a second run skips the 1M-row load).
 import { mkdir } from 'node:fs/promises';
@@ -267,11 +269,14 @@ async function planLines(
 const { url: adminUrl, stop } = await ownerUrl();
 try {
   const url = await prepare(adminUrl);
+  const planMode = process.env.BENCH_PLAN_CACHE_MODE;
+  const options = planMode === undefined ? {} : { options: `-c plan_cache_mode=${planMode}` };
   const pool = new pg.Pool({
     connectionString: urlForLogin(url, AUTHENTICATOR, rolePasswords.authenticator),
     max: 1,
+    ...options,
   });
-  const owner = new pg.Client({ connectionString: url });
+  const owner = new pg.Client({ connectionString: url, ...options });
   await owner.connect();
   const callers = await shapes(url);
   console.log(`\n${ITERATIONS} iterations per figure (naive policy: ${NAIVE_ITERATIONS}); times in ms\n`);
