@@ -1,6 +1,7 @@
 // Reload change detection (the fast paths of GatewayState.replaceRegistry): equal content keeps its documents and
 // versions whatever the key order, a change issues versions only for the documents that changed, and the size
 // check still rejects a row whose document cannot fit one datagram.
+import { cborSlack, canonical, settingsDocument } from '../src/domain/documents.js';
 import type { DeviceChange } from '../src/domain/gateway-state.js';
 import { device, newState } from './support/harness.js';
 
@@ -60,5 +61,51 @@ describe('GatewayState.replaceRegistry change detection', () => {
     expect(summary.rejected.find((r) => r.deviceId === 'big')!.reason).toMatch(/at most \d+/);
     expect(state.settingsDocument('big')).toBeUndefined();
     expect(state.settingsDocument('ok')).toBeDefined();
+  });
+});
+
+describe('settings documents: sizes known without encoding', () => {
+  // The size check of a reload uses these instead of serialising every document; they must be exact.
+  it.each([
+    ['plain', 'acme-hq-hvac-01', 'registry', { reporting_interval_s: 60 }],
+    ['empty settings', 'd', 'override', {}],
+    [
+      'nested, unsorted, non-ASCII',
+      'x.y:z-1_2',
+      'registry',
+      { timezone: 'Europe/Zürich', a: { z: [1, 2.5, -3e300], b: 'ü€' } },
+    ],
+    ['longest id', 'd'.repeat(128), 'override', { maintenance_mode: true, firmware_channel: 'beta' }],
+  ] as const)('%s', (_name, deviceId, source, settings) => {
+    for (const version of [1, 1_700_000_000_000_123, Number.MAX_SAFE_INTEGER]) {
+      const doc = settingsDocument(deviceId, version, source, settings);
+      expect(doc.jsonLength).toBe(Buffer.byteLength(JSON.stringify(doc.body)));
+      expect(doc.cborSlack).toBe(cborSlack(doc.body));
+      expect(doc.contentKey).toBe(JSON.stringify([source, canonical(settings)]));
+      // The cached encoding, once built, is what jsonLength reports.
+      expect(doc.json.length).toBe(doc.jsonLength);
+      expect(doc.cbor.length).toBeLessThanOrEqual(doc.jsonLength + doc.cborSlack);
+    }
+  });
+
+  it('devices sharing one settings object get equal, separately versioned documents', () => {
+    const state = newState();
+    const shared = { reporting_interval_s: 120, telemetry_enabled: true };
+    state.replaceRegistry([
+      device('a', { desiredSettings: shared }),
+      device('b', { desiredSettings: shared }),
+    ]);
+    const [a, b] = [state.settingsDocument('a')!, state.settingsDocument('b')!];
+    expect(a.body.settings).toEqual(b.body.settings);
+    expect(a.body.device_id).toBe('a');
+    expect(b.body.device_id).toBe('b');
+    expect(a.version).not.toBe(b.version);
+    // A shared object that is invalid rejects every row that holds it.
+    const invalid = { reporting_interval_s: 1 };
+    const summary = state.replaceRegistry([
+      device('a', { desiredSettings: invalid }),
+      device('b', { desiredSettings: invalid }),
+    ]);
+    expect(summary.rejected.map((r) => r.deviceId)).toEqual(['a', 'b']);
   });
 });

@@ -33,6 +33,8 @@ export class VisibleDocument {
     readonly body: Readonly<Record<string, unknown>>,
     /** Canonical JSON of everything visible except `version`: two documents are the same change iff equal. */
     readonly contentKey: string,
+    /** Sizes known without serialising the body (settings documents); see `jsonLength` and `cborSlack`. */
+    private readonly sizes?: { jsonLength: number; cborSlack: number },
   ) {}
 
   get json(): Buffer {
@@ -41,6 +43,48 @@ export class VisibleDocument {
 
   get cbor(): Buffer {
     return (this.cborBytes ??= encodeCbor(this.body));
+  }
+
+  /** Bytes of the JSON encoding, without encoding it when the size is known. */
+  get jsonLength(): number {
+    return this.jsonBytes?.length ?? this.sizes?.jsonLength ?? Buffer.byteLength(JSON.stringify(this.body));
+  }
+
+  /** `cborSlack(body)`: how much longer than the JSON the CBOR encoding can be. */
+  get cborSlack(): number {
+    return this.sizes?.cborSlack ?? cborSlack(this.body);
+  }
+}
+
+/**
+ * How many bytes the CBOR encoding of JSON data can exceed its JSON text by. Per value: a number takes at most
+ * 9 bytes in CBOR (float64 or a 64-bit integer) and at least 1 character in JSON (+8); a string, object key or
+ * array takes a header of at most 3 bytes for up to 65,535 bytes against 2 quotes or brackets in JSON (+1);
+ * a map header (1-3 bytes) is never longer than its braces, colons and commas; true, false and null shrink.
+ */
+export function cborSlack(value: unknown): number {
+  switch (typeof value) {
+    case 'number':
+    case 'bigint':
+      return 8;
+    case 'string':
+      return 1;
+    case 'object': {
+      if (value === null) return 0;
+      let slack = 0;
+      if (Array.isArray(value)) {
+        slack = 1;
+        for (const item of value) slack += cborSlack(item);
+        return slack;
+      }
+      for (const [, item] of Object.entries(value)) slack += 1 + cborSlack(item);
+      return slack;
+    }
+    case 'boolean':
+    case 'undefined':
+    case 'function':
+    case 'symbol':
+      return 0;
   }
 }
 
@@ -62,18 +106,50 @@ export function canonical(value: unknown): unknown {
   return value;
 }
 
+/**
+ * Settings in the form every document of them shares: canonical (sorted keys), with their JSON text and CBOR
+ * slack. A reload where many devices carry the same settings object prepares it once (see GatewayState).
+ */
+export interface PreparedSettings {
+  readonly value: Settings;
+  readonly json: string;
+  readonly jsonLength: number;
+  readonly cborSlack: number;
+}
+
+export function prepareSettings(settings: Settings): PreparedSettings {
+  const value = canonical(settings) as Settings;
+  const json = JSON.stringify(value);
+  return { value, json, jsonLength: Buffer.byteLength(json), cborSlack: cborSlack(value) };
+}
+
+// A settings document's JSON is `{"device_id":<id>,"version":<n>,"source":"<source>","settings":<settings>}`;
+// these are the bytes around the four values.
+const SETTINGS_DOCUMENT_FRAME_BYTES = Buffer.byteLength('{"device_id":,"version":,"source":,"settings":}');
+// cborSlack of that body: 1 per entry plus the slack of each value (string 1, number 8, string 1, settings).
+const SETTINGS_DOCUMENT_FRAME_SLACK = 1 + 1 + (1 + 8) + (1 + 1) + 1;
+
 export function settingsDocument(
   deviceId: string,
   version: number,
   source: SettingsSource,
   settings: Settings,
+  prepared: PreparedSettings = prepareSettings(settings),
 ): VisibleDocument {
-  const canonicalSettings = canonical(settings) as Settings;
-  const contentKey = JSON.stringify([source, canonicalSettings]);
+  // JSON.stringify([source, value]) without walking the settings again: source is a plain word.
+  const contentKey = `["${source}",${prepared.json}]`;
+  const jsonLength =
+    SETTINGS_DOCUMENT_FRAME_BYTES +
+    Buffer.byteLength(JSON.stringify(deviceId)) +
+    String(version).length +
+    source.length +
+    2 +
+    prepared.jsonLength;
   return new VisibleDocument(
     version,
-    { device_id: deviceId, version, source, settings: canonicalSettings },
+    { device_id: deviceId, version, source, settings: prepared.value },
     contentKey,
+    { jsonLength, cborSlack: SETTINGS_DOCUMENT_FRAME_SLACK + prepared.cborSlack },
   );
 }
 

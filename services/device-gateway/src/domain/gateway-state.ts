@@ -1,7 +1,9 @@
 import {
+  prepareSettings,
   recordDocument,
   settingsDocument,
   type DeviceRecord,
+  type PreparedSettings,
   type Settings,
   type SettingsSource,
   type VisibleDocument,
@@ -80,8 +82,33 @@ export class GatewayState {
   private readonly overrides = new Map<string, Settings>();
   private readonly listeners: ((changes: DeviceChange[]) => void)[] = [];
   private loadedOnce = false;
+  /**
+   * What a registry settings object was found to be: its prepared form and its validation problem (if any).
+   * Settings are immutable, and loadRegistry hands devices with equal settings one shared object, so a reload
+   * of many devices on the same settings validates and canonicalises them once. Weak: an object no registry
+   * row holds any more is forgotten with it.
+   */
+  private readonly settingsFacts = new WeakMap<
+    Settings,
+    { prepared: PreparedSettings; problem: string | undefined }
+  >();
 
   constructor(private readonly options: GatewayStateOptions) {}
+
+  private factsOf(settings: Settings): { prepared: PreparedSettings; problem: string | undefined } {
+    let facts = this.settingsFacts.get(settings);
+    if (facts === undefined) {
+      let problem: string | undefined;
+      if (Object.keys(settings).length > 0) {
+        const result = this.options.validateSettings(settings);
+        if (!result.ok)
+          problem = `desired_settings invalid: ${result.errors.map((e) => `${e.path || '/'} ${e.message}`).join('; ')}`;
+      }
+      facts = { prepared: prepareSettings(settings), problem };
+      this.settingsFacts.set(settings, facts);
+    }
+    return facts;
+  }
 
   get loaded(): boolean {
     return this.loadedOnce;
@@ -161,7 +188,13 @@ export class GatewayState {
         ? recordDocument(record, this.options.clock.next())
         : previous.recordDoc;
       const settingsDoc = settingsChanged
-        ? settingsDocument(record.deviceId, this.options.clock.next(), source, settings)
+        ? settingsDocument(
+            record.deviceId,
+            this.options.clock.next(),
+            source,
+            settings,
+            override === undefined ? this.factsOf(settings).prepared : undefined,
+          )
         : previous.settingsDoc;
       const problem = this.checkRecord(
         record,
@@ -255,19 +288,15 @@ export class GatewayState {
     if (!DEVICE_ID_PATTERN.test(record.deviceId))
       return 'device_id is not 1-128 characters of [A-Za-z0-9._:-]';
     const settings = record.desiredSettings;
-    if (Object.keys(settings).length > 0) {
-      const result = this.options.validateSettings(settings);
-      if (!result.ok) {
-        return `desired_settings invalid: ${result.errors.map((e) => `${e.path || '/'} ${e.message}`).join('; ')}`;
-      }
-    }
+    const facts = this.factsOf(settings);
+    if (facts.problem !== undefined) return facts.problem;
     const limit = this.options.maxDocumentBytes;
     try {
       if (registrySettingsDoc === undefined) this.assertFits(record.deviceId, 'override', settings);
       else {
         // 'registry' and 'override' are both 8 characters: the document's size does not depend on its source.
         const size = widestWithin(registrySettingsDoc, limit, () =>
-          settingsDocument(record.deviceId, Number.MAX_SAFE_INTEGER, 'override', settings),
+          settingsDocument(record.deviceId, Number.MAX_SAFE_INTEGER, 'override', settings, facts.prepared),
         );
         if (size > limit) throw new DocumentTooLargeError(size, limit);
       }
@@ -313,41 +342,9 @@ const MAX_VERSION_DIGITS = 16;
  * taken with the version widened to 16 digits, and CBOR is bounded from it by `cborSlack`.
  */
 function widestWithin(doc: VisibleDocument, limit: number, atMaxVersion: () => VisibleDocument): number {
-  const json = Buffer.byteLength(JSON.stringify(doc.body)) + MAX_VERSION_DIGITS - String(doc.version).length;
-  if (json + cborSlack(doc.body) <= limit) return json;
+  const json = doc.jsonLength + MAX_VERSION_DIGITS - String(doc.version).length;
+  if (json + doc.cborSlack <= limit) return json;
   return widest(atMaxVersion());
-}
-
-/**
- * How many bytes the CBOR encoding of JSON data can exceed its JSON text by. Per value: a number takes at most
- * 9 bytes in CBOR (float64 or a 64-bit integer) and at least 1 character in JSON (+8); a string, object key or
- * array takes a header of at most 3 bytes for up to 65,535 bytes against 2 quotes or brackets in JSON (+1);
- * a map header (1-3 bytes) is never longer than its braces, colons and commas; true, false and null shrink.
- */
-function cborSlack(value: unknown): number {
-  switch (typeof value) {
-    case 'number':
-    case 'bigint':
-      return 8;
-    case 'string':
-      return 1;
-    case 'object': {
-      if (value === null) return 0;
-      let slack = 0;
-      if (Array.isArray(value)) {
-        slack = 1;
-        for (const item of value) slack += cborSlack(item);
-        return slack;
-      }
-      for (const [, item] of Object.entries(value)) slack += 1 + cborSlack(item);
-      return slack;
-    }
-    case 'boolean':
-    case 'undefined':
-    case 'function':
-    case 'symbol':
-      return 0;
-  }
 }
 
 /** What a device sees of a record besides its settings (the fields of its record document). */
