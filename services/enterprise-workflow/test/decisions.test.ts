@@ -218,6 +218,62 @@ describe('POST /sites/{site_id}/work-items/{item_id}/decision', () => {
       expect(await audit(itemId)).toHaveLength(1);
     });
 
+    /** A fresh proposed item at headquarters (the seeded ones are used by the tests above). */
+    async function proposedItem(): Promise<string> {
+      const row = await h.admin
+        .insertInto('enterprise.work_items')
+        .values({
+          site_id: hq,
+          company_id: demoSites.acmeHq.companyId,
+          title: 'Replace filter',
+          severity: 'low',
+        })
+        .returning('id')
+        .executeTakeFirstOrThrow();
+      return row.id;
+    }
+
+    it('treats a key older than its lifetime (24 h) as new: no replay, no conflict for another body', async () => {
+      const itemId = await proposedItem();
+      const until = inAWeek();
+      const first = await decide(bob, hq, itemId, { decision: 'defer', defer_until: until }, 'aged-key');
+      expect(first.status).toBe(200);
+      // The stored answer ages past idempotencyTtlS (86,400 s in the harness).
+      await h.admin
+        .updateTable('enterprise.decision_idempotency_keys')
+        .set({ created_at: new Date(Date.now() - 86_401_000) })
+        .where('idempotency_key', '=', 'aged-key')
+        .execute();
+      // Within the lifetime another body would be a 409; past it the key is free again.
+      const reused = await decide(bob, hq, itemId, { decision: 'accept' }, 'aged-key');
+      expect(reused.status).toBe(200);
+      expect(reused.headers['idempotent-replayed']).toBeUndefined();
+      expect(reused.body.status).toBe('accepted');
+      // It now stands for the new request: its retry replays, the old body conflicts.
+      const retry = await decide(bob, hq, itemId, { decision: 'accept' }, 'aged-key');
+      expect(retry.headers['idempotent-replayed']).toBe('true');
+      expect(retry.body).toEqual(reused.body);
+      const oldBody = await decide(bob, hq, itemId, { decision: 'defer', defer_until: until }, 'aged-key');
+      expect(oldBody.status).toBe(409);
+      expect((await audit(itemId)).map((a) => a.decision)).toEqual(['defer', 'accept']);
+    });
+
+    it('replays a defer to its retry even once defer_until has passed; a new request with it is refused', async () => {
+      const itemId = await proposedItem();
+      const soon = new Date(Date.now() + 1000).toISOString();
+      const first = await decide(bob, hq, itemId, { decision: 'defer', defer_until: soon }, 'late-retry');
+      expect(first.status).toBe(200);
+      await new Promise((resolve) => setTimeout(resolve, 1100));
+      const retry = await decide(bob, hq, itemId, { decision: 'defer', defer_until: soon }, 'late-retry');
+      expect(retry.status).toBe(200);
+      expect(retry.headers['idempotent-replayed']).toBe('true');
+      expect(retry.body).toEqual(first.body);
+      const fresh = await decide(bob, hq, itemId, { decision: 'defer', defer_until: soon }, 'another-key');
+      expect(fresh.status).toBe(400);
+      expect(fresh.body.errors).toEqual([{ path: '/defer_until', message: 'must be in the future' }]);
+      expect(await audit(itemId)).toHaveLength(1);
+    });
+
     it('refuses a malformed key', async () => {
       const res = await decide(alice, lab, item('acmeLab', 3), { decision: 'accept' }, 'a b');
       expect(res.status).toBe(400);
