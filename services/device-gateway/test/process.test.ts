@@ -30,6 +30,10 @@ describe('backend outage during reload', () => {
     const auth = { Authorization: `Bearer ${API_KEYS[0]}` };
     try {
       await pg.stop();
+      // Liveness never asks the database: it stays 200 while the database is down.
+      const health = await request(gw.app.http).get('/api/health');
+      expect(health.status).toBe(200);
+      expect(health.body).toEqual({ status: 'ok' });
       const res = await request(gw.app.http).post('/api/reload-registry').set(auth);
       expect(res.status).toBe(503);
       expect(res.body.code).toBe('backend_unavailable');
@@ -139,6 +143,64 @@ describe('the gateway process (dist/main.js)', () => {
       expect(logs).not.toContain('old-key-aaaaaaaaaaaa');
       expect(logs).not.toContain('new-key-bbbbbbbbbbbb');
       expect(logs).not.toContain('device-gateway-dev');
+    } finally {
+      if (child.exitCode === null) child.kill('SIGKILL');
+      await client.close();
+      await database.drop();
+    }
+  });
+
+  it('a restarted single process serves versions above every one it served before', async () => {
+    const database = await createTestDatabase({ migrations: [gatewayMigrations] });
+    const owner = createDb<GatewayDatabase>(database.url, { max: 1 });
+    await seedDevices(owner);
+    await owner.destroy();
+    const httpPort = await freePort('tcp');
+    const coapPort = await freePort('udp');
+    const start = (): ChildProcess =>
+      spawn(process.execPath, [mainJs], {
+        env: {
+          PATH: process.env.PATH,
+          DATABASE_URL: loginUrl(database.url),
+          GATEWAY_API_KEYS: 'restart-key-cccccccccc',
+          GATEWAY_HTTP_PORT: String(httpPort),
+          GATEWAY_COAP_PORT: String(coapPort),
+          GATEWAY_COAP_HOST: '127.0.0.1',
+          // One process on its own: no replica bus, so nothing in the database remembers its versions.
+          GATEWAY_CLUSTER_BUS: 'false',
+          LOG_LEVEL: 'error',
+        },
+        stdio: 'ignore',
+      });
+    const url = `http://127.0.0.1:${httpPort}`;
+    const client = await RawCoapClient.connect(coapPort);
+    const version = async (): Promise<number> => {
+      const mid = client.send({
+        confirmable: true,
+        code: 'GET',
+        options: pathOptions('/devices/acme-hq-hvac-01/settings'),
+      });
+      return json((await client.waitFor((p) => p.messageId === mid)).packet).version as number;
+    };
+    let child = start();
+    try {
+      await waitReady(url);
+      const registry = await version();
+      const notified = await fetch(`${url}/api/notify-settings`, {
+        method: 'POST',
+        headers: { Authorization: 'Bearer restart-key-cccccccccc', 'Content-Type': 'application/json' },
+        body: JSON.stringify({ device_id: 'acme-hq-hvac-01', settings: { reporting_interval_s: 30 } }),
+      });
+      expect(notified.status).toBe(200);
+      const override = await version();
+      expect(override).toBeGreaterThan(registry);
+      child.kill('SIGTERM');
+      expect(await waitForExit(child)).toBe(0);
+      // The override was memory only: after the restart the device sees the registry document again, which
+      // is a change for it, so it must carry a version above the override's.
+      child = start();
+      await waitReady(url);
+      expect(await version()).toBeGreaterThan(override);
     } finally {
       if (child.exitCode === null) child.kill('SIGKILL');
       await client.close();
