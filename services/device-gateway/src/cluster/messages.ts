@@ -1,5 +1,5 @@
+import { isDeviceId } from '@platform/contracts';
 import type { Settings } from '../domain/documents.js';
-import { DEVICE_ID_PATTERN } from '../domain/gateway-state.js';
 
 /** The one LISTEN/NOTIFY channel every replica of the gateway listens on (per database). */
 export const BUS_CHANNEL = 'device_gateway_bus';
@@ -58,7 +58,7 @@ export function decodeMessage(payload: string): BusMessage | undefined {
   if (typeof m.o !== 'string' || !ORIGIN_PATTERN.test(m.o)) return undefined;
   if (m.k === 'reload') return { k: 'reload', v: m.v as number, o: m.o };
   if (m.k !== 'override') return undefined;
-  if (typeof m.d !== 'string' || !DEVICE_ID_PATTERN.test(m.d)) return undefined;
+  if (!isDeviceId(m.d)) return undefined;
   if (typeof m.s !== 'object' || m.s === null || Array.isArray(m.s)) return undefined;
   return { k: 'override', d: m.d, v: m.v as number, o: m.o, s: m.s as Settings };
 }

@@ -25,9 +25,7 @@ export const BAD_OPTION = code(4, 2);
 export const NOT_FOUND = code(4, 4);
 export const METHOD_NOT_ALLOWED = code(4, 5);
 export const NOT_ACCEPTABLE = code(4, 6);
-export const REQUEST_ENTITY_INCOMPLETE = code(4, 8);
 export const INTERNAL_SERVER_ERROR = code(5, 0);
-export const SERVICE_UNAVAILABLE = code(5, 3);
 export const PROXYING_NOT_SUPPORTED = code(5, 5);
 
 /** Option numbers (RFC 7252 section 5.10, RFC 7641, RFC 7959). Odd numbers are critical. */
@@ -54,9 +52,6 @@ export const Opt = {
 
 /** Content-Format numbers (RFC 7252 section 12.3, RFC 8949). */
 export const ContentFormat = { text: 0, linkFormat: 40, json: 50, cbor: 60 } as const;
-
-/** Largest token RFC 8974 can encode (TKL 14: 2 extra bytes + 269). */
-export const MAX_ENCODABLE_TOKEN = 65804;
 
 export interface CoapOption {
   number: number;
@@ -310,40 +305,10 @@ function writeHeader(out: Buffer, type: number, msgCode: number, messageId: numb
 }
 
 /**
- * A notification: header, token, `etagOpt` (ETag, number 4, encoded from 0), Observe (6, encoded from 4) with
- * `observe` (24-bit), then `tail` (options encoded from 6, payload marker and payload already included).
- * One Buffer.allocUnsafe and three copies per datagram: the fan-out hot path.
- */
-export function encodeNotification(
-  type: MessageType,
-  msgCode: number,
-  messageId: number,
-  token: string,
-  etagOpt: Buffer,
-  observe: number,
-  tail: Buffer,
-): Buffer {
-  const tkl = token.length;
-  const obsLen = observe === 0 ? 0 : observe < 0x100 ? 1 : observe < 0x10000 ? 2 : 3;
-  const size = 4 + tokenHeaderExtra(tkl) + tkl + etagOpt.length + 1 + obsLen + tail.length;
-  const out = Buffer.allocUnsafe(size);
-  let pos = writeHeader(out, type, msgCode, messageId, tkl);
-  pos += out.write(token, pos, 'latin1');
-  pos += etagOpt.copy(out, pos);
-  // Observe delta from the previous option: ETag (4) when present, else 0.
-  out[pos++] = ((etagOpt.length > 0 ? Opt.Observe - Opt.ETag : Opt.Observe) << 4) | obsLen;
-  if (obsLen === 3) out[pos++] = (observe >> 16) & 0xff;
-  if (obsLen >= 2) out[pos++] = (observe >> 8) & 0xff;
-  if (obsLen >= 1) out[pos++] = observe & 0xff;
-  tail.copy(out, pos);
-  return out;
-}
-
-/**
  * A notification from a pre-built observe form (see `observeForm` in wire.ts): header, token, the form's first
  * `splitAt` bytes (options numbered below 6, encoded from 0), the Observe option (24-bit `observe`), then the
- * rest of the form (options encoded from 6, payload marker, payload). Same bytes as `encodeNotification`,
- * from one Buffer per document instead of two.
+ * rest of the form (options encoded from 6, payload marker, payload). One allocation and two copies per
+ * datagram: the fan-out hot path.
  */
 export function encodeFromObserveForm(
   type: MessageType,
@@ -377,27 +342,4 @@ export function encodeTail(options: readonly CoapOption[], base: number, payload
   out[opts.length] = 0xff;
   payload.copy(out, opts.length + 1);
   return out;
-}
-
-/** Worst-case bytes a notification adds around its payload for a token of `tokenLength` bytes. */
-export function notificationOverhead(
-  tokenLength: number,
-  etagLength: number,
-  tailOptionBytes: number,
-): number {
-  return (
-    4 +
-    tokenHeaderExtra(tokenLength) +
-    tokenLength +
-    (etagLength > 0 ? 1 + etagLength : 0) +
-    4 +
-    tailOptionBytes +
-    1
-  );
-}
-
-/** "2.05" style rendering for logs. */
-export function codeString(c: number): string {
-  const detail = c & 31;
-  return `${c >> 5}.${detail < 10 ? '0' : ''}${detail}`;
 }

@@ -1,3 +1,4 @@
+import { isDeviceId } from '@platform/contracts';
 import {
   prepareSettings,
   recordDocument,
@@ -9,9 +10,6 @@ import {
   type VisibleDocument,
 } from './documents.js';
 import type { VersionClock } from './version-clock.js';
-
-/** A device id as DESIGN 3.2 defines it. */
-export const DEVICE_ID_PATTERN = /^[A-Za-z0-9._:-]{1,128}$/;
 
 export class UnknownDeviceError extends Error {
   constructor(readonly deviceId: string) {
@@ -285,8 +283,7 @@ export class GatewayState {
     recordDoc?: VisibleDocument,
     registrySettingsDoc?: VisibleDocument,
   ): string | undefined {
-    if (!DEVICE_ID_PATTERN.test(record.deviceId))
-      return 'device_id is not 1-128 characters of [A-Za-z0-9._:-]';
+    if (!isDeviceId(record.deviceId)) return 'device_id is not 1-128 characters of [A-Za-z0-9._:-]';
     const settings = record.desiredSettings;
     const facts = this.factsOf(settings);
     if (facts.problem !== undefined) return facts.problem;
