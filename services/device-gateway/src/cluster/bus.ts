@@ -96,6 +96,9 @@ export class ClusterBus {
   };
   private statusValue: BusStatus = 'stopped';
   private synced = false;
+  /** Settles at the first resync (or at stop): what start() waits for. */
+  private firstSyncDone: () => void = () => undefined;
+  private readonly firstSync = new Promise<void>((resolve) => (this.firstSyncDone = resolve));
   /** The last connect attempt failed because PostgreSQL could not be reached (see readinessProblems). */
   private unreachable = false;
   private stopping = false;
@@ -141,17 +144,12 @@ export class ClusterBus {
   start(): Promise<void> {
     this.stopping = false;
     this.running ??= this.run();
-    return new Promise((resolve) => {
-      const check = (): void => {
-        if (this.synced || this.stopping) resolve();
-        else setTimeout(check, 20);
-      };
-      check();
-    });
+    return this.firstSync;
   }
 
   async stop(): Promise<void> {
     this.stopping = true;
+    this.firstSyncDone();
     this.wake?.();
     const client = this.client;
     if (client !== undefined) await client.end().catch(() => undefined);
@@ -278,6 +276,7 @@ export class ClusterBus {
         if (this.stopping) break;
         this.statusValue = 'listening';
         this.synced = true;
+        this.firstSyncDone();
         delayMs = this.options.reconnectMinMs;
         const reason = await closed;
         if (this.stopping) break;
