@@ -2,7 +2,7 @@ export { enterpriseMigrations, enterpriseMigrationsWith } from './migrations/ind
 export * from './roles.js';
 export * from './demo.js';
 export * from './types.js';
-export { recordObjectCreated, withPostgrestRequest, withRequestClaims } from './request.js';
+export { dollarQuote, recordObjectCreated, withPostgrestRequest, withRequestClaims } from './request.js';
 export type {
   ObjectCreatedFacts,
   ObjectCreatedOutcome,

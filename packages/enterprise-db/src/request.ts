@@ -1,10 +1,10 @@
 // How callers carry an identity into the database.
 // - withPostgrestRequest: PostgREST's per-request protocol, reproduced for tests and the benchmark.
-// - withRequestClaims: a transaction with the caller's claims, as the workflow service runs its requests
-//   (the service opens the same settings in one round trip: services/enterprise-workflow/src/db/database.ts).
+// - withRequestClaims: a transaction with the caller's claims, as the workflow service runs its requests.
 // - recordObjectCreated: the webhook's narrow service identity.
+import { randomBytes } from 'node:crypto';
 import { sql } from 'kysely';
-import type { Kysely, Transaction } from 'kysely';
+import type { Kysely } from 'kysely';
 import pg from 'pg';
 import { API_ROLE, PORTAL_ANON } from './roles.js';
 import type { EnterpriseDatabase, MediaStatus } from './types.js';
@@ -93,27 +93,53 @@ export interface RequestClaimsOptions {
 }
 
 /**
+ * `text` as a dollar-quoted SQL literal. Dollar quoting has no escape sequences at all, so the value
+ * cannot end the literal early whatever it contains (the tag is random and checked to be absent) and
+ * the result does not depend on `standard_conforming_strings`.
+ */
+export function dollarQuote(text: string): string {
+  for (;;) {
+    const tag = `$c${randomBytes(6).toString('hex')}$`;
+    if (!text.includes(tag)) return `${tag}${text}${tag}`;
+  }
+}
+
+/**
  * Runs `fn` in one transaction of the workflow's login (`enterprise_api_login`) as
  * `enterprise_api_role` with `request.jwt.claims` set to the caller's verified claims, so the same
  * `enterprise_api.authorized_site_ids()` restricts every read and write to the caller's sites.
  * Rows outside them are invisible (reads return nothing, updates affect zero rows) and inserts
  * there fail with SQLSTATE 42501.
+ *
+ * The transaction opens in ONE round trip: BEGIN, the role and the claims (both transaction-local)
+ * go as one multi-statement simple query (no parameters; the values are dollar-quoted). Kysely's own
+ * transaction API sends BEGIN alone and the settings after it: one round trip more per request, which
+ * bench:workflow showed to matter (each costs a socket write and read on both sides). Any failure,
+ * including a failed setting after a successful BEGIN, rolls back before the connection goes back to
+ * the pool; a broken connection fails the ROLLBACK too and the pool discards it.
  */
 export async function withRequestClaims<DB, T>(
   db: Kysely<DB>,
   claims: RequestClaims & { sub: string },
-  fn: (trx: Transaction<DB>) => Promise<T>,
+  fn: (trx: Kysely<DB>) => Promise<T>,
   options: RequestClaimsOptions = {},
 ): Promise<T> {
-  return db
-    .transaction()
-    .setIsolationLevel(options.isolationLevel ?? 'read committed')
-    .execute(async (trx) => {
-      await sql`SELECT set_config('role', ${API_ROLE}, true), set_config('request.jwt.claims', ${JSON.stringify(claims)}, true)`.execute(
-        trx,
-      );
-      return fn(trx);
-    });
+  const opening =
+    `BEGIN ISOLATION LEVEL ${(options.isolationLevel ?? 'read committed').toUpperCase()}; ` +
+    `SELECT set_config('role', ${dollarQuote(API_ROLE)}, true), ` +
+    `set_config('request.jwt.claims', ${dollarQuote(JSON.stringify(claims))}, true)`;
+  return db.connection().execute(async (conn) => {
+    let result: T;
+    try {
+      await sql.raw(opening).execute(conn);
+      result = await fn(conn);
+    } catch (err) {
+      await sql`ROLLBACK`.execute(conn).catch(() => undefined);
+      throw err;
+    }
+    await sql`COMMIT`.execute(conn);
+    return result;
+  });
 }
 
 export interface ObjectCreatedFacts {

@@ -8,6 +8,7 @@ import {
   demoRowId,
   demoSites,
   demoUserSubs,
+  dollarQuote,
   recordObjectCreated,
   withRequestClaims,
 } from '@platform/enterprise-db';
@@ -46,6 +47,32 @@ async function decide(user: DemoUser, itemId: string, siteId: string): Promise<n
 }
 
 describe('withRequestClaims', () => {
+  it('dollar-quotes any text it sends (the claims travel as a literal in the one-round-trip opening)', async () => {
+    for (const text of ["it's", '$$', '$c$', 'a\\b', '\u00fc\n\t', '', '{"sub":"x$c0$"}']) {
+      const { rows } = await sql.raw<{ v: string }>(`SELECT ${dollarQuote(text)} AS v`).execute(api);
+      expect(rows[0]?.v).toBe(text);
+    }
+  });
+
+  it('rolls back when fn throws and leaves no identity on the pooled connection', async () => {
+    await expect(
+      withRequestClaims(api, as('bob'), async (trx) => {
+        const r = await sql`UPDATE enterprise.work_items SET decision_note = 'rolled-back-note'
+                            WHERE site_id = ${demoSites.acmeHq.id}::uuid AND state = 'proposed'`.execute(trx);
+        expect(Number(r.numAffectedRows)).toBeGreaterThan(0);
+        throw new Error('boom');
+      }),
+    ).rejects.toThrow('boom');
+    const { rows } = await sql<{ who: string; claims: string | null }>`
+      SELECT current_user AS who, current_setting('request.jwt.claims', true) AS claims`.execute(api);
+    expect(rows[0]?.who).not.toBe('enterprise_api_role');
+    expect(rows[0]?.claims ?? '').toBe('');
+    const changed = await f.adminPool.query(
+      `SELECT count(*)::int AS n FROM enterprise.work_items WHERE decision_note = 'rolled-back-note'`,
+    );
+    expect(changed.rows[0]?.n).toBe(0);
+  });
+
   it('runs as enterprise_api_role with the caller claims', async () => {
     const row = await withRequestClaims(api, as('bob'), async (trx) => {
       const { rows } = await sql<{

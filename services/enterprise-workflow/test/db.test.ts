@@ -16,7 +16,7 @@ import { createTestDatabase } from '@platform/testkit';
 import type { TestDatabase } from '@platform/testkit';
 import { sql } from 'kysely';
 import type { Kysely } from 'kysely';
-import { dollarQuote, inUserTransaction } from '../src/db/database.js';
+import { inUserTransaction } from '../src/db/database.js';
 import type { WorkflowDb } from '../src/db/database.js';
 import type { PortalUser } from '../src/auth/token-verifier.js';
 
@@ -82,11 +82,4 @@ it('rolls back on failure and returns a clean connection', async () => {
     SELECT current_user AS who, current_setting('request.jwt.claims', true) AS claims,
            pg_current_xact_id_if_assigned()::text AS tx`.execute(db);
   expect(after.rows[0]).toEqual({ who: API_LOGIN, claims: '', tx: null });
-});
-
-it('dollar-quotes any text', async () => {
-  for (const text of ["it's", '$$', '$c$', 'a\\b', '\u00fc\n\t', '']) {
-    const { rows } = await sql.raw<{ v: string }>(`SELECT ${dollarQuote(text)} AS v`).execute(db);
-    expect(rows[0]?.v).toBe(text);
-  }
 });
