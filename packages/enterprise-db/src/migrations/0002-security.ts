@@ -21,6 +21,34 @@ import {
 } from '../roles.js';
 import type { RolePasswords } from '../roles.js';
 
+/**
+ * The access functions as this migration creates them (migration 0003 replaces their bodies; its `down`
+ * restores these).
+ */
+export const ACCESS_FUNCTIONS_0002 = `CREATE FUNCTION enterprise_api.authorized_company_id() RETURNS uuid
+  LANGUAGE sql STABLE SECURITY DEFINER PARALLEL SAFE
+  SET search_path = pg_catalog, pg_temp
+AS $$
+  SELECT p.company_id
+  FROM enterprise.principals p
+  WHERE p.sub = enterprise_api.request_sub() AND p.active
+$$;
+COMMENT ON FUNCTION enterprise_api.authorized_company_id() IS 'The company of the current caller (NULL: none). Used by every policy; call it as (SELECT ...) so it runs once per statement.';
+
+CREATE FUNCTION enterprise_api.authorized_site_ids() RETURNS uuid[]
+  LANGUAGE sql STABLE SECURITY DEFINER PARALLEL SAFE
+  SET search_path = pg_catalog, pg_temp
+AS $$
+  SELECT coalesce(array_agg(s.id ORDER BY s.id), '{}'::uuid[])
+  FROM enterprise.principals p
+  JOIN enterprise.sites s ON s.company_id = p.company_id
+  WHERE p.sub = enterprise_api.request_sub()
+    AND p.active
+    AND (p.all_sites OR EXISTS (
+      SELECT 1 FROM enterprise.principal_sites ps WHERE ps.sub = p.sub AND ps.site_id = s.id))
+$$;
+COMMENT ON FUNCTION enterprise_api.authorized_site_ids() IS 'Sorted ids of the sites the current caller may see and act on (empty: none). The one access decision for PostgREST reads and workflow writes; policies use it as site_id = ANY ((SELECT enterprise_api.authorized_site_ids())::uuid[]).';`;
+
 /** `company_id = caller's company AND site_id = ANY(caller's sites)`, each computed once per statement. */
 const tenantCheck = (siteColumn = 'site_id', companyColumn = 'company_id'): string =>
   `${companyColumn} = (SELECT enterprise_api.authorized_company_id()) AND ` +
@@ -143,29 +171,7 @@ AS $$
 $$;
 COMMENT ON FUNCTION enterprise_api.request_sub() IS 'The "sub" claim of the current request (request.jwt.claims), or NULL.';
 
-CREATE FUNCTION enterprise_api.authorized_company_id() RETURNS uuid
-  LANGUAGE sql STABLE SECURITY DEFINER PARALLEL SAFE
-  SET search_path = pg_catalog, pg_temp
-AS $$
-  SELECT p.company_id
-  FROM enterprise.principals p
-  WHERE p.sub = enterprise_api.request_sub() AND p.active
-$$;
-COMMENT ON FUNCTION enterprise_api.authorized_company_id() IS 'The company of the current caller (NULL: none). Used by every policy; call it as (SELECT ...) so it runs once per statement.';
-
-CREATE FUNCTION enterprise_api.authorized_site_ids() RETURNS uuid[]
-  LANGUAGE sql STABLE SECURITY DEFINER PARALLEL SAFE
-  SET search_path = pg_catalog, pg_temp
-AS $$
-  SELECT coalesce(array_agg(s.id ORDER BY s.id), '{}'::uuid[])
-  FROM enterprise.principals p
-  JOIN enterprise.sites s ON s.company_id = p.company_id
-  WHERE p.sub = enterprise_api.request_sub()
-    AND p.active
-    AND (p.all_sites OR EXISTS (
-      SELECT 1 FROM enterprise.principal_sites ps WHERE ps.sub = p.sub AND ps.site_id = s.id))
-$$;
-COMMENT ON FUNCTION enterprise_api.authorized_site_ids() IS 'Sorted ids of the sites the current caller may see and act on (empty: none). The one access decision for PostgREST reads and workflow writes; policies use it as site_id = ANY ((SELECT enterprise_api.authorized_site_ids())::uuid[]).';
+${ACCESS_FUNCTIONS_0002}
 
 -- company_id is derived, never trusted from the writer: the site decides it.
 CREATE FUNCTION enterprise.set_company_from_site() RETURNS trigger

@@ -15,24 +15,30 @@
 // the grants (CREATE OR REPLACE keeps owner and ACL), sorted site ids, `{}`/NULL for no access.
 import { sql } from 'kysely';
 import type { Kysely, Migration } from 'kysely';
+import { ACCESS_FUNCTIONS_0002 } from './0002-security.js';
 
 /** The caller's `sub` claim, as `enterprise_api.request_sub()` reads it. */
 const CALLER_SUB = `nullif(nullif(current_setting('request.jwt.claims', true), '')::json ->> 'sub', '')`;
 
-const cheaper = `
-CREATE OR REPLACE FUNCTION enterprise_api.authorized_company_id() RETURNS uuid
+/** Same attributes as migration 0002 gave them; CREATE OR REPLACE keeps owner and grants. */
+const accessFunction = (signature: string, body: string): string => `
+CREATE OR REPLACE FUNCTION enterprise_api.${signature}
   LANGUAGE sql STABLE SECURITY DEFINER PARALLEL SAFE
   SET search_path = pg_catalog, pg_temp
-AS $$
+AS $$${body}$$;`;
+
+const cheaper =
+  accessFunction(
+    'authorized_company_id() RETURNS uuid',
+    `
   SELECT p.company_id
   FROM enterprise.principals p
   WHERE p.sub = ${CALLER_SUB} AND p.active
-$$;
-
-CREATE OR REPLACE FUNCTION enterprise_api.authorized_site_ids() RETURNS uuid[]
-  LANGUAGE sql STABLE SECURITY DEFINER PARALLEL SAFE
-  SET search_path = pg_catalog, pg_temp
-AS $$
+`,
+  ) +
+  accessFunction(
+    'authorized_site_ids() RETURNS uuid[]',
+    `
   SELECT coalesce(
     (SELECT CASE WHEN p.all_sites
               THEN (SELECT array_agg(s.id ORDER BY s.id) FROM enterprise.sites s WHERE s.company_id = p.company_id)
@@ -42,37 +48,16 @@ AS $$
      FROM enterprise.principals p
      WHERE p.sub = ${CALLER_SUB} AND p.active),
     '{}'::uuid[])
-$$;`;
-
-// The bodies of migration 0002, for `down`.
-const previous = `
-CREATE OR REPLACE FUNCTION enterprise_api.authorized_company_id() RETURNS uuid
-  LANGUAGE sql STABLE SECURITY DEFINER PARALLEL SAFE
-  SET search_path = pg_catalog, pg_temp
-AS $$
-  SELECT p.company_id
-  FROM enterprise.principals p
-  WHERE p.sub = enterprise_api.request_sub() AND p.active
-$$;
-
-CREATE OR REPLACE FUNCTION enterprise_api.authorized_site_ids() RETURNS uuid[]
-  LANGUAGE sql STABLE SECURITY DEFINER PARALLEL SAFE
-  SET search_path = pg_catalog, pg_temp
-AS $$
-  SELECT coalesce(array_agg(s.id ORDER BY s.id), '{}'::uuid[])
-  FROM enterprise.principals p
-  JOIN enterprise.sites s ON s.company_id = p.company_id
-  WHERE p.sub = enterprise_api.request_sub()
-    AND p.active
-    AND (p.all_sites OR EXISTS (
-      SELECT 1 FROM enterprise.principal_sites ps WHERE ps.sub = p.sub AND ps.site_id = s.id))
-$$;`;
+`,
+  );
 
 export const cheaperAccessFunctionsMigration: Migration = {
   async up(db: Kysely<unknown>): Promise<void> {
     await sql.raw(cheaper).execute(db);
   },
   async down(db: Kysely<unknown>): Promise<void> {
-    await sql.raw(previous).execute(db);
+    await sql
+      .raw(ACCESS_FUNCTIONS_0002.replaceAll('CREATE FUNCTION', 'CREATE OR REPLACE FUNCTION'))
+      .execute(db);
   },
 };
