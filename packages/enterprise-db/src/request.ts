@@ -92,6 +92,13 @@ export interface RequestClaimsOptions {
   isolationLevel?: 'read committed' | 'repeatable read' | 'serializable';
 }
 
+/** The SQL of each level: the opening is built as text, so only these words can reach it. */
+const isolationLevels: Record<NonNullable<RequestClaimsOptions['isolationLevel']>, string> = {
+  'read committed': 'READ COMMITTED',
+  'repeatable read': 'REPEATABLE READ',
+  serializable: 'SERIALIZABLE',
+};
+
 /**
  * `text` as a dollar-quoted SQL literal. Dollar quoting has no escape sequences at all, so the value
  * cannot end the literal early whatever it contains (the tag is random and checked to be absent) and
@@ -125,7 +132,7 @@ export async function withRequestClaims<DB, T>(
   options: RequestClaimsOptions = {},
 ): Promise<T> {
   const opening =
-    `BEGIN ISOLATION LEVEL ${(options.isolationLevel ?? 'read committed').toUpperCase()}; ` +
+    `BEGIN ISOLATION LEVEL ${isolationLevels[options.isolationLevel ?? 'read committed']}; ` +
     `SELECT set_config('role', ${dollarQuote(API_ROLE)}, true), ` +
     `set_config('request.jwt.claims', ${dollarQuote(JSON.stringify(claims))}, true)`;
   return db.connection().execute(async (conn) => {

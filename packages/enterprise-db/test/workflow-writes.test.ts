@@ -54,6 +54,20 @@ describe('withRequestClaims', () => {
     }
   });
 
+  it('opens the transaction at the isolation level asked for (read committed by default)', async () => {
+    const level = (options?: { isolationLevel: 'serializable' }) =>
+      withRequestClaims(
+        api,
+        as('bob'),
+        async (trx) =>
+          (await sql<{ l: string }>`SELECT current_setting('transaction_isolation') AS l`.execute(trx))
+            .rows[0]?.l,
+        options,
+      );
+    expect(await level()).toBe('read committed');
+    expect(await level({ isolationLevel: 'serializable' })).toBe('serializable');
+  });
+
   it('rolls back when fn throws and leaves no identity on the pooled connection', async () => {
     await expect(
       withRequestClaims(api, as('bob'), async (trx) => {
