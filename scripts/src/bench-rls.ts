@@ -178,6 +178,16 @@ interface Sample {
   rows: number;
 }
 
+/**
+ * The prepared statement's name: one per text and role. PostgreSQL re-plans a cached statement when
+ * the role changes (RLS) but keeps the last generic plan's cost and compares custom plans against it
+ * (plancache.c, GetCachedPlan/choose_custom_plan): after one run under the naive policy, whose generic
+ * plan costs thousands of times more, a shared statement never went back to its generic plan and
+ * re-planned every request (+0.5–0.7 ms per count). PostgREST's portal connections run one role.
+ */
+const statementName = (role: string, text: string, values: readonly unknown[]): string =>
+  `${role === PORTAL_ROLE ? 'q' : 'n'}${text.length}_${values.length}`;
+
 /** One request under PostgREST's protocol: the query's time inside it and the whole request's. */
 async function viaPostgrestOnce(
   pool: pg.Pool,
@@ -192,7 +202,7 @@ async function viaPostgrestOnce(
   await withPostgrestRequest(pool, { claims: claims(sub, role), path: '/work_items' }, async (c) => {
     const q0 = performance.now();
     const res = await c.query<{ page_total: string; total_result_set: string | null }>({
-      name: `q${text.length}${values.length}`,
+      name: statementName(role, text, values),
       text,
       values,
     });
@@ -254,15 +264,20 @@ async function planLines(
       `EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) ${text}`,
       values,
     );
-    return rows
-      .map((r) => r['QUERY PLAN'])
-      .filter(
-        (l) =>
-          /Scan|Index Cond|Filter|Sort|Rows Removed|Execution Time|Buffers: shared/.test(l) &&
-          !/InitPlan|Result/.test(l),
-      )
-      .slice(0, 8)
-      .map((l) => `      ${l.trim()}`);
+    // The executed scans (not the never-executed LIMIT 0 half of the count), their conditions, the
+    // index pages and searches they needed, and the total.
+    const lines = rows.map((r) => r['QUERY PLAN']);
+    const keep: string[] = [];
+    let inExecutedScan = false;
+    for (const line of lines) {
+      if (/Scan .*\(actual/.test(line)) inExecutedScan = !/never executed/.test(line);
+      else if (/^\s*->/.test(line) || /^\s*InitPlan/.test(line)) inExecutedScan = false;
+      const wanted = inExecutedScan
+        ? /Scan|Index Cond|Filter|Rows Removed|Index Searches|Heap Fetches|Buffers: shared/.test(line)
+        : /Sort Method|Execution Time|Planning Time/.test(line);
+      if (wanted) keep.push(`      ${line.trim()}`);
+    }
+    return keep;
   });
 }
 
@@ -291,6 +306,7 @@ try {
     ],
   ] as const) {
     console.log(`== ${label}`);
+    const planCacheNotes: string[] = [];
     console.log(
       '   caller                 rows | RLS query p50      p95 | request p50 | owner+filter p50      p95 | RLS/filter | naive p50  naive/RLS',
     );
@@ -307,6 +323,14 @@ try {
         rows: runs.rls[0]?.rows ?? 0,
       };
       const explicit = { query: runs.owner.map((x) => x.query), rows: runs.owner[0]?.rows ?? 0 };
+      // Generic plans served / plans built for this caller's requests (a custom plan is a re-plan).
+      const planCache = await withPostgrestRequest(pool, { claims: claims(s.sub) }, async (c) => {
+        const { rows: stats } = await c.query<{ generic_plans: string; custom_plans: string }>(
+          'SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE name = $1',
+          [statementName(PORTAL_ROLE, text, values)],
+        );
+        return stats[0];
+      });
       const naiveRuns: Sample[] = [];
       for (let i = 0; i < NAIVE_ITERATIONS; i++) {
         naiveRuns.push(await viaPostgrestOnce(pool, s.sub, 'bench_naive_role', text, [...values]));
@@ -321,6 +345,9 @@ try {
           `row counts differ for ${s.name}: RLS ${rls.rows}, owner ${explicit.rows}, naive ${naive.rows}`,
         );
       }
+      planCacheNotes.push(
+        `${s.name}: ${planCache?.generic_plans ?? '?'} generic / ${planCache?.custom_plans ?? '?'} custom`,
+      );
       console.log(
         `   ${s.name.padEnd(20)} ${String(rls.rows).padStart(6)} | ${ms(r.p50)} ${ms(r.p95)} | ${ms(req.p50)}   | ${ms(e.p50)} ${ms(e.p95)} | ${(r.p50 / e.p50).toFixed(2).padStart(9)}x | ${ms(n.p50)} ${(n.p50 / r.p50).toFixed(0).padStart(6)}x`,
       );
@@ -331,6 +358,8 @@ try {
         `${label.split('?')[1]?.split('&')[0] ?? label} / ${s.name}: p50 ${r.p50.toFixed(2)} ms${timeVerdict}, RLS/filter ${ratio.toFixed(2)}x (target <= 1.1: ${ratio <= 1.1 ? 'met' : 'MISSED'})`,
       );
     }
+    // Cumulative per statement: the count after each caller's runs.
+    console.log(`   plan cache of the RLS statement (cumulative): ${planCacheNotes.join('; ')}`);
     console.log('   plans under RLS (key lines):');
     for (const s of callers) {
       console.log(`    ${s.name}:`);
