@@ -31,6 +31,7 @@ async function startReplica(databaseUrl: string): Promise<Replica> {
   // BENCH_PROFILE_DIR: a V8 CPU profile per replica, written when it exits.
   const profile = process.env.BENCH_PROFILE_DIR;
   const execArgv = profile === undefined ? [] : ['--cpu-prof', `--cpu-prof-dir=${profile}`];
+  execArgv.push(...(process.env.BENCH_NODE_ARGS ?? '').split(' ').filter((a) => a !== ''));
   const proc = spawn(process.execPath, [...execArgv, mainJs], {
     env: {
       PATH: process.env.PATH,
