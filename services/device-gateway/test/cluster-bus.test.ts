@@ -1,7 +1,9 @@
-// Issue 8: the bus message format, the NOTIFY size bound, and the rights migration 0002 gives the login.
+// Issue 8: the bus message format, the NOTIFY size bound, the rights migration 0002 gives the login, and
+// migration 0003's rule that retained overrides do not outlive the replicas.
 import { createDb, sqlState } from '@platform/service-kit';
 import { createTestDatabase, type TestDatabase } from '@platform/testkit';
 import { sql, type Kysely } from 'kysely';
+import pg from 'pg';
 import {
   decodeMessage,
   encodeMessage,
@@ -175,5 +177,55 @@ describe('migration 0002: what the gateway login may do', () => {
         (e: unknown) => e,
       );
     expect(sqlState(wrongKind)).toBe('22023');
+  });
+
+  it('bus_join clears the retained overrides only when no other synchronised replica is connected', async () => {
+    await publish(override(30, 'a', { maintenance_mode: false }));
+    const join = async () =>
+      (
+        await sql<{
+          cleared: number;
+          top_version: string | null;
+        }>`SELECT cleared, top_version::text AS top_version FROM device_gateway.bus_join()`.execute(login)
+      ).rows[0];
+    const session = async (applicationName: string): Promise<pg.Client> => {
+      const client = new pg.Client({
+        connectionString: loginUrl(database.url),
+        application_name: applicationName,
+      });
+      await client.connect();
+      return client;
+    };
+    const gone = async (client: pg.Client): Promise<void> => {
+      const pid = (client as unknown as { processID: number }).processID;
+      await client.end();
+      // A backend leaves pg_stat_activity a moment after its client disconnects.
+      for (let i = 0; i < 200; i++) {
+        const left = await sql`SELECT 1 FROM pg_stat_activity WHERE pid = ${pid}`.execute(owner);
+        if (left.rows.length === 0) return;
+        await new Promise((r) => setTimeout(r, 10));
+      }
+      throw new Error('backend did not exit');
+    };
+    const count = async () =>
+      Number(
+        (await sql<{ n: string }>`SELECT count(*) AS n FROM device_gateway.bus_overrides`.execute(owner))
+          .rows[0]!.n,
+      );
+    const retained = await count();
+    expect(retained).toBeGreaterThan(0);
+
+    // Another replica is up and synchronised: the overrides are the live gateway's, kept.
+    const peer = await session('device-gateway-bus peer synced');
+    expect(await join()).toEqual({ cleared: 0, top_version: null });
+    expect(await count()).toBe(retained);
+    await gone(peer);
+
+    // A replica still starting does not count: the table belongs to a gateway that stopped altogether.
+    const starting = await session('device-gateway-bus other');
+    expect(await join()).toEqual({ cleared: retained, top_version: '30' });
+    expect(await count()).toBe(0);
+    await gone(starting);
+    expect(await join()).toEqual({ cleared: 0, top_version: null });
   });
 });

@@ -182,7 +182,7 @@ describe('gateway replicas over PostgreSQL LISTEN/NOTIFY', () => {
     const { origin } = await a.cluster();
     const killed = await sql<{ ok: boolean }>`
       SELECT pg_terminate_backend(pid) AS ok FROM pg_stat_activity
-      WHERE application_name = ${`device-gateway-bus ${String(origin)}`}`.execute(owner);
+      WHERE application_name LIKE ${`device-gateway-bus ${String(origin)}%`}`.execute(owner);
     expect(killed.rows).toEqual([{ ok: true }]);
     // Inside the gap A says it is not ready (PostgreSQL is reachable, so others can publish).
     await until(async () => (await a.ready()) === 503, 1000, 'A to report not ready');
@@ -259,5 +259,40 @@ describe('gateway replicas over PostgreSQL LISTEN/NOTIFY', () => {
     expect(res.status).toBe(200);
     await observer.next((d) => d.settings.telemetry_enabled === false);
     expectIncreasing(observer.docs);
+  });
+
+  const retainedRows = async (): Promise<string> =>
+    JSON.stringify(
+      (
+        await sql`SELECT device_id, version::text, origin, settings FROM device_gateway.bus_overrides ORDER BY device_id`.execute(
+          owner,
+        )
+      ).rows,
+    );
+
+  it('replicas whose LISTEN connections broke put the overrides they hold back into a cleared table', async () => {
+    const before = await retainedRows();
+    expect(JSON.parse(before)).not.toHaveLength(0);
+    // What a replica starting alone inside that gap does (bus_join): the retained table is cleared.
+    await sql`SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name LIKE 'device-gateway-bus %'`.execute(
+      owner,
+    );
+    await sql`DELETE FROM device_gateway.bus_overrides`.execute(owner);
+    await until(async () => (await retainedRows()) === before, 15000, 'the overrides to be retained again');
+    await Promise.all([a.waitReady(), b.waitReady()]);
+  });
+
+  it('an override does not outlive the gateway: after every replica stopped, a new one serves the registry', async () => {
+    const observer = await observe(a, 'acme-hq-hvac-01');
+    const served = observer.last;
+    expect(served.source).toBe('override');
+    for (const r of replicas) expect(await r.stop()).toBe(0);
+    const d = await start('D');
+    expect(d.logs()).toContain('cleared the overrides retained by the previous gateway');
+    expect(await retainedRows()).toBe('[]');
+    const after = (await observe(d, 'acme-hq-hvac-01')).last;
+    expect(after.source).toBe('registry');
+    // Its clock started above the versions the cleared overrides carried.
+    expect(after.version).toBeGreaterThan(served.version);
   });
 });

@@ -19,6 +19,11 @@
 //   later, or whose LISTEN connection broke, was not listening when the message went by and must still serve
 //   the current override to a device that re-observes it there. Reload-registry drops retained messages of
 //   devices that left the registry, the rule a single process applied to its in-memory overrides.
+// - Lifetime. The override stays memory only (issue 8): the retained table mirrors what live replicas hold
+//   and never outlives them. A process joining while no other replica is up and synchronised clears it
+//   (`device_gateway.bus_join()`, migration 0003), so a gateway that stops altogether forgets its overrides
+//   exactly as one process does, while a rolling restart keeps them. At every resync a replica puts back
+//   what it holds and the table lacks, so a table cleared during its LISTEN gap is refilled.
 // - Gaps. After every (re)connect the replica LISTENs first and then resynchronises: reloads the registry and
 //   reads every retained override. Anything committed before the LISTEN is in what it reads, anything after
 //   arrives as a notification, so a broken connection loses nothing; until the resync is done the replica
@@ -102,6 +107,8 @@ export class ClusterBus {
   /** The last connect attempt failed because PostgreSQL could not be reached (see readinessProblems). */
   private unreachable = false;
   private stopping = false;
+  /** bus_join() ran (once per process, see join()). */
+  private joined = false;
   private client: pg.Client | undefined;
   private backendPid: number | undefined;
   private running: Promise<void> | undefined;
@@ -269,11 +276,16 @@ export class ClusterBus {
       this.statusValue = 'connecting';
       let connected = false;
       try {
-        const { closed } = await this.connect();
+        const { client, closed } = await this.connect();
         connected = true;
         this.unreachable = false;
+        if (!this.joined) await this.join(client);
         await this.resync();
         if (this.stopping) break;
+        // From now on a replica that starts finds this one up and keeps the retained overrides (bus_join).
+        await client.query(`SELECT set_config('application_name', $1, false)`, [
+          `${this.applicationName} synced`,
+        ]);
         this.statusValue = 'listening';
         this.synced = true;
         this.firstSyncDone();
@@ -306,11 +318,16 @@ export class ClusterBus {
     await this.dropClient();
   }
 
+  /** The LISTEN session's name in pg_stat_activity; ` synced` is appended once it has resynchronised. */
+  private get applicationName(): string {
+    return `device-gateway-bus ${this.origin}`;
+  }
+
   /** Connects and LISTENs; `closed` settles when the connection is gone (wrapped: an async function would adopt it). */
-  private async connect(): Promise<{ closed: Promise<string> }> {
+  private async connect(): Promise<{ client: pg.Client; closed: Promise<string> }> {
     const client = new pg.Client({
       connectionString: this.options.databaseUrl,
-      application_name: `device-gateway-bus ${this.origin}`,
+      application_name: this.applicationName,
       connectionTimeoutMillis: 5000,
       keepAlive: true,
       query_timeout: Math.max(1000, this.options.heartbeatMs),
@@ -335,7 +352,26 @@ export class ClusterBus {
     }, this.options.heartbeatMs);
     heartbeat.unref();
     void closed.then(() => clearInterval(heartbeat));
-    return { closed };
+    return { client, closed };
+  }
+
+  /**
+   * Once per process, before the first resync: when no other replica is up and synchronised, the retained
+   * overrides belong to a gateway that has stopped altogether and are cleared (migration 0003), so an override
+   * lives exactly as long as the replicas that hold it in memory; the clock still starts above their versions.
+   */
+  private async join(client: pg.Client): Promise<void> {
+    const { rows } = await client.query<{ cleared: number; top_version: string | null }>(
+      'SELECT cleared, top_version::text AS top_version FROM device_gateway.bus_join()',
+    );
+    const result = rows[0];
+    if (result?.top_version != null) this.options.clock.observe(Number(result.top_version));
+    this.joined = true;
+    if (result !== undefined && result.cleared > 0) {
+      this.log.info('no other replica is up: cleared the overrides retained by the previous gateway', {
+        cleared: result.cleared,
+      });
+    }
   }
 
   private async dropClient(): Promise<void> {
@@ -354,16 +390,30 @@ export class ClusterBus {
       SELECT device_id, version::text AS version, origin, settings FROM device_gateway.bus_overrides`.execute(
       this.options.db,
     );
+    const inTable = new Map<string, { v: number; o: string }>();
     for (const row of rows.rows) {
-      this.receiveOverride({
+      const message: OverrideMessage = {
         k: 'override',
         d: row.device_id,
         v: Number(row.version),
         o: row.origin,
         s: row.settings,
-      });
+      };
+      inTable.set(message.d, message);
+      this.receiveOverride(message);
     }
-    this.log.info('cluster bus synchronised', { retained_overrides: rows.rows.length });
+    // What this replica holds and the table lacks goes back in: after a LISTEN gap during which a replica
+    // starting alone cleared the table (bus_join), the live replicas' overrides are retained again. Last
+    // writer wins in the publishing function, so a newer message published meanwhile is never overwritten.
+    const missing = [...this.retained.values()].filter((m) => {
+      const retained = inTable.get(m.d);
+      return retained === undefined || supersedes(m, retained);
+    });
+    await Promise.all(missing.map((m) => this.enqueue(encodeMessage(m))));
+    this.log.info('cluster bus synchronised', {
+      retained_overrides: rows.rows.length,
+      republished: missing.length,
+    });
   }
 
   private receive(payload: string): void {

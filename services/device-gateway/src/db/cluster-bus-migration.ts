@@ -81,3 +81,44 @@ export const clusterBusMigration: Migration = {
     await sql`DROP TABLE device_gateway.bus_overrides`.execute(db);
   },
 };
+
+/**
+ * Issue 8 says the override stays memory only: the database carries the message, not the state. The retained
+ * table is how a replica that was not listening learns the overrides the live replicas hold, so it must not
+ * outlive them: an override lasts as long as at least one replica is up (a rolling restart keeps it, as the
+ * device moving between replicas requires), and a gateway that stops altogether forgets it, as one process does.
+ *
+ * `bus_join()` runs once per process on its LISTEN connection, before the first resync. When no other replica
+ * of this database is up and synchronised, what the table holds belongs to a gateway that no longer exists:
+ * it is deleted, and the highest version it held is returned so the joiner's clock starts above it. A replica
+ * marks its LISTEN session synchronised (application_name suffix ` synced`) only after its resync; one that
+ * is still starting does not count, so replicas starting together after a full stop clear the table (the
+ * advisory lock makes them take turns; the later one finds it empty). Replicas that are up keep it.
+ */
+export const clusterLifetimeMigration: Migration = {
+  async up(db: Kysely<unknown>): Promise<void> {
+    await sql`
+      CREATE FUNCTION device_gateway.bus_join(OUT cleared integer, OUT top_version bigint)
+      LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog AS $$
+      BEGIN
+        cleared := 0;
+        PERFORM pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext('device_gateway.bus_join'));
+        IF EXISTS (
+          SELECT 1 FROM pg_catalog.pg_stat_activity a
+          WHERE a.datname = pg_catalog.current_database()
+            AND a.pid <> pg_catalog.pg_backend_pid()
+            AND a.application_name LIKE 'device-gateway-bus % synced'
+        ) THEN
+          RETURN;
+        END IF;
+        SELECT pg_catalog.max(b.version) INTO top_version FROM device_gateway.bus_overrides b;
+        DELETE FROM device_gateway.bus_overrides;
+        GET DIAGNOSTICS cleared = ROW_COUNT;
+      END $$`.execute(db);
+    await sql.raw(`REVOKE ALL ON FUNCTION device_gateway.bus_join() FROM PUBLIC`).execute(db);
+    await sql.raw(`GRANT EXECUTE ON FUNCTION device_gateway.bus_join() TO ${LOGIN}`).execute(db);
+  },
+  async down(db: Kysely<unknown>): Promise<void> {
+    await sql`DROP FUNCTION device_gateway.bus_join()`.execute(db);
+  },
+};

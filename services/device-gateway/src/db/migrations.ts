@@ -1,6 +1,6 @@
 import { sql, type Kysely, type Migration } from 'kysely';
 import type { MigrationSet } from '@platform/service-kit';
-import { clusterBusMigration } from './cluster-bus-migration.js';
+import { clusterBusMigration, clusterLifetimeMigration } from './cluster-bus-migration.js';
 
 /** The read-only login the running gateway uses (DESIGN 4.2): SELECT on its registry, nothing else. */
 export const GATEWAY_LOGIN_ROLE = 'device_gateway_login';
@@ -83,7 +83,11 @@ export function gatewayMigrationsWith(loginPassword: string): MigrationSet {
   return {
     name: 'device-gateway',
     table: 'device_gateway_migrations',
-    migrations: { '0001_device_registry': registry(loginPassword), '0002_cluster_bus': clusterBusMigration },
+    migrations: {
+      '0001_device_registry': registry(loginPassword),
+      '0002_cluster_bus': clusterBusMigration,
+      '0003_cluster_lifetime': clusterLifetimeMigration,
+    },
   };
 }
 
