@@ -75,8 +75,21 @@ export class SecretSet {
   }
 }
 
+/** RFC 6750 / RFC 9110 11.2 token68: the only form a Bearer credential can take. */
+const TOKEN68 = '[A-Za-z0-9\\-._~+/]+=*';
+
 /** RFC 6750: `Authorization: Bearer <token68>`; the scheme is case-insensitive (RFC 9110 11.1). */
-const BEARER = /^Bearer +([A-Za-z0-9\-._~+/]+=*) *$/i;
+const BEARER = new RegExp(`^Bearer +(${TOKEN68}) *$`, 'i');
+const IS_TOKEN68 = new RegExp(`^${TOKEN68}$`);
+
+/**
+ * How many of `secrets` could never be presented as `Authorization: Bearer <secret>` (a space, `!`, `%`, a
+ * non-ASCII character…): such a key would be configured yet refuse every request, so callers refuse to start
+ * with it instead. A count, never the values, so the message can be logged.
+ */
+export function countNonBearerSecrets(secrets: readonly string[]): number {
+  return secrets.filter((secret) => !IS_TOKEN68.test(secret)).length;
+}
 
 /** The bearer token of a request, or undefined when the header is absent or not a Bearer credential. */
 export function bearerToken(req: { headers: IncomingHttpHeaders }): string | undefined {

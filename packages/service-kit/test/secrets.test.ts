@@ -2,7 +2,7 @@ import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { inspect } from 'node:util';
-import { bearerToken, fingerprint, readSecretList, SecretSet } from '../src/index.js';
+import { bearerToken, countNonBearerSecrets, fingerprint, readSecretList, SecretSet } from '../src/index.js';
 
 describe('readSecretList', () => {
   it('merges a comma list and a mounted file, dropping blanks, comments and duplicates', () => {
@@ -73,5 +73,15 @@ describe('bearerToken', () => {
 
   it('is undefined without an Authorization header', () => {
     expect(bearerToken({ headers: {} })).toBeUndefined();
+  });
+});
+
+describe('countNonBearerSecrets', () => {
+  it('counts the secrets no Authorization: Bearer header can carry', () => {
+    expect(countNonBearerSecrets(['dev-key_0.1~a+b/c==', 'AbC123'])).toBe(0);
+    expect(countNonBearerSecrets(['has space', 'k!y', 'pct%41', 'ümlaut', 'a=b', 'ok'])).toBe(5);
+    for (const secret of ['has space', 'k!y', 'a=b']) {
+      expect(bearerToken({ headers: { authorization: `Bearer ${secret}` } })).not.toBe(secret);
+    }
   });
 });

@@ -1,4 +1,11 @@
-import { loadConfig, LOG_LEVELS, readSecretList, redactUrl, SecretSet } from '@platform/service-kit';
+import {
+  countNonBearerSecrets,
+  loadConfig,
+  LOG_LEVELS,
+  readSecretList,
+  redactUrl,
+  SecretSet,
+} from '@platform/service-kit';
 import type { LogLevel } from '@platform/service-kit';
 
 /** Every variable the gateway reads (DESIGN 5.1), validated once at boot; nothing else reads process.env. */
@@ -97,6 +104,12 @@ export function readApiKeys(config: GatewayConfig): SecretSet {
   const keys = readSecretList({ value: config.GATEWAY_API_KEYS, file: config.GATEWAY_API_KEYS_FILE });
   if (keys.length === 0) {
     throw new Error('no API key configured: set GATEWAY_API_KEYS or GATEWAY_API_KEYS_FILE');
+  }
+  const unusable = countNonBearerSecrets(keys);
+  if (unusable > 0) {
+    throw new Error(
+      `${unusable} configured API key(s) cannot be used in an Authorization header (RFC 6750 token68: letters, digits and -._~+/ with trailing =)`,
+    );
   }
   return new SecretSet(keys);
 }

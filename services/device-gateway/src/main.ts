@@ -31,6 +31,18 @@ async function main(): Promise<void> {
     logger.error('refusing to start', { error: err instanceof Error ? err.message : String(err) });
     process.exit(1);
   }
+  // Installed before anything is bound: SIGHUP's default action ends the process, so a key rotation that
+  // signals a replica still starting must not kill it.
+  process.on('SIGHUP', () => {
+    try {
+      apiKeys = readApiKeys(config);
+      logger.info('API keys reloaded', { count: apiKeys.size, fingerprints: apiKeys.fingerprints() });
+    } catch (err) {
+      logger.error('API key reload failed; previous keys stay valid', {
+        error: err instanceof Error ? err.message : String(err),
+      });
+    }
+  });
   process.on('unhandledRejection', (reason) => {
     logger.error('unhandled rejection', { error: reason instanceof Error ? reason.message : String(reason) });
   });
@@ -59,17 +71,6 @@ async function main(): Promise<void> {
   const address = server.address();
   logger.info('http listening', {
     port: typeof address === 'object' && address !== null ? address.port : address,
-  });
-
-  process.on('SIGHUP', () => {
-    try {
-      apiKeys = readApiKeys(config);
-      logger.info('API keys reloaded', { count: apiKeys.size, fingerprints: apiKeys.fingerprints() });
-    } catch (err) {
-      logger.error('API key reload failed; previous keys stay valid', {
-        error: err instanceof Error ? err.message : String(err),
-      });
-    }
   });
 
   let stopping = false;

@@ -94,6 +94,26 @@ describe('the gateway process (dist/main.js)', () => {
     expect(output).toMatch(/GATEWAY_API_KEYS/);
   });
 
+  it('refuses to start with an API key no Bearer header can carry, without printing it', async () => {
+    const child = spawn(process.execPath, [mainJs], {
+      env: {
+        PATH: process.env.PATH,
+        DATABASE_URL: 'postgres://x:y@127.0.0.1:1/db',
+        GATEWAY_API_KEYS: 'usable-key-0123,secret with spaces',
+        GATEWAY_HTTP_PORT: '0',
+        GATEWAY_COAP_PORT: '0',
+      },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let output = '';
+    child.stdout.on('data', (d: Buffer) => (output += d.toString()));
+    child.stderr.on('data', (d: Buffer) => (output += d.toString()));
+    expect(await waitForExit(child)).toBe(1);
+    expect(output).toMatch(/1 configured API key\(s\) cannot be used in an Authorization header/);
+    expect(output).not.toContain('secret with spaces');
+    expect(output).not.toContain('usable-key-0123');
+  });
+
   it('serves CoAP and HTTP, re-reads keys on SIGHUP, and exits 0 on SIGTERM within 10 s', async () => {
     const database = await createTestDatabase({ migrations: [gatewayMigrations] });
     const owner = createDb<GatewayDatabase>(database.url, { max: 1 });

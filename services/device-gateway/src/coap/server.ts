@@ -1080,7 +1080,9 @@ export class CoapServer {
 
   private sendRaw(bytes: Buffer, address: string, port: number): void {
     const socket = this.socket;
-    if (socket === undefined) return;
+    // Not bound: before listen() or once close() has begun. A notification can still be produced then (a bus
+    // message or a reload finishing during shutdown), and dgram throws synchronously on a closing socket.
+    if (socket === undefined || !this.isBound) return;
     // No callback: a failed send surfaces as the socket's 'error' event, which is handled (counted, logged).
     socket.send(bytes, port, address);
   }
