@@ -291,4 +291,19 @@ describe('readiness before the first load', () => {
       await gw.close();
     }
   });
+
+  it('GET /api/ready is 503 once the CoAP socket is no longer bound, whatever the registry', async () => {
+    const gw = await startGateway();
+    try {
+      expect((await request(gw.app.http).get('/api/ready')).status).toBe(200);
+      await gw.app.coap.close(0);
+      const res = await request(gw.app.http).get('/api/ready');
+      expectProblem(res, 503, 'not_ready');
+      expect(res.body.detail).toContain('CoAP socket not bound');
+      expect(res.headers['retry-after']).toBe('1');
+      expect((await request(gw.app.http).get('/api/health')).status).toBe(200);
+    } finally {
+      await gw.close();
+    }
+  });
 });

@@ -1,5 +1,6 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, writeFileSync } from 'node:fs';
+import net from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -9,7 +10,7 @@ import request from 'supertest';
 import { gatewayMigrations } from '../src/db/migrations.js';
 import { seedDevices } from '../src/db/seed.js';
 import type { GatewayDatabase } from '../src/db/tables.js';
-import { RawCoapClient, json, pathOptions } from './support/coap-client.js';
+import { RawCoapClient, json, observe0, pathOptions } from './support/coap-client.js';
 import { API_KEYS, loginUrl, startGateway } from './support/gateway.js';
 
 const mainJs = fileURLToPath(new URL('../dist/main.js', import.meta.url));
@@ -114,7 +115,7 @@ describe('the gateway process (dist/main.js)', () => {
     expect(output).not.toContain('usable-key-0123');
   });
 
-  it('serves CoAP and HTTP, re-reads keys on SIGHUP, and exits 0 on SIGTERM within 10 s', async () => {
+  it('serves CoAP and HTTP, re-reads keys on SIGHUP; on SIGTERM refuses new connections, completes the request in flight and its notification, exits 0 within 10 s', async () => {
     const database = await createTestDatabase({ migrations: [gatewayMigrations] });
     const owner = createDb<GatewayDatabase>(database.url, { max: 1 });
     await seedDevices(owner);
@@ -156,8 +157,43 @@ describe('the gateway process (dist/main.js)', () => {
         options: pathOptions('/devices/acme-hq-hvac-01/settings'),
       });
       expect((await client.waitFor((p) => p.messageId === mid)).packet.code).toBe('2.05');
+      // An observer, and a notify-settings request in flight when SIGTERM arrives (body half sent).
+      client.send({
+        confirmable: true,
+        code: 'GET',
+        token: Buffer.from('obs'),
+        options: [observe0, ...pathOptions('/devices/acme-hq-hvac-01/settings')],
+      });
+      await client.waitFor((p) => p.token.toString() === 'obs');
+      const body = JSON.stringify({ device_id: 'acme-hq-hvac-01', settings: { reporting_interval_s: 4242 } });
+      const inFlight = net.connect(httpPort, '127.0.0.1');
+      await new Promise<void>((resolve) => inFlight.once('connect', () => resolve()));
+      let answer = '';
+      inFlight.on('data', (d: Buffer) => (answer += d.toString()));
+      const answered = new Promise<void>((resolve) => inFlight.once('end', () => resolve()));
+      inFlight.write(
+        `POST /api/notify-settings HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer new-key-bbbbbbbbbbbb\r\n` +
+          `Content-Type: application/json\r\nContent-Length: ${body.length}\r\nConnection: close\r\n\r\n` +
+          body.slice(0, 10),
+      );
+      await new Promise((r) => setTimeout(r, 100));
       const started = Date.now();
       child.kill('SIGTERM');
+      await new Promise((r) => setTimeout(r, 300));
+      // No new connections once SIGTERM is handled; the request in flight still completes.
+      await expect(fetch(`${url}/api/health`)).rejects.toThrow();
+      // The rest of the body, without half-closing: node's HTTP server ends a socket whose client sent FIN
+      // without waiting for a pending response (httpAllowHalfOpen is off), which no real client relies on.
+      inFlight.write(body.slice(10));
+      await answered;
+      expect(answer).toMatch(/^HTTP\/1\.1 200 /);
+      expect(answer).toContain('{"status":"updated"}');
+      // CoAP closes after that response: the observer still got the change it caused.
+      const note = await client.waitFor(
+        (p) => p.token.toString() === 'obs' && p.payload.includes('4242'),
+        5000,
+      );
+      expect(note.packet.code).toBe('2.05');
       expect(await waitForExit(child)).toBe(0);
       expect(Date.now() - started).toBeLessThan(10000);
       expect(logs).not.toContain('old-key-aaaaaaaaaaaa');
