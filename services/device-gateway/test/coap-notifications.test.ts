@@ -75,21 +75,18 @@ describe('CoAP notifications over a real UDP socket', () => {
     expect(doc.source).toBe('override');
     // An unsigned integer (major type 0), not a float: cbor-x hands 64-bit integers back as BigInt.
     expect(cborMajorTypeAfter(cborNote.payload, 'version')).toBe(0);
-    const version = Number(doc.version as bigint | number);
+    const version = Number(doc.version);
     expect(Number.isSafeInteger(version)).toBe(true);
     expect(version).toBeGreaterThan(Number((decode(first.payload) as { version: bigint | number }).version));
 
     expect(uint(option(jsonNote, 'Content-Format'))).toBe(50);
     expect(json(jsonNote).version).toBe(version);
-    for (const [note, before] of [
-      [cborNote, first],
-      [jsonNote, undefined],
-    ] as const) {
+    for (const note of [cborNote, jsonNote]) {
       expect(option(note, 'ETag')).toHaveLength(8);
       expect(uint(option(note, 'Max-Age'))).toBeGreaterThan(0);
       expect(option(note, 'Observe')).toBeDefined();
-      if (before !== undefined) expect(option(note, 'ETag')).not.toEqual(option(before, 'ETag'));
     }
+    expect(option(cborNote, 'ETag')).not.toEqual(option(first, 'ETag'));
   });
 
   it('a registration that already holds the current ETag gets 2.03 Valid with Observe, and is registered', async () => {
@@ -143,17 +140,18 @@ describe('CoAP notifications over a real UDP socket', () => {
     // Grow the settings until the gateway refuses them; keep the last accepted one.
     const thresholds: Record<string, { min: number; max: number }> = {};
     let largest: Record<string, unknown> | undefined;
-    for (let i = 0; i < 16; i++) {
+    let refusal: unknown;
+    for (let i = 0; i < 16 && refusal === undefined; i++) {
       thresholds[`t${String(i).padStart(2, '0')}${'x'.repeat(28)}`] = { min: -1.5e-300, max: 1.5e300 };
       const candidate = { timezone: 'America/Argentina/ComodRivadavia', thresholds: { ...thresholds } };
       try {
         state.checkOverride('dev-3', candidate);
         largest = candidate;
       } catch (err) {
-        expect(err).toBeInstanceOf(DocumentTooLargeError);
-        break;
+        refusal = err;
       }
     }
+    expect(refusal).toBeInstanceOf(DocumentTooLargeError);
     expect(largest).toBeDefined();
 
     // RFC 8974 extended token: TKL 13, one extra byte holding length - 13. Encoded by hand (coap-packet stops at 8).
