@@ -17,6 +17,19 @@ export function isObjectCreatedEventName(eventName: string): boolean {
   return objectCreatedRegExp.test(eventName);
 }
 
+/**
+ * An HTTP field value (RFC 9110 section 5.5): no control characters but HTAB. The record's eTag and
+ * contentType are copies of such values (the store computes the ETag and takes the type from the
+ * upload's Content-Type header, which HTTP servers refuse with a control character in it), so one
+ * that breaks this was not written by a store: the event is malformed (400), not an unknown object.
+ * NUL in particular could never be stored (PostgreSQL text refuses it).
+ */
+const httpFieldValue = {
+  type: 'string',
+  pattern: '^[^\\u0000-\\u0008\\u000A-\\u001F\\u007F]*$',
+  patternMessage: 'must not contain control characters',
+} as const;
+
 const eventRecordSchema = {
   type: 'object',
   required: ['eventName', 's3'],
@@ -41,11 +54,15 @@ const eventRecordSchema = {
               description: 'URL-encoded (spaces as "+") by AWS and MinIO; decode with decodeEventObjectKey',
             },
             // Bytes. Absent on removal events, and on MinIO's events for empty objects (Go `omitempty`).
-            size: { type: 'integer', minimum: 0 },
+            // Bounded where JSON numbers stop being exact integers in JavaScript (8 PiB, far above any
+            // store's object size limit, which is in terabytes) and so below PostgreSQL bigint, where a
+            // larger value fails the write (SQLSTATE 22003). No store reports such a size, and beyond
+            // 2^53 it cannot even be compared exactly: malformed (400), not a size mismatch.
+            size: { type: 'integer', minimum: 0, maximum: Number.MAX_SAFE_INTEGER },
             // Absent on removal events and on s3rver's ObjectCreated:Copy.
-            eTag: { type: 'string' },
+            eTag: httpFieldValue,
             // MinIO only.
-            contentType: { type: 'string' },
+            contentType: httpFieldValue,
           },
         },
       },

@@ -253,6 +253,61 @@ describe('signing keys unreachable', () => {
   });
 });
 
+describe('clock skew on a full verification', () => {
+  // Its own tolerance (not the harness's 5 s) and no token cache, so every request is checked in
+  // full by jose: signature, iss, exp and nbf against the configured skew.
+  const TOLERANCE_S = 30;
+  let app: ReturnType<typeof buildApp>;
+
+  beforeAll(() => {
+    app = buildApp({
+      config: {
+        media: { maxImageBytes: 1000, maxVideoBytes: 1000, uploadUrlTtlS: 60, downloadUrlTtlS: 60 },
+        idempotencyTtlS: 60,
+        webhookTokens: ['t'],
+      },
+      logger: createLogger({ service: 'test', level: 'error' }),
+      db: h.db,
+      storage: h.storage,
+      verifier: createTokenVerifier({
+        issuerUrl: h.issuer.issuerUrl,
+        clientId: h.issuer.clientId,
+        requiredRole: 'enterprise_portal_role',
+        clockToleranceS: TOLERANCE_S,
+        jwksCooldownMs: 1000,
+        jwksCacheMaxAgeMs: 60_000,
+        jwksTimeoutMs: 2000,
+        tokenCacheTtlMs: 0,
+        tokenCacheMaxEntries: 0,
+      }),
+    });
+  });
+
+  const download = (token: string) =>
+    request(app)
+      .get(`/sites/${hq}/media/${demoRowId('media_item', 'acmeHq', 1)}/download`)
+      .set('Authorization', `Bearer ${token}`);
+
+  // Margins of 20 s or more either side of the tolerance keep a slow run from changing the answer.
+  it.each([
+    ['expired 10 s ago', { expiresInS: -10 }],
+    ['not valid until 10 s from now', { notBeforeS: 10 }],
+  ])('accepts a token %s (inside the tolerance)', async (_name, signOptions) => {
+    const res = await download(await h.issuer.demoToken('alice', {}, signOptions));
+    expect(res.status).toBe(200);
+  });
+
+  it.each([
+    ['expired 60 s ago', { expiresInS: -60 }, 'The access token has expired.'],
+    ['not valid until 60 s from now', { notBeforeS: 60 }, 'The access token is not valid yet.'],
+  ])('refuses a token %s (beyond the tolerance) with 401', async (_name, signOptions, detail) => {
+    const res = await download(await h.issuer.demoToken('alice', {}, signOptions));
+    expect(res.status).toBe(401);
+    expect(res.body).toMatchObject({ code: 'unauthorized', detail });
+    expect(res.headers['www-authenticate']).toMatch(/^Bearer realm="platform"/);
+  });
+});
+
 describe('verified-token cache', () => {
   /** A verifier on the harness issuer whose clock the test moves. */
   function cachingVerifier(options: { ttlMs?: number; maxEntries?: number } = {}) {

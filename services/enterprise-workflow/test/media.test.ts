@@ -1,6 +1,9 @@
 // Upload intents, downloads and the object-created webhook against real PostgreSQL (RLS), s3rver
 // and real JWTs.
 import { createHash } from 'node:crypto';
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { PassThrough } from 'node:stream';
 import { PutObjectCommand, S3Client } from '@aws-sdk/client-s3';
 import {
   validateDownloadResponse,
@@ -8,8 +11,11 @@ import {
   validateUploadIntentResponse,
 } from '@platform/contracts';
 import { demoRowId, demoSites, demoUserSubs } from '@platform/enterprise-db';
+import { createLogger } from '@platform/service-kit';
 import { encodeEventKey } from '@platform/testkit';
 import request from 'supertest';
+import { buildApp } from '../src/app.js';
+import { createS3Storage } from '../src/storage/s3.js';
 import { startHarness, WEBHOOK_TOKENS } from './support/harness.js';
 import type { Harness } from './support/harness.js';
 
@@ -219,6 +225,55 @@ describe('POST /sites/{site_id}/media/upload-intents', () => {
     expect(after.n).toBe(before.n);
   });
 
+  it('answers 404, not 400, for links into a site the caller cannot access, and inserts nothing', async () => {
+    const count = async () =>
+      (
+        await h.admin
+          .selectFrom('enterprise.media_items')
+          .select(({ fn }) => fn.countAll<string>().as('n'))
+          .executeTakeFirstOrThrow()
+      ).n;
+    const before = await count();
+    const body = { filename: 'x.jpg', content_type: 'image/jpeg', size_bytes: 10 };
+    const unlinked = await intent(alice, tower, body);
+    // The links name real records of that very site: with a 400 naming the fields, the answer would
+    // confirm the site (and its records) exist.
+    const towerLinks = {
+      walkthrough_id: demoRowId('walkthrough', 'borealisTower', 1),
+      work_item_id: demoRowId('work_item', 'borealisTower', 1),
+      asset_id: demoRowId('asset', 'borealisTower', 1),
+    };
+    const [walkthrough, workItem, asset] = await Promise.all([
+      h.admin
+        .selectFrom('enterprise.walkthrough_logs')
+        .select('site_id')
+        .where('id', '=', towerLinks.walkthrough_id)
+        .executeTakeFirst(),
+      h.admin
+        .selectFrom('enterprise.work_items')
+        .select('site_id')
+        .where('id', '=', towerLinks.work_item_id)
+        .executeTakeFirst(),
+      h.admin
+        .selectFrom('enterprise.assets')
+        .select('site_id')
+        .where('id', '=', towerLinks.asset_id)
+        .executeTakeFirst(),
+    ]);
+    expect([walkthrough?.site_id, workItem?.site_id, asset?.site_id]).toEqual([tower, tower, tower]);
+    const answers = await Promise.all([
+      intent(alice, tower, { ...body, ...towerLinks }),
+      intent(bob, warehouse, { ...body, work_item_id: demoRowId('work_item', 'acmeWarehouse', 1) }),
+      intent(carol, hq, { ...body, asset_id: demoRowId('asset', 'acmeHq', 1) }),
+    ]);
+    for (const res of answers) {
+      expectProblem(res, 404, 'not_found');
+      expect(res.body.errors).toBeUndefined();
+      expect(res.body.detail).toBe(unlinked.body.detail);
+    }
+    expect(await count()).toBe(before);
+  });
+
   it.each([
     [{ filename: 'a.gif', content_type: 'image/gif', size_bytes: 10 }, '/content_type'],
     [{ filename: 'a.jpg', content_type: 'image/jpeg', size_bytes: 1001 }, '/size_bytes'],
@@ -417,6 +472,129 @@ describe('object-created webhook and download', () => {
     );
     // The token never reaches a log line.
     expect(JSON.stringify(h.logs)).not.toContain(WEBHOOK_TOKENS[1]);
+  });
+
+  it('acknowledges keys that cannot name a media item (NUL, over 1024 bytes) as unknown, never 5xx', async () => {
+    const nul = 'sites/x/media/a\u0000b.png';
+    const long = `sites/x/media/${'a'.repeat(1100)}.png`;
+    // MinIO records carry a content type, so the key goes straight to the database; S3 records make
+    // the service ask the store first.
+    const answers = await Promise.all([
+      webhook(minioEvent(nul, 1, 'image/png')),
+      webhook(s3Event(nul, 1)),
+      webhook(minioEvent(long, 1, 'image/png')),
+      webhook(s3Event(long, 1)),
+    ]);
+    expect(answers.map((res) => res.status)).toEqual([200, 200, 200, 200]);
+    expect(answers.map((res) => (res.body as { results: unknown }).results)).toEqual([
+      [{ key: nul, outcome: 'unknown_key' }],
+      [{ key: nul, outcome: 'unknown_key' }],
+      [{ key: long, outcome: 'unknown_key' }],
+      [{ key: long, outcome: 'unknown_key' }],
+    ]);
+    expect(
+      h.logs.some(
+        (l) => l.message === 'object event for an unknown key acknowledged' && l.object_key === nul,
+      ),
+    ).toBe(true);
+  });
+
+  it('refuses a NUL in eTag or contentType and a size beyond 2^53 - 1 with 400, leaving the item pending', async () => {
+    const { mediaId, key } = await pending(bob, hq, 'image/png', 4);
+    const withObject = (object: Record<string, unknown>) => {
+      const body = minioEvent(key, 4, 'image/png');
+      Object.assign(body.Records[0]!.s3.object, object);
+      return body;
+    };
+    const cases: Array<[Record<string, unknown>, string]> = [
+      [{ contentType: 'image/png\u0000' }, '/Records/0/s3/object/contentType'],
+      [{ eTag: '"abc\u0000"' }, '/Records/0/s3/object/eTag'],
+      [{ size: 2 ** 63 }, '/Records/0/s3/object/size'],
+      [{ size: Number.MAX_SAFE_INTEGER + 1 }, '/Records/0/s3/object/size'],
+    ];
+    for (const [object, path] of cases) {
+      const res = await webhook(withObject(object));
+      expectProblem(res, 400, 'invalid_body');
+      expect(pathsOf(res)).toEqual([path]);
+    }
+    const row = await h.admin
+      .selectFrom('enterprise.media_items')
+      .select('status')
+      .where('id', '=', mediaId)
+      .executeTakeFirstOrThrow();
+    expect(row.status).toBe('pending_upload');
+    // The largest exact size is still a well-formed event: a size mismatch, so the item is rejected.
+    const res = await webhook(withObject({ size: Number.MAX_SAFE_INTEGER }));
+    expect(res.status).toBe(200);
+    expect(res.body.results).toEqual([{ key, outcome: 'rejected' }]);
+  });
+
+  it('answers 503 with Retry-After when the store refuses the HEAD with a 4xx, and logs it', async () => {
+    // A store that is up but refuses this service (403, as S3 and MinIO do for a missing
+    // s3:GetObject permission or a wrong secret): a real HTTP server, since s3rver grants everything.
+    const seen: string[] = [];
+    const store = createServer((req, res) => {
+      seen.push(`${req.method} ${req.url}`);
+      res.writeHead(403, { 'Content-Type': 'application/xml' }).end();
+    });
+    await new Promise<void>((resolve) => store.listen(0, '127.0.0.1', resolve));
+    const { port } = store.address() as AddressInfo;
+    const refusing = createS3Storage({
+      endpoint: `http://127.0.0.1:${port}`,
+      publicEndpoint: undefined,
+      region: h.s3.region,
+      bucket: h.s3.bucket,
+      accessKeyId: h.s3.accessKeyId,
+      secretAccessKey: h.s3.secretAccessKey,
+      forcePathStyle: true,
+    });
+    const logs: Array<Record<string, unknown>> = [];
+    const stream = new PassThrough();
+    stream.on('data', (chunk: Buffer) => {
+      for (const line of chunk.toString('utf8').split('\n'))
+        if (line.trim() !== '') logs.push(JSON.parse(line) as Record<string, unknown>);
+    });
+    const app = buildApp({
+      config: {
+        media: { maxImageBytes: 1000, maxVideoBytes: 5000, uploadUrlTtlS: 900, downloadUrlTtlS: 300 },
+        idempotencyTtlS: 60,
+        webhookTokens: WEBHOOK_TOKENS,
+      },
+      logger: createLogger({ service: 'refusing-store-test', level: 'info', stream }),
+      db: h.db,
+      storage: refusing,
+      verifier: h.verifier,
+    });
+    try {
+      const { mediaId, key } = await pending(bob, hq, 'image/png', 5);
+      // An S3 record carries no content type, so the service asks the store.
+      const res = await request(app)
+        .post('/internal/media/object-created')
+        .set('Authorization', `Bearer ${WEBHOOK_TOKENS[0]}`)
+        .send(s3Event(key, 5));
+      expectProblem(res, 503, 'backend_unavailable');
+      expect(res.headers['retry-after']).toBe('5');
+      expect(JSON.stringify(res.body)).not.toMatch(/403|Forbidden|127\.0\.0\.1/);
+      expect(seen).toEqual([`HEAD /${h.s3.bucket}/${key}`]);
+      expect(logs).toContainEqual(
+        expect.objectContaining({
+          level: 'error',
+          message: 'object store refused HEAD for an object event',
+          object_key: key,
+          store_status: 403,
+        }),
+      );
+      // Nothing was recorded: the redelivery decides.
+      const row = await h.admin
+        .selectFrom('enterprise.media_items')
+        .select('status')
+        .where('id', '=', mediaId)
+        .executeTakeFirstOrThrow();
+      expect(row.status).toBe('pending_upload');
+    } finally {
+      refusing.destroy();
+      await new Promise((resolve) => store.close(resolve));
+    }
   });
 
   it('answers HEAD with 200 without a token (MinIO probes)', async () => {

@@ -56,7 +56,7 @@ describe('presigned URLs', () => {
     });
   });
 
-  it('carries no checksum of the empty body (requestChecksumCalculation WHEN_REQUIRED)', async () => {
+  it('carries no checksum of the empty body (custom endpoint: no SDK checksum middleware)', async () => {
     const url = new URL((await upload()).url);
     const names = [...url.searchParams.keys()].map((k) => k.toLowerCase());
     expect(
@@ -154,6 +154,64 @@ describe('presigned URLs', () => {
         new Date(now.getTime() + 301_000),
       ).ok,
     ).toBe(false);
+  });
+});
+
+describe('presigned URLs on AWS (no custom endpoint: the SDK presigner, getSignedUrl)', () => {
+  const now = new Date('2026-11-22T10:00:00Z');
+  let storage: MediaStorage;
+
+  // Without S3_ENDPOINT the service signs through getSignedUrl and the service's own S3 client, so
+  // only that client's configuration keeps the SDK's default checksums out of the URL. Signing is
+  // local: nothing is sent to AWS.
+  beforeAll(() => {
+    storage = createS3Storage({
+      endpoint: undefined,
+      publicEndpoint: undefined,
+      region: 'eu-central-1',
+      bucket: 'media',
+      ...credentials,
+      forcePathStyle: false,
+    });
+  });
+  afterAll(() => storage.destroy());
+
+  const checksumParams = (url: string) =>
+    [...new URL(url).searchParams.keys()]
+      .map((name) => name.toLowerCase())
+      .filter((name) => name.startsWith('x-amz-checksum') || name === 'x-amz-sdk-checksum-algorithm');
+
+  it('signs a PUT with content-type bound and no checksum of the empty body', async () => {
+    const signed = await storage.presignUpload({
+      key: 'sites/s1/media/m1.png',
+      contentType: 'image/png',
+      sizeBytes: 1234,
+      expiresInS: 900,
+      now,
+    });
+    const url = new URL(signed.url);
+    // Proof that this is the SDK's endpoint resolution, not the custom-endpoint presigner.
+    expect(url.origin).toBe('https://media.s3.eu-central-1.amazonaws.com');
+    expect(url.searchParams.get('X-Amz-SignedHeaders')).toBe('content-length;content-type;host');
+    expect(checksumParams(signed.url)).toEqual([]);
+    const verdict = verifyPresigned(
+      { method: 'PUT', url: signed.url, headers: { 'content-type': 'image/png', 'content-length': '1234' } },
+      credentials,
+      new Date(now.getTime() + 1000),
+    );
+    expect(verdict.ok).toBe(true);
+  });
+
+  it('signs a GET without checksum parameters (x-amz-checksum-crc32, x-amz-checksum-mode)', async () => {
+    const signed = await storage.presignDownload({
+      key: 'sites/s1/media/m1.png',
+      contentDisposition: contentDisposition('m1.png'),
+      contentType: 'image/png',
+      expiresInS: 300,
+      now,
+    });
+    expect(new URL(signed.url).origin).toBe('https://media.s3.eu-central-1.amazonaws.com');
+    expect(checksumParams(signed.url)).toEqual([]);
   });
 });
 

@@ -2,7 +2,7 @@
 import type { ObjectCreatedEvent } from '@platform/contracts';
 import { recordObjectCreated } from '@platform/enterprise-db';
 import { DomainError, mapDbError } from '@platform/service-kit';
-import { StorageUnavailableError } from '../storage/s3.js';
+import { StorageRefusedError, StorageUnavailableError } from '../storage/s3.js';
 import type { ServiceScope, WorkflowContext } from './context.js';
 import { normaliseEtag } from './media.js';
 import { readRecord } from './object-events.js';
@@ -22,7 +22,7 @@ const RETRY_AFTER_S = '5';
  * Size and type of the arrived object: from the record when it has them (MinIO), else from a HEAD
  * request (AWS and s3rver records carry no content type). Undefined when the object is gone.
  */
-async function observe(ctx: WorkflowContext, event: ObjectCreated) {
+async function observe(ctx: WorkflowContext, scope: ServiceScope, event: ObjectCreated) {
   if (event.sizeBytes !== undefined && event.contentType !== undefined) {
     return { sizeBytes: event.sizeBytes, contentType: event.contentType, etag: event.etag };
   }
@@ -41,8 +41,38 @@ async function observe(ctx: WorkflowContext, event: ObjectCreated) {
         cause: err,
       });
     }
+    if (err instanceof StorageRefusedError) {
+      // The store refused our own HEAD (typically 403: this service's credentials or bucket policy
+      // lack s3:GetObject). The event is sound; we could not judge it. Acknowledging would lose it
+      // for good, so answer as for an outage and let the store redeliver from its queue once an
+      // operator has fixed the access this line reports.
+      scope.log.error('object store refused HEAD for an object event', {
+        object_key: event.key,
+        store_status: err.status,
+        error: err.message,
+      });
+      throw new DomainError('backend_unavailable', 'The object store refused a lookup; retry later.', {
+        headers: { 'Retry-After': RETRY_AFTER_S },
+        cause: err,
+      });
+    }
     throw err;
   }
+}
+
+/** S3's limit on an object key: 1024 bytes of UTF-8 (MinIO's too). */
+const MAX_OBJECT_KEY_BYTES = 1024;
+
+/**
+ * Whether a decoded key can name a media item at all. Media keys are generated (newObjectKey) and
+ * stored in PostgreSQL text, which cannot hold U+0000 (even the lookup fails, SQLSTATE 22021); stores
+ * refuse keys over 1024 bytes, so a HEAD for either kind is answered with a 4xx (s3rver does so for
+ * NUL), which would read as a refusal of our access. Such a key is settled before any lookup and
+ * acknowledged as unknown, not refused: the event is well-formed (any string is a key in its shape),
+ * and a 4xx or 5xx would make MinIO redeliver it from its queue_dir forever.
+ */
+function canNameMedia(key: string): boolean {
+  return !key.includes('\u0000') && Buffer.byteLength(key, 'utf8') <= MAX_OBJECT_KEY_BYTES;
 }
 
 /**
@@ -74,7 +104,16 @@ export async function handleObjectCreated(
       settle(event.key, 'ignored');
       continue;
     }
-    const observed = await observe(ctx, event);
+    if (!canNameMedia(event.key)) {
+      scope.log.warn('object event for an unknown key acknowledged', {
+        object_key: event.key,
+        outcome: 'unknown_key',
+        reason: 'the key cannot name a media item',
+      });
+      settle(event.key, 'unknown_key');
+      continue;
+    }
+    const observed = await observe(ctx, scope, event);
     if (observed === undefined) {
       // Created and already deleted again: nothing to mark; a later event (if any) will tell.
       scope.log.warn('object event for an object that no longer exists', { object_key: event.key });

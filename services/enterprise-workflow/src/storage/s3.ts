@@ -70,6 +70,23 @@ export class StorageUnavailableError extends Error {
   override readonly name = 'StorageUnavailableError';
 }
 
+/**
+ * Raised when the store answered a request of ours with a client error other than 404 (403 for
+ * missing permissions or a wrong secret, 400 for a request it does not understand): the store is up,
+ * but this service is misconfigured towards it. `status` is the store's HTTP status.
+ */
+export class StorageRefusedError extends Error {
+  override readonly name = 'StorageRefusedError';
+
+  constructor(
+    message: string,
+    readonly status: number,
+    options?: ErrorOptions,
+  ) {
+    super(message, options);
+  }
+}
+
 function clientFor(settings: S3Settings, endpoint: string | undefined): S3Client {
   return new S3Client({
     region: settings.region,
@@ -82,7 +99,8 @@ function clientFor(settings: S3Settings, endpoint: string | undefined): S3Client
     // `x-amz-checksum-crc32=AAAAAA==`, the CRC32 of the empty body present at signing time, so every
     // real upload fails the store's checksum check (aws/aws-sdk-js-v3#6994; checked for the installed
     // 3.1169.0: the parameter is present by default and absent with WHEN_REQUIRED). The response
-    // setting likewise keeps `x-amz-checksum-mode` out of presigned GET URLs.
+    // setting likewise keeps `x-amz-checksum-mode` out of presigned GET URLs. Only getSignedUrl (AWS,
+    // no custom endpoint) goes through these middlewares; test/presign.test.ts checks that path.
     requestChecksumCalculation: 'WHEN_REQUIRED',
     responseChecksumValidation: 'WHEN_REQUIRED',
     maxAttempts: 2,
@@ -98,10 +116,13 @@ function isNotFound(err: unknown): boolean {
 
 /** Client errors (4xx other than 404) are bugs or misconfiguration; everything else is an outage. */
 function asStorageError(err: unknown, what: string): Error {
-  if (err instanceof S3ServiceException && (err.$metadata.httpStatusCode ?? 500) < 500) {
-    return new Error(`object store refused ${what}: ${err.name} (HTTP ${err.$metadata.httpStatusCode})`, {
-      cause: err,
-    });
+  if (err instanceof S3ServiceException) {
+    const status = err.$metadata.httpStatusCode ?? 500;
+    if (status < 500) {
+      return new StorageRefusedError(`object store refused ${what}: ${err.name} (HTTP ${status})`, status, {
+        cause: err,
+      });
+    }
   }
   return new StorageUnavailableError(`object store unreachable during ${what}`, { cause: err });
 }
