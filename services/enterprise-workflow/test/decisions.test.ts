@@ -224,7 +224,6 @@ describe('POST /sites/{site_id}/work-items/{item_id}/decision', () => {
         .insertInto('enterprise.work_items')
         .values({
           site_id: hq,
-          company_id: demoSites.acmeHq.companyId,
           title: 'Replace filter',
           severity: 'low',
         })

@@ -40,7 +40,7 @@ function decide(itemId: string, body: object, key: string) {
 async function proposedItem(): Promise<string> {
   const row = await h.admin
     .insertInto('enterprise.work_items')
-    .values({ site_id: hq, company_id: demoSites.acmeHq.companyId, title: 'Check pump', severity: 'low' })
+    .values({ site_id: hq, title: 'Check pump', severity: 'low' })
     .returning('id')
     .executeTakeFirstOrThrow();
   return row.id;
