@@ -1,6 +1,13 @@
 // The workflow's whole configuration, read once from the environment at boot (DESIGN 5.1) and passed
 // in; nothing else reads process.env.
-import { ConfigError, deepFreeze, LOG_LEVELS, loadConfig, readSecretList } from '@platform/service-kit';
+import {
+  ConfigError,
+  countNonBearerSecrets,
+  deepFreeze,
+  LOG_LEVELS,
+  loadConfig,
+  readSecretList,
+} from '@platform/service-kit';
 import type { LogLevel } from '@platform/service-kit';
 import type { S3Settings } from './storage/s3.js';
 import type { TokenVerifierSettings } from './auth/token-verifier.js';
@@ -98,6 +105,16 @@ export function loadWorkflowConfig(env: Record<string, string | undefined> = pro
       {
         variable: 'WEBHOOK_TOKENS',
         message: 'set WEBHOOK_TOKENS or WEBHOOK_TOKENS_FILE (at least one token)',
+      },
+    ]);
+  }
+  const unusable = countNonBearerSecrets(webhookTokens);
+  if (unusable > 0) {
+    // Such a token could never arrive in the store's Authorization header: every event would be refused.
+    throw new ConfigError([
+      {
+        variable: 'WEBHOOK_TOKENS',
+        message: `${unusable} token(s) are not RFC 6750 token68 (letters, digits, -._~+/ and trailing =)`,
       },
     ]);
   }

@@ -71,6 +71,18 @@ describe('loadWorkflowConfig', () => {
     expect(message).not.toContain('very-secret-key');
   });
 
+  it('refuses a webhook token no Authorization header can carry, without echoing it', () => {
+    let error: unknown;
+    try {
+      loadWorkflowConfig({ ...minimal, WEBHOOK_TOKENS: 'tok-a, token with spaces' });
+    } catch (err) {
+      error = err;
+    }
+    expect(error).toBeInstanceOf(ConfigError);
+    expect((error as Error).message).toMatch(/WEBHOOK_TOKENS: 1 token\(s\) are not RFC 6750 token68/);
+    expect((error as Error).message).not.toContain('token with spaces');
+  });
+
   it('requires S3 credentials in pairs and a readable token file', () => {
     expect(() => loadWorkflowConfig({ ...minimal, S3_ACCESS_KEY_ID: 'a' })).toThrow(/S3_SECRET_ACCESS_KEY/);
     expect(() => loadWorkflowConfig({ ...minimal, WEBHOOK_TOKENS_FILE: '/nonexistent/tokens' })).toThrow(
