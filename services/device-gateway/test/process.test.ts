@@ -77,39 +77,35 @@ async function waitReady(url: string, timeoutMs = 15000): Promise<void> {
   throw new Error('gateway did not become ready');
 }
 
+/** Runs the gateway with `env` against an unreachable database; resolves with its exit code and output. */
+async function runRefused(env: Record<string, string>): Promise<{ code: number | null; output: string }> {
+  const child = spawn(process.execPath, [mainJs], {
+    env: {
+      PATH: process.env.PATH,
+      DATABASE_URL: 'postgres://x:y@127.0.0.1:1/db',
+      GATEWAY_HTTP_PORT: '0',
+      GATEWAY_COAP_PORT: '0',
+      ...env,
+    },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let output = '';
+  child.stdout.on('data', (d: Buffer) => (output += d.toString()));
+  child.stderr.on('data', (d: Buffer) => (output += d.toString()));
+  const code = await waitForExit(child);
+  return { code, output };
+}
+
 describe('the gateway process (dist/main.js)', () => {
   it('refuses to start without an API key', async () => {
-    const child = spawn(process.execPath, [mainJs], {
-      env: {
-        PATH: process.env.PATH,
-        DATABASE_URL: 'postgres://x:y@127.0.0.1:1/db',
-        GATEWAY_HTTP_PORT: '0',
-        GATEWAY_COAP_PORT: '0',
-      },
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    let output = '';
-    child.stdout.on('data', (d: Buffer) => (output += d.toString()));
-    child.stderr.on('data', (d: Buffer) => (output += d.toString()));
-    expect(await waitForExit(child)).toBe(1);
+    const { code, output } = await runRefused({});
+    expect(code).toBe(1);
     expect(output).toMatch(/GATEWAY_API_KEYS/);
   });
 
   it('refuses to start with an API key no Bearer header can carry, without printing it', async () => {
-    const child = spawn(process.execPath, [mainJs], {
-      env: {
-        PATH: process.env.PATH,
-        DATABASE_URL: 'postgres://x:y@127.0.0.1:1/db',
-        GATEWAY_API_KEYS: 'usable-key-0123,secret with spaces',
-        GATEWAY_HTTP_PORT: '0',
-        GATEWAY_COAP_PORT: '0',
-      },
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    let output = '';
-    child.stdout.on('data', (d: Buffer) => (output += d.toString()));
-    child.stderr.on('data', (d: Buffer) => (output += d.toString()));
-    expect(await waitForExit(child)).toBe(1);
+    const { code, output } = await runRefused({ GATEWAY_API_KEYS: 'usable-key-0123,secret with spaces' });
+    expect(code).toBe(1);
     expect(output).toMatch(/1 configured API key\(s\) cannot be used in an Authorization header/);
     expect(output).not.toContain('secret with spaces');
     expect(output).not.toContain('usable-key-0123');

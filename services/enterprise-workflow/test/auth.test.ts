@@ -7,7 +7,7 @@ import { freePort } from '@platform/testkit';
 import request from 'supertest';
 import { buildApp } from '../src/app.js';
 import { createTokenVerifier } from '../src/auth/token-verifier.js';
-import type { TokenVerifierSettings } from '../src/auth/token-verifier.js';
+import type { TokenVerifier, TokenVerifierSettings } from '../src/auth/token-verifier.js';
 import { startHarness } from './support/harness.js';
 import type { Harness } from './support/harness.js';
 
@@ -20,6 +20,21 @@ afterAll(async () => {
 });
 
 const hq = demoSites.acmeHq.id;
+
+/** The service on the harness's database and store, with a verifier of the test's own settings. */
+function appWithVerifier(verifier: TokenVerifier): ReturnType<typeof buildApp> {
+  return buildApp({
+    config: {
+      media: { maxImageBytes: 1000, maxVideoBytes: 1000, uploadUrlTtlS: 60, downloadUrlTtlS: 60 },
+      idempotencyTtlS: 60,
+      webhookTokens: ['t'],
+    },
+    logger: createLogger({ service: 'test', level: 'error' }),
+    db: h.db,
+    storage: h.storage,
+    verifier,
+  });
+}
 
 /** One representative request per portal endpoint, each valid for alice. */
 const endpoints = [
@@ -220,17 +235,7 @@ describe('signing keys unreachable', () => {
 
   it('answers 503 with Retry-After (not 401) and /ready reports not ready', async () => {
     const verifier = createTokenVerifier(await deadVerifierSettings());
-    const app = buildApp({
-      config: {
-        media: { maxImageBytes: 1, maxVideoBytes: 1, uploadUrlTtlS: 60, downloadUrlTtlS: 60 },
-        idempotencyTtlS: 60,
-        webhookTokens: ['t'],
-      },
-      logger: createLogger({ service: 'test', level: 'error' }),
-      db: h.db,
-      storage: h.storage,
-      verifier,
-    });
+    const app = appWithVerifier(verifier);
     const token = await h.issuer.demoToken('alice');
     const res = await request(app)
       .get(`/sites/${hq}/media/${demoRowId('media_item', 'acmeHq', 1)}/download`)
@@ -260,16 +265,8 @@ describe('clock skew on a full verification', () => {
   let app: ReturnType<typeof buildApp>;
 
   beforeAll(() => {
-    app = buildApp({
-      config: {
-        media: { maxImageBytes: 1000, maxVideoBytes: 1000, uploadUrlTtlS: 60, downloadUrlTtlS: 60 },
-        idempotencyTtlS: 60,
-        webhookTokens: ['t'],
-      },
-      logger: createLogger({ service: 'test', level: 'error' }),
-      db: h.db,
-      storage: h.storage,
-      verifier: createTokenVerifier({
+    app = appWithVerifier(
+      createTokenVerifier({
         issuerUrl: h.issuer.issuerUrl,
         clientId: h.issuer.clientId,
         requiredRole: 'enterprise_portal_role',
@@ -280,7 +277,7 @@ describe('clock skew on a full verification', () => {
         tokenCacheTtlMs: 0,
         tokenCacheMaxEntries: 0,
       }),
-    });
+    );
   });
 
   const download = (token: string) =>

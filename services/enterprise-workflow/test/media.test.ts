@@ -113,6 +113,15 @@ async function objectKeyOf(mediaId: string): Promise<string> {
   return row.object_key;
 }
 
+async function statusOf(mediaId: string): Promise<string> {
+  const row = await h.admin
+    .selectFrom('enterprise.media_items')
+    .select('status')
+    .where('id', '=', mediaId)
+    .executeTakeFirstOrThrow();
+  return row.status;
+}
+
 async function put(key: string, body: Buffer, contentType: string) {
   await s3client.send(
     new PutObjectCommand({ Bucket: h.s3.bucket, Key: key, Body: body, ContentType: contentType }),
@@ -517,12 +526,7 @@ describe('object-created webhook and download', () => {
       expectProblem(res, 400, 'invalid_body');
       expect(pathsOf(res)).toEqual([path]);
     }
-    const row = await h.admin
-      .selectFrom('enterprise.media_items')
-      .select('status')
-      .where('id', '=', mediaId)
-      .executeTakeFirstOrThrow();
-    expect(row.status).toBe('pending_upload');
+    expect(await statusOf(mediaId)).toBe('pending_upload');
     // The largest exact size is still a well-formed event: a size mismatch, so the item is rejected.
     const res = await webhook(withObject({ size: Number.MAX_SAFE_INTEGER }));
     expect(res.status).toBe(200);
@@ -585,12 +589,7 @@ describe('object-created webhook and download', () => {
         }),
       );
       // Nothing was recorded: the redelivery decides.
-      const row = await h.admin
-        .selectFrom('enterprise.media_items')
-        .select('status')
-        .where('id', '=', mediaId)
-        .executeTakeFirstOrThrow();
-      expect(row.status).toBe('pending_upload');
+      expect(await statusOf(mediaId)).toBe('pending_upload');
     } finally {
       refusing.destroy();
       await new Promise((resolve) => store.close(resolve));
