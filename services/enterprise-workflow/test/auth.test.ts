@@ -126,6 +126,12 @@ const cases: TokenCase[] = [
   },
   { name: 'no sub', token: () => h.issuer.sign({ sub: undefined }), status: 401, code: 'unauthorized' },
   {
+    name: 'an ID token (typ ID) carrying the role',
+    token: () => h.issuer.demoToken('alice', { typ: 'ID' }),
+    status: 401,
+    code: 'unauthorized',
+  },
+  {
     name: 'NUL character in a claim',
     token: () => h.issuer.demoToken('alice', { name: 'Alice\u0000Anders' }),
     status: 401,

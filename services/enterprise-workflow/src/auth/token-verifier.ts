@@ -198,6 +198,13 @@ export function createTokenVerifier(settings: TokenVerifierSettings): TokenVerif
       if (typeof payload.sub !== 'string' || payload.sub.length === 0) {
         return { ok: false, reason: 'invalid_token', detail: 'The access token has no subject.' };
       }
+      // Keycloak marks its tokens with `typ`: `Bearer` for access tokens, `ID` and `Refresh` for the
+      // others, which carry the same iss, azp and aud. Only an access token may call the API, so a token
+      // that says it is something else is refused even if a mapper put the role into it.
+      const typ = (payload as { typ?: unknown }).typ;
+      if (typ !== undefined && typ !== 'Bearer') {
+        return { ok: false, reason: 'invalid_token', detail: 'The token is not an access token.' };
+      }
       // The claims travel into PostgreSQL as jsonb (request.jwt.claims), which refuses U+0000: such a
       // token, however well signed, is refused here rather than failing inside the transaction.
       if (JSON.stringify(payload).includes('\\u0000')) {
