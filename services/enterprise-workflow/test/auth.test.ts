@@ -1,5 +1,7 @@
 // The authentication matrix (issue 6 item 9): every portal endpoint × every way a token can be wrong,
 // with real tokens from the testkit issuer (RS256/ES256 keys, Keycloak-shaped JWKS).
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { validateProblemDocument } from '@platform/contracts';
 import { demoRowId, demoSites, demoUserSubs } from '@platform/enterprise-db';
 import { createLogger } from '@platform/service-kit';
@@ -238,6 +240,29 @@ describe('signing keys unreachable', () => {
       tokenCacheMaxEntries: 100,
     };
   }
+
+  it('/ready fetches the key set at most once per cooldown while the issuer fails', async () => {
+    let fetches = 0;
+    const failing = http.createServer((_req, res) => {
+      fetches++;
+      res.statusCode = 503;
+      res.end();
+    });
+    await new Promise<void>((resolve) => failing.listen(0, '127.0.0.1', resolve));
+    try {
+      const { port } = failing.address() as AddressInfo;
+      const verifier = createTokenVerifier({
+        ...(await deadVerifierSettings()),
+        jwksUrl: `http://127.0.0.1:${port}/certs`,
+      });
+      const answers: boolean[] = [];
+      for (let i = 0; i < 10; i++) answers.push(await verifier.keysLoaded());
+      expect(answers).toEqual(answers.map(() => false));
+      expect(fetches).toBe(1); // the cooldown is 1 s; ten probes in a row
+    } finally {
+      await new Promise((resolve) => failing.close(resolve));
+    }
+  });
 
   it('answers 503 with Retry-After (not 401) and /ready reports not ready', async () => {
     const verifier = createTokenVerifier(await deadVerifierSettings());

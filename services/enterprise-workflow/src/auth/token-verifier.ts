@@ -145,6 +145,7 @@ export function createTokenVerifier(settings: TokenVerifierSettings): TokenVerif
     cacheMaxAge: settings.jwksCacheMaxAgeMs,
     timeoutDuration: settings.jwksTimeoutMs,
   });
+  let lastKeyFetchAt = -Infinity;
 
   return {
     jwksUrl,
@@ -226,6 +227,11 @@ export function createTokenVerifier(settings: TokenVerifierSettings): TokenVerif
 
     async keysLoaded() {
       if (keySet.jwks() !== undefined) return true;
+      // /ready is unauthenticated and probed often: while the issuer is down, fetch at most once per
+      // cooldown (the same bound as unknown-kid refreshes) instead of once per probe.
+      const at = now();
+      if (at - lastKeyFetchAt < settings.jwksCooldownMs) return false;
+      lastKeyFetchAt = at;
       try {
         await keySet.reload();
       } catch {
