@@ -1,8 +1,14 @@
 // Child process of `npm run bench:gateway`: runs ONE server under test (so heap figures are its own) and
 // obeys the parent over IPC. Mode `gateway`: the real gateway (buildApp, CoAP + HTTP, registry in
 // PostgreSQL). Mode `nodecoap`: a plain node-coap 1.5.0 server holding one `res` per observe relation and
-// calling res.write() per notification — the approach NODE-COAP.md measured.
+// calling res.write() per notification — the approach NODE-COAP.md measured. Modes `floor-http` and
+// `floor-express`: the least an HTTP → UDP notify can cost here, with node:http alone or express with its
+// JSON parser alone (no auth, logging, validation or state): each POST's body goes out as one datagram to
+// BENCH_OBSERVER_PORT and is answered 200.
+import dgram from 'node:dgram';
+import { createServer as createHttpServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import express from 'express';
 import { createLogger, createDb, SecretSet } from '@platform/service-kit';
 import { buildApp, loadGatewayConfig, type GatewayDatabase } from '@platform/device-gateway';
 import { createServer, type IncomingMessage, type OutgoingMessage } from 'coap';
@@ -140,4 +146,43 @@ async function nodecoap(): Promise<void> {
   send({ ready: true, coapPort: address.port, httpPort: 0 });
 }
 
-await (process.argv[2] === 'nodecoap' ? nodecoap() : gateway());
+async function floor(withExpress: boolean): Promise<void> {
+  const socket = dgram.createSocket('udp4');
+  await new Promise<void>((r) => socket.connect(Number(process.env.BENCH_OBSERVER_PORT), '127.0.0.1', r));
+  const answer = '{"status":"updated"}';
+  let server;
+  if (withExpress) {
+    const app = express();
+    app.set('etag', false);
+    app.use(express.json());
+    app.post('/api/notify-settings', (req, res) => {
+      socket.send(JSON.stringify(req.body));
+      res.json({ status: 'updated' });
+    });
+    server = app.listen(0, '127.0.0.1');
+  } else {
+    server = createHttpServer((req, res) => {
+      const chunks: Buffer[] = [];
+      req.on('data', (c: Buffer) => chunks.push(c));
+      req.on('end', () => {
+        socket.send(Buffer.concat(chunks));
+        res
+          .writeHead(200, { 'content-type': 'application/json', 'content-length': answer.length })
+          .end(answer);
+      });
+    }).listen(0, '127.0.0.1');
+  }
+  await new Promise((r) => server.once('listening', r));
+  process.on('message', (m: Command) => {
+    if (m.cmd === 'cpu') send({ cpuMs: cpuMs() });
+    if (m.cmd === 'exit') process.exit(0);
+  });
+  send({ ready: true, coapPort: 0, httpPort: (server.address() as AddressInfo).port });
+}
+
+const mode = process.argv[2];
+await (mode === 'nodecoap'
+  ? nodecoap()
+  : mode === 'floor-http' || mode === 'floor-express'
+    ? floor(mode === 'floor-express')
+    : gateway());

@@ -25,14 +25,20 @@ interface Child {
   ask<T>(msg: unknown): Promise<T>;
 }
 
-async function startChild(mode: 'gateway' | 'nodecoap', databaseUrl: string): Promise<Child> {
+type ChildMode = 'gateway' | 'nodecoap' | 'floor-http' | 'floor-express';
+
+async function startChild(
+  mode: ChildMode,
+  databaseUrl: string,
+  env: Record<string, string> = {},
+): Promise<Child> {
   const proc = fork(serverJs, [mode], {
     // BENCH_PROFILE=<dir> writes a CPU profile per server child (node --cpu-prof) for the report.
     execArgv: [
       '--expose-gc',
       ...(process.env.BENCH_PROFILE ? ['--cpu-prof', `--cpu-prof-dir=${process.env.BENCH_PROFILE}`] : []),
     ],
-    env: { ...process.env, BENCH_DATABASE_URL: databaseUrl },
+    env: { ...process.env, BENCH_DATABASE_URL: databaseUrl, ...env },
     stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
   });
   const first = await new Promise<{ coapPort: number; httpPort: number }>((resolve, reject) => {
@@ -384,6 +390,41 @@ async function latency(databaseUrl: string, rate = 1000) {
   };
 }
 
+/**
+ * The same open loop (1,000/s for 5 s after a 1 s warm-up) against a floor server (bench-gateway-server.ts):
+ * node:http alone, or express with its JSON parser alone, turning each POST into one datagram. What this
+ * machine charges between a notify request and its datagram before the gateway does any work of its own.
+ */
+async function floorLatency(mode: 'floor-http' | 'floor-express', rate = 1000) {
+  const observer = dgram.createSocket('udp4');
+  await new Promise<void>((r) => observer.bind(0, '127.0.0.1', r));
+  const sentAt = new Map<number, number>();
+  const samples: number[] = [];
+  observer.on('message', (m) => {
+    const doc = JSON.parse(m.toString()) as { settings: { reporting_interval_s: number } };
+    const t = sentAt.get(doc.settings.reporting_interval_s);
+    if (t !== undefined) samples.push(performance.now() - t);
+  });
+  const child = await startChild(mode, '', { BENCH_OBSERVER_PORT: String(observer.address().port) });
+  const client = new RawHttpClient(child.httpPort, 64);
+  const post = (value: number): Promise<number> => {
+    sentAt.set(value, performance.now());
+    return client.post(
+      '/api/notify-settings',
+      JSON.stringify({ device_id: deviceId(0), settings: { reporting_interval_s: value } }),
+    );
+  };
+  await openLoop(rate, rate, (i) => post(10 + i));
+  samples.length = 0;
+  await openLoop(rate, rate * 5, (i) => post(10 + rate + i));
+  await new Promise((r) => setTimeout(r, 300));
+  samples.sort((a, b) => a - b);
+  client.close();
+  observer.close();
+  await stopChild(child);
+  return { p50: percentile(samples, 50), p99: percentile(samples, 99), seen: samples.length };
+}
+
 async function main(): Promise<void> {
   console.log(`bench:gateway — loopback, ${ROWS} registry rows, sizes ${SIZES.join(', ')}`);
   const pg = await startPostgres();
@@ -456,6 +497,16 @@ async function main(): Promise<void> {
     console.log(
       `  CPU: gateway ${lat.serverCpuPct.toFixed(0)} % of a core, client ${lat.clientCpuPct.toFixed(0)} % of a core`,
     );
+    // The floor under that figure on this machine: the same load against servers that only parse and send.
+    for (const [mode, label] of [
+      ['floor-http', 'node:http alone'],
+      ['floor-express', 'express + express.json alone'],
+    ] as const) {
+      const f = await floorLatency(mode);
+      console.log(
+        `  floor, ${label.padEnd(29)} p50 ${f.p50.toFixed(3)} ms   p99 ${f.p99.toFixed(3)} ms   (${f.seen} of 5000)`,
+      );
+    }
     await owner.destroy();
   } finally {
     await pg.destroy();
