@@ -1,4 +1,6 @@
 import { validateDecisionRequest, validateProblemDocument } from '@platform/contracts';
+import type { AddressInfo } from 'node:net';
+import { brotliCompressSync, deflateSync, gzipSync } from 'node:zlib';
 import express from 'express';
 import request from 'supertest';
 import type { Response } from 'supertest';
@@ -162,6 +164,54 @@ describe('createHttpApp body handling', () => {
       .post('/echo')
       .set('Content-Type', 'application/json; charset=latin1')
       .send('{"a":1}');
+    expectProblem(res, 415, 'unsupported_media_type');
+  });
+
+  it('inflates a gzip, br or deflate body, answers one that does not decompress with 400, and limits the inflated size', async () => {
+    // fetch on a listening server: supertest re-serialises a Buffer sent with a JSON Content-Type.
+    const server = app.listen(0, '127.0.0.1');
+    await new Promise((resolve) => server.once('listening', resolve));
+    const { port } = server.address() as AddressInfo;
+    const post = async (encoding: string, bytes: Buffer) => {
+      const res = await fetch(`http://127.0.0.1:${port}/echo`, {
+        method: 'POST',
+        headers: { 'Content-Type': 'application/json', 'Content-Encoding': encoding },
+        body: bytes,
+      });
+      return {
+        status: res.status,
+        type: res.headers.get('content-type'),
+        body: (await res.json()) as Record<string, unknown>,
+      };
+    };
+    try {
+      const json = JSON.stringify({ a: 1 });
+      for (const [encoding, compressed] of [
+        ['gzip', gzipSync(json)],
+        ['br', brotliCompressSync(json)],
+        ['deflate', deflateSync(json)],
+      ] as const) {
+        expect(await post(encoding, compressed)).toMatchObject({ status: 200, body: { received: { a: 1 } } });
+        const bad = await post(encoding, Buffer.from('{"not":"compressed"}'));
+        expect(bad).toMatchObject({ status: 400, body: { code: 'invalid_body', status: 400 } });
+        expect(bad.type).toMatch(/^application\/problem\+json/);
+        expect(JSON.stringify(bad.body)).not.toMatch(/zlib|Z_DATA|header check|Decompression/i);
+      }
+      // 1 MiB of JSON in about 1 KB of gzip: refused by the 64 KiB limit on the inflated body.
+      const bomb = gzipSync(JSON.stringify({ p: 'x'.repeat(1 << 20) }));
+      expect(bomb.length).toBeLessThan(LIMIT_BYTES);
+      expect(await post('gzip', bomb)).toMatchObject({ status: 413, body: { code: 'payload_too_large' } });
+    } finally {
+      await new Promise((resolve) => server.close(resolve));
+    }
+  });
+
+  it('answers an unsupported Content-Encoding with 415', async () => {
+    const res = await request(app)
+      .post('/echo')
+      .set('Content-Type', 'application/json')
+      .set('Content-Encoding', 'compress')
+      .send('{}');
     expectProblem(res, 415, 'unsupported_media_type');
   });
 

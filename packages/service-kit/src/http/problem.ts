@@ -49,6 +49,21 @@ function classify(err: unknown): Classified {
         expected: true,
       };
     }
+    // body-parser inflates gzip, deflate and br bodies; a body that is not what its Content-Encoding says
+    // fails inside zlib, and body-parser passes that error on with status 400 but no `type` (seen with
+    // body-parser 2.4: code Z_DATA_ERROR, or ERR__ERROR_FORMAT_PADDING_2 for br). The client sent it.
+    if (status === 400 && (err as { expose?: unknown }).expose === true) {
+      return {
+        error: new DomainError(
+          'invalid_body',
+          'The request body could not be read as sent (is its Content-Encoding right?).',
+          {
+            cause: err,
+          },
+        ),
+        expected: true,
+      };
+    }
   }
   return {
     error: new DomainError('internal_error', 'An unexpected error occurred.', { cause: err }),
