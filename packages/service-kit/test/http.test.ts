@@ -256,6 +256,48 @@ describe('createHttpApp body handling', () => {
   });
 });
 
+describe('createHttpApp authenticateBody', () => {
+  const seen: string[] = [];
+  const { logger } = captureLogs();
+  const gated = createHttpApp({
+    logger,
+    authenticateBody: (req, _res, next) => {
+      seen.push(req.path);
+      if (req.get('Authorization') === 'Bearer ok') next();
+      else next(new DomainError('unauthorized', 'No.'));
+    },
+  });
+  addRoutes(gated, [
+    {
+      method: 'POST',
+      path: '/echo',
+      handler: (req, res) => void res.json({ received: req.body as unknown }),
+    },
+  ]);
+  finishHttpApp(gated, logger);
+
+  it('refuses a request with a body before reading it, and lets bodiless requests through untouched', async () => {
+    const denied = await request(gated).post('/echo').set('Content-Type', 'application/json').send('{"a":');
+    expectProblem(denied, 401, 'unauthorized');
+    const tooBig = await request(gated)
+      .post('/echo')
+      .set('Content-Type', 'application/json')
+      .send(JSON.stringify({ p: 'x'.repeat(LIMIT_BYTES) }));
+    expectProblem(tooBig, 401, 'unauthorized');
+    const malformed = await request(gated)
+      .post('/echo')
+      .set('Authorization', 'Bearer ok')
+      .set('Content-Type', 'application/json')
+      .send('{"a":');
+    expectProblem(malformed, 400, 'invalid_json');
+    const ok = await request(gated).post('/echo').set('Authorization', 'Bearer ok').send({ a: 1 });
+    expect(ok.body).toEqual({ received: { a: 1 } });
+    seen.length = 0;
+    expect((await request(gated).post('/echo')).status).toBe(200); // no body: the gate is not asked
+    expect(seen).toEqual([]);
+  });
+});
+
 describe('createHttpApp routing errors', () => {
   const { app } = buildTestApp();
 

@@ -86,12 +86,15 @@ export function buildApp(deps: GatewayDeps): GatewayApp {
     reconnectMaxMs: config.GATEWAY_BUS_RECONNECT_MAX_MS,
     heartbeatMs: config.GATEWAY_BUS_HEARTBEAT_MS,
   });
+  const apiKey = requireApiKey(deps.apiKeys);
   const http = createHttpApp({
     logger,
     trustProxy: config.GATEWAY_TRUST_PROXY,
     ...(deps.metrics === undefined ? {} : { metrics: deps.metrics }),
+    // Every route that takes a body needs the key: check it before the body is read.
+    authenticateBody: apiKey,
   });
-  addRoutes(http, gatewayRoutes(service, requireApiKey(deps.apiKeys)));
+  addRoutes(http, gatewayRoutes(service, apiKey));
   if (deps.metrics !== undefined) {
     registerGatewayMetrics(deps.metrics, state, coap);
     registerBusMetrics(deps.metrics, bus);

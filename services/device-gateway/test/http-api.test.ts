@@ -59,6 +59,24 @@ describe('management HTTP API on a real PostgreSQL registry', () => {
     expectProblem(basic, 401, 'unauthorized');
   });
 
+  it.each(['/api/notify-settings', '/api/update-settings', '/api/reload-registry', '/api/no-such-route'])(
+    'POST %s with a body and no valid key is 401 before the body is read (not 400, 413 or 415)',
+    async (path) => {
+      for (const [type, body] of [
+        ['application/json', '{"device_id": '], // malformed
+        ['application/json', JSON.stringify({ p: 'x'.repeat(70 * 1024) })], // over 64 KiB
+        ['text/plain', 'hello'], // not JSON
+      ]) {
+        const res = await request(gw.app.http)
+          .post(path)
+          .set('Authorization', 'Bearer not-a-key')
+          .set('Content-Type', type!)
+          .send(body);
+        expectProblem(res, 401, 'unauthorized');
+      }
+    },
+  );
+
   it('GET /api/config accepts every configured key and shows no secret', async () => {
     for (const key of API_KEYS) {
       const res = await request(gw.app.http).get('/api/config').set('Authorization', `Bearer ${key}`);

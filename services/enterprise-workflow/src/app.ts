@@ -5,6 +5,7 @@ import type { Express } from 'express';
 import { sql } from 'kysely';
 import type { Kysely } from 'kysely';
 import type { TokenVerifier } from './auth/token-verifier.js';
+import { authenticateBodies } from './http/auth.js';
 import type { WorkflowConfig } from './config.js';
 import type { WorkflowDb } from './db/database.js';
 import type { WorkflowContext } from './domain/context.js';
@@ -56,17 +57,19 @@ export function buildApp(deps: AppDeps): Express {
     counters: createWorkflowMetrics(deps.metrics),
     now: deps.now ?? (() => new Date()),
   };
+  const webhookTokens = new SecretSet(deps.config.webhookTokens);
   const app = createHttpApp({
     logger: deps.logger,
     trustProxy: deps.config.http?.trustProxy ?? 0,
     ...(deps.metrics === undefined ? {} : { metrics: deps.metrics }),
+    authenticateBody: authenticateBodies(deps.verifier, webhookTokens),
   });
   addRoutes(
     app,
     workflowRoutes({
       ctx,
       verifier: deps.verifier,
-      webhookTokens: new SecretSet(deps.config.webhookTokens),
+      webhookTokens,
       checkReady: async () => {
         const [database, keys] = await Promise.all([databaseAnswers(deps.db), deps.verifier.keysLoaded()]);
         return { database: database ? 'ok' : 'failed', signing_keys: keys ? 'ok' : 'failed' };

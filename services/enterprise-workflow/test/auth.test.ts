@@ -188,6 +188,39 @@ describe.each(endpoints)('$name', ({ send, ok }) => {
   });
 });
 
+describe('credentials before bodies', () => {
+  it.each([
+    ['the webhook without a token', '/internal/media/object-created', undefined],
+    ['the webhook with a wrong token', '/internal/media/object-created', 'Bearer wrong-token'],
+    ['an upload intent without a token', `/sites/${hq}/media/upload-intents`, undefined],
+    ['an upload intent with a forged token', `/sites/${hq}/media/upload-intents`, 'Bearer abc.def.ghi'],
+  ])('%s is 401 before its body is read, whatever the body', async (_name, path, authorization) => {
+    for (const [type, body] of [
+      ['application/json', '{"Records": ['],
+      ['application/json', JSON.stringify({ p: 'x'.repeat(70 * 1024) })],
+      ['text/plain', 'hello'],
+    ]) {
+      const req = request(h.app).post(path).set('Content-Type', type!);
+      if (authorization !== undefined) req.set('Authorization', authorization);
+      const res = await req.send(body);
+      expect(res.status).toBe(401);
+      expect(res.body.code).toBe('unauthorized');
+      expect(res.headers['www-authenticate']).toMatch(/^Bearer /);
+    }
+  });
+
+  it('a valid caller still gets 400 for a malformed body', async () => {
+    const token = await h.issuer.demoToken('alice');
+    const res = await request(h.app)
+      .post(`/sites/${hq}/media/upload-intents`)
+      .set('Authorization', `Bearer ${token}`)
+      .set('Content-Type', 'application/json')
+      .send('{"filename": ');
+    expect(res.status).toBe(400);
+    expect(res.body.code).toBe('invalid_json');
+  });
+});
+
 describe('key handling', () => {
   it('accepts a token whose aud (not azp) names the client', async () => {
     const token = await h.issuer.demoToken('alice', {

@@ -24,6 +24,13 @@ export interface HttpAppOptions {
   trustProxy?: boolean | number;
   /** Record `http_requests_total` and `http_request_duration_seconds` on this registry. */
   metrics?: Registry;
+  /**
+   * Runs for every request that carries a body, before the body is read: the service's authentication,
+   * so a caller without credentials gets its 401 without the server first reading, inflating and parsing
+   * up to `bodyLimitBytes` of JSON for it (and the 401 comes before any 400/413/415 about that body).
+   * It must pass requests it does not guard (health, probes) to `next()` untouched.
+   */
+  authenticateBody?: RequestHandler;
 }
 
 /**
@@ -42,6 +49,13 @@ export function createHttpApp(options: HttpAppOptions): Express {
 
   app.use(requestContext(options.logger));
   app.use(observeRequests(options.metrics));
+  const authenticateBody = options.authenticateBody;
+  if (authenticateBody !== undefined) {
+    app.use((req, res, next) => {
+      if (hasBody(req)) authenticateBody(req, res, next);
+      else next();
+    });
+  }
   app.use(requireJsonBody);
   app.use(express.json({ limit: options.bodyLimitBytes ?? DEFAULT_BODY_LIMIT_BYTES, type: JSON_TYPES }));
   return app;

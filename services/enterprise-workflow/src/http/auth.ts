@@ -1,7 +1,7 @@
 // Edge authentication: bearer JWTs for portal routes, shared tokens for the storage webhook.
 import { DomainError, bearerToken } from '@platform/service-kit';
 import type { SecretSet } from '@platform/service-kit';
-import type { Request } from 'express';
+import type { Request, RequestHandler } from 'express';
 import type { PortalUser, TokenVerifier } from '../auth/token-verifier.js';
 
 /** RFC 6750 challenge; the realm names the Keycloak realm the token must come from. */
@@ -15,11 +15,23 @@ function challenge(error?: 'invalid_token'): Record<string, string> {
 /** Seconds a client should wait before retrying when the signing keys are unreachable. */
 const KEYS_RETRY_AFTER_S = 5;
 
+/** One verification per request, whether the body gate or the route asks first. */
+const verified = new WeakMap<Request, Promise<PortalUser>>();
+
 /**
  * The verified user of a portal request. No token means the anonymous role, which may do nothing
  * here (DESIGN 4.1): 401. An invalid token is 401, a valid token without the portal role 403.
  */
-export async function authenticateUser(req: Request, verifier: TokenVerifier): Promise<PortalUser> {
+export function authenticateUser(req: Request, verifier: TokenVerifier): Promise<PortalUser> {
+  let user = verified.get(req);
+  if (user === undefined) {
+    user = verify(req, verifier);
+    verified.set(req, user);
+  }
+  return user;
+}
+
+async function verify(req: Request, verifier: TokenVerifier): Promise<PortalUser> {
   const token = bearerToken(req);
   if (token === undefined) {
     throw new DomainError('unauthorized', 'A bearer token is required.', { headers: challenge() });
@@ -52,3 +64,29 @@ export function authenticateWebhook(req: Request, tokens: SecretSet): void {
     });
   }
 }
+
+/**
+ * For `createHttpApp({ authenticateBody })`: requests with a body are authenticated before it is read,
+ * the webhook by its tokens and the portal routes by their JWT; anything else goes on to the router
+ * (which answers 404/405 as usual).
+ */
+export function authenticateBodies(verifier: TokenVerifier, webhookTokens: SecretSet): RequestHandler {
+  return (req, _res, next) => {
+    if (req.path === WEBHOOK_PATH) {
+      try {
+        authenticateWebhook(req, webhookTokens);
+        next();
+      } catch (err) {
+        next(err);
+      }
+      return;
+    }
+    if (req.path.startsWith('/sites/')) {
+      authenticateUser(req, verifier).then(() => next(), next);
+      return;
+    }
+    next();
+  };
+}
+
+export const WEBHOOK_PATH = '/internal/media/object-created';

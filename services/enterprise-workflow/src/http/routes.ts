@@ -15,7 +15,7 @@ import { decideWorkItem } from '../domain/work-item-decisions.js';
 import { getDownload } from '../domain/downloads.js';
 import { handleObjectCreated } from '../domain/object-created.js';
 import { createUploadIntent } from '../domain/upload-intents.js';
-import { authenticateUser, authenticateWebhook } from './auth.js';
+import { authenticateUser, authenticateWebhook, WEBHOOK_PATH } from './auth.js';
 
 export interface RouteDeps {
   ctx: WorkflowContext;
@@ -153,7 +153,7 @@ export function workflowRoutes(deps: RouteDeps): RouteDefinition[] {
     },
     {
       method: 'HEAD',
-      path: '/internal/media/object-created',
+      path: WEBHOOK_PATH,
       // Older MinIO releases probe the target with HEAD when it is configured (DESIGN 4.4); the
       // probe carries no token, and answering it reveals nothing.
       handler: (_req, res) => {
@@ -162,7 +162,7 @@ export function workflowRoutes(deps: RouteDeps): RouteDefinition[] {
     },
     {
       method: 'POST',
-      path: '/internal/media/object-created',
+      path: WEBHOOK_PATH,
       handler: handle(async (req, res) => {
         authenticateWebhook(req, webhookTokens);
         const event = requireValid(validateObjectCreatedEvent(req.body));
