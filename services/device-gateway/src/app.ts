@@ -19,7 +19,7 @@ import type { GatewayDatabase } from './db/tables.js';
 import { GatewayState } from './domain/gateway-state.js';
 import { VersionClock } from './domain/version-clock.js';
 import { requireApiKey } from './http/auth.js';
-import { gatewayRoutes } from './http/routes.js';
+import { gatewayRoutes, PUBLIC_PATHS } from './http/routes.js';
 import { createReloadMetrics, registerGatewayMetrics } from './metrics.js';
 import { GatewayService } from './service.js';
 
@@ -91,8 +91,11 @@ export function buildApp(deps: GatewayDeps): GatewayApp {
     logger,
     trustProxy: config.GATEWAY_TRUST_PROXY,
     ...(deps.metrics === undefined ? {} : { metrics: deps.metrics }),
-    // Every route that takes a body needs the key: check it before the body is read.
-    authenticateBody: apiKey,
+    // Every route but the public ones needs the key: check it before a body is read.
+    authenticateBody: (req, res, next) => {
+      if (PUBLIC_PATHS.has(req.path)) next();
+      else apiKey(req, res, next);
+    },
   });
   addRoutes(http, gatewayRoutes(service, apiKey));
   if (deps.metrics !== undefined) {

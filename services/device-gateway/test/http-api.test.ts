@@ -77,6 +77,16 @@ describe('management HTTP API on a real PostgreSQL registry', () => {
     },
   );
 
+  it('the probes and the metrics scrape answer without a key even when a body is sent', async () => {
+    for (const path of ['/api/health', '/api/ready', '/metrics']) {
+      const res = await request(gw.app.http)
+        .get(path)
+        .set('Content-Type', 'application/json')
+        .send('{"x":1}');
+      expect(res.status).not.toBe(401);
+    }
+  });
+
   it('GET /api/config accepts every configured key and shows no secret', async () => {
     for (const key of API_KEYS) {
       const res = await request(gw.app.http).get('/api/config').set('Authorization', `Bearer ${key}`);

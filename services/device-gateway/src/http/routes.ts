@@ -4,6 +4,11 @@ import type { RequestHandler } from 'express';
 import { DocumentTooLargeError, UnknownDeviceError } from '../domain/gateway-state.js';
 import type { GatewayService } from '../service.js';
 
+const HEALTH_PATH = '/api/health';
+const READY_PATH = '/api/ready';
+/** What answers without an API key: the probes (DESIGN 3.1) and the Prometheus scrape (DESIGN 4.4). */
+export const PUBLIC_PATHS: ReadonlySet<string> = new Set([HEALTH_PATH, READY_PATH, '/metrics']);
+
 /**
  * The management API (DESIGN 3.1). Aliases are the same handler object registered under a second path:
  * `register-device` = `reload-registry`, `update-settings` = `notify-settings`.
@@ -53,8 +58,8 @@ export function gatewayRoutes(service: GatewayService, auth: RequestHandler): Ro
     res.json({ status: 'updated' });
   };
   return [
-    { method: 'GET', path: '/api/health', handler: health },
-    { method: 'GET', path: '/api/ready', handler: ready },
+    { method: 'GET', path: HEALTH_PATH, handler: health },
+    { method: 'GET', path: READY_PATH, handler: ready },
     { method: 'GET', path: '/api/config', handler: [auth, config] },
     { method: 'POST', path: '/api/reload-registry', handler: [auth, reload] },
     { method: 'POST', path: '/api/register-device', handler: [auth, reload] },
