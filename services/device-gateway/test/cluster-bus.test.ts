@@ -188,11 +188,8 @@ describe('migration 0002: what the gateway login may do', () => {
           top_version: string | null;
         }>`SELECT cleared, top_version::text AS top_version FROM device_gateway.bus_join()`.execute(login)
       ).rows[0];
-    const session = async (applicationName: string): Promise<pg.Client> => {
-      const client = new pg.Client({
-        connectionString: loginUrl(database.url),
-        application_name: applicationName,
-      });
+    const session = async (applicationName: string, url = loginUrl(database.url)): Promise<pg.Client> => {
+      const client = new pg.Client({ connectionString: url, application_name: applicationName });
       await client.connect();
       return client;
     };
@@ -215,17 +212,20 @@ describe('migration 0002: what the gateway login may do', () => {
     const retained = await count();
     expect(retained).toBeGreaterThan(0);
 
-    // Another replica is up and synchronised: the overrides are the live gateway's, kept.
-    const peer = await session('device-gateway-bus peer synced');
+    // Another replica is up (synchronised, or of the previous release): the overrides are the live gateway's.
+    const peer = await session('device-gateway-bus peer');
     expect(await join()).toEqual({ cleared: 0, top_version: null });
     expect(await count()).toBe(retained);
     await gone(peer);
 
-    // A replica still starting does not count: the table belongs to a gateway that stopped altogether.
-    const starting = await session('device-gateway-bus other');
+    // A replica still starting does not count, nor does another login using the name: the table belongs
+    // to a gateway that stopped altogether.
+    const starting = await session('device-gateway-bus other joining');
+    const impostor = await session('device-gateway-bus impostor', database.url);
     expect(await join()).toEqual({ cleared: retained, top_version: '30' });
     expect(await count()).toBe(0);
     await gone(starting);
+    await gone(impostor);
     expect(await join()).toEqual({ cleared: 0, top_version: null });
   });
 });

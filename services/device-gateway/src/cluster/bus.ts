@@ -20,10 +20,11 @@
 //   the current override to a device that re-observes it there. Reload-registry drops retained messages of
 //   devices that left the registry, the rule a single process applied to its in-memory overrides.
 // - Lifetime. The override stays memory only (issue 8): the retained table mirrors what live replicas hold
-//   and never outlives them. A process joining while no other replica is up and synchronised clears it
+//   and never outlives them. A process joining while no other replica is up clears it
 //   (`device_gateway.bus_join()`, migration 0003), so a gateway that stops altogether forgets its overrides
-//   exactly as one process does, while a rolling restart keeps them. At every resync a replica puts back
-//   what it holds and the table lacks, so a table cleared during its LISTEN gap is refilled.
+//   exactly as one process does, while a rolling restart keeps them. "Up" is a LISTEN session of this
+//   login not named `... joining` (see sessionName). At every resync a replica puts back what it
+//   holds and the table lacks.
 // - Gaps. After every (re)connect the replica LISTENs first and then resynchronises: reloads the registry and
 //   reads every retained override. Anything committed before the LISTEN is in what it reads, anything after
 //   arrives as a notification, so a broken connection loses nothing; until the resync is done the replica
@@ -282,10 +283,11 @@ export class ClusterBus {
         if (!this.joined) await this.join(client);
         await this.resync();
         if (this.stopping) break;
-        // From now on a replica that starts finds this one up and keeps the retained overrides (bus_join).
-        await client.query(`SELECT set_config('application_name', $1, false)`, [
-          `${this.applicationName} synced`,
-        ]);
+        if (!this.synced) {
+          // Holding overrides from now on: a replica that starts finds this one up and keeps the retained
+          // table (bus_join). Reconnects connect under this name from the start (see sessionName).
+          await client.query(`SELECT set_config('application_name', $1, false)`, [this.sessionName(false)]);
+        }
         this.statusValue = 'listening';
         this.synced = true;
         this.firstSyncDone();
@@ -318,16 +320,25 @@ export class ClusterBus {
     await this.dropClient();
   }
 
-  /** The LISTEN session's name in pg_stat_activity; ` synced` is appended once it has resynchronised. */
-  private get applicationName(): string {
-    return `device-gateway-bus ${this.origin}`;
+  /**
+   * The LISTEN session's name in pg_stat_activity, which is how bus_join() (migration 0003) tells a replica
+   * that is up from one that is starting: ` joining` until this process's first resync, then plain, also on
+   * every reconnect, so a replica that holds overrides always counts as up, even while it catches up (and so
+   * does a replica of the previous release, which never says ` joining`).
+   */
+  private sessionName(joining: boolean): string {
+    return `device-gateway-bus ${this.origin}${joining ? ' joining' : ''}`;
   }
 
   /** Connects and LISTENs; `closed` settles when the connection is gone (wrapped: an async function would adopt it). */
   private async connect(): Promise<{ client: pg.Client; closed: Promise<string> }> {
     const client = new pg.Client({
       connectionString: this.options.databaseUrl,
-      application_name: this.applicationName,
+      application_name: this.sessionName(!this.synced),
+      // Server-side TCP keepalives (about 1 min): the session of a replica that vanished without closing
+      // its connection (a lost node) leaves pg_stat_activity soon, instead of after the kernel's 2 h
+      // default, so it neither keeps counting as up in bus_join() nor holds a backend.
+      options: '-c tcp_keepalives_idle=30 -c tcp_keepalives_interval=10 -c tcp_keepalives_count=3',
       connectionTimeoutMillis: 5000,
       keepAlive: true,
       query_timeout: Math.max(1000, this.options.heartbeatMs),

@@ -89,11 +89,14 @@ export const clusterBusMigration: Migration = {
  * device moving between replicas requires), and a gateway that stops altogether forgets it, as one process does.
  *
  * `bus_join()` runs once per process on its LISTEN connection, before the first resync. When no other replica
- * of this database is up and synchronised, what the table holds belongs to a gateway that no longer exists:
- * it is deleted, and the highest version it held is returned so the joiner's clock starts above it. A replica
- * marks its LISTEN session synchronised (application_name suffix ` synced`) only after its resync; one that
- * is still starting does not count, so replicas starting together after a full stop clear the table (the
- * advisory lock makes them take turns; the later one finds it empty). Replicas that are up keep it.
+ * of this database is up, what the table holds belongs to a gateway that no longer exists: it is deleted, and
+ * the highest version it held is returned so the joiner's clock starts above it. "Up" is a session of the
+ * same login named `device-gateway-bus <origin>` without the ` joining` suffix a process carries until its
+ * first resync: replicas starting together after a full stop do not count each other and clear the table
+ * (the advisory lock makes them take turns; the later one finds it empty), while a replica that holds
+ * overrides counts from its first resync on, reconnects included, as does one of the previous release.
+ * Only sessions of the gateway's own login count (`session_user` is the caller inside SECURITY DEFINER),
+ * so no other role can keep a stale table alive by choosing a name.
  */
 export const clusterLifetimeMigration: Migration = {
   async up(db: Kysely<unknown>): Promise<void> {
@@ -107,7 +110,9 @@ export const clusterLifetimeMigration: Migration = {
           SELECT 1 FROM pg_catalog.pg_stat_activity a
           WHERE a.datname = pg_catalog.current_database()
             AND a.pid <> pg_catalog.pg_backend_pid()
-            AND a.application_name LIKE 'device-gateway-bus % synced'
+            AND a.usename = session_user
+            AND a.application_name LIKE 'device-gateway-bus %'
+            AND a.application_name NOT LIKE '% joining'
         ) THEN
           RETURN;
         END IF;
