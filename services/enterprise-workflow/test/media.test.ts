@@ -1,6 +1,6 @@
 // Upload intents, downloads and the object-created webhook against real PostgreSQL (RLS), s3rver
 // and real JWTs.
-import { createHash } from 'node:crypto';
+import { createHash, randomUUID } from 'node:crypto';
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { PassThrough } from 'node:stream';
@@ -432,6 +432,7 @@ describe('object-created webhook and download', () => {
   });
 
   it('acknowledges unknown keys, other events and other buckets with 200', async () => {
+    const gone = `sites/${hq}/media/${randomUUID()}.png`;
     const res = await webhook({
       Records: [
         {
@@ -441,10 +442,15 @@ describe('object-created webhook and download', () => {
             object: { key: 'sites/none/media/x.png', size: 1, contentType: 'image/png' },
           },
         },
-        // No content type: the object is looked up, and it does not exist.
+        // A media-shaped key with no content type: the object is looked up, and it does not exist.
         {
           eventName: 'ObjectCreated:Put',
-          s3: { bucket: { name: h.s3.bucket }, object: { key: 'gone.png', size: 1 } },
+          s3: { bucket: { name: h.s3.bucket }, object: { key: gone, size: 1 } },
+        },
+        // Not a key this service generates: acknowledged without any lookup (a HEAD could be refused).
+        {
+          eventName: 'ObjectCreated:Put',
+          s3: { bucket: { name: h.s3.bucket }, object: { key: 'uploads/elsewhere.png', size: 1 } },
         },
         { eventName: 's3:ObjectRemoved:Delete', s3: { bucket: { name: h.s3.bucket }, object: { key: 'a' } } },
         {
@@ -456,7 +462,8 @@ describe('object-created webhook and download', () => {
     expect(res.status).toBe(200);
     expect(res.body.results).toEqual([
       { key: 'sites/none/media/x.png', outcome: 'unknown_key' },
-      { key: 'gone.png', outcome: 'ignored' },
+      { key: gone, outcome: 'ignored' },
+      { key: 'uploads/elsewhere.png', outcome: 'unknown_key' },
       { key: null, outcome: 'ignored' },
       { key: 'b', outcome: 'ignored' },
     ]);

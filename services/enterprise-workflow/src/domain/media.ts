@@ -58,6 +58,15 @@ export function newObjectKey(siteId: string, contentType: MediaContentType): str
   return `sites/${siteId}/media/${randomUUID()}.${extensions[contentType]}`;
 }
 
+const UUID = '[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}';
+/** newObjectKey's shape; the extension is optional because the demo seed writes keys without one. */
+const OBJECT_KEY = new RegExp(`^sites/${UUID}/media/${UUID}(?:\\.[a-z0-9]{1,5})?$`);
+
+/** Whether `key` has the shape of a media object key this service generates (see newObjectKey). */
+export function isMediaObjectKey(key: string): boolean {
+  return OBJECT_KEY.test(key);
+}
+
 /**
  * A filename safe to put in `Content-Disposition`: path separators, control characters, quotes and
  * anything outside printable ASCII become `_` in the plain `filename=`; the UTF-8 original (minus

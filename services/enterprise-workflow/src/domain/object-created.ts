@@ -4,7 +4,7 @@ import { recordObjectCreated } from '@platform/enterprise-db';
 import { DomainError, mapDbError } from '@platform/service-kit';
 import { StorageRefusedError, StorageUnavailableError } from '../storage/s3.js';
 import type { ServiceScope, WorkflowContext } from './context.js';
-import { normaliseEtag } from './media.js';
+import { isMediaObjectKey, normaliseEtag } from './media.js';
 import { readRecord } from './object-events.js';
 import type { ObjectCreated } from './object-events.js';
 
@@ -60,20 +60,15 @@ async function observe(ctx: WorkflowContext, scope: ServiceScope, event: ObjectC
   }
 }
 
-/** S3's limit on an object key: 1024 bytes of UTF-8 (MinIO's too). */
-const MAX_OBJECT_KEY_BYTES = 1024;
-
 /**
- * Whether a decoded key can name a media item at all. Media keys are generated (newObjectKey) and
- * stored in PostgreSQL text, which cannot hold U+0000 (even the lookup fails, SQLSTATE 22021); stores
- * refuse keys over 1024 bytes, so a HEAD for either kind is answered with a 4xx (s3rver does so for
- * NUL), which would read as a refusal of our access. Such a key is settled before any lookup and
- * acknowledged as unknown, not refused: the event is well-formed (any string is a key in its shape),
- * and a 4xx or 5xx would make MinIO redeliver it from its queue_dir forever.
+ * Whether a decoded key can name a media item at all: media keys are generated (newObjectKey), so any other
+ * key is settled before any lookup and acknowledged as unknown, not refused. A lookup could only fail on
+ * it: PostgreSQL text cannot hold U+0000 (SQLSTATE 22021); a store refuses keys over 1,024 bytes; and a
+ * HEAD for an object outside the media keys, or one already deleted, is a 403 on AWS without
+ * s3:ListBucket, which reads as a refusal of our access (503). The event is well-formed (any string is a
+ * key in its shape), and a 4xx or 5xx would make MinIO redeliver it from its queue_dir forever.
  */
-function canNameMedia(key: string): boolean {
-  return !key.includes('\u0000') && Buffer.byteLength(key, 'utf8') <= MAX_OBJECT_KEY_BYTES;
-}
+const canNameMedia = isMediaObjectKey;
 
 /**
  * Each ObjectCreated record of a pending item makes it `available` or `rejected` (size or type differ
