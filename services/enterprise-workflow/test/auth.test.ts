@@ -192,6 +192,10 @@ describe('credentials before bodies', () => {
   it.each([
     ['the webhook without a token', '/internal/media/object-created', undefined],
     ['the webhook with a wrong token', '/internal/media/object-created', 'Bearer wrong-token'],
+    ['the webhook path with a trailing slash', '/internal/media/object-created/', undefined],
+    ['the webhook path in capitals', '/INTERNAL/media/object-created', 'Bearer wrong-token'],
+    ['an upload intent path in capitals', `/SITES/${hq}/media/upload-intents`, undefined],
+    ['an unknown path', '/no/such/route', undefined],
     ['an upload intent without a token', `/sites/${hq}/media/upload-intents`, undefined],
     ['an upload intent with a forged token', `/sites/${hq}/media/upload-intents`, 'Bearer abc.def.ghi'],
   ])('%s is 401 before its body is read, whatever the body', async (_name, path, authorization) => {

@@ -1,6 +1,7 @@
 // openapi.yaml is the contract portal developers read: every documented route exists (and every
 // route is documented), every documented response status is produced and validates against its
 // documented schema, and the schemas equal @platform/contracts' (no drift).
+import { randomUUID } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import {
   decisionRequestSchema,
@@ -203,7 +204,11 @@ describe('documented responses', () => {
     Records: [
       {
         eventName: 's3:ObjectCreated:Put',
-        s3: { bucket: { name: 'media' }, object: { key: 'k', size: 1, contentType: 'image/png' } },
+        // A media-shaped key (only those are looked up), of no item: 200 unknown_key, or 503 with the database down.
+        s3: {
+          bucket: { name: 'media' },
+          object: { key: `sites/${hq}/media/${randomUUID()}.png`, size: 1, contentType: 'image/png' },
+        },
       },
     ],
   };

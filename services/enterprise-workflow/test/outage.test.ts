@@ -82,6 +82,8 @@ afterAll(async () => {
 });
 
 const hq = demoSites.acmeHq.id;
+/** A media-shaped key of no item: the webhook looks such keys up, so it needs the database. */
+const MEDIA_KEY = `sites/${hq}/media/0d2a2b56-6a43-4c39-9f0e-0f2f5a1b2c3d.png`;
 const itemId = demoRowId('work_item', 'acmeHq', 1);
 
 const calls = {
@@ -105,13 +107,13 @@ const calls = {
       .set('Authorization', 'Bearer hook')
       .send({
         EventName: 's3:ObjectCreated:Put',
-        Key: `${s3.bucket}/sites/x/media/y.png`,
+        Key: `${s3.bucket}/${MEDIA_KEY}`,
         Records: [
           {
             eventName: 's3:ObjectCreated:Put',
             s3: {
               bucket: { name: s3.bucket },
-              object: { key: 'sites/x/media/y.png', size: 1, contentType: 'image/png' },
+              object: { key: MEDIA_KEY, size: 1, contentType: 'image/png' },
             },
           },
         ],

@@ -229,7 +229,9 @@ export function createTokenVerifier(settings: TokenVerifierSettings): TokenVerif
       if (keySet.jwks() !== undefined) return true;
       // /ready is unauthenticated and probed often: while the issuer is down, fetch at most once per
       // cooldown (the same bound as unknown-kid refreshes) instead of once per probe.
-      const at = now();
+      // The monotonic clock, not `now` (the tokens' clock, injectable and steppable): a clock moved back
+      // must not keep /ready failing after the issuer has come back.
+      const at = performance.now();
       if (at - lastKeyFetchAt < settings.jwksCooldownMs) return false;
       lastKeyFetchAt = at;
       try {

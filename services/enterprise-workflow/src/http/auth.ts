@@ -67,12 +67,13 @@ export function authenticateWebhook(req: Request, tokens: SecretSet): void {
 
 /**
  * For `createHttpApp({ authenticateBody })`: requests with a body are authenticated before it is read,
- * the webhook by its tokens and the portal routes by their JWT; anything else goes on to the router
- * (which answers 404/405 as usual).
+ * the webhook by its tokens and everything else by the portal JWT. Bodiless requests (probes, GETs, the
+ * store's HEAD) never reach this.
  */
 export function authenticateBodies(verifier: TokenVerifier, webhookTokens: SecretSet): RequestHandler {
   return (req, _res, next) => {
-    if (req.path === WEBHOOK_PATH) {
+    // The router matches paths case-insensitively and with or without a trailing slash; so does this.
+    if (req.path.toLowerCase().replace(/\/+$/, '') === WEBHOOK_PATH) {
       try {
         authenticateWebhook(req, webhookTokens);
         next();
@@ -81,11 +82,8 @@ export function authenticateBodies(verifier: TokenVerifier, webhookTokens: Secre
       }
       return;
     }
-    if (req.path.startsWith('/sites/')) {
-      authenticateUser(req, verifier).then(() => next(), next);
-      return;
-    }
-    next();
+    // Every other route that takes a body is a portal route, and no public one takes a body.
+    authenticateUser(req, verifier).then(() => next(), next);
   };
 }
 
