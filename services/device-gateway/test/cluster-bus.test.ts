@@ -142,6 +142,22 @@ describe('migration 0002: what the gateway login may do', () => {
     ]);
   });
 
+  it('retains and sends nothing for a device the registry does not have enabled (migration 0003)', async () => {
+    const about = (d: string) =>
+      JSON.stringify({ k: 'override', d, v: 40, o: 'a', s: { maintenance_mode: true } });
+    const result = await sql<{
+      written: (boolean | null)[];
+    }>`SELECT device_gateway.bus_publish_overrides(${[about('acme-hq-meter-02'), about('no-such-device')]}::text[]) AS written`.execute(
+      login,
+    );
+    expect(result.rows[0]!.written).toEqual([null, null]);
+    const rows =
+      await sql`SELECT 1 FROM device_gateway.bus_overrides WHERE device_id IN ('acme-hq-meter-02', 'no-such-device')`.execute(
+        owner,
+      );
+    expect(rows.rows).toEqual([]);
+  });
+
   it('cannot write the table or the registry directly', async () => {
     for (const statement of [
       sql`INSERT INTO device_gateway.bus_overrides (device_id, version, origin, settings) VALUES ('x', 1, 'o', '{}')`,

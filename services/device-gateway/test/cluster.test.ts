@@ -261,6 +261,28 @@ describe('gateway replicas over PostgreSQL LISTEN/NOTIFY', () => {
     expectIncreasing(observer.docs);
   });
 
+  it('a replica whose registry is a reload behind answers 404 for a device the database has disabled', async () => {
+    const deviceId = 'acme-wh-freezer-02';
+    await sql`UPDATE device_gateway.device_registry SET enabled = false WHERE device_id = ${deviceId}`.execute(
+      owner,
+    );
+    try {
+      const res = await b.post('/api/notify-settings', {
+        device_id: deviceId,
+        settings: { reporting_interval_s: 55 },
+      });
+      expect(res.status).toBe(404);
+      expect(res.body.code).toBe('unknown_device');
+      const retained = await sql<{ settings: unknown }>`
+        SELECT settings FROM device_gateway.bus_overrides WHERE device_id = ${deviceId}`.execute(owner);
+      expect(retained.rows.map((r) => r.settings)).not.toContainEqual({ reporting_interval_s: 55 });
+    } finally {
+      await sql`UPDATE device_gateway.device_registry SET enabled = true WHERE device_id = ${deviceId}`.execute(
+        owner,
+      );
+    }
+  });
+
   const retainedRows = async (): Promise<string> =>
     JSON.stringify(
       (

@@ -53,6 +53,9 @@ import {
   type OverrideMessage,
 } from './messages.js';
 
+/** What bus_publish_overrides did with one message (migration 0003). */
+type Written = 'written' | 'lost' | 'not_in_registry';
+
 /** Messages per publishing transaction at most (~1.3 KB each at worst: well under a megabyte). */
 const MAX_BATCH = 500;
 
@@ -120,7 +123,7 @@ export class ClusterBus {
   private readonly pending = new Set<string>();
   private readonly outbox: {
     payload: string;
-    resolve: (written: boolean) => void;
+    resolve: (written: Written) => void;
     reject: (err: unknown) => void;
   }[] = [];
   private flushing = false;
@@ -179,16 +182,19 @@ export class ClusterBus {
       s: settings,
     };
     const payload = this.checkedPayload(message);
-    let written: boolean;
+    let written: Written;
     try {
       written = await this.enqueue(payload);
     } catch (err) {
       throw mapDbError(err);
     }
+    // The registry in the database no longer has the device enabled (this replica's copy is a reload
+    // behind): nothing was retained or sent, so the caller hears what a current replica would say.
+    if (written === 'not_in_registry') throw new UnknownDeviceError(deviceId);
     this.stats.published++;
-    // Not written: a concurrent override with a higher (version, origin) is already retained and on its
-    // way; applying ours now would only flash an older value to the observers.
-    if (written) this.receiveOverride(message);
+    // Lost: a concurrent override with a higher (version, origin) is already retained and on its way;
+    // applying ours now would only flash an older value to the observers.
+    if (written === 'written') this.receiveOverride(message);
   }
 
   /**
@@ -196,7 +202,7 @@ export class ClusterBus {
    * together in the next one. At low rates each goes alone (no added delay); under load one commit (and
    * one fsync, one round trip) serves a whole batch, which is what lets one replica accept 1,000/s.
    */
-  private enqueue(payload: string): Promise<boolean> {
+  private enqueue(payload: string): Promise<Written> {
     return new Promise((resolve, reject) => {
       this.outbox.push({ payload, resolve, reject });
       if (!this.flushing) void this.flush();
@@ -208,12 +214,15 @@ export class ClusterBus {
     while (this.outbox.length > 0) {
       const batch = this.outbox.splice(0, MAX_BATCH);
       try {
-        const result = await sql<{ written: boolean[] }>`
+        const result = await sql<{ written: (boolean | null)[] }>`
           SELECT device_gateway.bus_publish_overrides(${batch.map((b) => b.payload)}::text[]) AS written`.execute(
           this.options.db,
         );
-        const written = result.rows[0]?.written ?? [];
-        batch.forEach((b, i) => b.resolve(written[i] === true));
+        // Per message: true retained and sent, false lost to a newer one, NULL device not in the registry.
+        const written: (boolean | null)[] = result.rows[0]?.written ?? [];
+        batch.forEach((b, i) =>
+          b.resolve(written[i] === true ? 'written' : written[i] === false ? 'lost' : 'not_in_registry'),
+        );
       } catch (err) {
         for (const b of batch) b.reject(err);
       }

@@ -16,19 +16,25 @@ const LOGIN = 'device_gateway_login';
  * - Functions have a fixed search_path (pg_catalog) and fully qualified names, so the login cannot
  *   redirect them with objects of its own; EXECUTE is revoked from PUBLIC.
  */
-export const clusterBusMigration: Migration = {
-  async up(db: Kysely<unknown>): Promise<void> {
-    await sql`
-      CREATE TABLE device_gateway.bus_overrides (
-        device_id text PRIMARY KEY CHECK (device_id ~ '^[A-Za-z0-9._:-]{1,128}$'),
-        -- The accepting replica's hybrid-logical-clock stamp (µs); with origin, the last-writer-wins key.
-        version bigint NOT NULL CHECK (version > 0),
-        origin text COLLATE "C" NOT NULL CHECK (origin ~ '^[A-Za-z0-9._:-]{1,64}$'),
-        settings jsonb NOT NULL CHECK (jsonb_typeof(settings) = 'object'),
-        published_at timestamptz NOT NULL DEFAULT now()
-      )`.execute(db);
-    await sql`
-      CREATE FUNCTION device_gateway.bus_publish_overrides(p_payloads text[]) RETURNS boolean[]
+/**
+ * `device_gateway.bus_publish_overrides(text[])`. `checkRegistry` (migration 0003): a message about a device
+ * that is not enabled in the registry is neither retained nor sent, and its slot in the result is NULL
+ * (false still means "a newer override won"), so a replica whose registry is a reload behind answers 404
+ * rather than "updated", and a replica's write-back after its resync cannot put back the override of a
+ * device that left the registry in the meantime.
+ */
+function publishOverridesFunction(create: 'CREATE' | 'CREATE OR REPLACE', checkRegistry: boolean): string {
+  const registryCheck = checkRegistry
+    ? `
+          IF NOT EXISTS (
+            SELECT 1 FROM device_gateway.device_registry r WHERE r.device_id = m->>'d' AND r.enabled
+          ) THEN
+            written := written || NULL::boolean;
+            CONTINUE;
+          END IF;`
+    : '';
+  return `
+      ${create} FUNCTION device_gateway.bus_publish_overrides(p_payloads text[]) RETURNS boolean[]
       LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog AS $$
       DECLARE
         p text;
@@ -40,7 +46,7 @@ export const clusterBusMigration: Migration = {
           m := p::jsonb;
           IF m->>'k' IS DISTINCT FROM 'override' OR jsonb_typeof(m->'s') IS DISTINCT FROM 'object' THEN
             RAISE EXCEPTION 'not an override message' USING ERRCODE = '22023';
-          END IF;
+          END IF;${registryCheck}
           INSERT INTO device_gateway.bus_overrides AS b (device_id, version, origin, settings)
           VALUES (m->>'d', (m->>'v')::bigint, m->>'o', m->'s')
           ON CONFLICT (device_id) DO UPDATE
@@ -54,7 +60,21 @@ export const clusterBusMigration: Migration = {
           written := written || FOUND;
         END LOOP;
         RETURN written;
-      END $$`.execute(db);
+      END $$`;
+}
+
+export const clusterBusMigration: Migration = {
+  async up(db: Kysely<unknown>): Promise<void> {
+    await sql`
+      CREATE TABLE device_gateway.bus_overrides (
+        device_id text PRIMARY KEY CHECK (device_id ~ '^[A-Za-z0-9._:-]{1,128}$'),
+        -- The accepting replica's hybrid-logical-clock stamp (µs); with origin, the last-writer-wins key.
+        version bigint NOT NULL CHECK (version > 0),
+        origin text COLLATE "C" NOT NULL CHECK (origin ~ '^[A-Za-z0-9._:-]{1,64}$'),
+        settings jsonb NOT NULL CHECK (jsonb_typeof(settings) = 'object'),
+        published_at timestamptz NOT NULL DEFAULT now()
+      )`.execute(db);
+    await sql.raw(publishOverridesFunction('CREATE', false)).execute(db);
     await sql`
       CREATE FUNCTION device_gateway.bus_publish_reload(p_payload text) RETURNS void
       LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog AS $$
@@ -122,8 +142,11 @@ export const clusterLifetimeMigration: Migration = {
       END $$`.execute(db);
     await sql.raw(`REVOKE ALL ON FUNCTION device_gateway.bus_join() FROM PUBLIC`).execute(db);
     await sql.raw(`GRANT EXECUTE ON FUNCTION device_gateway.bus_join() TO ${LOGIN}`).execute(db);
+    // CREATE OR REPLACE keeps the owner and the grants of migration 0002.
+    await sql.raw(publishOverridesFunction('CREATE OR REPLACE', true)).execute(db);
   },
   async down(db: Kysely<unknown>): Promise<void> {
+    await sql.raw(publishOverridesFunction('CREATE OR REPLACE', false)).execute(db);
     await sql`DROP FUNCTION device_gateway.bus_join()`.execute(db);
   },
 };
