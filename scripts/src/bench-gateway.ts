@@ -241,6 +241,9 @@ class Observers {
 }
 
 const deviceId = (i: number): string => `bench-${String(i).padStart(6, '0')}`;
+/** The notify-settings body of the latency runs: device 0, the value to recognise at the observer. */
+const notifyBody = (value: number): string =>
+  JSON.stringify({ device_id: deviceId(0), settings: { reporting_interval_s: value } });
 const kb = (bytes: number): string => `${(bytes / 1024).toFixed(2)} KB`;
 const ratio = (a: number, b: number): string => `${(a / b).toFixed(2)}x`;
 
@@ -337,7 +340,7 @@ async function latency(databaseUrl: string, rate = 1000) {
   const client = new RawHttpClient(child.httpPort, 64, { authorization: 'Bearer bench-key' });
   let failed = 0;
   const post = async (value: number): Promise<void> => {
-    const body = JSON.stringify({ device_id: deviceId(0), settings: { reporting_interval_s: value } });
+    const body = notifyBody(value);
     sentAt.set(value, performance.now());
     if ((await client.post('/api/notify-settings', body)) !== 200) failed++;
   };
@@ -409,10 +412,7 @@ async function floorLatency(mode: 'floor-http' | 'floor-express', rate = 1000) {
   const client = new RawHttpClient(child.httpPort, 64);
   const post = (value: number): Promise<number> => {
     sentAt.set(value, performance.now());
-    return client.post(
-      '/api/notify-settings',
-      JSON.stringify({ device_id: deviceId(0), settings: { reporting_interval_s: value } }),
-    );
+    return client.post('/api/notify-settings', notifyBody(value));
   };
   await openLoop(rate, rate, (i) => post(10 + i));
   samples.length = 0;

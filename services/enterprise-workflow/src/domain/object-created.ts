@@ -61,16 +61,6 @@ async function observe(ctx: WorkflowContext, scope: ServiceScope, event: ObjectC
 }
 
 /**
- * Whether a decoded key can name a media item at all: media keys are generated (newObjectKey), so any other
- * key is settled before any lookup and acknowledged as unknown, not refused. A lookup could only fail on
- * it: PostgreSQL text cannot hold U+0000 (SQLSTATE 22021); a store refuses keys over 1,024 bytes; and a
- * HEAD for an object outside the media keys, or one already deleted, is a 403 on AWS without
- * s3:ListBucket, which reads as a refusal of our access (503). The event is well-formed (any string is a
- * key in its shape), and a 4xx or 5xx would make MinIO redeliver it from its queue_dir forever.
- */
-const canNameMedia = isMediaObjectKey;
-
-/**
  * Each ObjectCreated record of a pending item makes it `available` or `rejected` (size or type differ
  * from the intent), through the database's narrow service identity. Redeliveries change nothing;
  * unknown keys and other events are acknowledged (a 2xx) and logged so the store does not retry them
@@ -99,7 +89,13 @@ export async function handleObjectCreated(
       settle(event.key, 'ignored');
       continue;
     }
-    if (!canNameMedia(event.key)) {
+    // Media keys are generated (newObjectKey), so any other key is settled before any lookup and
+    // acknowledged as unknown, not refused. A lookup could only fail on it: PostgreSQL text cannot hold
+    // U+0000 (SQLSTATE 22021); a store refuses keys over 1,024 bytes; and a HEAD for an object outside the
+    // media keys, or one already deleted, is a 403 on AWS without s3:ListBucket, which reads as a refusal
+    // of our access (503). The event is well-formed, and a 4xx or 5xx would make MinIO redeliver it from
+    // its queue_dir forever.
+    if (!isMediaObjectKey(event.key)) {
       scope.log.warn('object event for an unknown key acknowledged', {
         object_key: event.key,
         outcome: 'unknown_key',

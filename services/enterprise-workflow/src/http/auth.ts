@@ -12,6 +12,8 @@ function challenge(error?: 'invalid_token'): Record<string, string> {
   };
 }
 
+export const WEBHOOK_PATH = '/internal/media/object-created';
+
 /** Seconds a client should wait before retrying when the signing keys are unreachable. */
 const KEYS_RETRY_AFTER_S = 5;
 
@@ -55,14 +57,19 @@ async function verify(req: Request, verifier: TokenVerifier): Promise<PortalUser
   }
 }
 
+/** Webhook requests whose token was already accepted (by the body gate, before the route asks). */
+const webhookAccepted = new WeakSet<Request>();
+
 /** The webhook's shared secrets: several may be valid at once (rotation), compared in constant time. */
 export function authenticateWebhook(req: Request, tokens: SecretSet): void {
+  if (webhookAccepted.has(req)) return;
   const token = bearerToken(req);
   if (token === undefined || !tokens.has(token)) {
     throw new DomainError('unauthorized', 'A valid webhook bearer token is required.', {
       headers: challenge(),
     });
   }
+  webhookAccepted.add(req);
 }
 
 /**
@@ -86,5 +93,3 @@ export function authenticateBodies(verifier: TokenVerifier, webhookTokens: Secre
     authenticateUser(req, verifier).then(() => next(), next);
   };
 }
-
-export const WEBHOOK_PATH = '/internal/media/object-created';
