@@ -119,8 +119,8 @@ export function dollarQuote(text: string): string {
  * there fail with SQLSTATE 42501.
  *
  * The transaction opens in ONE round trip: BEGIN, the role and the claims (both transaction-local)
- * go as one multi-statement simple query (no parameters; the values are dollar-quoted). Kysely's own
- * transaction API sends BEGIN alone and the settings after it: one round trip more per request, which
+ * and the caller's remembered company go as one multi-statement simple query (no parameters; the
+ * values are dollar-quoted). Kysely's own transaction API sends BEGIN alone and the settings after it: one round trip more per request, which
  * bench:workflow showed to matter (each costs a socket write and read on both sides). Any failure,
  * including a failed setting after a successful BEGIN, rolls back before the connection goes back to
  * the pool; a broken connection fails the ROLLBACK too and the pool discards it.
@@ -134,7 +134,10 @@ export async function withRequestClaims<DB, T>(
   const opening =
     `BEGIN ISOLATION LEVEL ${isolationLevels[options.isolationLevel ?? 'read committed']}; ` +
     `SELECT set_config('role', ${dollarQuote(API_ROLE)}, true), ` +
-    `set_config('request.jwt.claims', ${dollarQuote(JSON.stringify(claims))}, true)`;
+    `set_config('request.jwt.claims', ${dollarQuote(JSON.stringify(claims))}, true); ` +
+    // The caller's company for the policies' company half (migration 0004): one lookup per
+    // transaction instead of one per statement and table.
+    'SELECT enterprise.remember_caller_company()';
   return db.connection().execute(async (conn) => {
     let result: T;
     try {

@@ -49,10 +49,80 @@ AS $$
 $$;
 COMMENT ON FUNCTION enterprise_api.authorized_site_ids() IS 'Sorted ids of the sites the current caller may see and act on (empty: none). The one access decision for PostgREST reads and workflow writes; policies use it as site_id = ANY ((SELECT enterprise_api.authorized_site_ids())::uuid[]).';`;
 
-/** `company_id = caller's company AND site_id = ANY(caller's sites)`, each computed once per statement. */
-const tenantCheck = (siteColumn = 'site_id', companyColumn = 'company_id'): string =>
-  `${companyColumn} = (SELECT enterprise_api.authorized_company_id()) AND ` +
-  `${siteColumn} = ANY ((SELECT enterprise_api.authorized_site_ids())::uuid[])`;
+/** PostgREST's db-pre-request function as this migration creates it (migration 0004 extends it). */
+export const PRE_REQUEST_0002 = `CREATE FUNCTION postgrest.pre_request() RETURNS void
+  LANGUAGE plpgsql STABLE SECURITY DEFINER
+  SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+  claims jsonb := coalesce(nullif(current_setting('request.jwt.claims', true), '')::jsonb, '{}'::jsonb);
+  expected enterprise.postgrest_settings%ROWTYPE;
+  problem text;
+BEGIN
+  SELECT * INTO expected FROM enterprise.postgrest_settings LIMIT 1;
+  IF NOT FOUND THEN
+    problem := 'token issuer is not configured';
+  ELSIF claims ->> 'iss' IS DISTINCT FROM expected.jwt_issuer THEN
+    problem := 'token issuer is not accepted';
+  ELSIF claims ->> 'azp' IS DISTINCT FROM expected.jwt_client_id THEN
+    problem := 'token was not issued to this client';
+  ELSIF coalesce(claims ->> 'sub', '') = '' THEN
+    problem := 'token has no subject';
+  END IF;
+  IF problem IS NOT NULL THEN
+    RAISE SQLSTATE 'PGRST' USING
+      message = json_build_object('code', 'unauthorized', 'message', problem, 'details', NULL, 'hint', NULL)::text,
+      detail = json_build_object(
+        'status', 401,
+        'headers', json_build_object('WWW-Authenticate', format('Bearer error="invalid_token", error_description="%s"', problem)))::text;
+  END IF;
+END
+$$;
+COMMENT ON FUNCTION postgrest.pre_request() IS 'PostgREST db-pre-request: refuses (401 via SQLSTATE PGRST) tokens whose iss or azp is not the configured realm and client, or that have no sub.';`;
+
+/** A row's tenant check: its site and company columns against the caller's. */
+export type TenantCheck = (siteColumn?: string, companyColumn?: string) => string;
+
+/**
+ * `company_id = <company> AND site_id = ANY(caller's sites)`, each computed once per statement.
+ * Migration 0002 compares the company with `authorized_company_id()`; 0004 with a per-request hint.
+ */
+export const tenantCheckWith =
+  (company: string): TenantCheck =>
+  (siteColumn = 'site_id', companyColumn = 'company_id') =>
+    `${companyColumn} = ${company} AND ` +
+    `${siteColumn} = ANY ((SELECT enterprise_api.authorized_site_ids())::uuid[])`;
+
+const tenantCheck = tenantCheckWith('(SELECT enterprise_api.authorized_company_id())');
+
+/**
+ * Every policy that applies the tenant check (the portal's reads, the workflow's reads and writes),
+ * built on `check`: migration 0004 drops and recreates exactly these.
+ */
+export const tenantPolicies = (check: TenantCheck): string => `
+CREATE POLICY portal_reads_sites ON enterprise.sites FOR SELECT TO ${PORTAL_ROLE}
+  USING (${check('id')});
+${['assets', 'maintenance_schedules', 'walkthrough_logs', 'work_items', 'service_records', 'media_items']
+  .map(
+    (t) =>
+      `CREATE POLICY portal_reads_${t} ON enterprise.${t} FOR SELECT TO ${PORTAL_ROLE} USING (${check()});`,
+  )
+  .join('\n')}
+CREATE POLICY api_reads_sites ON enterprise.sites FOR SELECT TO ${API_ROLE} USING (${check('id')});
+${['assets', 'walkthrough_logs', 'work_items', 'media_items', 'work_item_decisions']
+  .map((t) => `CREATE POLICY api_reads_${t} ON enterprise.${t} FOR SELECT TO ${API_ROLE} USING (${check()});`)
+  .join('\n')}
+CREATE POLICY api_creates_media ON enterprise.media_items FOR INSERT TO ${API_ROLE}
+  WITH CHECK (${check()} AND status = 'pending_upload' AND uploaded_by = (SELECT enterprise_api.request_sub()));
+CREATE POLICY api_decides_work_items ON enterprise.work_items FOR UPDATE TO ${API_ROLE}
+  USING (${check()})
+  WITH CHECK (${check()} AND (state = 'proposed' OR decided_by = (SELECT enterprise_api.request_sub())));
+CREATE POLICY api_audits_decisions ON enterprise.work_item_decisions FOR INSERT TO ${API_ROLE}
+  WITH CHECK (${check()} AND decided_by = (SELECT enterprise_api.request_sub()));
+CREATE POLICY api_own_idempotency_keys ON enterprise.decision_idempotency_keys FOR ALL TO ${API_ROLE}
+  USING (caller_sub = (SELECT enterprise_api.request_sub()) AND ${check()})
+  WITH CHECK (caller_sub = (SELECT enterprise_api.request_sub()) AND ${check()});
+`;
 
 const siteTables = [
   'assets',
@@ -245,35 +315,7 @@ COMMENT ON FUNCTION enterprise_api.record_object_created(text, bigint, text, tex
 -- PostgREST hardening (PostgREST checks neither iss nor azp): called before every request, in the
 -- request's role, with request.jwt.claims set. Anonymous requests never get here with rights (the
 -- anonymous role has no USAGE on this schema: 42501, which PostgREST answers with 401).
-CREATE FUNCTION postgrest.pre_request() RETURNS void
-  LANGUAGE plpgsql STABLE SECURITY DEFINER
-  SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-  claims jsonb := coalesce(nullif(current_setting('request.jwt.claims', true), '')::jsonb, '{}'::jsonb);
-  expected enterprise.postgrest_settings%ROWTYPE;
-  problem text;
-BEGIN
-  SELECT * INTO expected FROM enterprise.postgrest_settings LIMIT 1;
-  IF NOT FOUND THEN
-    problem := 'token issuer is not configured';
-  ELSIF claims ->> 'iss' IS DISTINCT FROM expected.jwt_issuer THEN
-    problem := 'token issuer is not accepted';
-  ELSIF claims ->> 'azp' IS DISTINCT FROM expected.jwt_client_id THEN
-    problem := 'token was not issued to this client';
-  ELSIF coalesce(claims ->> 'sub', '') = '' THEN
-    problem := 'token has no subject';
-  END IF;
-  IF problem IS NOT NULL THEN
-    RAISE SQLSTATE 'PGRST' USING
-      message = json_build_object('code', 'unauthorized', 'message', problem, 'details', NULL, 'hint', NULL)::text,
-      detail = json_build_object(
-        'status', 401,
-        'headers', json_build_object('WWW-Authenticate', format('Bearer error="invalid_token", error_description="%s"', problem)))::text;
-  END IF;
-END
-$$;
-COMMENT ON FUNCTION postgrest.pre_request() IS 'PostgREST db-pre-request: refuses (401 via SQLSTATE PGRST) tokens whose iss or azp is not the configured realm and client, or that have no sub.';
+${PRE_REQUEST_0002}
 
 -- PostgREST db-pre-config: serves the JWKS and audience from enterprise.postgrest_settings, so the
 -- installer updates one row and sends NOTIFY pgrst, 'reload config'.
@@ -339,14 +381,6 @@ GRANT SELECT (id, site_id, company_id, status, filename, declared_content_type, 
   created_at, uploaded_at) ON enterprise.media_items TO ${PORTAL_ROLE};
 CREATE POLICY portal_reads_own_company ON enterprise.companies FOR SELECT TO ${PORTAL_ROLE}
   USING (id = (SELECT enterprise_api.authorized_company_id()));
-CREATE POLICY portal_reads_sites ON enterprise.sites FOR SELECT TO ${PORTAL_ROLE}
-  USING (${tenantCheck('id')});
-${['assets', 'maintenance_schedules', 'walkthrough_logs', 'work_items', 'service_records', 'media_items']
-  .map(
-    (t) =>
-      `CREATE POLICY portal_reads_${t} ON enterprise.${t} FOR SELECT TO ${PORTAL_ROLE} USING (${tenantCheck()});`,
-  )
-  .join('\n')}
 
 -- PostgREST's login: it holds no privileges of its own besides reading its configuration.
 GRANT USAGE ON SCHEMA postgrest TO ${AUTHENTICATOR};
@@ -367,24 +401,7 @@ GRANT INSERT (work_item_id, site_id, decision, previous_state, new_state, note, 
   decided_at, request_id) ON enterprise.work_item_decisions TO ${API_ROLE};
 GRANT INSERT (caller_sub, idempotency_key, work_item_id, site_id, request_fingerprint, response_status,
   response_body, created_at), DELETE ON enterprise.decision_idempotency_keys TO ${API_ROLE};
-CREATE POLICY api_reads_sites ON enterprise.sites FOR SELECT TO ${API_ROLE} USING (${tenantCheck('id')});
-${['assets', 'walkthrough_logs', 'work_items', 'media_items', 'work_item_decisions']
-  .map(
-    (t) =>
-      `CREATE POLICY api_reads_${t} ON enterprise.${t} FOR SELECT TO ${API_ROLE} USING (${tenantCheck()});`,
-  )
-  .join('\n')}
-CREATE POLICY api_creates_media ON enterprise.media_items FOR INSERT TO ${API_ROLE}
-  WITH CHECK (${tenantCheck()} AND status = 'pending_upload' AND uploaded_by = (SELECT enterprise_api.request_sub()));
-CREATE POLICY api_decides_work_items ON enterprise.work_items FOR UPDATE TO ${API_ROLE}
-  USING (${tenantCheck()})
-  WITH CHECK (${tenantCheck()} AND (state = 'proposed' OR decided_by = (SELECT enterprise_api.request_sub())));
-CREATE POLICY api_audits_decisions ON enterprise.work_item_decisions FOR INSERT TO ${API_ROLE}
-  WITH CHECK (${tenantCheck()} AND decided_by = (SELECT enterprise_api.request_sub()));
-CREATE POLICY api_own_idempotency_keys ON enterprise.decision_idempotency_keys FOR ALL TO ${API_ROLE}
-  USING (caller_sub = (SELECT enterprise_api.request_sub()) AND ${tenantCheck()})
-  WITH CHECK (caller_sub = (SELECT enterprise_api.request_sub()) AND ${tenantCheck()});
-
+${tenantPolicies(tenantCheck)}
 -- The read surface. security_invoker: the caller's own privileges and policies apply underneath.
 CREATE VIEW enterprise_api.sites WITH (security_invoker = true) AS
   SELECT s.id, s.company_id, c.name AS company_name, s.name, s.address_line, s.city, s.postal_code,

@@ -4,6 +4,7 @@ import type { RolePasswords } from '../roles.js';
 import { schemaMigration } from './0001-schema.js';
 import { securityMigration } from './0002-security.js';
 import { cheaperAccessFunctionsMigration } from './0003-cheaper-access-functions.js';
+import { companyHintMigration } from './0004-company-hint.js';
 
 /**
  * The enterprise schema, roles, RLS and read surface; its own migration table. The logins' passwords
@@ -18,6 +19,7 @@ export function enterpriseMigrationsWith(passwords: RolePasswords): MigrationSet
       '0001_schema': schemaMigration,
       '0002_security': securityMigration(passwords),
       '0003_cheaper_access_functions': cheaperAccessFunctionsMigration,
+      '0004_company_hint': companyHintMigration,
     },
   };
 }

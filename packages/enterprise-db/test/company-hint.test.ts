@@ -1,0 +1,225 @@
+// Migration 0004: the caller's company is looked up once per request and stored in a setting that
+// any session may change, so these tests prove what the migration's header argues: the stored value
+// only ever takes rows away, for reads through PostgREST and for the workflow's writes; without it
+// the answers are the same; and a caller with no company makes no access lookup per statement.
+import { sql } from 'kysely';
+import type { Kysely } from 'kysely';
+import { demoUserSubs, withPostgrestRequest, withRequestClaims } from '@platform/enterprise-db';
+import type { DemoUser, EnterpriseDatabase, PostgrestRequestOptions } from '@platform/enterprise-db';
+import { claimsOf, setUp, sqlState } from './helpers.js';
+import type { Fixture } from './helpers.js';
+
+const NO_COMPANY = '00000000-0000-0000-0000-000000000000';
+const views = [
+  'sites',
+  'assets',
+  'maintenance_schedules',
+  'walkthrough_logs',
+  'work_items',
+  'service_records',
+  'media_items',
+] as const;
+
+let f: Fixture;
+let api: Kysely<EnterpriseDatabase>;
+const companyOf = {} as Record<DemoUser, string | null>;
+beforeAll(async () => {
+  f = await setUp();
+  api = f.api as unknown as Kysely<EnterpriseDatabase>;
+  for (const user of Object.keys(demoUserSubs) as DemoUser[]) {
+    const { rows } = await f.adminPool.query<{ company_id: string }>(
+      'SELECT company_id FROM enterprise.principals WHERE sub = $1 AND active',
+      [demoUserSubs[user]],
+    );
+    companyOf[user] = rows[0]?.company_id ?? null;
+  }
+});
+afterAll(async () => {
+  await f.close();
+});
+
+/** Sorted ids of `view` for `user` under PostgREST's protocol; `forge` runs first inside the request. */
+async function idsOf(
+  user: DemoUser,
+  view: string,
+  forge: string | null = null,
+  options: Partial<PostgrestRequestOptions> = {},
+): Promise<string[]> {
+  return withPostgrestRequest(f.authenticator, { claims: claimsOf(user), ...options }, async (c) => {
+    if (forge !== null) await c.query(`SELECT set_config('enterprise.company_hint', $1, true)`, [forge]);
+    const { rows } = await c.query<{ id: string }>(`SELECT id FROM enterprise_api.${view} ORDER BY id`);
+    return rows.map((r) => r.id);
+  });
+}
+
+describe('the stored company', () => {
+  it.each(['alice', 'bob', 'carol'] as const)(
+    'postgrest.pre_request() stores the company of %s for the request',
+    async (user) => {
+      const stored = await withPostgrestRequest(f.authenticator, { claims: claimsOf(user) }, async (c) => {
+        const { rows } = await c.query<{ v: string }>(
+          `SELECT current_setting('enterprise.company_hint', true) AS v`,
+        );
+        return rows[0]?.v;
+      });
+      expect(companyOf[user]).not.toBeNull();
+      expect(stored).toBe(companyOf[user]);
+    },
+  );
+
+  it('a caller without a company gets the nil uuid, and it ends with the transaction', async () => {
+    const client = await f.authenticator.connect();
+    try {
+      await client.query('BEGIN');
+      await client.query(`SET LOCAL ROLE enterprise_portal_role`);
+      await client.query(`SELECT set_config('request.jwt.claims', $1, true)`, [
+        JSON.stringify(claimsOf('dave')),
+      ]);
+      await client.query('SELECT postgrest.pre_request()');
+      const inside = await client.query<{ v: string }>(
+        `SELECT current_setting('enterprise.company_hint', true) AS v`,
+      );
+      await client.query('COMMIT');
+      const after = await client.query<{ v: string | null }>(
+        `SELECT current_setting('enterprise.company_hint', true) AS v`,
+      );
+      expect(inside.rows[0]?.v).toBe(NO_COMPANY);
+      expect(after.rows[0]?.v ?? '').toBe('');
+    } finally {
+      client.release();
+    }
+  });
+
+  it('withRequestClaims stores it for the workflow transaction', async () => {
+    for (const user of ['bob', 'dave'] as const) {
+      const stored = await withRequestClaims(api, claimsOf(user) as { sub: string }, async (trx) => {
+        const { rows } = await sql<{
+          v: string;
+        }>`SELECT current_setting('enterprise.company_hint', true) AS v`.execute(trx);
+        return rows[0]?.v;
+      });
+      expect(stored).toBe(companyOf[user] ?? NO_COMPANY);
+    }
+  });
+});
+
+describe('a forged company only takes rows away', () => {
+  it.each(views)(
+    '%s: bob sees his rows without the stored value, and no others with any forged one',
+    async (view) => {
+      const own = await idsOf('bob', view);
+      expect(own.length).toBeGreaterThan(0);
+      // Not stored at all (no pre-request): the definer lookup answers, with the same rows.
+      expect(await idsOf('bob', view, null, { preRequest: null })).toEqual(own);
+      // Alice's company is bob's: still only bob's site, not all of Acme.
+      expect(await idsOf('bob', view, companyOf.alice)).toEqual(own);
+      expect(await idsOf('bob', view, companyOf.carol)).toEqual([]);
+      expect(await idsOf('bob', view, NO_COMPANY)).toEqual([]);
+      // dave has no sites: no company he names gives him any.
+      expect(await idsOf('dave', view, companyOf.alice)).toEqual([]);
+      expect(await idsOf('dave', view, companyOf.carol)).toEqual([]);
+    },
+  );
+
+  it('a value that is not a uuid fails the request (22P02) instead of widening it', async () => {
+    expect(await sqlState(idsOf('bob', 'work_items', 'not-a-uuid'))).toBe('22P02');
+  });
+
+  it('the company alone never decides through it: enterprise_api.sites keeps company names to the caller', async () => {
+    const names = await withPostgrestRequest(f.authenticator, { claims: claimsOf('bob') }, async (c) => {
+      await c.query(`SELECT set_config('enterprise.company_hint', $1, true)`, [companyOf.carol]);
+      const { rows } = await c.query<{ name: string }>('SELECT name FROM enterprise.companies');
+      return rows.map((r) => r.name);
+    });
+    expect(names).toHaveLength(1);
+    const { rows } = await f.adminPool.query<{ name: string }>(
+      'SELECT name FROM enterprise.companies WHERE id = $1',
+      [companyOf.bob],
+    );
+    expect(names).toEqual([rows[0]?.name]);
+  });
+
+  it("the workflow's writes: a forged company updates nothing, not even the caller's own rows", async () => {
+    const updated = async (user: DemoUser, forge: string | null = null) =>
+      withRequestClaims(api, claimsOf(user) as { sub: string }, async (trx) => {
+        if (forge !== null)
+          await sql`SELECT set_config('enterprise.company_hint', ${forge}, true)`.execute(trx);
+        // Every proposed item of every company is tried; the policies decide which change.
+        const r = await sql`UPDATE enterprise.work_items SET decision_note = decision_note
+                            WHERE state = 'proposed'`.execute(trx);
+        return Number(r.numAffectedRows);
+      });
+    const bobs = await updated('bob');
+    expect(bobs).toBeGreaterThan(0);
+    expect(await updated('alice')).toBeGreaterThan(bobs);
+    expect(await updated('bob', companyOf.alice)).toBe(bobs);
+    expect(await updated('bob', companyOf.carol)).toBe(0);
+    expect(await updated('bob', NO_COMPANY)).toBe(0);
+    expect(await updated('dave', companyOf.alice)).toBe(0);
+  });
+});
+
+describe('the per-statement cost', () => {
+  /** The executed plan's text for the count PostgREST issues, for `user`. */
+  async function countPlan(user: DemoUser): Promise<string> {
+    return withPostgrestRequest(f.authenticator, { claims: claimsOf(user) }, async (c) => {
+      const { rows } = await c.query<{ 'QUERY PLAN': string }>(
+        `EXPLAIN (ANALYZE, VERBOSE, COSTS OFF, TIMING OFF, SUMMARY OFF)
+         SELECT count(*) FROM enterprise_api.work_items WHERE state = 'proposed'`,
+      );
+      return rows.map((r) => r['QUERY PLAN']).join('\n');
+    });
+  }
+
+  it('both policy functions are inlined: the plan reads the stored company, no wrapper call', async () => {
+    const text = await countPlan('bob');
+    expect(text).toMatch(/current_setting\('enterprise\.company_hint'::text, true\)/);
+    expect(text).toMatch(/enterprise\.caller_site_ids\(\)/);
+    expect(text).not.toMatch(/enterprise_api\.authorized_site_ids\(\)|enterprise\.company_hint\(\)/);
+  });
+
+  /**
+   * Calls of each access function made by the count alone, for `user`: a superuser session with
+   * track_functions = all runs PostgREST's protocol and reads pg_stat_xact_user_functions (this
+   * transaction's calls) before and after the count.
+   */
+  async function accessCallsOfCount(user: DemoUser): Promise<Record<string, number>> {
+    const client = await f.adminPool.connect();
+    const calls = async (): Promise<Record<string, number>> => {
+      const { rows } = await client.query<{ f: string; calls: string }>(
+        `SELECT schemaname || '.' || funcname AS f, calls::text FROM pg_stat_xact_user_functions
+          WHERE funcname IN ('caller_site_ids', 'authorized_company_id', 'authorized_site_ids', 'company_hint')`,
+      );
+      return Object.fromEntries(rows.map((r) => [r.f, Number(r.calls)]));
+    };
+    try {
+      await client.query(`SET track_functions = 'all'`);
+      await client.query('BEGIN');
+      await client.query('SET LOCAL ROLE enterprise_portal_role');
+      await client.query(`SELECT set_config('request.jwt.claims', $1, true)`, [
+        JSON.stringify(claimsOf(user)),
+      ]);
+      await client.query('SELECT postgrest.pre_request()');
+      const before = await calls();
+      await client.query(`SELECT count(*) FROM enterprise_api.work_items WHERE state = 'proposed'`);
+      const after = await calls();
+      return Object.fromEntries(
+        Object.entries(after)
+          .map(([k, v]) => [k, v - (before[k] ?? 0)] as const)
+          .filter(([, v]) => v !== 0),
+      );
+    } finally {
+      await client.query('ROLLBACK').catch(() => undefined);
+      await client.query('RESET track_functions');
+      client.release();
+    }
+  }
+
+  it('a caller with access: one site lookup per statement, no company lookup', async () => {
+    expect(await accessCallsOfCount('bob')).toEqual({ 'enterprise.caller_site_ids': 1 });
+  });
+
+  it('a caller with no company: no access lookup at all', async () => {
+    expect(await accessCallsOfCount('dave')).toEqual({});
+  });
+});
