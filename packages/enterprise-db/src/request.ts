@@ -120,8 +120,9 @@ export function dollarQuote(text: string): string {
  *
  * The transaction opens in ONE round trip: BEGIN, the role and the claims (both transaction-local)
  * and the caller's remembered company go as one multi-statement simple query (no parameters; the
- * values are dollar-quoted). Kysely's own transaction API sends BEGIN alone and the settings after it: one round trip more per request, which
- * bench:workflow showed to matter (each costs a socket write and read on both sides). Any failure,
+ * values are dollar-quoted). Kysely's own transaction API sends BEGIN alone and the settings after
+ * it: one round trip more per request, which bench:workflow showed to matter (each costs a socket
+ * write and read on both sides). The stored company needs enterprise migration 0004. Any failure,
  * including a failed setting after a successful BEGIN, rolls back before the connection goes back to
  * the pool; a broken connection fails the ROLLBACK too and the pool discards it.
  */

@@ -2,9 +2,10 @@
 // any session may change, so these tests prove what the migration's header argues: the stored value
 // only ever takes rows away, for reads through PostgREST and for the workflow's writes; without it
 // the answers are the same; and a caller with no company makes no access lookup per statement.
+import { randomUUID } from 'node:crypto';
 import { sql } from 'kysely';
 import type { Kysely } from 'kysely';
-import { demoUserSubs, withPostgrestRequest, withRequestClaims } from '@platform/enterprise-db';
+import { demoSites, demoUserSubs, withPostgrestRequest, withRequestClaims } from '@platform/enterprise-db';
 import type { DemoUser, EnterpriseDatabase, PostgrestRequestOptions } from '@platform/enterprise-db';
 import { claimsOf, setUp, sqlState } from './helpers.js';
 import type { Fixture } from './helpers.js';
@@ -156,6 +157,73 @@ describe('a forged company only takes rows away', () => {
     expect(await updated('bob', companyOf.carol)).toBe(0);
     expect(await updated('bob', NO_COMPANY)).toBe(0);
     expect(await updated('dave', companyOf.alice)).toBe(0);
+  });
+  /** SQLSTATE of bob's media insert at `site` with `forge` stored ('ok' and rolled back if it passes). */
+  async function bobInserts(site: { id: string }, forge: string | null): Promise<string> {
+    const rolledBack = new Error('rolled back');
+    const outcome = withRequestClaims(api, claimsOf('bob') as { sub: string }, async (trx) => {
+      if (forge !== null)
+        await sql`SELECT set_config('enterprise.company_hint', ${forge}, true)`.execute(trx);
+      await trx
+        .insertInto('enterprise.media_items')
+        .values({
+          site_id: site.id,
+          object_key: `sites/${site.id}/media/${randomUUID()}`,
+          filename: 'x.jpg',
+          declared_content_type: 'image/jpeg',
+          declared_size_bytes: 10,
+          uploaded_by: demoUserSubs.bob,
+        })
+        .execute();
+      throw rolledBack;
+    });
+    try {
+      await outcome;
+      return 'committed';
+    } catch (err) {
+      return err === rolledBack ? 'ok' : String((err as { code?: unknown }).code);
+    }
+  }
+
+  it("the workflow's inserts: a forged company is refused (42501) at the caller's site and at another's", async () => {
+    expect(await bobInserts(demoSites.acmeHq, null)).toBe('ok');
+    expect(await bobInserts(demoSites.acmeHq, companyOf.alice)).toBe('ok');
+    expect(await bobInserts(demoSites.acmeHq, companyOf.carol)).toBe('42501');
+    expect(await bobInserts(demoSites.acmeHq, NO_COMPANY)).toBe('42501');
+    expect(await bobInserts(demoSites.borealisTower, companyOf.carol)).toBe('42501');
+    expect(await bobInserts(demoSites.borealisTower, null)).toBe('42501');
+  });
+
+  it("the workflow's reads (decision audit, idempotency keys): no other company's rows under any forged value", async () => {
+    const visible = async (user: DemoUser, table: string, forge: string | null) =>
+      withRequestClaims(api, claimsOf(user) as { sub: string }, async (trx) => {
+        if (forge !== null)
+          await sql`SELECT set_config('enterprise.company_hint', ${forge}, true)`.execute(trx);
+        const { rows } = await sql<{
+          company_id: string;
+        }>`SELECT DISTINCT company_id FROM ${sql.table(table)}`.execute(trx);
+        return rows.map((r) => r.company_id);
+      });
+    for (const table of [
+      'enterprise.work_item_decisions',
+      'enterprise.decision_idempotency_keys',
+      'enterprise.assets',
+    ]) {
+      for (const forge of [null, companyOf.alice, companyOf.carol, NO_COMPANY]) {
+        for (const company of await visible('bob', table, forge)) expect(company).toBe(companyOf.bob);
+      }
+    }
+  });
+
+  it('the nil uuid can never name a company', async () => {
+    expect(
+      await sqlState(
+        f.adminPool.query(`UPDATE enterprise.companies SET id = $1 WHERE id = $2`, [
+          NO_COMPANY,
+          companyOf.carol,
+        ]),
+      ),
+    ).toBe('23514');
   });
 });
 

@@ -106,6 +106,24 @@ describe('catalog', () => {
     expect(rows).toEqual([]);
   });
 
+  it('every policy of a runtime role on a site table checks the site list in each expression', async () => {
+    // The stored company (migration 0004) only narrows; the site list is what grants. A policy of
+    // the portal or workflow role without it would let the company alone decide.
+    const { rows } = await f.adminPool.query<{ policy: string; qual: string | null; check: string | null }>(
+      `SELECT p.tablename || '.' || p.policyname AS policy, p.qual, p.with_check AS check
+       FROM pg_policies p
+       WHERE p.schemaname = 'enterprise' AND p.roles && $1::name[] AND p.tablename NOT IN ('companies')`,
+      [runtimeRoles],
+    );
+    expect(rows.length).toBeGreaterThanOrEqual(16);
+    const missing = rows.flatMap((r) =>
+      [r.qual, r.check]
+        .filter((e): e is string => e !== null && !e.includes('enterprise_api.authorized_site_ids()'))
+        .map((e) => `${r.policy}: ${e}`),
+    );
+    expect(missing).toEqual([]);
+  });
+
   it('every SECURITY DEFINER function has a fixed search_path and a non-runtime owner', async () => {
     const { rows } = await f.adminPool.query<{ fn: string; config: string[] | null; owner: string }>(
       `SELECT p.oid::regprocedure::text AS fn, p.proconfig AS config, pg_get_userbyid(p.proowner) AS owner
@@ -131,6 +149,8 @@ describe('runtime logins cannot weaken security', () => {
     'TRUNCATE enterprise.work_items',
     'ALTER VIEW enterprise_api.work_items SET (security_invoker = false)',
     "CREATE OR REPLACE FUNCTION enterprise_api.authorized_site_ids() RETURNS uuid[] LANGUAGE sql AS 'SELECT array_agg(id) FROM enterprise.sites'",
+    "CREATE OR REPLACE FUNCTION enterprise.caller_site_ids() RETURNS uuid[] LANGUAGE sql AS 'SELECT array_agg(id) FROM enterprise.sites'",
+    "CREATE OR REPLACE FUNCTION enterprise.company_hint() RETURNS uuid LANGUAGE sql AS 'SELECT NULL::uuid'",
     'CREATE TABLE enterprise.evil (id int)',
     'CREATE VIEW enterprise_api.evil AS SELECT 1',
     'GRANT SELECT ON enterprise.principals TO enterprise_portal_role',

@@ -30,7 +30,7 @@ import { API_ROLE, AUTHZ_OWNER, PORTAL_ROLE } from '../roles.js';
 import { ACCESS_FUNCTIONS_0002, PRE_REQUEST_0002, tenantCheckWith, tenantPolicies } from './0002-security.js';
 import { accessFunction, SITE_IDS_BODY_0003 } from './0003-cheaper-access-functions.js';
 
-/** The stored "caller has no company": no company has this id (companies.id comes from gen_random_uuid or seeds). */
+/** The stored "caller has no company"; a CHECK keeps it from naming a company. */
 export const NO_COMPANY = '00000000-0000-0000-0000-000000000000';
 
 const hintedCheck = tenantCheckWith('(SELECT enterprise.company_hint())');
@@ -42,10 +42,13 @@ const dropTenantPolicies = (): string =>
     .map(([, name, table]) => `DROP POLICY ${name} ON ${table};`)
     .join('\n');
 
-const SITE_IDS_COMMENT_0002 =
-  /COMMENT ON FUNCTION enterprise_api\.authorized_site_ids\(\) IS '(?:[^']|'')*';/.exec(
+const SITE_IDS_COMMENT_0002 = (() => {
+  const comment = /COMMENT ON FUNCTION enterprise_api\.authorized_site_ids\(\) IS '(?:[^']|'')*';/.exec(
     ACCESS_FUNCTIONS_0002,
-  )?.[0] ?? '';
+  )?.[0];
+  if (comment === undefined) throw new Error('migration 0004: no comment on authorized_site_ids() in 0002');
+  return comment;
+})();
 
 const PRE_REQUEST_STORES_HINT = (() => {
   const attributes = 'LANGUAGE plpgsql STABLE SECURITY DEFINER';
@@ -66,6 +69,9 @@ export const companyHintMigration: Migration = {
     await sql
       .raw(
         `
+-- The stored "no company" must never name a company.
+ALTER TABLE enterprise.companies ADD CONSTRAINT companies_id_not_nil CHECK (id <> '${NO_COMPANY}');
+
 GRANT CREATE ON SCHEMA enterprise TO ${AUTHZ_OWNER};
 
 ${accessFunction('enterprise.caller_site_ids() RETURNS uuid[]', SITE_IDS_BODY_0003)}
@@ -128,6 +134,7 @@ ${SITE_IDS_COMMENT_0002}
 DROP FUNCTION enterprise.remember_caller_company();
 DROP FUNCTION enterprise.company_hint();
 DROP FUNCTION enterprise.caller_site_ids();
+ALTER TABLE enterprise.companies DROP CONSTRAINT companies_id_not_nil;
 `,
       )
       .execute(db);
