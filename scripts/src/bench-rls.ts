@@ -131,7 +131,7 @@ async function prepare(adminUrl: string): Promise<string> {
       DROP POLICY IF EXISTS bench_naive ON enterprise.work_items;
       DROP FUNCTION IF EXISTS enterprise.bench_naive_can_see(uuid);
       GRANT USAGE ON SCHEMA enterprise, enterprise_api, postgrest TO bench_naive_role;
-      GRANT EXECUTE ON FUNCTION enterprise_api.authorized_site_ids(), enterprise.caller_site_ids(),
+      GRANT EXECUTE ON FUNCTION enterprise_api.authorized_site_ids(),
         enterprise_api.authorized_company_id(), enterprise_api.request_sub(), postgrest.pre_request() TO bench_naive_role;
       GRANT SELECT ON enterprise.work_items, enterprise_api.work_items TO bench_naive_role;
       DROP POLICY IF EXISTS bench_naive ON enterprise.work_items;

@@ -239,11 +239,10 @@ describe('the per-statement cost', () => {
     });
   }
 
-  it('both policy functions are inlined: the plan reads the stored company, no wrapper call', async () => {
+  it('the policy reads the stored company and calls authorized_site_ids() only behind it', async () => {
     const text = await countPlan('bob');
     expect(text).toMatch(/current_setting\('enterprise\.company_hint'::text, true\)/);
-    expect(text).toMatch(/enterprise\.caller_site_ids\(\)/);
-    expect(text).not.toMatch(/enterprise_api\.authorized_site_ids\(\)|enterprise\.company_hint\(\)/);
+    expect(text).toMatch(/ELSE enterprise_api\.authorized_site_ids\(\) END/);
   });
 
   /**
@@ -256,7 +255,7 @@ describe('the per-statement cost', () => {
     const calls = async (): Promise<Record<string, number>> => {
       const { rows } = await client.query<{ f: string; calls: string }>(
         `SELECT schemaname || '.' || funcname AS f, calls::text FROM pg_stat_xact_user_functions
-          WHERE funcname IN ('caller_site_ids', 'authorized_company_id', 'authorized_site_ids', 'company_hint')`,
+          WHERE funcname IN ('authorized_company_id', 'authorized_site_ids')`,
       );
       return Object.fromEntries(rows.map((r) => [r.f, Number(r.calls)]));
     };
@@ -284,7 +283,7 @@ describe('the per-statement cost', () => {
   }
 
   it('a caller with access: one site lookup per statement, no company lookup', async () => {
-    expect(await accessCallsOfCount('bob')).toEqual({ 'enterprise.caller_site_ids': 1 });
+    expect(await accessCallsOfCount('bob')).toEqual({ 'enterprise_api.authorized_site_ids': 1 });
   });
 
   it('a caller with no company: no access lookup at all', async () => {

@@ -84,14 +84,13 @@ COMMENT ON FUNCTION postgrest.pre_request() IS 'PostgREST db-pre-request: refuse
 export type TenantCheck = (siteColumn?: string, companyColumn?: string) => string;
 
 /**
- * `company_id = <company> AND site_id = ANY(caller's sites)`, each computed once per statement.
- * Migration 0002 compares the company with `authorized_company_id()`; 0004 with a per-request hint.
+ * `company_id = <company> AND site_id = ANY(<sites>)`, each a scalar sub-select computed once per
+ * statement. Migration 0002 uses the two access functions; 0004 the company stored per request.
  */
 export const tenantCheckWith =
-  (company: string): TenantCheck =>
+  (company: string, sites = '(SELECT enterprise_api.authorized_site_ids())'): TenantCheck =>
   (siteColumn = 'site_id', companyColumn = 'company_id') =>
-    `${companyColumn} = ${company} AND ` +
-    `${siteColumn} = ANY ((SELECT enterprise_api.authorized_site_ids())::uuid[])`;
+    `${companyColumn} = ${company} AND ${siteColumn} = ANY (${sites}::uuid[])`;
 
 const tenantCheck = tenantCheckWith('(SELECT enterprise_api.authorized_company_id())');
 

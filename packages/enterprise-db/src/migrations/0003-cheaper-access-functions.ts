@@ -20,18 +20,25 @@ import { ACCESS_FUNCTIONS_0002 } from './0002-security.js';
 /** The caller's `sub` claim, as `enterprise_api.request_sub()` reads it. */
 const CALLER_SUB = `nullif(nullif(current_setting('request.jwt.claims', true), '')::json ->> 'sub', '')`;
 
-/**
- * A STABLE SECURITY DEFINER SQL function with migration 0002's attributes; `signature` is schema-qualified.
- * CREATE OR REPLACE keeps owner and grants.
- */
-export const accessFunction = (signature: string, body: string): string => `
-CREATE OR REPLACE FUNCTION ${signature}
+/** Same attributes as migration 0002 gave them; CREATE OR REPLACE keeps owner and grants. */
+const accessFunction = (signature: string, body: string): string => `
+CREATE OR REPLACE FUNCTION enterprise_api.${signature}
   LANGUAGE sql STABLE SECURITY DEFINER PARALLEL SAFE
   SET search_path = pg_catalog, pg_temp
 AS $$${body}$$;`;
 
-/** The caller's sorted site ids; `authorized_site_ids()` from here to 0004, `enterprise.caller_site_ids()` after. */
-export const SITE_IDS_BODY_0003 = `
+const cheaper =
+  accessFunction(
+    'authorized_company_id() RETURNS uuid',
+    `
+  SELECT p.company_id
+  FROM enterprise.principals p
+  WHERE p.sub = ${CALLER_SUB} AND p.active
+`,
+  ) +
+  accessFunction(
+    'authorized_site_ids() RETURNS uuid[]',
+    `
   SELECT coalesce(
     (SELECT CASE WHEN p.all_sites
               THEN (SELECT array_agg(s.id ORDER BY s.id) FROM enterprise.sites s WHERE s.company_id = p.company_id)
@@ -41,17 +48,8 @@ export const SITE_IDS_BODY_0003 = `
      FROM enterprise.principals p
      WHERE p.sub = ${CALLER_SUB} AND p.active),
     '{}'::uuid[])
-`;
-
-const cheaper =
-  accessFunction(
-    'enterprise_api.authorized_company_id() RETURNS uuid',
-    `
-  SELECT p.company_id
-  FROM enterprise.principals p
-  WHERE p.sub = ${CALLER_SUB} AND p.active
 `,
-  ) + accessFunction('enterprise_api.authorized_site_ids() RETURNS uuid[]', SITE_IDS_BODY_0003);
+  );
 
 export const cheaperAccessFunctionsMigration: Migration = {
   async up(db: Kysely<unknown>): Promise<void> {
