@@ -37,6 +37,8 @@ async function startChild(
     execArgv: [
       '--expose-gc',
       ...(process.env.BENCH_PROFILE ? ['--cpu-prof', `--cpu-prof-dir=${process.env.BENCH_PROFILE}`] : []),
+      // BENCH_NODE_ARGS="--max-semi-space-size=32": V8 flags for every server child (GC experiments).
+      ...(process.env.BENCH_NODE_ARGS ?? '').split(' ').filter((a) => a !== ''),
     ],
     env: { ...process.env, BENCH_DATABASE_URL: databaseUrl, ...env },
     stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
