@@ -5,7 +5,13 @@
 import { randomUUID } from 'node:crypto';
 import { sql } from 'kysely';
 import type { Kysely } from 'kysely';
-import { demoSites, demoUserSubs, withPostgrestRequest, withRequestClaims } from '@platform/enterprise-db';
+import {
+  demoSites,
+  demoUserSubs,
+  enterpriseMigrations,
+  withPostgrestRequest,
+  withRequestClaims,
+} from '@platform/enterprise-db';
 import type { DemoUser, EnterpriseDatabase, PostgrestRequestOptions } from '@platform/enterprise-db';
 import { claimsOf, setUp, sqlState } from './helpers.js';
 import type { Fixture } from './helpers.js';
@@ -288,5 +294,49 @@ describe('the per-statement cost', () => {
 
   it('a caller with no company: no access lookup at all', async () => {
     expect(await accessCallsOfCount('dave')).toEqual({});
+  });
+});
+
+describe('migration 0004 down and up again', () => {
+  /** What 0004 changes, as the catalog shows it. */
+  async function state(db: Kysely<unknown>) {
+    const { rows } = await sql<{
+      policies_reading_it: string;
+      remember: string;
+      pre_request_stores: boolean;
+      nil_check: string;
+    }>`
+      SELECT (SELECT count(*) FROM pg_policies WHERE schemaname = 'enterprise'
+                AND (qual LIKE '%enterprise.company_hint%' OR with_check LIKE '%enterprise.company_hint%'))::text
+               AS policies_reading_it,
+             (SELECT count(*) FROM pg_proc WHERE proname = 'remember_caller_company')::text AS remember,
+             (SELECT prosrc LIKE '%remember_caller_company%' FROM pg_proc WHERE oid = 'postgrest.pre_request'::regproc)
+               AS pre_request_stores,
+             (SELECT count(*) FROM pg_constraint WHERE conname = 'companies_id_not_nil')::text AS nil_check`.execute(
+      db,
+    );
+    return rows[0];
+  }
+
+  it('down() restores 0003 (same policy count, no stored company) and up() applies again', async () => {
+    const migration = enterpriseMigrations.migrations['0004_company_hint'];
+    const rollback = new Error('rollback');
+    const seen: unknown[] = [];
+    await expect(
+      f.admin.transaction().execute(async (trx) => {
+        seen.push(await state(trx));
+        await migration?.down?.(trx);
+        seen.push(await state(trx));
+        await migration?.up(trx);
+        seen.push(await state(trx));
+        throw rollback;
+      }),
+    ).rejects.toBe(rollback);
+    const applied = { policies_reading_it: '17', remember: '1', pre_request_stores: true, nil_check: '1' };
+    expect(seen).toEqual([
+      applied,
+      { policies_reading_it: '0', remember: '0', pre_request_stores: false, nil_check: '0' },
+      applied,
+    ]);
   });
 });
