@@ -4,8 +4,10 @@
 // the answers are the same; and a caller with no company makes no access lookup per statement.
 import { randomUUID } from 'node:crypto';
 import { sql } from 'kysely';
+import pg from 'pg';
 import type { Kysely } from 'kysely';
 import {
+  demoRowId,
   demoSites,
   demoUserSubs,
   enterpriseMigrations,
@@ -57,6 +59,25 @@ async function idsOf(
     const { rows } = await c.query<{ id: string }>(`SELECT id FROM enterprise_api.${view} ORDER BY id`);
     return rows.map((r) => r.id);
   });
+}
+
+/** As idsOf without a pre-request, on a new connection where the setting was never defined. */
+async function idsOnFreshConnection(
+  user: DemoUser,
+  view: string,
+): Promise<{ setting: string | null; ids: string[] }> {
+  const pool = new pg.Pool({ connectionString: f.authenticator.options.connectionString, max: 1 });
+  try {
+    return await withPostgrestRequest(pool, { claims: claimsOf(user), preRequest: null }, async (c) => {
+      const { rows: setting } = await c.query<{ v: string | null }>(
+        `SELECT current_setting('enterprise.company_hint', true) AS v`,
+      );
+      const { rows } = await c.query<{ id: string }>(`SELECT id FROM enterprise_api.${view} ORDER BY id`);
+      return { setting: setting[0]?.v ?? null, ids: rows.map((r) => r.id) };
+    });
+  } finally {
+    await pool.end();
+  }
 }
 
 describe('the stored company', () => {
@@ -116,8 +137,10 @@ describe('a forged company only takes rows away', () => {
     async (view) => {
       const own = await idsOf('bob', view);
       expect(own.length).toBeGreaterThan(0);
-      // Not stored at all (no pre-request): the definer lookup answers, with the same rows.
-      expect(await idsOf('bob', view, null, { preRequest: null })).toEqual(own);
+      // Nothing stored: the definer lookups answer, with the same rows. An empty value ('' once the
+      // setting has existed in the session) and an undefined one (NULL) are both "nothing".
+      expect(await idsOf('bob', view, '', { preRequest: null })).toEqual(own);
+      expect(await idsOnFreshConnection('bob', view)).toEqual({ setting: null, ids: own });
       // Alice's company is bob's: still only bob's site, not all of Acme.
       expect(await idsOf('bob', view, companyOf.alice)).toEqual(own);
       expect(await idsOf('bob', view, companyOf.carol)).toEqual([]);
@@ -164,22 +187,52 @@ describe('a forged company only takes rows away', () => {
     expect(await updated('bob', NO_COMPANY)).toBe(0);
     expect(await updated('dave', companyOf.alice)).toBe(0);
   });
-  /** SQLSTATE of bob's media insert at `site` with `forge` stored ('ok' and rolled back if it passes). */
-  async function bobInserts(site: { id: string }, forge: string | null): Promise<string> {
+  /** bob's rows of each kind at `site`, as the workflow inserts them. */
+  const bobRows = (site: { id: string }, siteName: 'acmeHq' | 'borealisTower') => ({
+    'enterprise.media_items': {
+      site_id: site.id,
+      object_key: `sites/${site.id}/media/${randomUUID()}`,
+      filename: 'x.jpg',
+      declared_content_type: 'image/jpeg',
+      declared_size_bytes: 10,
+      uploaded_by: demoUserSubs.bob,
+    },
+    'enterprise.work_item_decisions': {
+      work_item_id: demoRowId('work_item', siteName, 1),
+      site_id: site.id,
+      decision: 'defer',
+      previous_state: 'proposed',
+      new_state: 'deferred',
+      decided_by: demoUserSubs.bob,
+      request_id: `req-${randomUUID()}`,
+    },
+    'enterprise.decision_idempotency_keys': {
+      caller_sub: demoUserSubs.bob,
+      idempotency_key: `key-${randomUUID()}`,
+      work_item_id: demoRowId('work_item', siteName, 1),
+      site_id: site.id,
+      request_fingerprint: 'f',
+      response_status: 200,
+      response_body: '{}',
+    },
+  });
+  type Insertable = keyof ReturnType<typeof bobRows>;
+
+  /** SQLSTATE of bob's insert into `table` at `site` with `forge` stored ('ok' and rolled back if it passes). */
+  async function bobInserts(
+    site: { id: string },
+    forge: string | null,
+    table: Insertable = 'enterprise.media_items',
+  ): Promise<string> {
     const rolledBack = new Error('rolled back');
+    const siteName = site.id === demoSites.acmeHq.id ? 'acmeHq' : 'borealisTower';
     const outcome = withRequestClaims(api, claimsOf('bob') as { sub: string }, async (trx) => {
       if (forge !== null)
         await sql`SELECT set_config('enterprise.company_hint', ${forge}, true)`.execute(trx);
+      // Each row matches its own table; the union of the three is more than Kysely can check.
       await trx
-        .insertInto('enterprise.media_items')
-        .values({
-          site_id: site.id,
-          object_key: `sites/${site.id}/media/${randomUUID()}`,
-          filename: 'x.jpg',
-          declared_content_type: 'image/jpeg',
-          declared_size_bytes: 10,
-          uploaded_by: demoUserSubs.bob,
-        })
+        .insertInto(table)
+        .values(bobRows(site, siteName)[table] as never)
         .execute();
       throw rolledBack;
     });
@@ -191,13 +244,40 @@ describe('a forged company only takes rows away', () => {
     }
   }
 
-  it("the workflow's inserts: a forged company is refused (42501) at the caller's site and at another's", async () => {
-    expect(await bobInserts(demoSites.acmeHq, null)).toBe('ok');
-    expect(await bobInserts(demoSites.acmeHq, companyOf.alice)).toBe('ok');
-    expect(await bobInserts(demoSites.acmeHq, companyOf.carol)).toBe('42501');
-    expect(await bobInserts(demoSites.acmeHq, NO_COMPANY)).toBe('42501');
-    expect(await bobInserts(demoSites.borealisTower, companyOf.carol)).toBe('42501');
-    expect(await bobInserts(demoSites.borealisTower, null)).toBe('42501');
+  it.each([
+    'enterprise.media_items',
+    'enterprise.work_item_decisions',
+    'enterprise.decision_idempotency_keys',
+  ] as const)(
+    "the workflow's inserts into %s: a forged company is refused (42501) at the caller's site and at another's",
+    async (table) => {
+      expect(await bobInserts(demoSites.acmeHq, null, table)).toBe('ok');
+      expect(await bobInserts(demoSites.acmeHq, companyOf.alice, table)).toBe('ok');
+      expect(await bobInserts(demoSites.acmeHq, companyOf.carol, table)).toBe('42501');
+      expect(await bobInserts(demoSites.acmeHq, NO_COMPANY, table)).toBe('42501');
+      expect(await bobInserts(demoSites.borealisTower, companyOf.carol, table)).toBe('42501');
+      expect(await bobInserts(demoSites.borealisTower, null, table)).toBe('42501');
+    },
+  );
+
+  it("the workflow's deletes of idempotency keys: a forged company deletes nothing", async () => {
+    const row = bobRows(demoSites.acmeHq, 'acmeHq')['enterprise.decision_idempotency_keys'];
+    await withRequestClaims(api, claimsOf('bob') as { sub: string }, (trx) =>
+      trx.insertInto('enterprise.decision_idempotency_keys').values(row).execute(),
+    );
+    const deleted = async (forge: string | null) =>
+      withRequestClaims(api, claimsOf('bob') as { sub: string }, async (trx) => {
+        if (forge !== null)
+          await sql`SELECT set_config('enterprise.company_hint', ${forge}, true)`.execute(trx);
+        const r = await trx
+          .deleteFrom('enterprise.decision_idempotency_keys')
+          .where('idempotency_key', '=', row.idempotency_key)
+          .executeTakeFirst();
+        return Number(r.numDeletedRows);
+      });
+    expect(await deleted(companyOf.carol)).toBe(0);
+    expect(await deleted(NO_COMPANY)).toBe(0);
+    expect(await deleted(null)).toBe(1);
   });
 
   it("the workflow's reads (decision audit, idempotency keys): no other company's rows under any forged value", async () => {
@@ -305,6 +385,7 @@ describe('migration 0004 down and up again', () => {
       remember: string;
       pre_request_stores: boolean;
       nil_check: string;
+      policy_text: string;
     }>`
       SELECT (SELECT count(*) FROM pg_policies WHERE schemaname = 'enterprise'
                 AND (qual LIKE '%enterprise.company_hint%' OR with_check LIKE '%enterprise.company_hint%'))::text
@@ -312,9 +393,10 @@ describe('migration 0004 down and up again', () => {
              (SELECT count(*) FROM pg_proc WHERE proname = 'remember_caller_company')::text AS remember,
              (SELECT prosrc LIKE '%remember_caller_company%' FROM pg_proc WHERE oid = 'postgrest.pre_request'::regproc)
                AS pre_request_stores,
-             (SELECT count(*) FROM pg_constraint WHERE conname = 'companies_id_not_nil')::text AS nil_check`.execute(
-      db,
-    );
+             (SELECT count(*) FROM pg_constraint WHERE conname = 'companies_id_not_nil')::text AS nil_check,
+             (SELECT string_agg(tablename || '.' || policyname || ': ' || coalesce(qual, '') || ' / ' ||
+                                coalesce(with_check, ''), E'\n' ORDER BY tablename, policyname)
+                FROM pg_policies WHERE schemaname = 'enterprise') AS policy_text`.execute(db);
     return rows[0];
   }
 
@@ -332,11 +414,24 @@ describe('migration 0004 down and up again', () => {
         throw rollback;
       }),
     ).rejects.toBe(rollback);
+    const [before, down, after] = seen as Array<Record<string, unknown> | undefined>;
+    const counts = (state: Record<string, unknown> | undefined) => {
+      const { policy_text: _text, ...rest } = state ?? {};
+      return rest;
+    };
     const applied = { policies_reading_it: '17', remember: '1', pre_request_stores: true, nil_check: '1' };
-    expect(seen).toEqual([
-      applied,
-      { policies_reading_it: '0', remember: '0', pre_request_stores: false, nil_check: '0' },
-      applied,
-    ]);
+    expect(counts(before)).toEqual(applied);
+    expect(counts(down)).toEqual({
+      policies_reading_it: '0',
+      remember: '0',
+      pre_request_stores: false,
+      nil_check: '0',
+    });
+    expect(counts(after)).toEqual(applied);
+    // up() after down() gives back exactly the policies it found.
+    expect(after?.policy_text).toBe(before?.policy_text);
+    // down() gives 0003's policies: the two definer sub-selects, nothing stored read.
+    expect(down?.policy_text).toMatch(/company_id = \( SELECT enterprise_api\.authorized_company_id\(\)/);
+    expect(down?.policy_text).not.toMatch(/company_hint/);
   });
 });

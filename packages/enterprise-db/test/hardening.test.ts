@@ -112,10 +112,11 @@ describe('catalog', () => {
     const { rows } = await f.adminPool.query<{ policy: string; qual: string | null; check: string | null }>(
       `SELECT p.tablename || '.' || p.policyname AS policy, p.qual, p.with_check AS check
        FROM pg_policies p
-       WHERE p.schemaname = 'enterprise' AND p.roles && $1::name[] AND p.tablename NOT IN ('companies')`,
+       WHERE p.schemaname = 'enterprise' AND (p.roles && $1::name[] OR 'public' = ANY (p.roles))
+         AND p.tablename NOT IN ('companies')`,
       [runtimeRoles],
     );
-    expect(rows.length).toBeGreaterThanOrEqual(16);
+    expect(rows).toHaveLength(17);
     const missing = rows.flatMap((r) =>
       [r.qual, r.check]
         .filter((e): e is string => e !== null && !e.includes('enterprise_api.authorized_site_ids()'))

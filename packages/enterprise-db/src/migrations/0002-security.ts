@@ -145,19 +145,27 @@ const allTables = [
 
 // The SQL sits inside up() so that its text is part of the migration's fingerprint (testkit keys
 // its template databases on the source of up()).
-export const securityMigration = (passwords: RolePasswords): Migration => ({
-  async up(db: Kysely<unknown>): Promise<void> {
-    // Roles are cluster-wide: another database's migration may create the same role at the same
-    // moment (parallel test databases), so "already exists" in any form is success. Passwords travel
-    // as transaction-local settings quoted by format(%L), never spliced into SQL text here.
-    await sql`SELECT set_config('enterprise_db.authenticator_password', ${passwords.authenticator}, true),
+/**
+ * `migration` with `generated` as one more field: testkit keys template databases on a migration's
+ * fields (functions by their source text), and text built outside up() is not in up()'s source.
+ */
+export const withGenerated = (generated: string, migration: Migration): Migration =>
+  Object.assign(migration, { generated });
+
+export const securityMigration = (passwords: RolePasswords): Migration =>
+  withGenerated(tenantPolicies(tenantCheck) + PRE_REQUEST_0002, {
+    async up(db: Kysely<unknown>): Promise<void> {
+      // Roles are cluster-wide: another database's migration may create the same role at the same
+      // moment (parallel test databases), so "already exists" in any form is success. Passwords travel
+      // as transaction-local settings quoted by format(%L), never spliced into SQL text here.
+      await sql`SELECT set_config('enterprise_db.authenticator_password', ${passwords.authenticator}, true),
                      set_config('enterprise_db.enterprise_api_password', ${passwords.enterpriseApi}, true),
                      set_config('enterprise_db.explicit_passwords', ${String(passwords.explicit)}, true)`.execute(
-      db,
-    );
-    await sql
-      .raw(
-        `
+        db,
+      );
+      await sql
+        .raw(
+          `
 DO $roles$
 DECLARE
   r record;
@@ -218,11 +226,11 @@ BEGIN
 END
 $members$;
 `,
-      )
-      .execute(db);
-    await sql
-      .raw(
-        `
+        )
+        .execute(db);
+      await sql
+        .raw(
+          `
 CREATE SCHEMA IF NOT EXISTS enterprise_api;
 COMMENT ON SCHEMA enterprise_api IS 'Read surface served by PostgREST (views, security_invoker) and the access functions shared with the workflow service.';
 CREATE SCHEMA IF NOT EXISTS postgrest;
@@ -445,10 +453,10 @@ GRANT SELECT ON enterprise_api.sites, enterprise_api.assets, enterprise_api.main
   enterprise_api.walkthrough_logs, enterprise_api.work_items, enterprise_api.service_records,
   enterprise_api.media_items TO ${PORTAL_ROLE};
 `,
-      )
-      .execute(db);
-    // Passwords must not outlive the statement that needed them, even inside this transaction.
-    await sql`SELECT set_config('enterprise_db.authenticator_password', '', true),
+        )
+        .execute(db);
+      // Passwords must not outlive the statement that needed them, even inside this transaction.
+      await sql`SELECT set_config('enterprise_db.authenticator_password', '', true),
                      set_config('enterprise_db.enterprise_api_password', '', true)`.execute(db);
-  },
-});
+    },
+  });

@@ -28,7 +28,7 @@
 import { sql } from 'kysely';
 import type { Kysely, Migration } from 'kysely';
 import { API_ROLE, AUTHZ_OWNER } from '../roles.js';
-import { PRE_REQUEST_0002, tenantCheckWith, tenantPolicies } from './0002-security.js';
+import { PRE_REQUEST_0002, tenantCheckWith, tenantPolicies, withGenerated } from './0002-security.js';
 
 /** The stored "caller has no company"; a CHECK keeps it from naming a company. */
 export const NO_COMPANY = '00000000-0000-0000-0000-000000000000';
@@ -61,11 +61,7 @@ const PRE_REQUEST_STORES_HINT = (() => {
   );
 })();
 
-export const companyHintMigration: Migration = {
-  async up(db: Kysely<unknown>): Promise<void> {
-    await sql
-      .raw(
-        `
+const UP_SQL = `
 -- The stored "no company" must never name a company.
 ALTER TABLE enterprise.companies ADD CONSTRAINT companies_id_not_nil CHECK (id <> '${NO_COMPANY}');
 
@@ -87,21 +83,21 @@ ${PRE_REQUEST_STORES_HINT}
 
 ${dropTenantPolicies()}
 ${tenantPolicies(hintedCheck)}
-`,
-      )
-      .execute(db);
-  },
-  async down(db: Kysely<unknown>): Promise<void> {
-    await sql
-      .raw(
-        `
+`;
+
+const DOWN_SQL = `
 ${dropTenantPolicies()}
 ${tenantPolicies(definerCheck)}
 ${PRE_REQUEST_0002.replace('CREATE FUNCTION', 'CREATE OR REPLACE FUNCTION')}
 DROP FUNCTION enterprise.remember_caller_company();
 ALTER TABLE enterprise.companies DROP CONSTRAINT companies_id_not_nil;
-`,
-      )
-      .execute(db);
+`;
+
+export const companyHintMigration: Migration = withGenerated(UP_SQL + DOWN_SQL, {
+  async up(db: Kysely<unknown>): Promise<void> {
+    await sql.raw(UP_SQL).execute(db);
   },
-};
+  async down(db: Kysely<unknown>): Promise<void> {
+    await sql.raw(DOWN_SQL).execute(db);
+  },
+});
