@@ -2,7 +2,7 @@ import { createHash, randomBytes } from 'node:crypto';
 import pg from 'pg';
 import { createDb, migrateToLatest } from '@platform/service-kit';
 import type { MigrationSet } from '@platform/service-kit';
-import { testDatabaseAdminUrl } from './env.js';
+import { testDatabaseAdminUrl } from './config.js';
 
 export interface CreateTestDatabaseOptions {
   /** Applied once per distinct set list into a template; every test database is cloned from it. */
