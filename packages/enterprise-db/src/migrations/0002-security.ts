@@ -9,6 +9,7 @@
 // So no SECURITY DEFINER function runs with the table owner's rights, and FORCE ROW LEVEL SECURITY
 // holds even for a non-superuser owner.
 import { sql } from 'kysely';
+import { withGeneratedSql } from '@platform/service-kit';
 import type { Kysely, Migration } from 'kysely';
 import {
   API_LOGIN,
@@ -145,15 +146,8 @@ const allTables = [
 
 // The SQL sits inside up() so that its text is part of the migration's fingerprint (testkit keys
 // its template databases on the source of up()).
-/**
- * `migration` with `generated` as one more field: testkit keys template databases on a migration's
- * fields (functions by their source text), and text built outside up() is not in up()'s source.
- */
-export const withGenerated = (generated: string, migration: Migration): Migration =>
-  Object.assign(migration, { generated });
-
 export const securityMigration = (passwords: RolePasswords): Migration =>
-  withGenerated(tenantPolicies(tenantCheck) + PRE_REQUEST_0002, {
+  withGeneratedSql(tenantPolicies(tenantCheck) + PRE_REQUEST_0002, {
     async up(db: Kysely<unknown>): Promise<void> {
       // Roles are cluster-wide: another database's migration may create the same role at the same
       // moment (parallel test databases), so "already exists" in any form is success. Passwords travel

@@ -28,7 +28,8 @@
 import { sql } from 'kysely';
 import type { Kysely, Migration } from 'kysely';
 import { API_ROLE, AUTHZ_OWNER } from '../roles.js';
-import { PRE_REQUEST_0002, tenantCheckWith, tenantPolicies, withGenerated } from './0002-security.js';
+import { withGeneratedSql } from '@platform/service-kit';
+import { PRE_REQUEST_0002, tenantCheckWith, tenantPolicies } from './0002-security.js';
 
 /** The stored "caller has no company"; a CHECK keeps it from naming a company. */
 export const NO_COMPANY = '00000000-0000-0000-0000-000000000000';
@@ -93,7 +94,7 @@ DROP FUNCTION enterprise.remember_caller_company();
 ALTER TABLE enterprise.companies DROP CONSTRAINT companies_id_not_nil;
 `;
 
-export const companyHintMigration: Migration = withGenerated(UP_SQL + DOWN_SQL, {
+export const companyHintMigration: Migration = withGeneratedSql(UP_SQL + DOWN_SQL, {
   async up(db: Kysely<unknown>): Promise<void> {
     await sql.raw(UP_SQL).execute(db);
   },

@@ -1,5 +1,5 @@
 export { createDb } from './create-db.js';
 export type { CreateDbOptions, DbLogger } from './create-db.js';
-export { MigrationError, migrateToLatest } from './migrate.js';
+export { MigrationError, migrateToLatest, withGeneratedSql } from './migrate.js';
 export type { AppliedMigration, MigrationSet } from './migrate.js';
 export { isConnectionError, isRetryableTransactionError, mapDbError, sqlState } from './errors.js';

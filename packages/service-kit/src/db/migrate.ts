@@ -14,6 +14,15 @@ export interface MigrationSet {
   migrations: Record<string, Migration>;
 }
 
+/**
+ * `migration` with the SQL it runs that is built outside its functions, as one more field. Template
+ * databases (testkit) are keyed on a migration's fields, functions by their source text; SQL that up()
+ * only names (a helper's result) is not in that text, so an edited helper would reuse a stale template.
+ */
+export function withGeneratedSql(generated: string, migration: Migration): Migration {
+  return Object.assign(migration, { generated });
+}
+
 export interface AppliedMigration {
   set: string;
   migration: string;

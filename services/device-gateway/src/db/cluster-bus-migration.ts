@@ -1,4 +1,5 @@
 import { sql, type Kysely, type Migration } from 'kysely';
+import { withGeneratedSql } from '@platform/service-kit';
 
 const LOGIN = 'device_gateway_login';
 
@@ -63,7 +64,7 @@ function publishOverridesFunction(create: 'CREATE' | 'CREATE OR REPLACE', checkR
       END $$`;
 }
 
-export const clusterBusMigration: Migration = {
+export const clusterBusMigration: Migration = withGeneratedSql(publishOverridesFunction('CREATE', false), {
   async up(db: Kysely<unknown>): Promise<void> {
     await sql`
       CREATE TABLE device_gateway.bus_overrides (
@@ -100,7 +101,7 @@ export const clusterBusMigration: Migration = {
     await sql`DROP FUNCTION device_gateway.bus_publish_overrides(text[])`.execute(db);
     await sql`DROP TABLE device_gateway.bus_overrides`.execute(db);
   },
-};
+});
 
 /**
  * Issue 8 says the override stays memory only: the database carries the message, not the state. The retained
@@ -118,9 +119,11 @@ export const clusterBusMigration: Migration = {
  * Only sessions of the gateway's own login count (`session_user` is the caller inside SECURITY DEFINER),
  * so no other role can keep a stale table alive by choosing a name.
  */
-export const clusterLifetimeMigration: Migration = {
-  async up(db: Kysely<unknown>): Promise<void> {
-    await sql`
+export const clusterLifetimeMigration: Migration = withGeneratedSql(
+  publishOverridesFunction('CREATE OR REPLACE', true) + publishOverridesFunction('CREATE OR REPLACE', false),
+  {
+    async up(db: Kysely<unknown>): Promise<void> {
+      await sql`
       CREATE FUNCTION device_gateway.bus_join(OUT cleared integer, OUT top_version bigint)
       LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog AS $$
       BEGIN
@@ -140,13 +143,14 @@ export const clusterLifetimeMigration: Migration = {
         DELETE FROM device_gateway.bus_overrides;
         GET DIAGNOSTICS cleared = ROW_COUNT;
       END $$`.execute(db);
-    await sql.raw(`REVOKE ALL ON FUNCTION device_gateway.bus_join() FROM PUBLIC`).execute(db);
-    await sql.raw(`GRANT EXECUTE ON FUNCTION device_gateway.bus_join() TO ${LOGIN}`).execute(db);
-    // CREATE OR REPLACE keeps the owner and the grants of migration 0002.
-    await sql.raw(publishOverridesFunction('CREATE OR REPLACE', true)).execute(db);
+      await sql.raw(`REVOKE ALL ON FUNCTION device_gateway.bus_join() FROM PUBLIC`).execute(db);
+      await sql.raw(`GRANT EXECUTE ON FUNCTION device_gateway.bus_join() TO ${LOGIN}`).execute(db);
+      // CREATE OR REPLACE keeps the owner and the grants of migration 0002.
+      await sql.raw(publishOverridesFunction('CREATE OR REPLACE', true)).execute(db);
+    },
+    async down(db: Kysely<unknown>): Promise<void> {
+      await sql.raw(publishOverridesFunction('CREATE OR REPLACE', false)).execute(db);
+      await sql`DROP FUNCTION device_gateway.bus_join()`.execute(db);
+    },
   },
-  async down(db: Kysely<unknown>): Promise<void> {
-    await sql.raw(publishOverridesFunction('CREATE OR REPLACE', false)).execute(db);
-    await sql`DROP FUNCTION device_gateway.bus_join()`.execute(db);
-  },
-};
+);
