@@ -12,6 +12,7 @@ import { cpuDuring, processCpuSeconds, treeCpuSeconds } from './lib/cpu-usage.js
 import { openLoop } from './lib/open-loop.js';
 import { RawHttpClient } from './lib/raw-http-client.js';
 import { percentile as pct, waitReady } from './lib/wait.js';
+import { benchNodeArgs } from './lib/node-args.js';
 
 const RATE_PER_S = Number(process.env.BENCH_NOTIFY_RATE ?? 1000);
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 5);
@@ -31,7 +32,7 @@ async function startReplica(databaseUrl: string): Promise<Replica> {
   // BENCH_PROFILE_DIR: a V8 CPU profile per replica, written when it exits.
   const profile = process.env.BENCH_PROFILE_DIR;
   const execArgv = profile === undefined ? [] : ['--cpu-prof', `--cpu-prof-dir=${profile}`];
-  execArgv.push(...(process.env.BENCH_NODE_ARGS ?? '').split(' ').filter((a) => a !== ''));
+  execArgv.push(...benchNodeArgs());
   const proc = spawn(process.execPath, [...execArgv, mainJs], {
     env: {
       PATH: process.env.PATH,

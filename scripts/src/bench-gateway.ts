@@ -8,6 +8,7 @@ import { createDb, migrateToLatest } from '@platform/service-kit';
 import { gatewayMigrations, type GatewayDatabase } from '@platform/device-gateway';
 import { startPostgres } from '@platform/testkit';
 import { sql } from 'kysely';
+import { benchNodeArgs } from './lib/node-args.js';
 import { openLoop } from './lib/open-loop.js';
 import { RawHttpClient } from './lib/raw-http-client.js';
 import { percentile } from './lib/wait.js';
@@ -37,8 +38,7 @@ async function startChild(
     execArgv: [
       '--expose-gc',
       ...(process.env.BENCH_PROFILE ? ['--cpu-prof', `--cpu-prof-dir=${process.env.BENCH_PROFILE}`] : []),
-      // BENCH_NODE_ARGS="--max-semi-space-size=32": V8 flags for every server child (GC experiments).
-      ...(process.env.BENCH_NODE_ARGS ?? '').split(' ').filter((a) => a !== ''),
+      ...benchNodeArgs(),
     ],
     env: { ...process.env, BENCH_DATABASE_URL: databaseUrl, ...env },
     stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
