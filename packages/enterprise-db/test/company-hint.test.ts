@@ -155,7 +155,7 @@ describe('a forged company only takes rows away', () => {
     expect(await sqlState(idsOf('bob', 'work_items', 'not-a-uuid'))).toBe('22P02');
   });
 
-  it('the company alone never decides through it: enterprise_api.sites keeps company names to the caller', async () => {
+  it('the company alone never decides through it: the companies table shows the caller only its own', async () => {
     const names = await withPostgrestRequest(f.authenticator, { claims: claimsOf('bob') }, async (c) => {
       await c.query(`SELECT set_config('enterprise.company_hint', $1, true)`, [companyOf.carol]);
       const { rows } = await c.query<{ name: string }>('SELECT name FROM enterprise.companies');
