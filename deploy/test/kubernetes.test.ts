@@ -1,3 +1,5 @@
+import { writeFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { jest } from '@jest/globals';
 import { checkKustomization, KUBERNETES_SCHEMA_VERSION } from '../src/validate/index.js';
 import { copyK8sTree, repoRoot } from './helpers.js';
@@ -117,23 +119,40 @@ describe(`Kubernetes manifests (schemas ${KUBERNETES_SCHEMA_VERSION})`, () => {
         'deploy/k8s/base/kustomization.yaml',
         '  - ingress.yaml',
         '  - ingres.yaml',
-        /resource ingres.yaml does not exist/,
+        /kubectl kustomize failed: .*ingres\.yaml: no such file or directory/,
       ],
       [
-        'an unsupported kustomization field',
+        'a misspelt kustomization field',
         'dev',
         'deploy/k8s/overlays/dev/kustomization.yaml',
         'namespace: platform-dev',
-        'namespace: platform-dev\nreplacements: []',
-        /unsupported kustomization field "replacements"/,
+        'namespac: platform-dev',
+        /invalid Kustomization: json: unknown field \\?"namespac\\?"/,
       ],
+      [
+        'an overlay image left at latest',
+        'dev',
+        'deploy/k8s/overlays/dev/kustomization.yaml',
+        '  - name: platform/ops\n    newTag: dev\n',
+        '',
+        /image "platform\/ops:latest" must carry a tag other than latest/,
+      ],
+      [
+        'a dev Secret whose value is not a placeholder',
+        'dev',
+        'deploy/k8s/overlays/dev/kustomization.yaml',
+        'keys=dev-only-gateway-key',
+        'keys=a-real-looking-key',
+        /Secret\/device-gateway-api-keys-[a-z0-9]{10}: Secret values must not be committed/,
+      ],
+
       [
         'a patch whose target is gone',
         'dev',
         'deploy/k8s/overlays/dev/hpa.yaml',
         'name: enterprise-workflow',
         'name: enterprise-workflows',
-        /patch target HorizontalPodAutoscaler\/enterprise-workflows/,
+        /no resource matches strategic merge patch "HorizontalPodAutoscaler.*\/enterprise-workflows/,
       ],
       [
         'a Secret the overlay no longer generates',
@@ -153,5 +172,33 @@ describe(`Kubernetes manifests (schemas ${KUBERNETES_SCHEMA_VERSION})`, () => {
         copy.remove();
       }
     });
+
+    it('a Secret committed in the base', async () => {
+      const copy = copyK8sTree();
+      try {
+        writeFileSync(
+          join(copy.root, 'deploy/k8s/base/secret.yaml'),
+          'apiVersion: v1\nkind: Secret\nmetadata:\n  name: committed\nstringData:\n  url: postgres://u:p@db/x\n',
+        );
+        copy.edit('deploy/k8s/base/kustomization.yaml', 'resources:\n', 'resources:\n  - secret.yaml\n');
+        expect((await messagesOf(copy.root, 'base')).join('\n')).toMatch(
+          /Secret\/committed: Secret values must not be committed/,
+        );
+      } finally {
+        copy.remove();
+      }
+    });
+  });
+
+  it('fails, naming kubectl, when kubectl is not on PATH (never skips)', async () => {
+    const path = process.env.PATH;
+    process.env.PATH = '/nonexistent';
+    try {
+      await expect(checkKustomization(repoRoot, 'base')).rejects.toThrow(
+        /kubectl is not installed or not on PATH/,
+      );
+    } finally {
+      process.env.PATH = path;
+    }
   });
 });

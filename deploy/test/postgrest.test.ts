@@ -7,6 +7,8 @@ import { createTestDatabase } from '@platform/testkit';
 import type { TestDatabase } from '@platform/testkit';
 import {
   checkKustomization,
+  findObject,
+  objectValues,
   checkPostgrestAgainstDatabase,
   CLIENT_ID,
   isRecord,
@@ -38,12 +40,11 @@ async function kubernetesSettings(): Promise<PostgrestSettings> {
   const configMap = objects.find(
     (o) => o.object.kind === 'ConfigMap' && o.object.metadata.name === 'postgrest-config',
   )!;
-  const secret = objects.find(
-    (o) => o.object.kind === 'Secret' && o.object.metadata.name === 'postgrest-database',
-  )!;
+  // kustomize names the generated Secret postgrest-database-<hash> and stores its values base64-encoded.
+  const secret = findObject(objects, 'Secret', 'postgrest-database')!;
   return {
     ...settingsFromEnvironment(configMap.object.data as Record<string, string>),
-    'db-uri': (secret.object.stringData as Record<string, string>).url!,
+    'db-uri': objectValues(secret).url!,
   };
 }
 

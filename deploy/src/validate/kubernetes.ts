@@ -8,17 +8,23 @@
 import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
 import ts from 'typescript';
-import type { K8sObject, RenderedObject } from './kustomize.js';
-import { visitContainers } from './kustomize.js';
+import type { K8sObject, RenderedObject } from './kubectl.js';
+import { visitContainers } from './kubectl.js';
 import type { Problem } from './problems.js';
 import { isRecord } from './yaml.js';
 
-export const KUBERNETES_SCHEMA_VERSION = 'v1.36.0 (kubernetes-models 5.x)';
+export const KUBERNETES_SCHEMA_VERSION =
+  'v1.36.0 (kubernetes-models 5.x), monitoring.coreos.com (@kubernetes-models/prometheus-operator 6.x)';
 
 const require = createRequire(import.meta.url);
 
-/** Module path inside kubernetes-models for an apiVersion/kind ("apps/v1" → "apps/v1/Deployment"). */
+/**
+ * Module of the model for an apiVersion/kind ("apps/v1" → "kubernetes-models/apps/v1/Deployment"); the
+ * Prometheus Operator's custom resources (PrometheusRule) come from its own models package.
+ */
 function modelPath(apiVersion: string, kind: string): string {
+  if (apiVersion.startsWith('monitoring.coreos.com/'))
+    return `@kubernetes-models/prometheus-operator/${apiVersion}/${kind}`;
   return `kubernetes-models/${apiVersion}/${kind}`;
 }
 
@@ -127,12 +133,12 @@ const SECRET_ENV = /(PASSWORD|SECRET|TOKENS?|API_KEYS?|DATABASE_URL|DB_URI|ACCES
 /**
  * The platform's rules for every workload: non-root, read-only root filesystem, no privilege escalation,
  * all capabilities dropped, memory limit and requests; long-running containers have liveness and
- * readiness probes; secrets are referenced (valueFrom / volumes), never inlined; no Secret manifests
- * with values except in `allowSecretObjects` sources (the dev overlay's generator).
+ * readiness probes; secrets are referenced (valueFrom / volumes), never inlined; no Secret objects
+ * except those `allowSecretObjects` accepts (the dev overlay's generated placeholders).
  */
 export function checkWorkloadPolicy(
   objects: readonly RenderedObject[],
-  options: { allowSecretObjects?: (source: string) => boolean } = {},
+  options: { allowSecretObjects?: (object: K8sObject) => boolean } = {},
 ): Problem[] {
   const problems: Problem[] = [];
   for (const { object, source } of objects) {
@@ -140,7 +146,7 @@ export function checkWorkloadPolicy(
     const add = (message: string): void => {
       problems.push({ file: where, message });
     };
-    if (object.kind === 'Secret' && !(options.allowSecretObjects?.(source) ?? false))
+    if (object.kind === 'Secret' && !(options.allowSecretObjects?.(object) ?? false))
       add('Secret values must not be committed: reference Secrets provided by the cluster');
     const longRunning =
       object.kind === 'Deployment' || object.kind === 'StatefulSet' || object.kind === 'DaemonSet';
@@ -216,7 +222,7 @@ export function checkReferences(
 /** Everything above for one rendered set of objects. */
 export async function validateKubernetes(
   objects: readonly RenderedObject[],
-  options: { externalSecrets: boolean; allowSecretObjects?: (source: string) => boolean },
+  options: { externalSecrets: boolean; allowSecretObjects?: (object: K8sObject) => boolean },
 ): Promise<Problem[]> {
   return [
     ...(await validateAgainstSchemas(objects)),
@@ -224,6 +230,28 @@ export async function validateKubernetes(
     ...checkWorkloadPolicy(objects, { allowSecretObjects: options.allowSecretObjects }),
     ...checkReferences(objects, { externalSecrets: options.externalSecrets }),
   ];
+}
+
+/**
+ * What an overlay deploys is pinned: every container image carries a tag other than `latest` or a digest
+ * (the base's `:latest` placeholders are for the overlay's `images:` to replace).
+ */
+export function checkImageTags(objects: readonly RenderedObject[]): Problem[] {
+  const problems: Problem[] = [];
+  for (const { object, source } of objects)
+    visitContainers(object, (c) => {
+      const image = typeof c.image === 'string' ? c.image : '';
+      const digest = /@sha256:[0-9a-f]{64}$/.test(image);
+      // The tag is what follows the last ':' after the last '/' (a registry host may carry a port).
+      const last = image.slice(image.lastIndexOf('/') + 1);
+      const tag = last.includes(':') ? last.slice(last.lastIndexOf(':') + 1) : '';
+      if (!digest && (tag === '' || tag === 'latest'))
+        problems.push({
+          file: `${source} ${object.kind}/${object.metadata.name}`,
+          message: `container ${String(c.name)}: image "${image}" must carry a tag other than latest, or a digest`,
+        });
+    });
+  return problems;
 }
 
 function find(objects: readonly RenderedObject[], kind: string, name: string): K8sObject | undefined {

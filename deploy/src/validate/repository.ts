@@ -6,9 +6,9 @@ import { demoUserSubs } from '@platform/enterprise-db';
 import { checkPlatformCompose, validateCompose } from './compose.js';
 import type { DockerfileExpectations } from './dockerfile.js';
 import { validateDockerfile } from './dockerfile.js';
-import { checkPlatformKubernetes, validateKubernetes } from './kubernetes.js';
-import { renderKustomization } from './kustomize.js';
-import type { RenderedObject } from './kustomize.js';
+import { checkImageTags, checkPlatformKubernetes, validateKubernetes } from './kubernetes.js';
+import { hasGeneratedName, kubectlKustomize, objectValues } from './kubectl.js';
+import type { K8sObject, RenderedObject } from './kubectl.js';
 import type { Problem } from './problems.js';
 import type { RealmExpectations } from './realm.js';
 import { validateRealm } from './realm.js';
@@ -56,10 +56,31 @@ export const dockerfiles: Record<string, DockerfileExpectations> = {
   },
 };
 
+/** `overlay`: what a cluster receives (its images must be pinned); the base only feeds the overlays. */
 export const kustomizations = {
-  base: { dir: 'deploy/k8s/base', externalSecrets: true },
-  dev: { dir: 'deploy/k8s/overlays/dev', externalSecrets: false },
+  base: { dir: 'deploy/k8s/base', externalSecrets: true, overlay: false },
+  dev: { dir: 'deploy/k8s/overlays/dev', externalSecrets: false, overlay: true },
 } as const;
+
+/** The Secrets the dev overlay's secretGenerator makes, each of whose values is a `dev-only-*` placeholder. */
+const DEV_SECRETS = [
+  'platform-db-owner',
+  'platform-db-logins',
+  'device-gateway-database',
+  'enterprise-workflow-database',
+  'postgrest-database',
+  'device-gateway-api-keys',
+  'enterprise-workflow-webhook-tokens',
+  'enterprise-workflow-s3',
+];
+
+function isDevPlaceholderSecret(object: K8sObject): boolean {
+  const generated = DEV_SECRETS.some(
+    (name) => hasGeneratedName(object, name) && object.metadata.name !== name,
+  );
+  const values = Object.values(objectValues(object));
+  return generated && values.length > 0 && values.every((v) => v.includes('dev-only'));
+}
 
 const read = (root: string, path: string): string => readFileSync(join(root, path), 'utf8');
 
@@ -86,16 +107,18 @@ export async function checkKustomization(
   root: string,
   which: keyof typeof kustomizations,
 ): Promise<{ objects: RenderedObject[]; problems: Problem[] }> {
-  const { dir, externalSecrets } = kustomizations[which];
-  const rendered = renderKustomization(join(root, dir), root);
+  const { dir, externalSecrets, overlay } = kustomizations[which];
+  const rendered = kubectlKustomize(join(root, dir), root);
+  if (rendered.objects.length === 0) return rendered;
   const problems = [
     ...rendered.problems,
     ...(await validateKubernetes(rendered.objects, {
       externalSecrets,
-      // Only the dev overlay's generator may produce Secrets (placeholder values).
-      allowSecretObjects: (source) => which === 'dev' && source.includes(':secretGenerator/'),
+      // Only the dev overlay's generator may produce Secrets, and only with placeholder values.
+      allowSecretObjects: (object) => which === 'dev' && isDevPlaceholderSecret(object),
     })),
     ...checkPlatformKubernetes(rendered.objects),
+    ...(overlay ? checkImageTags(rendered.objects) : []),
   ];
   return { objects: rendered.objects, problems };
 }
