@@ -1,10 +1,11 @@
-// `npm run validate -w @platform/deploy`: the offline checks of compose, Kubernetes, the realm and the
-// Dockerfiles (the PostgREST-against-database check needs a database and runs in the tests).
+// `npm run validate -w @platform/deploy`: the offline checks of compose, Kubernetes, the realm, the
+// Dockerfiles and the monitoring files (the PostgREST-against-database check needs a database and runs in the tests).
 import { fileURLToPath } from 'node:url';
 import {
   checkComposeFile,
   checkDockerfiles,
   checkKustomization,
+  checkMonitoringFiles,
   checkRealmFile,
   formatProblems,
   KUBERNETES_SCHEMA_VERSION,
@@ -17,6 +18,7 @@ const problems = [
   ...checkDockerfiles(root),
   ...(await checkKustomization(root, 'base')).problems,
   ...(await checkKustomization(root, 'dev')).problems,
+  ...checkMonitoringFiles(root),
 ];
 if (problems.length > 0) {
   process.stderr.write(`${formatProblems(problems)}\n${problems.length} problem(s)\n`);

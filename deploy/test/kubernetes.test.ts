@@ -25,6 +25,8 @@ describe(`Kubernetes manifests (schemas ${KUBERNETES_SCHEMA_VERSION})`, () => {
       'Job',
       'CronJob',
       'Ingress',
+      'PrometheusRule',
+      'PodMonitor',
     ])
       expect(kinds).toContain(kind);
     expect(kinds).not.toContain('Secret');
@@ -120,6 +122,22 @@ describe(`Kubernetes manifests (schemas ${KUBERNETES_SCHEMA_VERSION})`, () => {
         '  - ingress.yaml',
         '  - ingres.yaml',
         /kubectl kustomize failed: .*ingres\.yaml: no such file or directory/,
+      ],
+      [
+        'a misspelt PrometheusRule field',
+        'base',
+        'deploy/k8s/base/monitoring.yaml',
+        '          for: 2m',
+        '          fro: 2m',
+        /PrometheusRule\/facility-platform: .*'"fro"' does not exist in type 'IRule'/,
+      ],
+      [
+        'a PodMonitor removed',
+        'base',
+        'deploy/k8s/base/monitoring.yaml',
+        /---\napiVersion: monitoring.coreos.com\/v1\nkind: PodMonitor\nmetadata:\n {2}name: enterprise-workflow\n[^]*$/,
+        '',
+        /PodMonitor\/enterprise-workflow is missing/,
       ],
       [
         'a misspelt kustomization field',

@@ -309,5 +309,8 @@ export function checkPlatformKubernetes(objects: readonly RenderedObject[]): Pro
   if (!objects.some((o) => o.object.kind === 'Job')) add('no migration Job');
   for (const name of ['default-deny', 'device-gateway', 'enterprise-workflow', 'postgrest'])
     need('NetworkPolicy', name);
+  // Issue 16: the alerting rules (equal to deploy/monitoring/alerts.yaml) and the scrape jobs they select.
+  need('PrometheusRule', 'facility-platform');
+  for (const name of ['device-gateway', 'enterprise-workflow']) need('PodMonitor', name);
   return problems;
 }

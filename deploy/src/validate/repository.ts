@@ -7,8 +7,16 @@ import { checkPlatformCompose, validateCompose } from './compose.js';
 import type { DockerfileExpectations } from './dockerfile.js';
 import { validateDockerfile } from './dockerfile.js';
 import { checkImageTags, checkPlatformKubernetes, validateKubernetes } from './kubernetes.js';
-import { hasGeneratedName, kubectlKustomize, objectValues } from './kubectl.js';
+import { findObject, hasGeneratedName, kubectlKustomize, objectValues } from './kubectl.js';
 import type { K8sObject, RenderedObject } from './kubectl.js';
+import {
+  checkAlertRules,
+  checkDashboard,
+  checkPrometheusRuleEqualsFile,
+  dashboardExpressions,
+  ruleExpressions,
+} from './monitoring.js';
+import type { ExpressionUse } from './monitoring.js';
 import type { Problem } from './problems.js';
 import type { RealmExpectations } from './realm.js';
 import { validateRealm } from './realm.js';
@@ -121,4 +129,51 @@ export async function checkKustomization(
     ...(overlay ? checkImageTags(rendered.objects) : []),
   ];
   return { objects: rendered.objects, problems };
+}
+
+/** The operators' monitoring files (issue 16): rules, their promtool unit tests, dashboards, runbook. */
+export const monitoringFiles = {
+  rules: 'deploy/monitoring/alerts.yaml',
+  ruleTests: 'deploy/monitoring/alerts.test.yaml',
+  runbook: 'docs/operations.md',
+  dashboards: {
+    'device-gateway': 'deploy/monitoring/dashboards/device-gateway.json',
+    'enterprise-workflow': 'deploy/monitoring/dashboards/enterprise-workflow.json',
+  },
+} as const;
+
+/** Every PromQL expression of the rules and the dashboards, with where it is. */
+export function monitoringExpressions(root: string): ExpressionUse[] {
+  return [
+    ...ruleExpressions(read(root, monitoringFiles.rules)).map((u) => ({
+      ...u,
+      where: `${monitoringFiles.rules} ${u.where}`,
+    })),
+    ...Object.values(monitoringFiles.dashboards).flatMap((path) =>
+      dashboardExpressions(read(root, path), path),
+    ),
+  ];
+}
+
+/**
+ * The offline checks of the monitoring files: rule conventions and runbook links, the base's
+ * PrometheusRule (as `kubectl kustomize` renders it) equal to the rules file, the dashboards' structure
+ * and PromQL. promtool's own checks run in the tests (deploy/test/monitoring.test.ts).
+ */
+export function checkMonitoringFiles(root: string): Problem[] {
+  const rules = read(root, monitoringFiles.rules);
+  const base = kubectlKustomize(join(root, kustomizations.base.dir), root);
+  return [
+    ...checkAlertRules(
+      rules,
+      read(root, monitoringFiles.runbook),
+      monitoringFiles.runbook,
+      monitoringFiles.rules,
+    ),
+    ...base.problems,
+    ...checkPrometheusRuleEqualsFile(findObject(base.objects, 'PrometheusRule', 'facility-platform'), rules),
+    ...Object.entries(monitoringFiles.dashboards).flatMap(([service, path]) =>
+      checkDashboard(read(root, path), path, service),
+    ),
+  ];
 }
