@@ -78,9 +78,13 @@ export function authenticateWebhook(req: Request, tokens: SecretSet): void {
  * store's HEAD) never reach this.
  */
 export function authenticateBodies(verifier: TokenVerifier, webhookTokens: SecretSet): RequestHandler {
-  return (req, _res, next) => {
+  return (req, res, next) => {
     // The router matches paths case-insensitively and with or without a trailing slash; so does this.
     if (req.path.toLowerCase().replace(/\/+$/, '') === WEBHOOK_PATH) {
+      // A refusal here comes before routing: without this its metrics and log line would say route
+      // "unmatched", and a webhook token mismatch (always a POST with a body) would be invisible under
+      // http_requests_total{route="/internal/media/object-created"}, which the runbook and alerts read.
+      res.locals.route = WEBHOOK_PATH;
       try {
         authenticateWebhook(req, webhookTokens);
         next();
