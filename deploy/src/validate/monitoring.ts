@@ -412,7 +412,7 @@ export class PromtoolMissingError extends Error {
 /** `promtool <args>` in `cwd`: its exit status and output (stdout and stderr). */
 export function promtool(args: readonly string[], cwd: string): { status: number; output: string } {
   const r = spawnSync('promtool', args, { cwd, encoding: 'utf8', env: process.env, timeout: 60_000 });
-  const code = (r.error as NodeJS.ErrnoException | undefined)?.code;
+  const code = (r.error as { code?: string } | undefined)?.code;
   if (code === 'ENOENT' || code === 'EACCES') throw new PromtoolMissingError(code);
   if (r.error !== undefined) throw r.error;
   return { status: r.status ?? 1, output: `${r.stdout}${r.stderr}` };
