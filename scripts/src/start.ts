@@ -10,7 +10,8 @@ import { gatewayLoginPassword, GATEWAY_LOGIN_ROLE } from '@platform/device-gatew
 import { API_LOGIN, AUTHENTICATOR, rolePasswordsFromEnv, urlForLogin } from '@platform/enterprise-db';
 import { startIssuer, startPostgres, startS3 } from '@platform/testkit';
 import type { Issuer, PostgresServer, S3EventRecord, S3Server } from '@platform/testkit';
-import { ensureDatabase, migrateAll, seedAll } from './lib/database.js';
+import { migrateAll, seedAll } from '@platform/deploy';
+import { ensureDatabase } from './lib/database.js';
 import { dataDir, devSecrets, envPort, localPorts, repoRoot } from './lib/local.js';
 import { forwardToWebhook } from './lib/webhook-bridge.js';
 import { postgrestEnvironment } from './lib/postgrest.js';
