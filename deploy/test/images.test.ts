@@ -152,6 +152,16 @@ describe('production images, staged from their Dockerfiles', () => {
     }
   });
 
+  it('are built FROM the Node.js release the tests run on (the root devDependency `node`)', () => {
+    // The images and `npm test` must not drift apart: bump the root package.json's `node` and the three
+    // ARG NODE_IMAGE lines together (the tag must exist on Docker Hub: node:<version>-bookworm-slim).
+    for (const image of Object.values(images)) {
+      expect(`${image.dockerfile}: ${image.baseImage}`).toBe(
+        `${image.dockerfile}: node:${process.versions.node}-bookworm-slim`,
+      );
+    }
+  });
+
   it('the operations image migrates a fresh database and exits 0', async () => {
     const image = images.ops!;
     const url = await createDatabase(postgres, 'ops');

@@ -100,8 +100,6 @@ async function main(): Promise<void> {
     PATH: env.PATH ?? '',
     LOG_LEVEL: env.LOG_LEVEL ?? 'info',
     NODE_ENV: 'development',
-    // The AWS SDK's notice that its 2027 releases need Node 22 is not news for a local run.
-    AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED: 'true',
   };
   spawnService('device-gateway', `${repoRoot}services/device-gateway/dist/main.js`, {
     ...common,
