@@ -1,7 +1,51 @@
 // One lint configuration for the whole repository: type-aware typescript-eslint rules plus jest hygiene.
+import { readFileSync } from 'node:fs';
 import js from '@eslint/js';
 import jest from 'eslint-plugin-jest';
 import tseslint from 'typescript-eslint';
+
+const manifest = (dir) => JSON.parse(readFileSync(new URL(`${dir}/package.json`, import.meta.url), 'utf8'));
+const root = manifest('.');
+
+/**
+ * Runtime code must not import what production images do not install (issue 16: the ops image crashed on
+ * an import of @platform/testkit). Images install `npm ci --omit=dev -w <workspace>`: the workspace's
+ * `dependencies` and theirs, never a `devDependency` of the root or of any workspace, nor the dev-only
+ * testkit. So in each shipped workspace's `src/`, every devDependency of the repository that the
+ * workspace does not itself depend on is refused, type-only imports included (a build stage does not
+ * install them either). Exempt, because no image runs them: tests and benchmarks (`test/`, `bench/`,
+ * outside `src/`), the testkit itself, `scripts/` (npm start, token and the benchmarks: development
+ * tooling built on the testkit by design; no Dockerfile copies it), and deploy's offline validators
+ * (`deploy/src/validate/`, `validate-cli.ts`: CI tooling whose parsers are deploy's devDependencies).
+ * deploy/test/images.test.ts runs each image's CMD from what its Dockerfile copies, which also catches
+ * what a rule cannot see (dynamic imports, createRequire).
+ */
+function devOnlyImportRules() {
+  const workspaces = root.workspaces.filter((dir) => dir !== 'packages/testkit');
+  const devOnly = new Set([
+    '@platform/testkit',
+    ...Object.keys(root.devDependencies ?? {}),
+    ...root.workspaces.flatMap((dir) => Object.keys(manifest(dir).devDependencies ?? {})),
+  ]);
+  return workspaces.map((dir) => {
+    const own = new Set(Object.keys(manifest(dir).dependencies ?? {}));
+    const refused = [...devOnly].filter((name) => !own.has(name) && !name.startsWith('@types/')).sort();
+    const message = `It is a devDependency: production images install \`npm ci --omit=dev\` without it. Runtime code of ${dir} may import only its \`dependencies\`; tests, benchmarks and scripts/ may use dev packages.`;
+    return {
+      files: [`${dir}/src/**/*.ts`],
+      ignores: ['deploy/src/validate/**', 'deploy/src/validate-cli.ts'],
+      rules: {
+        'no-restricted-imports': [
+          'error',
+          {
+            paths: refused.map((name) => ({ name, message })),
+            patterns: [{ group: refused.map((name) => `${name}/*`), message }],
+          },
+        ],
+      },
+    };
+  });
+}
 
 export default tseslint.config(
   {
@@ -29,6 +73,7 @@ export default tseslint.config(
       '@typescript-eslint/consistent-type-imports': 'error',
     },
   },
+  ...devOnlyImportRules(),
   {
     files: ['**/test/**/*.ts', '**/bench/**/*.ts'],
     ...jest.configs['flat/recommended'],

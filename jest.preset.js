@@ -19,6 +19,7 @@ export function workspaceJestConfig(dir, displayName) {
     moduleNameMapper: {
       '^@platform/(contracts|service-kit|enterprise-db|testkit)$': `${root}packages/$1/src/index.ts`,
       '^@platform/(device-gateway|enterprise-workflow)$': `${root}services/$1/src/index.ts`,
+      '^@platform/deploy$': `${root}deploy/src/index.ts`,
       // NodeNext sources import siblings as './x.js'; jest must find './x.ts'.
       '^(\\.{1,2}/.*)\\.js$': '$1',
     },

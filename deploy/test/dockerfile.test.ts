@@ -14,7 +14,7 @@ describe('Dockerfiles', () => {
   it.each([
     ['no USER (root)', /\nUSER 1000:1000\n/, '\n', /no USER/],
     ['USER root', /\nUSER 1000:1000\n/, '\nUSER root\n', /USER root is root/],
-    ['a single stage', /[\s\S]*FROM \$\{NODE_IMAGE\} AS runtime/, 'FROM node:20', /must be multi-stage/],
+    ['a single stage', /[\s\S]*FROM \$\{NODE_IMAGE\} AS runtime/, 'FROM node:24', /must be multi-stage/],
     ['no HEALTHCHECK', /HEALTHCHECK [\s\S]*?\n(?=ENTRYPOINT)/, '', /no HEALTHCHECK/],
     ['no init as PID 1', 'ENTRYPOINT ["/usr/bin/tini", "--"]\n', '', /ENTRYPOINT must run an init/],
     [

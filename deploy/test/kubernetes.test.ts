@@ -1,7 +1,8 @@
-import { writeFileSync } from 'node:fs';
+import { existsSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { jest } from '@jest/globals';
 import { checkKustomization, KUBERNETES_SCHEMA_VERSION } from '../src/validate/index.js';
+import { visitContainers } from '../src/validate/kubectl.js';
 import { copyK8sTree, repoRoot } from './helpers.js';
 
 // Each render type-checks every object with the TypeScript compiler (a few seconds on 2 cores).
@@ -30,6 +31,24 @@ describe(`Kubernetes manifests (schemas ${KUBERNETES_SCHEMA_VERSION})`, () => {
     ])
       expect(kinds).toContain(kind);
     expect(kinds).not.toContain('Secret');
+  });
+
+  it('every command a container runs names an entry point this repository builds', async () => {
+    // The migration Job once ran scripts/dist/migrate.js after the ops image had stopped shipping it; the
+    // Dockerfile test cannot see a command that a manifest overrides.
+    const { objects } = await checkKustomization(repoRoot, 'base');
+    const commands: string[][] = [];
+    for (const { object } of objects)
+      visitContainers(object, (c) => {
+        if (Array.isArray(c.command)) commands.push(c.command.map(String));
+      });
+    expect(commands.length).toBeGreaterThan(0);
+    for (const command of commands) {
+      const script = command.find((part) => /\/dist\/.+\.js$/.test(part));
+      expect(script).toBeDefined();
+      const source = script!.replace(/\/dist\/(.+)\.js$/, '/src/$1.ts');
+      expect({ command, exists: existsSync(join(repoRoot, source)) }).toEqual({ command, exists: true });
+    }
   });
 
   it('the dev overlay renders (namespace, images, patches, placeholder secrets) and validates', async () => {

@@ -10,7 +10,8 @@ import { gatewayLoginPassword, GATEWAY_LOGIN_ROLE } from '@platform/device-gatew
 import { API_LOGIN, AUTHENTICATOR, rolePasswordsFromEnv, urlForLogin } from '@platform/enterprise-db';
 import { startIssuer, startPostgres, startS3 } from '@platform/testkit';
 import type { Issuer, PostgresServer, S3EventRecord, S3Server } from '@platform/testkit';
-import { ensureDatabase, migrateAll, seedAll } from './lib/database.js';
+import { migrateAll, seedAll } from '@platform/deploy';
+import { ensureDatabase } from './lib/database.js';
 import { dataDir, devSecrets, envPort, localPorts, repoRoot } from './lib/local.js';
 import { forwardToWebhook } from './lib/webhook-bridge.js';
 import { postgrestEnvironment } from './lib/postgrest.js';
@@ -99,8 +100,6 @@ async function main(): Promise<void> {
     PATH: env.PATH ?? '',
     LOG_LEVEL: env.LOG_LEVEL ?? 'info',
     NODE_ENV: 'development',
-    // The AWS SDK's notice that its 2027 releases need Node 22 is not news for a local run.
-    AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED: 'true',
   };
   spawnService('device-gateway', `${repoRoot}services/device-gateway/dist/main.js`, {
     ...common,

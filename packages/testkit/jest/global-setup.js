@@ -8,10 +8,6 @@ import { existsSync } from 'node:fs';
 const compiled = new URL('../dist/postgres.js', import.meta.url);
 
 export default async function globalSetup() {
-  // The AWS SDK warns once per process that its releases after January 2027 need Node 22. The project
-  // runs and is tested on Node 20 (images included) with the SDK pinned by the lock file; the move to
-  // Node 22 is an upgrade of its own. Keep the notice out of every worker's output.
-  process.env.AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED ??= 'true';
   // Jest calls the root config's and each project's globalSetup; start one cluster only.
   if (globalThis.__testkitPostgres !== undefined) return;
   if (process.env.TEST_DATABASE_URL) return;

@@ -30,15 +30,3 @@ export function envPort(env: NodeJS.ProcessEnv, name: string, fallback: number):
   if (!Number.isInteger(port) || port < 0 || port > 65535) throw new Error(`${name} must be a TCP/UDP port`);
   return port;
 }
-
-/** `DATABASE_URL` or a clear message: migrate and seed never guess which database to write to. */
-export function requireDatabaseUrl(env: NodeJS.ProcessEnv): string {
-  const url = env.DATABASE_URL;
-  if (url === undefined || url === '') {
-    throw new Error(
-      'DATABASE_URL is not set. Point it at the database to change (an owner login), e.g. ' +
-        `postgres://postgres:postgres@127.0.0.1:${localPorts.postgres}/platform for the local stack.`,
-    );
-  }
-  return url;
-}

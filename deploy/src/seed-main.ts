@@ -1,8 +1,8 @@
-// `npm run seed [-- --scale N]`: loads the demo data set into DATABASE_URL (idempotent). `--scale N`
-// adds N generated companies of 100 sites × 1,000 work items each, for benchmarks.
+// `npm run seed [-- --scale N]` and `node deploy/dist/seed-main.js` in the platform-ops image: loads the
+// demo data set into DATABASE_URL (idempotent). `--scale N` adds N generated companies of 100 sites ×
+// 1,000 work items each, for benchmarks.
 import { parseArgs } from 'node:util';
-import { seedAll } from './lib/database.js';
-import { requireDatabaseUrl } from './lib/local.js';
+import { requireDatabaseUrl, seedAll } from './platform-database.js';
 
 try {
   const { values } = parseArgs({ options: { scale: { type: 'string', default: '0' } } });
