@@ -296,7 +296,8 @@ class Handshake {
   readonly window: ReplayWindow = newReplayWindow();
   /** Epoch 1 records that arrived before the ChangeCipherSpec (RFC 6347 §4.1: may be buffered). */
   early: DtlsRecord[] = [];
-  flight: Buffer = Buffer.alloc(0);
+  /** Our current flight, one handshake message per record when sent. */
+  flight: Buffer[] = [];
   retransmitDelay: number;
   retransmitAt: number;
   master?: Buffer;
@@ -619,7 +620,7 @@ export class DtlsServer {
     const shd = encodeHandshake(HandshakeType.serverHelloDone, shSeq + 1, Buffer.alloc(0));
     next.transcript.update(sh);
     next.transcript.update(shd);
-    next.flight = Buffer.concat([sh, shd]);
+    next.flight = [sh, shd];
     this.handshakes.set(key, next);
     if (!known) this.perAddress.set(address, (this.perAddress.get(address) ?? 0) + 1);
     this.stats.handshakesStarted++;
@@ -907,13 +908,14 @@ export class DtlsServer {
     if (record !== undefined) this.sendRaw(record, s.pub.address, s.pub.port);
   }
 
-  /** Flight of ServerHello + ServerHelloDone in one record; a resend gets a new record number (RFC 6347 §4.2.4). */
+  /**
+   * ServerHello and ServerHelloDone, each in its own record (several messages in one record are legal,
+   * RFC 6347 §4.2.3, but small stacks such as node-dtls-client read one message per record), both in
+   * one datagram. A resend gets new record sequence numbers (RFC 6347 §4.2.4 / §4.1.2.6).
+   */
   private sendFlight(hs: Handshake): void {
-    this.sendRaw(
-      encodeRecord(ContentType.handshake, DTLS_1_2, 0, hs.epoch0Seq++, hs.flight),
-      hs.address,
-      hs.port,
-    );
+    const records = hs.flight.map((m) => encodeRecord(ContentType.handshake, DTLS_1_2, 0, hs.epoch0Seq++, m));
+    this.sendRaw(Buffer.concat(records), hs.address, hs.port);
   }
 
   private resendFlight(hs: Handshake): void {
