@@ -2,7 +2,6 @@
 // the path), external client runs, and a seeded PRNG.
 import { spawn } from 'node:child_process';
 import dgram from 'node:dgram';
-import type { AddressInfo } from 'node:net';
 import { dtls } from 'node-dtls-client';
 import { DtlsServer } from '../../src/dtls/index.js';
 import type {
@@ -233,7 +232,7 @@ export class Relay {
     });
     await new Promise<void>((r) => this.front.bind(0, '127.0.0.1', r));
     await new Promise<void>((r) => this.back.bind(0, '127.0.0.1', r));
-    return (this.front.address() as AddressInfo).port;
+    return this.front.address().port;
   }
 
   /** Sends to the server from the relay's back socket: the server takes it for the client. */
