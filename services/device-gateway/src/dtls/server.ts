@@ -86,7 +86,10 @@ export interface DtlsServerOptions {
   socketBufferBytes?: number;
   /** First retransmission timeout of our flight, ms (RFC 6347 §4.2.4.1: 1 s). */
   retransmitInitialMs: number;
-  /** Upper bound of the doubling retransmission timeout, ms (RFC 6347 §4.2.4.1: at least 60 s is ok). */
+  /**
+   * Upper bound of the doubling retransmission timeout, ms (RFC 6347 §4.2.4.1: "up to no less than" 60 s;
+   * handshakeTimeoutMs ends the handshake first with the defaults).
+   */
   retransmitMaxMs: number;
   /** Largest handshake message body reassembled, bytes. */
   maxHandshakeMessageBytes: number;
@@ -110,7 +113,7 @@ export const defaultDtlsOptions = {
   handshakeTimeoutMs: 30_000,
   cookieSecretRotationMs: 300_000,
   retransmitInitialMs: 1_000,
-  retransmitMaxMs: 16_000,
+  retransmitMaxMs: 60_000,
   maxHandshakeMessageBytes: 4_096,
   maxFragmentsPerMessage: 16,
   maxPendingBytesPerPeer: 8_192,
@@ -549,6 +552,9 @@ export class DtlsServer {
       this.stats.cookiesSent++;
       return;
     }
+    // Our epoch 0 record numbers continue from the ClientHello's (below); a client starts near 0, so a
+    // number near 2^48 is bogus and would leave us no numbers to send with (RFC 6347 §4.1: never wrap).
+    if (rec.seq > 2 ** 32) return this.drop('malformed');
     const neg = negotiate(hello);
     if (!neg.ok) {
       // The address is proven by the cookie, so a fatal alert is worth sending (RFC 5246 §7.4.1.3 /
@@ -729,8 +735,12 @@ export class DtlsServer {
     if (plaintext === undefined) {
       if (rec.type === ContentType.handshake) {
         // The client's Finished did not authenticate: with a wrong or unknown PSK its keys differ from
-        // ours, so this is how both show. RFC 5246 §7.2.2: decrypt_error, "unable to correctly verify
-        // ... a Finished message". The alert goes in epoch 0: we have not sent our ChangeCipherSpec.
+        // ours, so this is how both show. RFC 4279 §2 names decrypt_error for "the key was incorrect"
+        // and RFC 5246 §7.2.2 for a Finished that cannot be verified; we follow them here rather than
+        // RFC 6347 §4.1.2.7 (drop, or bad_record_mac), which is about records of an established
+        // connection. Cost: an attacker who can spoof this client's address and port during the
+        // handshake can end it, which an on-path attacker can do anyway by dropping datagrams.
+        // The alert goes in epoch 0: we have not sent our ChangeCipherSpec.
         this.fail(hs, 'decryptError');
         return;
       }
@@ -906,6 +916,8 @@ export class DtlsServer {
   private sendProtected(s: Session, type: number, plaintext: Buffer): void {
     const record = this.seal(s, type, plaintext);
     if (record !== undefined) this.sendRaw(record, s.pub.address, s.pub.port);
+    // RFC 6347 §4.1: abandon the association rather than wrap the sequence number (2^48 records).
+    else this.endSession(s, 'ended', false);
   }
 
   /**
@@ -974,15 +986,19 @@ export class DtlsServer {
 
   private endSession(s: Session, reason: DtlsSessionEndReason, sendCloseNotify: boolean): void {
     if (this.sessions.get(s.pub.key) !== s) return;
+    // Out of the map first: a close_notify that cannot be sealed must not end the session twice.
+    this.sessions.delete(s.pub.key);
     if (sendCloseNotify) {
-      this.sendProtected(
+      const record = this.seal(
         s,
         ContentType.alert,
         Buffer.from([AlertLevel.warning, AlertDescription.closeNotify]),
       );
-      this.stats.alertsSent.closeNotify++;
+      if (record !== undefined) {
+        this.sendRaw(record, s.pub.address, s.pub.port);
+        this.stats.alertsSent.closeNotify++;
+      }
     }
-    this.sessions.delete(s.pub.key);
     // A handshake in progress from the same address:port keeps the address slot.
     if (!this.handshakes.has(s.pub.key)) this.releaseAddress(s.pub.address);
     s.keys.fill(0);
