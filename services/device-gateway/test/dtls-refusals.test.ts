@@ -203,6 +203,39 @@ describe('stateless cookie exchange', () => {
     expect(t.server.snapshot()).toEqual({ sessions: 0, handshakes: 0, addresses: 0, reassemblyBytes: 0 });
     c.socket.close();
   });
+
+  it('keeps no state for a fragmented ClientHello or one whose record number leaves no room (near 2^48)', async () => {
+    t = await startEchoServer();
+    const c = await udpClient();
+    const random = randomBytes(32);
+    const top = 2 ** 48 - 1;
+    c.socket.send(clientHello({ random, recordSeq: top }), t.port, '127.0.0.1');
+    await waitFor(() => c.inbox.length === 1);
+    const { cookie, seq } = parseHvr(c.inbox[0]!);
+    expect(seq).toBe(top);
+    c.socket.send(clientHello({ random, cookie, recordSeq: top, messageSeq: 1 }), t.port, '127.0.0.1');
+    // A ClientHello cut in two fragments: the stateless exchange does not reassemble.
+    const whole = parseRecords(clientHello({ random, cookie, recordSeq: 5, messageSeq: 1 })).records[0]!
+      .fragment;
+    const body = whole.subarray(12);
+    const half = Math.floor(body.length / 2);
+    const part = (off: number, chunk: Buffer): Buffer => {
+      const h = Buffer.from(whole.subarray(0, 12));
+      h.writeUIntBE(off, 6, 3);
+      h.writeUIntBE(chunk.length, 9, 3);
+      return encodeRecord(ContentType.handshake, 0xfefd, 0, 6 + off, Buffer.concat([h, chunk]));
+    };
+    c.socket.send(
+      Buffer.concat([part(0, body.subarray(0, half)), part(half, body.subarray(half))]),
+      t.port,
+      '127.0.0.1',
+    );
+    await waitFor(() => t.server.stats.recordsDropped.fragmented_client_hello === 2, 2000, 'fragment drops');
+    await waitFor(() => t.server.stats.recordsDropped.malformed === 1, 2000, 'seq drop');
+    expect(t.server.snapshot()).toEqual({ sessions: 0, handshakes: 0, addresses: 0, reassemblyBytes: 0 });
+    expect(t.server.stats.internalErrors).toBe(0);
+    c.socket.close();
+  });
 });
 
 describe('records on the path', () => {
