@@ -1,6 +1,10 @@
 // Our DTLS server against independent stacks on this machine: OpenSSL, GnuTLS, node-dtls-client and
 // libcoap's two DTLS builds. Each must complete the handshake and exchange data both ways.
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { ContentType } from '../src/dtls/constants.js';
+import { parseClientHello } from '../src/dtls/handshake.js';
 import { parseRecords } from '../src/dtls/record.js';
 import {
   IDENTITY,
@@ -46,6 +50,49 @@ describe('interoperability', () => {
     expect(t.ended[0]).toEqual({ session: t.started[0], reason: 'close_notify' });
     expect(t.server.stats.alertsSent.closeNotify).toBe(1);
     expect(t.server.snapshot()).toMatchObject({ sessions: 0, handshakes: 0, addresses: 0 });
+  });
+
+  it('openssl s_client with the extended master secret switched off (Options = -ExtendedMasterSecret)', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'dtls-noems-'));
+    const conf = join(dir, 'openssl.cnf');
+    writeFileSync(
+      conf,
+      [
+        'openssl_conf = openssl_init',
+        '[openssl_init]',
+        'ssl_conf = ssl_module',
+        '[ssl_module]',
+        'system_default = tls_defaults',
+        '[tls_defaults]',
+        'Options = -ExtendedMasterSecret',
+        '',
+      ].join('\n'),
+    );
+    const relay = new Relay(t.port);
+    const relayPort = await relay.start();
+    try {
+      const run = await runTool(
+        'openssl',
+        opensslArgs(relayPort, IDENTITY, KEY_HEX),
+        'no ems\n',
+        /echo:no ems/,
+        8000,
+        {
+          OPENSSL_CONF: conf,
+        },
+      );
+      expect(run.output).toContain('echo:no ems');
+      // The ClientHello really went without extension 0x0017, and our ServerHello without it too.
+      const ch = parseRecords(relay.clientToServer[0]!).records[0]!;
+      expect(parseClientHello(ch.fragment.subarray(12))!.extensions.has(0x0017)).toBe(false);
+      const sh = relay.serverToClient
+        .flatMap((d) => parseRecords(d).records)
+        .find((r) => r.type === ContentType.handshake && r.fragment[0] === 2)!;
+      expect(sh.fragment.includes(Buffer.from([0x00, 0x17, 0x00, 0x00]))).toBe(false);
+    } finally {
+      relay.close();
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 
   it.each([

@@ -79,9 +79,10 @@ export function runTool(
   input: string,
   until: RegExp | undefined,
   timeoutMs = 8000,
+  env: Record<string, string> = {},
 ): Promise<ToolRun> {
   return new Promise((resolve) => {
-    const child = spawn(cmd, args, { stdio: ['pipe', 'pipe', 'pipe'] });
+    const child = spawn(cmd, args, { stdio: ['pipe', 'pipe', 'pipe'], env: { ...process.env, ...env } });
     let output = '';
     let closedInput = false;
     const onData = (d: Buffer): void => {
