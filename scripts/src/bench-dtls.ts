@@ -69,13 +69,13 @@ async function runDtlsBenchServer(): Promise<void> {
   process.send!({ port: server.address().port });
 }
 
-function connect(port: number): Promise<dtls.Socket> {
+function connect(port: number, identity: string = IDENTITY, key: Buffer = KEY): Promise<dtls.Socket> {
   return new Promise((resolve, reject) => {
     const socket = dtls.createSocket({
       type: 'udp4',
       address: '127.0.0.1',
       port,
-      psk: { [IDENTITY]: KEY },
+      psk: { [identity]: key },
       timeout: 10_000,
       ciphers: ['TLS_PSK_WITH_AES_128_CCM_8'],
     });
@@ -93,6 +93,42 @@ export interface DtlsBenchResult {
   sessions: number;
   heapBytesPerSession: number;
   externalBytesPerSession: number;
+  /** Refused handshakes: median time to the alert seen by the client, and server CPU per refusal. */
+  refusals: { kind: string; count: number; medianMs: number; p90Ms: number; serverCpuMs: number }[];
+}
+
+/** Runs `count` handshakes that must fail, 16 at a time; client-side time from connect to the failure. */
+async function refusals(
+  port: number,
+  pid: number,
+  kind: string,
+  identity: string,
+  key: Buffer,
+  count: number,
+): Promise<DtlsBenchResult['refusals'][number]> {
+  const times: number[] = [];
+  const cpu0 = processCpuSeconds(pid);
+  let left = count;
+  await Promise.all(
+    Array.from({ length: 16 }, async () => {
+      while (left-- > 0) {
+        const t0 = performance.now();
+        try {
+          (await connect(port, identity, key)).close();
+        } catch {
+          times.push(performance.now() - t0);
+        }
+      }
+    }),
+  );
+  times.sort((a, b) => a - b);
+  return {
+    kind,
+    count: times.length,
+    medianMs: times[Math.floor(times.length / 2)] ?? NaN,
+    p90Ms: times[Math.floor(times.length * 0.9)] ?? NaN,
+    serverCpuMs: times.length ? ((processCpuSeconds(pid) - cpu0) * 1000) / times.length : NaN,
+  };
 }
 
 /** Runs both figures against a fresh server child and returns them. */
@@ -161,6 +197,14 @@ export async function runDtlsBench(
   const after = await report();
   const n = after.sessions - before.sessions;
   for (const s of held) s.close();
+
+  // 3. Refusals: a wrong key and an unknown identity must look alike (both decrypt_error, same work).
+  await new Promise((r) => setTimeout(r, 500));
+  const refused: DtlsBenchResult['refusals'] = [];
+  for (let round = 0; round < 2; round++) {
+    refused.push(await refusals(port, child.pid!, 'wrong key', IDENTITY, Buffer.from('x'.repeat(32)), 1000));
+    refused.push(await refusals(port, child.pid!, 'unknown identity', 'no-such-device', KEY, 1000));
+  }
   child.send({ cmd: 'exit' });
   await new Promise((r) => child.once('exit', r));
   return {
@@ -172,6 +216,7 @@ export async function runDtlsBench(
     sessions: n,
     heapBytesPerSession: n > 0 ? (after.heapUsed - before.heapUsed) / n : NaN,
     externalBytesPerSession: n > 0 ? (after.external - before.external) / n : NaN,
+    refusals: refused,
   };
 }
 
@@ -192,6 +237,12 @@ async function main(): Promise<void> {
   console.log(
     `  external per session:     ${r.externalBytesPerSession.toFixed(0)} bytes (Buffer backing stores)`,
   );
+  for (const f of r.refusals) {
+    console.log(
+      `  refused (${f.kind.padEnd(16)}): ${f.count} x decrypt_error, client-side median ${f.medianMs.toFixed(2)} ms, ` +
+        `p90 ${f.p90Ms.toFixed(2)} ms, server CPU ${f.serverCpuMs.toFixed(3)} ms each`,
+    );
+  }
 }
 
 if (process.argv[2] === 'server') {
