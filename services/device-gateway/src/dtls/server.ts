@@ -375,7 +375,9 @@ export class DtlsServer {
     };
   }
 
+  /** Binds the one UDP socket of this server. Resolves once bound; rejects if the port cannot be bound. */
   listen(port: number, host = '0.0.0.0'): Promise<void> {
+    if (this.socket !== undefined) return Promise.reject(new Error('DTLS server is already listening'));
     const socket = dgram.createSocket({
       type: isIPv6(host) ? 'udp6' : 'udp4',
       recvBufferSize: this.options.socketBufferBytes,
