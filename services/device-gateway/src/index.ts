@@ -22,3 +22,13 @@ export { VersionClock } from './domain/version-clock.js';
 export { ClusterBus, type BusStatus, type BusStats } from './cluster/bus.js';
 export { BUS_CHANNEL, NOTIFY_PAYLOAD_LIMIT_BYTES } from './cluster/messages.js';
 export { GatewayState } from './domain/gateway-state.js';
+export {
+  DtlsServer,
+  defaultDtlsOptions,
+  type DtlsServerInit,
+  type DtlsServerOptions,
+  type DtlsSession,
+  type DtlsSessionEndReason,
+  type DtlsStats,
+  type PskCredential,
+} from './dtls/index.js';

@@ -1,0 +1,252 @@
+// `npm run bench:dtls`: the gateway's DTLS 1.2 PSK server (services/device-gateway/src/dtls) on loopback
+// with real sockets. The client is node-dtls-client 2.0.3, an independent implementation (PSK,
+// AES-128-CCM-8, with the HelloVerifyRequest cookie exchange). Prints figures; not a pass/fail test.
+//
+//   handshakes/s  : full handshakes (cookie exchange included) completed per second by CONCURRENCY
+//                   clients that connect, complete, and close, for DURATION_S seconds
+//   heap/session  : V8 heap (after gc) per idle established session with SESSIONS sessions held open
+//
+// The server runs in a child process (so its CPU and heap are its own) and is the function
+// `runDtlsBenchServer` below; `runDtlsBench` can be called from another benchmark (bench:gateway).
+import { fork } from 'node:child_process';
+import { loadavg } from 'node:os';
+import { fileURLToPath } from 'node:url';
+import { DtlsServer } from '@platform/device-gateway';
+import { dtls } from 'node-dtls-client';
+import { benchNodeArgs } from './lib/node-args.js';
+import { processCpuSeconds } from './lib/cpu-usage.js';
+
+const KEY = Buffer.from('bench-key-0123456789abcdefghijkl');
+const IDENTITY = 'bench-device';
+
+interface ServerReport {
+  heapUsed: number;
+  external: number;
+  arrayBuffers: number;
+  sessions: number;
+  handshakes: number;
+  handshakesCompleted: number;
+  cookiesSent: number;
+  handshakeFailures: number;
+}
+
+/** The server side, in the child: answers 'report' with its heap after a full gc and its counters. */
+async function runDtlsBenchServer(): Promise<void> {
+  const silent = (): void => undefined;
+  const server = new DtlsServer({
+    lookupPsk: (identity) =>
+      identity === IDENTITY ? { credentialId: 'c', identity, key: KEY, deviceId: 'd' } : undefined,
+    logger: { info: silent, warn: silent, error: silent, debug: silent },
+    maxSessions: 100_000,
+    maxSessionsPerAddress: 100_000,
+    maxHandshakes: 10_000,
+    socketBufferBytes: 4 * 1024 * 1024,
+  });
+  server.onApplicationData = (session, data) => server.send(session, data);
+  await server.listen(0, '127.0.0.1');
+  const gc = (globalThis as { gc?: () => void }).gc;
+  process.on('message', (msg: { cmd: string }) => {
+    if (msg.cmd === 'report') {
+      gc?.();
+      gc?.();
+      const m = process.memoryUsage();
+      const snap = server.snapshot();
+      const report: ServerReport = {
+        heapUsed: m.heapUsed,
+        external: m.external,
+        arrayBuffers: m.arrayBuffers,
+        sessions: snap.sessions,
+        handshakes: snap.handshakes,
+        handshakesCompleted: server.stats.handshakesCompleted,
+        cookiesSent: server.stats.cookiesSent,
+        handshakeFailures: Object.values(server.stats.handshakeFailures).reduce((a, b) => a + b, 0),
+      };
+      process.send!(report);
+    } else if (msg.cmd === 'exit') {
+      void server.close().then(() => process.exit(0));
+    }
+  });
+  process.send!({ port: server.address().port });
+}
+
+function connect(port: number, identity: string = IDENTITY, key: Buffer = KEY): Promise<dtls.Socket> {
+  return new Promise((resolve, reject) => {
+    const socket = dtls.createSocket({
+      type: 'udp4',
+      address: '127.0.0.1',
+      port,
+      psk: { [identity]: key },
+      timeout: 10_000,
+      ciphers: ['TLS_PSK_WITH_AES_128_CCM_8'],
+    });
+    socket.once('connected', () => resolve(socket));
+    socket.once('error', reject);
+  });
+}
+
+export interface DtlsBenchResult {
+  client: string;
+  handshakesPerSecond: number;
+  handshakeErrors: number;
+  serverCpuPerHandshakeMs: number;
+  clientCpuPerHandshakeMs: number;
+  sessions: number;
+  heapBytesPerSession: number;
+  externalBytesPerSession: number;
+  /** Refused handshakes: median time to the alert seen by the client, and server CPU per refusal. */
+  refusals: { kind: string; count: number; medianMs: number; p90Ms: number; serverCpuMs: number }[];
+}
+
+/** Runs `count` handshakes that must fail, 16 at a time; client-side time from connect to the failure. */
+async function refusals(
+  port: number,
+  pid: number,
+  kind: string,
+  identity: string,
+  key: Buffer,
+  count: number,
+): Promise<DtlsBenchResult['refusals'][number]> {
+  const times: number[] = [];
+  const cpu0 = processCpuSeconds(pid);
+  let left = count;
+  await Promise.all(
+    Array.from({ length: 16 }, async () => {
+      while (left-- > 0) {
+        const t0 = performance.now();
+        try {
+          (await connect(port, identity, key)).close();
+        } catch {
+          times.push(performance.now() - t0);
+        }
+      }
+    }),
+  );
+  times.sort((a, b) => a - b);
+  return {
+    kind,
+    count: times.length,
+    medianMs: times[Math.floor(times.length / 2)] ?? NaN,
+    p90Ms: times[Math.floor(times.length * 0.9)] ?? NaN,
+    serverCpuMs: times.length ? ((processCpuSeconds(pid) - cpu0) * 1000) / times.length : NaN,
+  };
+}
+
+/** Runs both figures against a fresh server child and returns them. */
+export async function runDtlsBench(
+  opts: { durationS?: number; concurrency?: number; sessions?: number } = {},
+): Promise<DtlsBenchResult> {
+  const durationS = opts.durationS ?? Number(process.env.DTLS_BENCH_DURATION_S ?? 10);
+  const concurrency = opts.concurrency ?? Number(process.env.DTLS_BENCH_CONCURRENCY ?? 64);
+  const sessions = opts.sessions ?? Number(process.env.DTLS_BENCH_SESSIONS ?? 10_000);
+  const child = fork(fileURLToPath(import.meta.url), ['server'], {
+    execArgv: ['--expose-gc', ...benchNodeArgs()],
+    stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+  });
+  const { port } = await new Promise<{ port: number }>((resolve) =>
+    child.once('message', (m) => resolve(m as { port: number })),
+  );
+  const report = (): Promise<ServerReport> =>
+    new Promise((resolve) => {
+      child.once('message', (m) => resolve(m as ServerReport));
+      child.send({ cmd: 'report' });
+    });
+
+  // 1. Handshake rate: CONCURRENCY loops of connect -> connected -> close (close_notify).
+  let done = 0;
+  let errors = 0;
+  const cpu0 = processCpuSeconds(child.pid!);
+  const clientCpu0 = process.cpuUsage();
+  const t0 = performance.now();
+  const until = t0 + durationS * 1000;
+  await Promise.all(
+    Array.from({ length: concurrency }, async () => {
+      while (performance.now() < until) {
+        try {
+          const s = await connect(port);
+          done++;
+          s.close();
+        } catch {
+          errors++;
+        }
+      }
+    }),
+  );
+  const elapsedS = (performance.now() - t0) / 1000;
+  const serverCpuS = processCpuSeconds(child.pid!) - cpu0;
+  const clientCpu = process.cpuUsage(clientCpu0);
+  const clientCpuS = (clientCpu.user + clientCpu.system) / 1e6;
+  const handshakesPerSecond = done / elapsedS;
+
+  // 2. Heap per idle session: hold SESSIONS sessions open, compare the server's heap after gc.
+  await new Promise((r) => setTimeout(r, 500)); // let the closes of phase 1 land
+  const before = await report();
+  const held: dtls.Socket[] = [];
+  let heldErrors = 0;
+  const perWorker = Math.ceil(sessions / 200);
+  await Promise.all(
+    Array.from({ length: 200 }, async () => {
+      for (let i = 0; i < perWorker && held.length + heldErrors < sessions; i++) {
+        try {
+          held.push(await connect(port));
+        } catch {
+          heldErrors++;
+        }
+      }
+    }),
+  );
+  const after = await report();
+  const n = after.sessions - before.sessions;
+  for (const s of held) s.close();
+
+  // 3. Refusals: a wrong key and an unknown identity must look alike (both decrypt_error, same work).
+  await new Promise((r) => setTimeout(r, 500));
+  const refused: DtlsBenchResult['refusals'] = [];
+  for (let round = 0; round < 2; round++) {
+    refused.push(await refusals(port, child.pid!, 'wrong key', IDENTITY, Buffer.from('x'.repeat(32)), 1000));
+    refused.push(await refusals(port, child.pid!, 'unknown identity', 'no-such-device', KEY, 1000));
+  }
+  child.send({ cmd: 'exit' });
+  await new Promise((r) => child.once('exit', r));
+  return {
+    client: 'node-dtls-client 2.0.3 (cookie exchange on every handshake)',
+    handshakesPerSecond,
+    handshakeErrors: errors + heldErrors,
+    serverCpuPerHandshakeMs: done > 0 ? (serverCpuS * 1000) / done : NaN,
+    clientCpuPerHandshakeMs: done > 0 ? (clientCpuS * 1000) / done : NaN,
+    sessions: n,
+    heapBytesPerSession: n > 0 ? (after.heapUsed - before.heapUsed) / n : NaN,
+    externalBytesPerSession: n > 0 ? (after.external - before.external) / n : NaN,
+    refusals: refused,
+  };
+}
+
+async function main(): Promise<void> {
+  const load = loadavg()[0]!.toFixed(2);
+  const r = await runDtlsBench();
+  console.log(`DTLS 1.2 PSK server (TLS_PSK_WITH_AES_128_CCM_8), client: ${r.client}`);
+  console.log(`  load average (1 min) at start: ${load}`);
+  console.log(
+    `  handshakes/s:             ${r.handshakesPerSecond.toFixed(0)} (errors ${r.handshakeErrors})`,
+  );
+  console.log(`  server CPU per handshake: ${r.serverCpuPerHandshakeMs.toFixed(3)} ms`);
+  console.log(
+    `  client CPU per handshake: ${r.clientCpuPerHandshakeMs.toFixed(3)} ms (the limit when it is higher)`,
+  );
+  console.log(`  idle sessions held:       ${r.sessions}`);
+  console.log(`  heap per idle session:    ${r.heapBytesPerSession.toFixed(0)} bytes (V8 heap after gc)`);
+  console.log(
+    `  external per session:     ${r.externalBytesPerSession.toFixed(0)} bytes (Buffer backing stores)`,
+  );
+  for (const f of r.refusals) {
+    console.log(
+      `  refused (${f.kind.padEnd(16)}): ${f.count} x decrypt_error, client-side median ${f.medianMs.toFixed(2)} ms, ` +
+        `p90 ${f.p90Ms.toFixed(2)} ms, server CPU ${f.serverCpuMs.toFixed(3)} ms each`,
+    );
+  }
+}
+
+if (process.argv[2] === 'server') {
+  await runDtlsBenchServer();
+} else if (process.argv[1] === fileURLToPath(import.meta.url)) {
+  await main();
+}

@@ -1,0 +1,172 @@
+// Cryptographic primitives of TLS 1.2 as DTLS 1.2 uses them with TLS_PSK_WITH_AES_128_CCM_8.
+// Everything runs on node:crypto; nothing here keeps state.
+import { createCipheriv, createDecipheriv, createHmac } from 'node:crypto';
+import {
+  EXPLICIT_NONCE_BYTES,
+  FIXED_IV_BYTES,
+  KEY_BYTES,
+  MASTER_SECRET_BYTES,
+  TAG_BYTES,
+  VERIFY_DATA_BYTES,
+} from './constants.js';
+
+/**
+ * P_SHA256 of RFC 5246 §5:
+ *   P_hash(secret, seed) = HMAC_hash(secret, A(1) + seed) + HMAC_hash(secret, A(2) + seed) + ...
+ *   A(0) = seed, A(i) = HMAC_hash(secret, A(i-1)).
+ */
+function pSha256(secret: Buffer, seed: Buffer, length: number): Buffer {
+  const out = Buffer.allocUnsafe(length);
+  let a = seed;
+  let written = 0;
+  while (written < length) {
+    a = createHmac('sha256', secret).update(a).digest();
+    const block = createHmac('sha256', secret).update(a).update(seed).digest();
+    written += block.copy(out, written, 0, Math.min(block.length, length - written));
+  }
+  return out;
+}
+
+/** The TLS 1.2 PRF (RFC 5246 §5): PRF(secret, label, seed) = P_SHA256(secret, label + seed). */
+export function prf(secret: Buffer, label: string, seed: Buffer, length: number): Buffer {
+  return pSha256(secret, Buffer.concat([Buffer.from(label, 'ascii'), seed]), length);
+}
+
+/**
+ * RFC 4279 §2: the premaster secret of plain PSK is
+ *   uint16 N, N zero bytes, uint16 N, the N-byte PSK.
+ */
+export function pskPremaster(psk: Buffer): Buffer {
+  const n = psk.length;
+  const out = Buffer.alloc(4 + 2 * n);
+  out.writeUInt16BE(n, 0);
+  out.writeUInt16BE(n, 2 + n);
+  psk.copy(out, 4 + n);
+  return out;
+}
+
+/** RFC 5246 §8.1: master_secret = PRF(pre_master_secret, "master secret", ClientHello.random + ServerHello.random)[0..47]. */
+export function masterSecret(premaster: Buffer, clientRandom: Buffer, serverRandom: Buffer): Buffer {
+  return prf(premaster, 'master secret', Buffer.concat([clientRandom, serverRandom]), MASTER_SECRET_BYTES);
+}
+
+/** RFC 7627 §4: master_secret = PRF(pre_master_secret, "extended master secret", session_hash)[0..47]. */
+export function extendedMasterSecret(premaster: Buffer, sessionHash: Buffer): Buffer {
+  return prf(premaster, 'extended master secret', sessionHash, MASTER_SECRET_BYTES);
+}
+
+/** Byte offsets inside the 40-byte key block of RFC 5246 §6.3 for an AEAD suite (no MAC keys, RFC 6655 §3). */
+export const KeyBlock = {
+  clientWriteKey: 0,
+  serverWriteKey: KEY_BYTES,
+  clientWriteIv: 2 * KEY_BYTES,
+  serverWriteIv: 2 * KEY_BYTES + FIXED_IV_BYTES,
+  length: 2 * KEY_BYTES + 2 * FIXED_IV_BYTES,
+} as const;
+
+/**
+ * RFC 5246 §6.3: key_block = PRF(master_secret, "key expansion", server_random + client_random),
+ * partitioned client_write_MAC_key (0 bytes for AEAD), server_write_MAC_key (0), client_write_key (16),
+ * server_write_key (16), client_write_IV (4), server_write_IV (4).
+ */
+export function keyBlock(master: Buffer, clientRandom: Buffer, serverRandom: Buffer): Buffer {
+  return prf(master, 'key expansion', Buffer.concat([serverRandom, clientRandom]), KeyBlock.length);
+}
+
+/** RFC 5246 §7.4.9: verify_data = PRF(master_secret, finished_label, Hash(handshake_messages))[0..11]. */
+export function finishedVerifyData(
+  master: Buffer,
+  sender: 'client' | 'server',
+  transcriptHash: Buffer,
+): Buffer {
+  return prf(master, `${sender} finished`, transcriptHash, VERIFY_DATA_BYTES);
+}
+
+/**
+ * Additional data of an AEAD record, RFC 5246 §6.2.3.3 as DTLS reads it (RFC 6347 §4.1.2.1):
+ *   seq_num (epoch(2) + sequence_number(6)) + type(1) + version(2) + length(2),
+ * where length is that of the plaintext.
+ */
+export function additionalData(
+  epoch: number,
+  seq: number,
+  type: number,
+  version: number,
+  plaintextLength: number,
+): Buffer {
+  const ad = Buffer.allocUnsafe(13);
+  ad.writeUInt16BE(epoch, 0);
+  ad.writeUIntBE(seq, 2, 6);
+  ad.writeUInt8(type, 8);
+  ad.writeUInt16BE(version, 9);
+  ad.writeUInt16BE(plaintextLength, 11);
+  return ad;
+}
+
+/**
+ * Seals a record payload with AES-128-CCM_8 (RFC 6655 §3): the CCM nonce (12 bytes, so L = 3) is the
+ * 4-byte implicit salt from the key block followed by the 8-byte explicit nonce, and the explicit nonce
+ * is carried in front of the ciphertext. We use epoch + sequence_number as the explicit nonce, which
+ * RFC 6655 §3 allows and which never repeats under one key (RFC 6347 §4.1: a sequence number is never
+ * reused within an epoch).
+ * Returns explicit_nonce(8) + ciphertext + tag(8).
+ */
+export function sealCcm8(
+  key: Buffer,
+  salt: Buffer,
+  epoch: number,
+  seq: number,
+  type: number,
+  version: number,
+  plaintext: Buffer,
+): Buffer {
+  const out = Buffer.allocUnsafe(EXPLICIT_NONCE_BYTES + plaintext.length + TAG_BYTES);
+  out.writeUInt16BE(epoch, 0);
+  out.writeUIntBE(seq, 2, 6);
+  const nonce = Buffer.allocUnsafe(FIXED_IV_BYTES + EXPLICIT_NONCE_BYTES);
+  salt.copy(nonce, 0, 0, FIXED_IV_BYTES);
+  out.copy(nonce, FIXED_IV_BYTES, 0, EXPLICIT_NONCE_BYTES);
+  const cipher = createCipheriv('aes-128-ccm', key, nonce, { authTagLength: TAG_BYTES });
+  cipher.setAAD(additionalData(epoch, seq, type, version, plaintext.length), {
+    plaintextLength: plaintext.length,
+  });
+  const body = cipher.update(plaintext);
+  cipher.final();
+  body.copy(out, EXPLICIT_NONCE_BYTES);
+  cipher.getAuthTag().copy(out, EXPLICIT_NONCE_BYTES + body.length);
+  return out;
+}
+
+/**
+ * Opens explicit_nonce(8) + ciphertext + tag(8) (RFC 6655 §3); the explicit nonce is taken from the
+ * record as sent. Returns the plaintext, or undefined when the record does not authenticate (the caller
+ * drops it silently, RFC 6347 §4.1.2.7).
+ */
+export function openCcm8(
+  key: Buffer,
+  salt: Buffer,
+  epoch: number,
+  seq: number,
+  type: number,
+  version: number,
+  fragment: Buffer,
+): Buffer | undefined {
+  const plaintextLength = fragment.length - EXPLICIT_NONCE_BYTES - TAG_BYTES;
+  if (plaintextLength < 0) return undefined;
+  const nonce = Buffer.allocUnsafe(FIXED_IV_BYTES + EXPLICIT_NONCE_BYTES);
+  salt.copy(nonce, 0, 0, FIXED_IV_BYTES);
+  fragment.copy(nonce, FIXED_IV_BYTES, 0, EXPLICIT_NONCE_BYTES);
+  const decipher = createDecipheriv('aes-128-ccm', key, nonce, { authTagLength: TAG_BYTES });
+  decipher.setAuthTag(fragment.subarray(fragment.length - TAG_BYTES));
+  decipher.setAAD(additionalData(epoch, seq, type, version, plaintextLength), { plaintextLength });
+  // node's CCM decipher reports a failed tag by throwing from update() or final(); both mean "drop".
+  try {
+    const plaintext = decipher.update(
+      fragment.subarray(EXPLICIT_NONCE_BYTES, EXPLICIT_NONCE_BYTES + plaintextLength),
+    );
+    decipher.final();
+    return plaintext;
+  } catch {
+    return undefined;
+  }
+}

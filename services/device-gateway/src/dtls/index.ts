@@ -1,0 +1,20 @@
+// DTLS 1.2 server with pre-shared keys for the gateway's coaps transport (issue 15, item 2).
+//
+// Use: construct a DtlsServer with lookupPsk (synchronous; return only currently valid credentials) and a
+// logger, set onApplicationData / onSessionEnd (and optionally onSessionStart), listen(port, host). Each
+// DtlsSession object is the same object for every callback of its session, so it can key per-session
+// state (Observe relations); send(session, data) sends one record and is a no-op once the session ended.
+// endSessions(predicate, 'revoked') ends sessions of revoked or expired credentials with close_notify.
+// stats (counters) and snapshot() (gauges) are plain numbers for /metrics. Nothing here logs key material.
+export { DtlsServer, defaultDtlsOptions } from './server.js';
+export type {
+  DtlsDropReason,
+  DtlsHandshakeFailure,
+  DtlsLogger,
+  DtlsServerInit,
+  DtlsServerOptions,
+  DtlsSession,
+  DtlsSessionEndReason,
+  DtlsStats,
+  PskCredential,
+} from './server.js';
