@@ -20,7 +20,7 @@ function deviceKey(args: string[], env: Record<string, string | undefined>): Pro
       { env: { PATH: process.env.PATH, ...env }, timeout: 30_000 },
       (err, stdout, stderr) => {
         if (err !== null && typeof err.code !== 'number') {
-          reject(err);
+          reject(new Error(`device-key did not run: ${err.message}`));
           return;
         }
         resolve({ code: err === null ? 0 : (err.code as number), stdout, stderr });
