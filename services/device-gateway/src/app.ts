@@ -72,6 +72,7 @@ export function buildApp(deps: GatewayDeps): GatewayApp {
     state,
     coap,
     apiKeys: deps.apiKeys,
+    logger,
     ...(deps.metrics === undefined ? {} : { reloadMetrics: createReloadMetrics(deps.metrics) }),
   });
   const bus = new ClusterBus({

@@ -16,7 +16,28 @@ export {
 } from './db/migrations.js';
 export { demoSites, seedDevices } from './db/seed.js';
 export { loadRegistry } from './db/registry-repository.js';
-export type { DeviceRegistryTable, GatewayDatabase } from './db/tables.js';
+export {
+  CredentialCommandError,
+  generateIdentity,
+  generateKeyText,
+  issueCredential,
+  listCredentials,
+  loadCredentials,
+  revokeDevice,
+  revokeIdentity,
+  type CredentialListing,
+  type IssuedCredential,
+  type IssueOptions,
+} from './db/credential-repository.js';
+export type { DeviceCredentialsTable, DeviceRegistryTable, GatewayDatabase } from './db/tables.js';
+export {
+  CredentialSnapshot,
+  CredentialStore,
+  DeviceCredential,
+  type CredentialRecord,
+  type PskCredential,
+} from './domain/credentials.js';
+export type { CredentialsChangedListener, GatewayReloadSummary } from './service.js';
 export { CoapServer, defaultCoapOptions, type CoapServerOptions, type CoapStats } from './coap/server.js';
 export { VersionClock } from './domain/version-clock.js';
 export { ClusterBus, type BusStatus, type BusStats } from './cluster/bus.js';

@@ -1,6 +1,7 @@
 import { sql, type Kysely, type Migration } from 'kysely';
 import type { MigrationSet } from '@platform/service-kit';
 import { clusterBusMigration, clusterLifetimeMigration } from './cluster-bus-migration.js';
+import { deviceCredentialsMigration } from './credentials-migration.js';
 
 /** The read-only login the running gateway uses (DESIGN 4.2): SELECT on its registry, nothing else. */
 export const GATEWAY_LOGIN_ROLE = 'device_gateway_login';
@@ -87,6 +88,7 @@ export function gatewayMigrationsWith(loginPassword: string): MigrationSet {
       '0001_device_registry': registry(loginPassword),
       '0002_cluster_bus': clusterBusMigration,
       '0003_cluster_lifetime': clusterLifetimeMigration,
+      '0004_device_credentials': deviceCredentialsMigration,
     },
   };
 }

@@ -12,6 +12,24 @@ export interface DeviceRegistryTable {
   updated_at: ColumnType<Date, Date | string | undefined, Date | string>;
 }
 
+/**
+ * `device_gateway.device_credentials` (issue 15, DESIGN 3.5): DTLS pre-shared keys. The gateway's login may
+ * only read it; the operator command (`npm run device-key`, an owner login) writes it.
+ */
+export interface DeviceCredentialsTable {
+  /** bigint identity; pg returns int8 as a string. */
+  credential_id: Generated<string>;
+  psk_identity: string;
+  /** The raw key bytes (the UTF-8 bytes of the printable key text). */
+  psk_key: Buffer;
+  device_id: string;
+  not_before: ColumnType<Date, Date | string | undefined, Date | string>;
+  not_after: ColumnType<Date | null, Date | string | null | undefined, Date | string | null>;
+  revoked_at: ColumnType<Date | null, Date | string | null | undefined, Date | string | null>;
+  created_at: ColumnType<Date, Date | string | undefined, never>;
+}
+
 export interface GatewayDatabase {
   'device_gateway.device_registry': DeviceRegistryTable;
+  'device_gateway.device_credentials': DeviceCredentialsTable;
 }

@@ -1,0 +1,270 @@
+// `npm run device-key -- issue|revoke|list …`: the operator command for device keys (issue 15, DESIGN 3.5).
+// Kept apart from its entry point (device-key.ts) so the argument handling and messages are one function of
+// (arguments, environment, output streams) → exit code.
+import { parseArgs } from 'node:util';
+import { createDb, isConnectionError, redactString, sqlState } from '@platform/service-kit';
+import type { Kysely } from 'kysely';
+import {
+  CredentialCommandError,
+  deviceExists,
+  issueCredential,
+  listCredentials,
+  MAX_VALID_DAYS,
+  revokeDevice,
+  revokeIdentity,
+  type CredentialListing,
+  type IssuedCredential,
+  type RevokeResult,
+} from '../db/credential-repository.js';
+import type { GatewayDatabase } from '../db/tables.js';
+
+/** Exit codes: 0 done, 1 refused or failed (unknown device, database error), 2 wrong usage. */
+export const EXIT_OK = 0;
+export const EXIT_FAILED = 1;
+export const EXIT_USAGE = 2;
+
+/** Validity of an issued key when `--valid-days` is not given, in days. */
+export const DEFAULT_VALID_DAYS = 365;
+
+export const USAGE = `usage:
+  npm run device-key -- issue <device_id> [--valid-days N | --no-expiry] [--identity NAME] [--json]
+  npm run device-key -- revoke <identity>
+  npm run device-key -- revoke --device <device_id>
+  npm run device-key -- list [device_id] [--json]
+
+DATABASE_URL: a login that may write device_gateway.device_credentials (the owner that runs migrations).
+issue prints the new key once; it cannot be read back. --valid-days defaults to ${DEFAULT_VALID_DAYS} (1..${MAX_VALID_DAYS}).
+Changes reach a running gateway at its next registry reload (POST /api/reload-registry).`;
+
+export interface CommandIo {
+  out: (text: string) => void;
+  err: (text: string) => void;
+}
+
+class UsageError extends Error {}
+
+/** Characters a POSIX shell takes literally; anything else is single-quoted in the printed examples. */
+function shellWord(value: string): string {
+  return /^[A-Za-z0-9._:@%+=/-]+$/.test(value) ? value : `'${value.replaceAll("'", `'\\''`)}'`;
+}
+
+function iso(date: Date | null): string {
+  return date === null ? '-' : date.toISOString();
+}
+
+function parseValidDays(text: string): number {
+  if (!/^[0-9]+$/.test(text)) throw new UsageError('--valid-days takes a whole number of days');
+  const days = Number(text);
+  if (days < 1 || days > MAX_VALID_DAYS)
+    throw new UsageError(
+      `--valid-days must be 1..${MAX_VALID_DAYS} (use --no-expiry for a key that never expires)`,
+    );
+  return days;
+}
+
+function printIssued(io: CommandIo, issued: IssuedCredential, json: boolean): void {
+  const hex = Buffer.from(issued.keyText, 'utf8').toString('hex');
+  if (json) {
+    io.out(
+      JSON.stringify({
+        identity: issued.identity,
+        key: issued.keyText,
+        key_hex: hex,
+        device_id: issued.deviceId,
+        not_before: issued.notBefore.toISOString(),
+        not_after: issued.notAfter === null ? null : issued.notAfter.toISOString(),
+      }),
+    );
+    return;
+  }
+  const id = shellWord(issued.identity);
+  io.out(
+    [
+      `Key issued for device ${issued.deviceId}. It is shown only now: store it on the device.`,
+      `  identity    ${issued.identity}`,
+      `  key         ${issued.keyText}`,
+      `  key (hex)   ${hex}`,
+      `  valid from  ${iso(issued.notBefore)}`,
+      `  valid until ${issued.notAfter === null ? 'no expiry' : iso(issued.notAfter)}`,
+      '',
+      'The key is the text above (its bytes are the PSK); tools that take hex get the hex line:',
+      `  coap-client-openssl -u ${id} -k ${issued.keyText} coaps://GATEWAY/devices/${issued.deviceId}/settings`,
+      `  openssl s_client -dtls1_2 -connect GATEWAY:5684 -psk_identity ${id} -psk ${hex} -cipher PSK-AES128-CCM8`,
+      'A running gateway accepts it after its next registry reload (POST /api/reload-registry).',
+    ].join('\n'),
+  );
+}
+
+function printRevoked(io: CommandIo, result: RevokeResult, what: string): void {
+  for (const identity of result.revoked) io.out(`revoked ${identity}`);
+  for (const identity of result.alreadyRevoked) io.out(`${identity} was already revoked`);
+  if (result.revoked.length === 0 && result.alreadyRevoked.length === 0)
+    io.out(`${what} has no key to revoke`);
+  if (result.revoked.length > 0)
+    io.out(
+      'A running gateway refuses it and ends its sessions at its next registry reload (POST /api/reload-registry).',
+    );
+}
+
+function printList(io: CommandIo, rows: CredentialListing[], json: boolean): void {
+  if (json) {
+    io.out(
+      JSON.stringify(
+        rows.map((r) => ({
+          identity: r.identity,
+          device_id: r.deviceId,
+          status: r.status,
+          not_before: r.notBefore.toISOString(),
+          not_after: r.notAfter === null ? null : r.notAfter.toISOString(),
+          revoked_at: r.revokedAt === null ? null : r.revokedAt.toISOString(),
+          created_at: r.createdAt.toISOString(),
+        })),
+      ),
+    );
+    return;
+  }
+  const header = ['IDENTITY', 'DEVICE', 'STATUS', 'NOT_BEFORE', 'NOT_AFTER', 'REVOKED_AT'];
+  const table = [
+    header,
+    ...rows.map((r) => [
+      r.identity,
+      r.deviceId,
+      r.status,
+      iso(r.notBefore),
+      iso(r.notAfter),
+      iso(r.revokedAt),
+    ]),
+  ];
+  const widths = header.map((_, i) => Math.max(...table.map((row) => row[i]!.length)));
+  io.out(
+    table
+      .map((row) =>
+        row
+          .map((cell, i) => cell.padEnd(widths[i]!))
+          .join('  ')
+          .trimEnd(),
+      )
+      .join('\n'),
+  );
+}
+
+async function run(db: Kysely<GatewayDatabase>, argv: readonly string[], io: CommandIo): Promise<number> {
+  const { values, positionals } = parseArgs({
+    args: [...argv],
+    allowPositionals: true,
+    strict: true,
+    options: {
+      'valid-days': { type: 'string' },
+      'no-expiry': { type: 'boolean' },
+      identity: { type: 'string' },
+      device: { type: 'string' },
+      json: { type: 'boolean' },
+    },
+  });
+  const [command, ...rest] = positionals;
+  const json = values.json === true;
+  switch (command) {
+    case 'issue': {
+      if (rest.length !== 1 || values.device !== undefined)
+        throw new UsageError('issue takes exactly one device id');
+      if (values['valid-days'] !== undefined && values['no-expiry'] === true)
+        throw new UsageError('--valid-days and --no-expiry exclude each other');
+      const validDays =
+        values['no-expiry'] === true
+          ? undefined
+          : values['valid-days'] === undefined
+            ? DEFAULT_VALID_DAYS
+            : parseValidDays(values['valid-days']);
+      const issued = await issueCredential(db, rest[0]!, { validDays, identity: values.identity });
+      printIssued(io, issued, json);
+      if (!issued.deviceEnabled)
+        io.err(`note: device ${issued.deviceId} is disabled; its keys work only once it is enabled again`);
+      return EXIT_OK;
+    }
+    case 'revoke': {
+      if (values.identity !== undefined || values['valid-days'] !== undefined || values['no-expiry'] === true)
+        throw new UsageError('revoke takes an identity or --device <device_id>');
+      if (values.device !== undefined) {
+        if (rest.length !== 0)
+          throw new UsageError('revoke takes an identity or --device <device_id>, not both');
+        printRevoked(io, await revokeDevice(db, values.device), `device ${values.device}`);
+        return EXIT_OK;
+      }
+      if (rest.length !== 1)
+        throw new UsageError('revoke takes exactly one identity (or --device <device_id>)');
+      printRevoked(io, await revokeIdentity(db, rest[0]!), rest[0]!);
+      return EXIT_OK;
+    }
+    case 'list': {
+      if (rest.length > 1 || values.device !== undefined || values.identity !== undefined)
+        throw new UsageError('list takes at most one device id');
+      const deviceId = rest[0];
+      if (deviceId !== undefined && !(await deviceExists(db, deviceId)))
+        throw new CredentialCommandError('unknown_device', `device ${deviceId} is not in the registry`);
+      printList(io, await listCredentials(db, deviceId), json);
+      return EXIT_OK;
+    }
+    case undefined:
+      throw new UsageError('no command given');
+    default:
+      throw new UsageError(`unknown command ${JSON.stringify(command)}`);
+  }
+}
+
+/**
+ * What went wrong, for an operator: never a stack, a driver's `detail` (which can hold a failing row, key
+ * bytes included) or a password (messages pass through the redaction of service-kit).
+ */
+function describeFailure(err: unknown): string {
+  if (err instanceof CredentialCommandError) return err.message;
+  const state = sqlState(err);
+  if (state === '42501')
+    return 'permission denied: the login in DATABASE_URL may not change device keys (use the owner login that runs `npm run migrate`)';
+  if (state === '42P01' || state === '3F000')
+    return 'the device credentials table does not exist in this database: run `npm run migrate` first';
+  const message = err instanceof Error ? err.message : String(err);
+  if (isConnectionError(err)) return `cannot reach the database: ${redactString(message)}`;
+  return `failed: ${redactString(message)}`;
+}
+
+/** Runs one command; returns the process exit code. `env` supplies DATABASE_URL (read nowhere else). */
+export async function runDeviceKey(
+  argv: readonly string[],
+  env: Readonly<Record<string, string | undefined>>,
+  io: CommandIo,
+): Promise<number> {
+  if (argv.includes('--help') || argv.includes('-h')) {
+    io.out(USAGE);
+    return EXIT_OK;
+  }
+  const url = env.DATABASE_URL;
+  if (url === undefined || url === '') {
+    io.err('device-key: DATABASE_URL must be set (the owner login of the platform database)');
+    return EXIT_USAGE;
+  }
+  const db = createDb<GatewayDatabase>(url, {
+    max: 1,
+    applicationName: 'device-key',
+    connectionTimeoutMs: 10_000,
+    // Failures are reported once, below; the pool's own connection warnings would repeat them.
+    logger: { warn: () => undefined },
+  });
+  try {
+    return await run(db, argv, io);
+  } catch (err) {
+    if (
+      err instanceof UsageError ||
+      (err instanceof TypeError &&
+        'code' in err &&
+        typeof err.code === 'string' &&
+        err.code.startsWith('ERR_PARSE_ARGS'))
+    ) {
+      io.err(`device-key: ${err.message}\n${USAGE}`);
+      return EXIT_USAGE;
+    }
+    io.err(`device-key: ${describeFailure(err)}`);
+    return EXIT_FAILED;
+  } finally {
+    await db.destroy();
+  }
+}

@@ -1,0 +1,202 @@
+import { execFile } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import { loginUrl, startGateway, type GatewayFixture } from './support/gateway.js';
+
+// The command as `npm run device-key` runs it: the compiled entry point in a process of its own.
+const cliJs = fileURLToPath(new URL('../dist/cli/device-key.js', import.meta.url));
+
+interface Run {
+  code: number;
+  stdout: string;
+  stderr: string;
+}
+
+function deviceKey(args: string[], env: Record<string, string | undefined>): Promise<Run> {
+  return new Promise((resolve, reject) => {
+    const child = execFile(
+      process.execPath,
+      [cliJs, ...args],
+      // Only what the command needs: nothing of this process's environment leaks in (DATABASE_URL above all).
+      { env: { PATH: process.env.PATH, ...env }, timeout: 30_000 },
+      (err, stdout, stderr) => {
+        if (err !== null && typeof err.code !== 'number') {
+          reject(new Error(`device-key did not run: ${err.message}`));
+          return;
+        }
+        resolve({ code: err === null ? 0 : (err.code as number), stdout, stderr });
+      },
+    );
+    child.stdin?.end();
+  });
+}
+
+/** The `key` and `identity` lines of `issue`'s text output. */
+function issuedFrom(stdout: string): { identity: string; key: string; hex: string } {
+  const field = (name: string): string => {
+    const match = new RegExp(`^  ${name.replace(/[()]/g, '\\$&')}\\s+(\\S+)$`, 'm').exec(stdout);
+    if (match === null) throw new Error(`no ${name} line in: ${stdout}`);
+    return match[1]!;
+  };
+  return { identity: field('identity'), key: field('key'), hex: field('key (hex)') };
+}
+
+describe('npm run device-key (a real process against a real PostgreSQL)', () => {
+  let gw: GatewayFixture;
+  let env: Record<string, string>;
+  const DEVICE = 'acme-hq-hvac-01';
+
+  beforeAll(async () => {
+    gw = await startGateway();
+    env = { DATABASE_URL: gw.database.url };
+  });
+
+  afterAll(async () => {
+    await gw.close();
+  });
+
+  it('issue prints identity and key once; after a reload the gateway accepts that key', async () => {
+    const run = await deviceKey(['issue', DEVICE, '--valid-days', '30'], env);
+    expect(run.stderr).toBe('');
+    expect(run.code).toBe(0);
+    const { identity, key, hex } = issuedFrom(run.stdout);
+    expect(key).toMatch(/^[A-Za-z0-9_-]{32}$/);
+    expect(hex).toBe(Buffer.from(key, 'utf8').toString('hex'));
+    expect(identity).not.toBe(DEVICE);
+    expect(run.stdout).toContain(`-psk ${hex}`);
+
+    expect(gw.app.service.credentials.lookupPsk(identity)).toBeUndefined();
+    await gw.app.service.reload();
+    const credential = gw.app.service.credentials.lookupPsk(identity);
+    expect(credential?.deviceId).toBe(DEVICE);
+    expect(credential?.key.equals(Buffer.from(key, 'utf8'))).toBe(true);
+    const stored = await gw.owner
+      .selectFrom('device_gateway.device_credentials')
+      .select(['not_before', 'not_after'])
+      .where('psk_identity', '=', identity)
+      .executeTakeFirstOrThrow();
+    const days = (stored.not_after!.getTime() - stored.not_before.getTime()) / 86_400_000;
+    expect(days).toBeCloseTo(30, 5);
+  });
+
+  it('revoke makes the key invalid at the next reload; revoking again changes nothing', async () => {
+    const issued = issuedFrom((await deviceKey(['issue', DEVICE], env)).stdout);
+    await gw.app.service.reload();
+    expect(gw.app.service.credentials.lookupPsk(issued.identity)?.deviceId).toBe(DEVICE);
+
+    const revoke = await deviceKey(['revoke', issued.identity], env);
+    expect(revoke.code).toBe(0);
+    expect(revoke.stdout).toContain(`revoked ${issued.identity}`);
+    await gw.app.service.reload();
+    expect(gw.app.service.credentials.lookupPsk(issued.identity)).toBeUndefined();
+
+    const again = await deviceKey(['revoke', issued.identity], env);
+    expect(again.code).toBe(0);
+    expect(again.stdout).toContain('already revoked');
+  });
+
+  it('revoke --device revokes every key of the device', async () => {
+    const device = 'acme-hq-lobby-sensor-03';
+    const a = issuedFrom((await deviceKey(['issue', device], env)).stdout);
+    const b = issuedFrom((await deviceKey(['issue', device, '--no-expiry'], env)).stdout);
+    const run = await deviceKey(['revoke', '--device', device], env);
+    expect(run.code).toBe(0);
+    expect(run.stdout).toContain(`revoked ${a.identity}`);
+    expect(run.stdout).toContain(`revoked ${b.identity}`);
+    await gw.app.service.reload();
+    expect(gw.app.service.credentials.lookupPsk(a.identity)).toBeUndefined();
+    expect(gw.app.service.credentials.lookupPsk(b.identity)).toBeUndefined();
+  });
+
+  it('list shows identities and status, never key material', async () => {
+    const issued = issuedFrom(
+      (await deviceKey(['issue', DEVICE, '--identity', 'listed-identity-1'], env)).stdout,
+    );
+    expect(issued.identity).toBe('listed-identity-1');
+    await deviceKey(['revoke', 'listed-identity-1'], env);
+    const second = issuedFrom((await deviceKey(['issue', DEVICE], env)).stdout);
+    for (const args of [['list'], ['list', DEVICE], ['list', DEVICE, '--json']]) {
+      const run = await deviceKey(args, env);
+      expect(run.code).toBe(0);
+      expect(run.stdout).toContain('listed-identity-1');
+      expect(run.stdout).toContain(second.identity);
+      for (const form of [issued.key, issued.hex, second.key, second.hex])
+        expect(run.stdout).not.toContain(form);
+    }
+    const rows = JSON.parse((await deviceKey(['list', DEVICE, '--json'], env)).stdout) as {
+      identity: string;
+      status: string;
+    }[];
+    expect(rows.find((r) => r.identity === 'listed-identity-1')?.status).toBe('revoked');
+    expect(rows.find((r) => r.identity === second.identity)?.status).toBe('valid');
+    expect(Object.keys(rows[0]!).sort()).toEqual(
+      ['created_at', 'device_id', 'identity', 'not_after', 'not_before', 'revoked_at', 'status'].sort(),
+    );
+  });
+
+  it('50 issues give 50 distinct identities and keys', async () => {
+    const issued: { identity: string; key: string }[] = [];
+    // Five processes at a time: the machine is shared.
+    for (let round = 0; round < 10; round++) {
+      const runs = await Promise.all(
+        Array.from({ length: 5 }, () => deviceKey(['issue', DEVICE, '--json'], env)),
+      );
+      for (const run of runs) {
+        expect(run.code).toBe(0);
+        issued.push(JSON.parse(run.stdout) as { identity: string; key: string });
+      }
+    }
+    expect(new Set(issued.map((i) => i.identity)).size).toBe(50);
+    expect(new Set(issued.map((i) => i.key)).size).toBe(50);
+    await gw.app.service.reload();
+    for (const { identity, key } of issued)
+      expect(gw.app.service.credentials.lookupPsk(identity)?.key.toString('utf8')).toBe(key);
+  }, 120_000);
+
+  it.each([
+    [['issue', 'no-such-device'], 1, /device no-such-device is not in the registry/],
+    [['list', 'no-such-device'], 1, /device no-such-device is not in the registry/],
+    [['revoke', 'no-such-identity'], 1, /no key has the identity no-such-identity/],
+    [['revoke', '--device', 'no-such-device'], 1, /device no-such-device is not in the registry/],
+    [['issue', DEVICE, '--identity', DEVICE], 1, /must differ from the device id/],
+    [['issue', DEVICE, '--identity', 'has space'], 1, /printable ASCII/],
+    [['issue', DEVICE, '--valid-days', '0'], 2, /--valid-days must be 1\.\.3650/],
+    [['issue', DEVICE, '--valid-days', '1.5'], 2, /whole number/],
+    [['issue', DEVICE, '--valid-days', '3', '--no-expiry'], 2, /exclude each other/],
+    [['issue'], 2, /exactly one device id/],
+    [['issue', DEVICE, '--bogus'], 2, /Unknown option '--bogus'/],
+    [['rotate', DEVICE], 2, /unknown command "rotate"/],
+    [[], 2, /no command given/],
+  ])('%j exits %i with a clear message and no stack', async (args, code, message) => {
+    const run = await deviceKey(args, env);
+    expect(run.code).toBe(code);
+    expect(run.stderr).toMatch(message);
+    expect(run.stderr).not.toMatch(/\bat .*\.(js|ts):\d+/);
+    expect(run.stdout).toBe('');
+  });
+
+  it('an identity already in use is refused', async () => {
+    expect((await deviceKey(['issue', DEVICE, '--identity', 'taken-identity'], env)).code).toBe(0);
+    const run = await deviceKey(['issue', DEVICE, '--identity', 'taken-identity'], env);
+    expect(run.code).toBe(1);
+    expect(run.stderr).toMatch(/already in use/);
+  });
+
+  it("the gateway's read-only login cannot issue keys; the message says which login to use", async () => {
+    const run = await deviceKey(['issue', DEVICE], { DATABASE_URL: loginUrl(gw.database.url) });
+    expect(run.code).toBe(1);
+    expect(run.stderr).toMatch(/permission denied.*owner login/);
+    expect(run.stdout).toBe('');
+  });
+
+  it('no DATABASE_URL, or an unreachable database, is a clear failure without the password', async () => {
+    const missing = await deviceKey(['list'], {});
+    expect(missing.code).toBe(2);
+    expect(missing.stderr).toMatch(/DATABASE_URL must be set/);
+    const down = await deviceKey(['list'], {
+      DATABASE_URL: 'postgres://someone:s3cret-pw@127.0.0.1:1/nowhere',
+    });
+    expect(down.code).toBe(1);
+    expect(down.stderr).toMatch(/cannot reach the database/);
+    expect(down.stderr).not.toContain('s3cret-pw');
+  });
+});
