@@ -35,7 +35,6 @@ export {
   CredentialStore,
   DeviceCredential,
   type CredentialRecord,
-  type PskCredential,
 } from './domain/credentials.js';
 export type { CredentialsChangedListener, GatewayReloadSummary } from './service.js';
 export { CoapServer, defaultCoapOptions, type CoapServerOptions, type CoapStats } from './coap/server.js';
