@@ -5,6 +5,7 @@ import type { GatewayState } from '../domain/gateway-state.js';
  * the same for every device, so attribute filters (rt, ct, obs) select resource kinds and only `href` selects
  * devices. Devices are found by prefix in the state's sorted id list, bounded by `maxLinks`: a query can never
  * make the gateway walk or dump the whole registry. A query matching more than `maxLinks` links is refused.
+ * A peer authenticated as a device (`scope`, DESIGN 3.5) sees that device's resources and no other.
  */
 const KINDS = [
   { suffix: '', attrs: { rt: ['platform.device'], ct: ['50', '60'], obs: [] as string[] } },
@@ -28,6 +29,7 @@ export function linkFormat(
   state: GatewayState,
   queries: readonly string[],
   maxLinks: number,
+  scope: string | null,
 ): LinkFormatResult {
   let href: string | undefined;
   const attrFilters: [string, string][] = [];
@@ -62,9 +64,10 @@ export function linkFormat(
       return { ok: true, links: '' };
     }
   }
-  const ids = exactId
-    ? state.deviceIdsWithPrefix(idPrefix, 1).filter((id) => id === idPrefix)
-    : state.deviceIdsWithPrefix(idPrefix, maxLinks + 1);
+  let ids: string[];
+  if (scope !== null) ids = state.recordDocument(scope) === undefined ? [] : [scope];
+  else if (exactId) ids = state.deviceIdsWithPrefix(idPrefix, 1).filter((id) => id === idPrefix);
+  else ids = state.deviceIdsWithPrefix(idPrefix, maxLinks + 1);
   const links: string[] = [];
   for (const id of ids) {
     for (const kind of kinds) {

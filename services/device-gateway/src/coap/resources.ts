@@ -92,7 +92,10 @@ export class Resources implements RequestHandler {
       this.messages.respond(req, NOT_ACCEPTABLE);
       return;
     }
-    const doc = this.lookup(deviceId, kind);
+    // A peer authenticated as a device (a DTLS PSK session) reads and observes that device only; any other id
+    // is answered exactly as an unknown one (DESIGN 3.5), so a device cannot learn which other ids exist.
+    const peerDevice = req.peer.deviceId;
+    const doc = peerDevice === null || peerDevice === deviceId ? this.lookup(deviceId, kind) : undefined;
     if (doc === undefined) {
       // A registration for an unknown device is not kept; an earlier one with this token is replaced by it.
       if (opts.observe === 0) this.observe.deregister(req.peer.key, tokenKey);
@@ -122,7 +125,7 @@ export class Resources implements RequestHandler {
       this.messages.respond(req, NOT_ACCEPTABLE);
       return;
     }
-    const result = linkFormat(this.state, opts.query, this.options.wellKnownMaxLinks);
+    const result = linkFormat(this.state, opts.query, this.options.wellKnownMaxLinks, req.peer.deviceId);
     if (!result.ok) {
       this.messages.respond(req, BAD_REQUEST, [], DIAG_TOO_MANY);
       return;
