@@ -193,3 +193,59 @@ describe('plain UDP and a second transport in one server', () => {
     }
   });
 });
+
+describe('a peer its transport ends (onPeerClosed)', () => {
+  it('loses every relation at once, with nothing sent to it then or later; other peers are untouched', async () => {
+    const state = newState();
+    state.replaceRegistry([device('dev-a'), device('dev-c')]);
+    const dtls = new FakeTransport();
+    const server = new CoapServer(
+      state,
+      // Short ACK_TIMEOUT: a confirmable notification left in flight at the close would be retransmitted within
+      // the wait below if its state survived.
+      { ...defaultCoapOptions, logger: silentLogger, ackTimeoutMs: 20, ackRandomFactor: 1, maxRetransmit: 3 },
+      { plain: false, transports: [{ transport: dtls, port: 5684 }] },
+    );
+    await server.listen(0);
+    try {
+      const a = fakePeer(1, 'dev-a');
+      const c = fakePeer(3, 'dev-c');
+      const observe = (peer: typeof a, token: string, path: ReturnType<typeof pathOptions>): void => {
+        dtls.deliver(peer, {
+          confirmable: true,
+          code: 'GET',
+          token: Buffer.from(token),
+          options: [observe0, ...path],
+        });
+      };
+      observe(a, 's', settingsPath('dev-a'));
+      observe(a, 'r', recordPath('dev-a'));
+      observe(c, 's', settingsPath('dev-c'));
+      expect(server.observerCount).toBe(3);
+      // A confirmable notification to A is in flight (this transport's peers never ACK) when its session ends.
+      state.setOverride('dev-a', { reporting_interval_s: 30 });
+      expect(dtls.to(a).filter((s) => s.packet.confirmable)).toHaveLength(1);
+      expect(server.snapshot().inflightWindow).toBe(1);
+
+      const from = dtls.sent.length;
+      dtls.closePeer(a);
+      expect(server.observerCount).toBe(1);
+      expect(server.stats.observersRemovedByPeerClosed).toBe(2);
+      expect(server.snapshot().inflightWindow).toBe(0);
+      expect(server.snapshot().endpoints).toBe(1);
+      state.setOverride('dev-a', { reporting_interval_s: 40 });
+      state.setOverride('dev-c', { reporting_interval_s: 50 });
+      await new Promise((r) => setTimeout(r, 200)); // ten ACK timeouts
+      expect(dtls.to(a, from)).toHaveLength(0);
+      const toC = dtls.to(c, from);
+      expect(toC.length).toBeGreaterThanOrEqual(1);
+      expect(json(toC[0]!.packet).settings).toEqual({ reporting_interval_s: 50 });
+      // Closing a peer that holds nothing is harmless.
+      dtls.closePeer(a);
+      dtls.closePeer(fakePeer(9, 'dev-a'));
+      expect(server.observerCount).toBe(1);
+    } finally {
+      await server.close(0);
+    }
+  });
+});
