@@ -63,7 +63,6 @@ export function buildApp(deps: GatewayDeps): GatewayApp {
     maxAgeS: config.COAP_MAX_AGE_S,
     fanoutChunk: config.COAP_FANOUT_CHUNK,
     maxInflight: config.COAP_MAX_INFLIGHT,
-    wellKnownMaxLinks: config.COAP_WELL_KNOWN_MAX_LINKS,
     maxRelationsPerEndpoint: config.COAP_MAX_RELATIONS_PER_ENDPOINT,
   });
   const service = new GatewayService({

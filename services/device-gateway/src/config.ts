@@ -44,7 +44,6 @@ export const gatewayConfigSchema = {
     COAP_FANOUT_CHUNK: { type: 'integer', minimum: 1, maximum: 65536, default: 256 },
     /** Server-wide window of confirmable notifications awaiting their first ACK (paces large fan-outs). */
     COAP_MAX_INFLIGHT: { type: 'integer', minimum: 1, maximum: 1048576, default: 2048 },
-    COAP_WELL_KNOWN_MAX_LINKS: { type: 'integer', minimum: 1, maximum: 1000, default: 64 },
     COAP_MAX_RELATIONS_PER_ENDPOINT: { type: 'integer', minimum: 1, maximum: 4096, default: 256 },
     SHUTDOWN_TIMEOUT_MS: { type: 'integer', minimum: 1000, maximum: 60000, default: 10000 },
     /** Issue 8: share overrides and reloads with the other replicas over PostgreSQL LISTEN/NOTIFY. */
@@ -81,7 +80,6 @@ export interface GatewayConfig {
   readonly COAP_SOCKET_BUFFER_BYTES: number;
   readonly COAP_FANOUT_CHUNK: number;
   readonly COAP_MAX_INFLIGHT: number;
-  readonly COAP_WELL_KNOWN_MAX_LINKS: number;
   readonly COAP_MAX_RELATIONS_PER_ENDPOINT: number;
   readonly SHUTDOWN_TIMEOUT_MS: number;
   readonly GATEWAY_CLUSTER_BUS: boolean;
@@ -136,7 +134,6 @@ export function publicConfig(config: GatewayConfig, apiKeys: SecretSet): Record<
       socket_buffer_bytes: config.COAP_SOCKET_BUFFER_BYTES,
       fanout_chunk: config.COAP_FANOUT_CHUNK,
       max_inflight: config.COAP_MAX_INFLIGHT,
-      well_known_max_links: config.COAP_WELL_KNOWN_MAX_LINKS,
       max_relations_per_endpoint: config.COAP_MAX_RELATIONS_PER_ENDPOINT,
     },
     shutdown_timeout_ms: config.SHUTDOWN_TIMEOUT_MS,

@@ -33,8 +33,6 @@ export interface CoapServerOptions {
    * slot through its whole backoff); it keeps its own retransmission schedule either way.
    */
   maxInflight: number;
-  /** Most links /.well-known/core returns; a query matching more is refused with 4.00 and a hint. */
-  wellKnownMaxLinks: number;
   /** Most observe relations one endpoint (address and port) may hold; further registrations get a plain reply. */
   maxRelationsPerEndpoint: number;
 }
@@ -49,7 +47,6 @@ export const defaultCoapOptions: Omit<CoapServerOptions, 'logger'> = {
   maxAgeS: 60,
   fanoutChunk: 256,
   maxInflight: 2048,
-  wellKnownMaxLinks: 64,
   maxRelationsPerEndpoint: 256,
 };
 

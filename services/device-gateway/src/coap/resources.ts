@@ -1,7 +1,6 @@
 import type { GatewayState } from '../domain/gateway-state.js';
 import {
   BAD_OPTION,
-  BAD_REQUEST,
   CONTENT,
   ContentFormat,
   GET,
@@ -31,7 +30,6 @@ import { buildForm, contentEtag, documentForm, type DocumentFormat, type WireFor
  */
 
 const DIAG_BAD_OPTION = Buffer.from('unsupported critical option');
-const DIAG_TOO_MANY = Buffer.from('too many resources match; filter with href=/devices/<id prefix>*');
 const DIAG_BAD_BLOCK = Buffer.from('invalid Block2');
 
 interface ParsedRequest {
@@ -125,12 +123,7 @@ export class Resources implements RequestHandler {
       this.messages.respond(req, NOT_ACCEPTABLE);
       return;
     }
-    const result = linkFormat(this.state, opts.query, this.options.wellKnownMaxLinks, req.peer.deviceId);
-    if (!result.ok) {
-      this.messages.respond(req, BAD_REQUEST, [], DIAG_TOO_MANY);
-      return;
-    }
-    const payload = Buffer.from(result.links);
+    const payload = Buffer.from(linkFormat(this.state, opts.query, req.peer.deviceId));
     const form = buildForm(contentEtag(payload), ContentFormat.linkFormat, payload, this.options.maxAgeS, 0);
     this.sendContent(req, form, opts.block2);
   }
