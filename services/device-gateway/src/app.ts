@@ -64,6 +64,9 @@ export function buildApp(deps: GatewayDeps): GatewayApp {
     fanoutChunk: config.COAP_FANOUT_CHUNK,
     maxInflight: config.COAP_MAX_INFLIGHT,
     maxRelationsPerEndpoint: config.COAP_MAX_RELATIONS_PER_ENDPOINT,
+    maxRelations: config.COAP_MAX_RELATIONS,
+    maxRelationsPerAddress: config.COAP_MAX_RELATIONS_PER_ADDRESS,
+    relationRetryAfterS: config.COAP_RELATION_RETRY_AFTER_S,
   });
   const service = new GatewayService({
     config,

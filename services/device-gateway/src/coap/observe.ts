@@ -34,6 +34,9 @@ import { OBSERVE_FORM_SPLIT, formEtagEquals, observeForm, type DocumentFormat } 
 
 export type ResourceKind = 'settings' | 'record';
 
+/** What became of a registration: registered, or refused at one of the relation caps (CoapServerOptions). */
+export type Registration = 'registered' | 'endpoint_cap' | 'address_cap' | 'total_cap';
+
 /** The current document of an observable resource, looked up synchronously; undefined when it is gone. */
 export type DocumentLookup = (deviceId: string, kind: ResourceKind) => VisibleDocument | undefined;
 
@@ -120,6 +123,8 @@ export class ObserveLayer implements ExchangeHandler<Relation> {
   private readonly settingsResources = new Map<string, ObservedResource>();
   private readonly recordResources = new Map<string, ObservedResource>();
   private relations = 0;
+  /** Relations per source address (the IP, any port, any transport): maxRelationsPerAddress. */
+  private readonly byAddress = new Map<string, number>();
   /** Max-Age of notifications, seconds (see the constructor). */
   readonly observeMaxAgeS: number;
   private queue: Relation[] = [];
@@ -171,8 +176,10 @@ export class ObserveLayer implements ExchangeHandler<Relation> {
 
   /**
    * Registers (or replaces) the relation of `req`'s peer and token with the resource `doc` belongs to and
-   * answers with the current state. False, with nothing sent, when the peer is at its relation cap: the caller
-   * answers like a plain GET (RFC 7641 4.1: a server unwilling to add an observer omits the Observe option).
+   * answers with the current state. Over a relation cap nothing is registered or sent, and the caller answers:
+   * like a plain GET at the endpoint cap (RFC 7641 4.1: a server unwilling to add an observer omits the
+   * Observe option), 5.03 with Max-Age at the address and total caps. A replacement is never refused: the
+   * relation it replaces is removed before the caps are checked.
    */
   register(
     req: InboundRequest,
@@ -181,7 +188,7 @@ export class ObserveLayer implements ExchangeHandler<Relation> {
     format: DocumentFormat,
     doc: VisibleDocument,
     etags: readonly Buffer[],
-  ): boolean {
+  ): Registration {
     const msg = req.msg;
     // The registry's own id string (the document's), not the request's copy: one string per device.
     const deviceId = (doc.body as { device_id: string }).device_id;
@@ -205,9 +212,20 @@ export class ObserveLayer implements ExchangeHandler<Relation> {
         // The cap keeps per-endpoint lookups (ACK, RST, re-registration) short and stops one endpoint from
         // claiming an unbounded share of memory.
         this.stats.registrationsRefused++;
-        return false;
+        return 'endpoint_cap';
       }
     }
+    if (this.relations >= this.options.maxRelations) {
+      this.stats.registrationsOverTotalCap++;
+      return 'total_cap';
+    }
+    const address = req.peer.address;
+    const held = this.byAddress.get(address) ?? 0;
+    if (held >= this.options.maxRelationsPerAddress) {
+      this.stats.registrationsOverAddressCap++;
+      return 'address_cap';
+    }
+    this.byAddress.set(address, held + 1);
     // removeRelation drops an endpoint whose last relation went: look it up (or create it) again.
     const endpoint = this.messages.endpointFor(req.peer, req.transport);
     let resource = resources.get(deviceId);
@@ -234,10 +252,10 @@ export class ObserveLayer implements ExchangeHandler<Relation> {
       );
       const validForm = Buffer.concat([form.subarray(0, OBSERVE_FORM_SPLIT), validTail]);
       this.messages.sendReply(req, this.encode(rel, type, VALID, mid, validForm));
-      return true;
+      return 'registered';
     }
     this.messages.sendReply(req, this.encode(rel, type, CONTENT, mid, form));
-    return true;
+    return 'registered';
   }
 
   /** Observe=1 (RFC 7641 3.6), or a registration for a resource that is gone: ends the peer's relation. */
@@ -497,5 +515,9 @@ export class ObserveLayer implements ExchangeHandler<Relation> {
     this.messages.end(rel);
     this.detachFromResource(rel);
     this.relations--;
+    const address = rel.endpoint.peer.address;
+    const held = this.byAddress.get(address)! - 1;
+    if (held === 0) this.byAddress.delete(address);
+    else this.byAddress.set(address, held);
   }
 }

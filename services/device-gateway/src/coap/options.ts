@@ -35,6 +35,18 @@ export interface CoapServerOptions {
   maxInflight: number;
   /** Most observe relations one endpoint (address and port) may hold; further registrations get a plain reply. */
   maxRelationsPerEndpoint: number;
+  /**
+   * Most observe relations in all, over every transport: the memory bound (about 0.5 KB heap and 0.9 KB RSS
+   * each, docs/benchmarks.md). A registration over it gets 5.03 Service Unavailable with Max-Age.
+   */
+  maxRelations: number;
+  /**
+   * Most observe relations one source address (the IP, any port) may hold; over it, 5.03 with Max-Age. A
+   * client cannot escape it by opening more ports, as it can the per-endpoint cap.
+   */
+  maxRelationsPerAddress: number;
+  /** Max-Age of a 5.03 refusal: seconds after which the client may retry (RFC 7252 5.9.3.4). */
+  relationRetryAfterS: number;
 }
 
 export const defaultCoapOptions: Omit<CoapServerOptions, 'logger'> = {
@@ -48,6 +60,14 @@ export const defaultCoapOptions: Omit<CoapServerOptions, 'logger'> = {
   fanoutChunk: 256,
   maxInflight: 2048,
   maxRelationsPerEndpoint: 256,
+  // 200,000 relations: about 180 MB RSS at the measured 0.9 KB each, inside the gateway's 512 MiB container
+  // limit (deploy/k8s) beside a 100k-device registry.
+  maxRelations: 200_000,
+  // 512 per address: a site behind one NAT address with 256 devices, each observing both of its resources,
+  // still registers (devices of a building usually share one public address); one address cannot take more
+  // than 0.26 % of the total. Spoofed sources are bounded by maxRelations, not by this.
+  maxRelationsPerAddress: 512,
+  relationRetryAfterS: 60,
 };
 
 export interface CoapStats {
@@ -66,7 +86,12 @@ export interface CoapStats {
   observersDeregistered: number;
   /** Relations dropped because their transport ended the peer (a DTLS session closed, revoked or replaced). */
   observersRemovedByPeerClosed: number;
+  /** Registrations answered as a plain GET: the endpoint (address and port) was at maxRelationsPerEndpoint. */
   registrationsRefused: number;
+  /** Registrations answered 5.03: the source address was at maxRelationsPerAddress. */
+  registrationsOverAddressCap: number;
+  /** Registrations answered 5.03: the server was at maxRelations. */
+  registrationsOverTotalCap: number;
   finalNotFound: number;
   internalErrors: number;
   sendErrors: number;
@@ -91,6 +116,8 @@ export function newCoapStats(): CoapStats {
     observersDeregistered: 0,
     observersRemovedByPeerClosed: 0,
     registrationsRefused: 0,
+    registrationsOverAddressCap: 0,
+    registrationsOverTotalCap: 0,
     finalNotFound: 0,
     internalErrors: 0,
     sendErrors: 0,

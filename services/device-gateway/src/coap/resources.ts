@@ -9,6 +9,7 @@ import {
   NOT_FOUND,
   Opt,
   PROXYING_NOT_SUPPORTED,
+  SERVICE_UNAVAILABLE,
   VALID,
   encodeWithParts,
   readUint,
@@ -102,10 +103,22 @@ export class Resources implements RequestHandler {
     }
     const observeMaxAgeS = this.observe.observeMaxAgeS;
     if (opts.observe === 0) {
-      if (this.observe.register(req, tokenKey, kind, format, doc, opts.etags)) return;
-      // Refused at the peer's relation cap: answered like a plain GET (RFC 7641 4.1).
-      this.sendContent(req, documentForm(doc, format, this.options.maxAgeS, observeMaxAgeS), -1);
-      return;
+      switch (this.observe.register(req, tokenKey, kind, format, doc, opts.etags)) {
+        case 'registered':
+          return;
+        case 'endpoint_cap':
+          // Answered like a plain GET, without Observe (RFC 7641 4.1).
+          this.sendContent(req, documentForm(doc, format, this.options.maxAgeS, observeMaxAgeS), -1);
+          return;
+        case 'address_cap':
+        case 'total_cap':
+          // RFC 7252 5.9.3.4: 5.03 with Max-Age, the seconds after which to retry. No document: a refusal
+          // must stay small (a NON registration can come from a spoofed address).
+          this.messages.respond(req, SERVICE_UNAVAILABLE, [
+            { number: Opt.MaxAge, value: uintBytes(this.options.relationRetryAfterS) },
+          ]);
+          return;
+      }
     }
     const form = documentForm(doc, format, this.options.maxAgeS, observeMaxAgeS);
     if (opts.etags.some((e) => e.equals(form.etag))) {
