@@ -53,6 +53,9 @@ async function gateway(): Promise<void> {
     // Tuning under test, when given: the in-flight window and the fan-out chunk.
     COAP_MAX_INFLIGHT: process.env.COAP_MAX_INFLIGHT,
     COAP_FANOUT_CHUNK: process.env.COAP_FANOUT_CHUNK,
+    // Every simulated device sends from 127.0.0.1: the per-address cap (512 by default) would refuse all but
+    // the first 512 relations of the run. The total cap (200,000) stays as configured.
+    COAP_MAX_RELATIONS_PER_ADDRESS: '10000000',
   });
   const logger = createLogger({ service: 'bench-gateway', level: 'error' });
   const db = createDb<GatewayDatabase>(config.DATABASE_URL, { max: 2 });

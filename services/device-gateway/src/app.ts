@@ -63,8 +63,10 @@ export function buildApp(deps: GatewayDeps): GatewayApp {
     maxAgeS: config.COAP_MAX_AGE_S,
     fanoutChunk: config.COAP_FANOUT_CHUNK,
     maxInflight: config.COAP_MAX_INFLIGHT,
-    wellKnownMaxLinks: config.COAP_WELL_KNOWN_MAX_LINKS,
     maxRelationsPerEndpoint: config.COAP_MAX_RELATIONS_PER_ENDPOINT,
+    maxRelations: config.COAP_MAX_RELATIONS,
+    maxRelationsPerAddress: config.COAP_MAX_RELATIONS_PER_ADDRESS,
+    relationRetryAfterS: config.COAP_RELATION_RETRY_AFTER_S,
   });
   const service = new GatewayService({
     config,

@@ -44,8 +44,14 @@ export const gatewayConfigSchema = {
     COAP_FANOUT_CHUNK: { type: 'integer', minimum: 1, maximum: 65536, default: 256 },
     /** Server-wide window of confirmable notifications awaiting their first ACK (paces large fan-outs). */
     COAP_MAX_INFLIGHT: { type: 'integer', minimum: 1, maximum: 1048576, default: 2048 },
-    COAP_WELL_KNOWN_MAX_LINKS: { type: 'integer', minimum: 1, maximum: 1000, default: 64 },
     COAP_MAX_RELATIONS_PER_ENDPOINT: { type: 'integer', minimum: 1, maximum: 4096, default: 256 },
+    /**
+     * Observe relation caps (issue 15): in all (the memory bound, ~0.9 KB RSS each) and per source IP address;
+     * a registration over either gets 5.03 with Max-Age COAP_RELATION_RETRY_AFTER_S. See CoapServerOptions.
+     */
+    COAP_MAX_RELATIONS: { type: 'integer', minimum: 1, maximum: 10000000, default: 200000 },
+    COAP_MAX_RELATIONS_PER_ADDRESS: { type: 'integer', minimum: 1, maximum: 10000000, default: 512 },
+    COAP_RELATION_RETRY_AFTER_S: { type: 'integer', minimum: 1, maximum: 86400, default: 60 },
     SHUTDOWN_TIMEOUT_MS: { type: 'integer', minimum: 1000, maximum: 60000, default: 10000 },
     /** Issue 8: share overrides and reloads with the other replicas over PostgreSQL LISTEN/NOTIFY. */
     GATEWAY_CLUSTER_BUS: { type: 'boolean', default: true },
@@ -81,8 +87,10 @@ export interface GatewayConfig {
   readonly COAP_SOCKET_BUFFER_BYTES: number;
   readonly COAP_FANOUT_CHUNK: number;
   readonly COAP_MAX_INFLIGHT: number;
-  readonly COAP_WELL_KNOWN_MAX_LINKS: number;
   readonly COAP_MAX_RELATIONS_PER_ENDPOINT: number;
+  readonly COAP_MAX_RELATIONS: number;
+  readonly COAP_MAX_RELATIONS_PER_ADDRESS: number;
+  readonly COAP_RELATION_RETRY_AFTER_S: number;
   readonly SHUTDOWN_TIMEOUT_MS: number;
   readonly GATEWAY_CLUSTER_BUS: boolean;
   readonly GATEWAY_BUS_RECONNECT_MIN_MS: number;
@@ -136,8 +144,10 @@ export function publicConfig(config: GatewayConfig, apiKeys: SecretSet): Record<
       socket_buffer_bytes: config.COAP_SOCKET_BUFFER_BYTES,
       fanout_chunk: config.COAP_FANOUT_CHUNK,
       max_inflight: config.COAP_MAX_INFLIGHT,
-      well_known_max_links: config.COAP_WELL_KNOWN_MAX_LINKS,
       max_relations_per_endpoint: config.COAP_MAX_RELATIONS_PER_ENDPOINT,
+      max_relations: config.COAP_MAX_RELATIONS,
+      max_relations_per_address: config.COAP_MAX_RELATIONS_PER_ADDRESS,
+      relation_retry_after_s: config.COAP_RELATION_RETRY_AFTER_S,
     },
     shutdown_timeout_ms: config.SHUTDOWN_TIMEOUT_MS,
     cluster_bus: {

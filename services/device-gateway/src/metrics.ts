@@ -69,6 +69,17 @@ export function registerGatewayMetrics(registry: Registry, state: GatewayState, 
   );
   counterFrom(
     registry,
+    'gateway_coap_registrations_refused_total',
+    'Observe registrations refused, by cap: endpoint_cap (answered as a plain GET), address_cap and total_cap (answered 5.03 with Max-Age)',
+    'reason',
+    () => ({
+      endpoint_cap: coap.stats.registrationsRefused,
+      address_cap: coap.stats.registrationsOverAddressCap,
+      total_cap: coap.stats.registrationsOverTotalCap,
+    }),
+  );
+  counterFrom(
+    registry,
     'gateway_coap_retransmissions_total',
     'Confirmable notifications sent again because their ACK did not arrive in time',
     'kind',

@@ -372,55 +372,95 @@ describe('the CoAP endpoint cannot be crashed from the network', () => {
   });
 });
 
-describe('/.well-known/core (RFC 6690)', () => {
-  it('filters by href and rt, pages with Block2 and refuses to dump a large registry', async () => {
-    const ids = Array.from({ length: 300 }, (_, i) => `site-a-dev-${String(i).padStart(3, '0')}`);
-    const { server } = await startCoap([...ids.map((id) => device(id)), device('other-1')], {
-      wellKnownMaxLinks: 64,
+describe('/.well-known/core over plain CoAP (RFC 6690; RFC 7252 11.3)', () => {
+  // Issue 15: plain CoAP peers have no identity, so the listing names no device (before: every device of the
+  // registry, 64 links a page). A peer authenticated as a device sees its own resources (coap-transports.test.ts).
+  const COLLECTION = '</devices>;rt="platform.device platform.device.settings"';
+  let server: CoapServer;
+  let client: RawCoapClient;
+  const ids = Array.from({ length: 300 }, (_, i) => `site-a-dev-${String(i).padStart(3, '0')}`);
+
+  beforeAll(async () => {
+    ({ server } = await startCoap([...ids.map((id) => device(id)), device('other-1')]));
+    client = await RawCoapClient.connect(server.address().port);
+  });
+  afterAll(async () => {
+    await client.close();
+    await server.close();
+  });
+
+  const get = async (queries: string[], extra: { name: 'Block2'; value: Buffer }[] = []) => {
+    const mid = client.send({
+      confirmable: true,
+      code: 'GET',
+      options: [
+        ...pathOptions('/.well-known/core'),
+        ...queries.map((q) => ({ name: 'Uri-Query' as const, value: Buffer.from(q) })),
+        ...extra,
+      ],
     });
-    const client = await RawCoapClient.connect(server.address().port);
-    try {
-      const get = async (queries: string[], extra: { name: 'Block2'; value: Buffer }[] = []) => {
-        const mid = client.send({
-          confirmable: true,
-          code: 'GET',
-          options: [
-            ...pathOptions('/.well-known/core'),
-            ...queries.map((q) => ({ name: 'Uri-Query' as const, value: Buffer.from(q) })),
-            ...extra,
-          ],
-        });
-        return (await client.waitFor((p) => p.messageId === mid)).packet;
-      };
-      const one = await get(['href=/devices/other-1*']);
-      expect(one.code).toBe('2.05');
-      expect(uint(option(one, 'Content-Format'))).toBe(40);
-      expect(one.payload.toString()).toBe(
-        '</devices/other-1>;rt="platform.device";ct="50 60";obs,</devices/other-1/settings>;rt="platform.device.settings";ct="50 60";obs',
-      );
-      const settingsOnly = await get(['href=/devices/other-1', 'rt=platform.device']);
-      expect(settingsOnly.payload.toString()).toBe('</devices/other-1>;rt="platform.device";ct="50 60";obs');
-      const byRt = await get(['href=/devices/site-a-dev-00*', 'rt=platform.device.settings']);
-      expect(byRt.payload.toString().split(',')).toHaveLength(10);
-      expect((await get(['rt=nothing'])).payload).toHaveLength(0);
-      // Unfiltered, over the link limit: refused with a hint, never dumped.
-      const all = await get([]);
-      expect(all.code).toBe('4.00');
-      expect(all.payload.toString()).toMatch(/filter with href/);
-      // 32 links are larger than one datagram: served block-wise.
-      const b0 = await get(['href=/devices/site-a-dev-01*']);
-      const block = uint(option(b0, 'Block2'))!;
-      expect(block & 0x8).toBe(8); // more blocks follow
-      const b1 = await get(
-        ['href=/devices/site-a-dev-01*'],
-        [{ name: 'Block2', value: Buffer.from([0x16]) }],
-      );
-      expect(b1.code).toBe('2.05');
-      expect(b1.payload.length).toBeGreaterThan(0);
-    } finally {
-      await client.close();
-      await server.close();
+    return (await client.waitFor((p) => p.messageId === mid)).packet;
+  };
+
+  it('lists no device: only the collection with its resource types; href and rt filters apply to it', async () => {
+    const all = await get([]);
+    expect(all.code).toBe('2.05');
+    expect(uint(option(all, 'Content-Format'))).toBe(40);
+    expect(all.payload.toString()).toBe(COLLECTION);
+    for (const filter of [
+      ['rt=platform.device.settings'],
+      ['rt=platform.device*'],
+      ['href=/devices'],
+      ['href=/dev*'],
+    ]) {
+      expect((await get(filter)).payload.toString()).toBe(COLLECTION);
     }
+    // Asking for a device by href or by an attribute only devices carry finds nothing.
+    for (const filter of [
+      ['href=/devices/other-1'],
+      ['href=/devices/other-1*'],
+      ['href=/devices/site-a-dev-00*'],
+      ['ct=50'],
+      ['obs'],
+      ['rt=nothing'],
+    ]) {
+      const reply = await get(filter);
+      expect(reply.code).toBe('2.05');
+      expect(reply.payload).toHaveLength(0);
+    }
+  });
+
+  it('pages with Block2 when asked (RFC 7959) and refuses a block past the end', async () => {
+    // SZX 0: 16-byte blocks; the 56-byte listing is blocks 0-3.
+    const parts: Buffer[] = [];
+    for (let num = 0; num < 4; num++) {
+      const reply = await get([], [{ name: 'Block2', value: Buffer.from([num << 4]) }]);
+      expect(reply.code).toBe('2.05');
+      const block = uint(option(reply, 'Block2'))!;
+      expect(block >> 4).toBe(num);
+      expect(block & 0x8).toBe(num < 3 ? 8 : 0); // more blocks follow, up to the last
+      parts.push(reply.payload);
+    }
+    expect(Buffer.concat(parts).toString()).toBe(COLLECTION);
+    expect((await get([], [{ name: 'Block2', value: Buffer.from([4 << 4]) }])).code).toBe('4.02');
+  });
+
+  it('a 21-byte request (spoofable: no handshake) draws a reply under 4 times its size, whatever the registry', async () => {
+    // The smallest request: CON, no token, Uri-Path ".well-known" (1 + 11 bytes) and "core" (1 + 4).
+    const request = Buffer.concat([
+      Buffer.from([0x40, 0x01, 0x12, 0x34, 0xbb]),
+      Buffer.from('.well-known'),
+      Buffer.from([0x04]),
+      Buffer.from('core'),
+    ]);
+    expect(request).toHaveLength(21);
+    const from = client.inbox.length;
+    client.sendRaw(request);
+    const reply = await client.waitFor((p) => p.messageId === 0x1234, 3000, from);
+    // 4 header + 9 ETag + 2 Content-Format + 2 Max-Age + 1 marker + 56 payload = 74 bytes: 3.5x (938 B, 43x,
+    // with the demo registry before). A settings document request has about the same ratio.
+    expect(reply.raw.length / request.length).toBeLessThan(4);
+    expect(reply.raw.toString('latin1')).not.toMatch(/site-a|other-1/);
   });
 });
 

@@ -26,6 +26,7 @@ export const NOT_FOUND = code(4, 4);
 export const METHOD_NOT_ALLOWED = code(4, 5);
 export const NOT_ACCEPTABLE = code(4, 6);
 export const INTERNAL_SERVER_ERROR = code(5, 0);
+export const SERVICE_UNAVAILABLE = code(5, 3);
 export const PROXYING_NOT_SUPPORTED = code(5, 5);
 
 /** Option numbers (RFC 7252 section 5.10, RFC 7641, RFC 7959). Odd numbers are critical. */

@@ -1,10 +1,16 @@
 import type { GatewayState } from '../domain/gateway-state.js';
 
 /**
- * /.well-known/core (RFC 6690). Every visible device has two observable resources; their link attributes are
- * the same for every device, so attribute filters (rt, ct, obs) select resource kinds and only `href` selects
- * devices. Devices are found by prefix in the state's sorted id list, bounded by `maxLinks`: a query can never
- * make the gateway walk or dump the whole registry. A query matching more than `maxLinks` links is refused.
+ * /.well-known/core (RFC 6690), with `href` and attribute filters (RFC 6690 4.1). What a peer sees depends on
+ * who it is (DESIGN 3.5):
+ *
+ * - A peer authenticated as a device (a DTLS PSK session) sees that device's two observable resources and
+ *   nothing else.
+ * - A plain CoAP peer has no identity, so it sees no device: one link to the collection the device resources
+ *   live under, typed with the resource types found there. Listing device ids handed the registry to anyone
+ *   who could send a datagram and, for a spoofed source, turned a 22-byte request into a 938-byte reply (RFC
+ *   7252 11.3, amplification). A device knows its own id; the reply is now a few dozen bytes whatever the
+ *   registry holds.
  */
 const KINDS = [
   { suffix: '', attrs: { rt: ['platform.device'], ct: ['50', '60'], obs: [] as string[] } },
@@ -12,6 +18,11 @@ const KINDS = [
 ] as const;
 
 const PREFIX = '/devices/';
+
+const COLLECTION = '/devices';
+const COLLECTION_TYPES = KINDS.map((kind) => kind.attrs.rt[0]);
+/** The plain CoAP listing: 56 bytes. */
+const COLLECTION_LINK = `<${COLLECTION}>;rt="${COLLECTION_TYPES.join(' ')}"`;
 
 function linkOf(deviceId: string, suffix: string, rt: string): string {
   return `<${PREFIX}${deviceId}${suffix}>;rt="${rt}";ct="50 60";obs`;
@@ -22,13 +33,11 @@ function matches(filter: string, value: string): boolean {
   return filter.endsWith('*') ? value.startsWith(filter.slice(0, -1)) : value === filter;
 }
 
-export type LinkFormatResult = { ok: true; links: string } | { ok: false; reason: 'too_many' };
-
-export function linkFormat(
-  state: GatewayState,
-  queries: readonly string[],
-  maxLinks: number,
-): LinkFormatResult {
+/**
+ * The link-format document for a peer authenticated as `deviceId`, or for a plain CoAP peer (`null`).
+ * At most two links either way: no query can make the gateway walk or list the registry.
+ */
+export function linkFormat(state: GatewayState, queries: readonly string[], deviceId: string | null): string {
   let href: string | undefined;
   const attrFilters: [string, string][] = [];
   for (const q of queries) {
@@ -38,41 +47,28 @@ export function linkFormat(
     if (name === 'href') href = value;
     else attrFilters.push([name, value]);
   }
-  const kinds = KINDS.filter((kind) =>
-    attrFilters.every(([name, value]) => {
+
+  if (deviceId === null) {
+    if (href !== undefined && !matches(href, COLLECTION)) return '';
+    const selected = attrFilters.every(
+      ([name, value]) => name === 'rt' && COLLECTION_TYPES.some((rt) => matches(value, rt)),
+    );
+    return selected ? COLLECTION_LINK : '';
+  }
+
+  if (state.recordDocument(deviceId) === undefined) return '';
+  const links: string[] = [];
+  for (const kind of KINDS) {
+    const selected = attrFilters.every(([name, value]) => {
       const attr = (kind.attrs as Record<string, readonly string[] | undefined>)[name];
       if (attr === undefined) return false;
       // `obs` is a flag attribute: it matches a filter without a value.
       if (attr.length === 0) return value === '' || value === '*';
       return attr.some((v) => matches(value, v));
-    }),
-  );
-  if (kinds.length === 0) return { ok: true, links: '' };
-
-  let idPrefix = '';
-  let exactId = false;
-  if (href !== undefined) {
-    const literal = href.endsWith('*') ? href.slice(0, -1) : href;
-    if (literal.startsWith(PREFIX)) {
-      const rest = literal.slice(PREFIX.length);
-      const slash = rest.indexOf('/');
-      exactId = slash !== -1 || !href.endsWith('*');
-      idPrefix = slash === -1 ? rest : rest.slice(0, slash);
-    } else if (!(href.endsWith('*') && PREFIX.startsWith(literal))) {
-      return { ok: true, links: '' };
-    }
+    });
+    const path = `${PREFIX}${deviceId}${kind.suffix}`;
+    if (!selected || (href !== undefined && !matches(href, path))) continue;
+    links.push(linkOf(deviceId, kind.suffix, kind.attrs.rt[0]));
   }
-  const ids = exactId
-    ? state.deviceIdsWithPrefix(idPrefix, 1).filter((id) => id === idPrefix)
-    : state.deviceIdsWithPrefix(idPrefix, maxLinks + 1);
-  const links: string[] = [];
-  for (const id of ids) {
-    for (const kind of kinds) {
-      const path = `${PREFIX}${id}${kind.suffix}`;
-      if (href !== undefined && !matches(href, path)) continue;
-      if (links.length === maxLinks) return { ok: false, reason: 'too_many' };
-      links.push(linkOf(id, kind.suffix, kind.attrs.rt[0]));
-    }
-  }
-  return { ok: true, links: links.join(',') };
+  return links.join(',');
 }

@@ -76,7 +76,6 @@ export interface GatewayStateOptions {
  */
 export class GatewayState {
   private entries = new Map<string, Entry>();
-  private sortedIds: string[] = [];
   private readonly overrides = new Map<string, Settings>();
   private readonly listeners: ((changes: DeviceChange[]) => void)[] = [];
   private loadedOnce = false;
@@ -132,22 +131,6 @@ export class GatewayState {
     return this.entries.get(deviceId)?.recordDoc;
   }
 
-  /** Visible device ids starting with `prefix`, in order, at most `limit` (binary search: no full scan). */
-  deviceIdsWithPrefix(prefix: string, limit: number): string[] {
-    const ids = this.sortedIds;
-    let lo = 0;
-    let hi = ids.length;
-    while (lo < hi) {
-      const mid = (lo + hi) >>> 1;
-      if (ids[mid]! < prefix) lo = mid + 1;
-      else hi = mid;
-    }
-    const out: string[] = [];
-    for (let i = lo; i < ids.length && out.length < limit && ids[i]!.startsWith(prefix); i++)
-      out.push(ids[i]!);
-    return out;
-  }
-
   /**
    * Replaces the whole registry. Builds the new map aside and swaps it in one assignment, so readers never see
    * a half-loaded registry. Unchanged documents keep their version; changed ones get a new one.
@@ -161,12 +144,10 @@ export class GatewayState {
     const changes: DeviceChange[] = [];
     const rejected: RejectedRecord[] = [];
     let devices = 0;
-    let known = 0;
     for (const record of records) {
       devices++;
       if (!record.enabled) continue;
       const previous = old.get(record.deviceId);
-      if (previous !== undefined && !next.has(record.deviceId)) known++;
       if (previous !== undefined && samePublicRecord(previous.record, record)) {
         if (sameJson(previous.record.desiredSettings, record.desiredSettings)) {
           next.set(record.deviceId, previous);
@@ -220,8 +201,6 @@ export class GatewayState {
       if (!next.has(deviceId)) this.overrides.delete(deviceId);
     }
     this.entries = next;
-    // The same set of ids (the common case: settings changed, no device added or removed) keeps its order.
-    if (known !== next.size || next.size !== old.size) this.sortedIds = [...next.keys()].sort();
     this.loadedOnce = true;
     this.emit(changes);
     return {

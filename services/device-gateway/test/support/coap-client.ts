@@ -36,9 +36,10 @@ export class RawCoapClient {
     });
   }
 
-  static async connect(port: number, host = '127.0.0.1'): Promise<RawCoapClient> {
+  /** `bindAddress`: the client's source address (any 127.0.0.0/8 address is loopback on Linux). */
+  static async connect(port: number, host = '127.0.0.1', bindAddress = '127.0.0.1'): Promise<RawCoapClient> {
     const client = new RawCoapClient(port, host);
-    await new Promise<void>((resolve) => client.socket.bind(0, '127.0.0.1', resolve));
+    await new Promise<void>((resolve) => client.socket.bind(0, bindAddress, resolve));
     return client;
   }
 
