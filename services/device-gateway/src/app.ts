@@ -12,15 +12,18 @@ import type { Express } from 'express';
 import type { Kysely } from 'kysely';
 import { ClusterBus } from './cluster/bus.js';
 import { registerBusMetrics } from './cluster/metrics.js';
+import { DtlsTransport } from './coap/dtls-transport.js';
 import { CoapServer } from './coap/server.js';
 import { maxDocumentBytes } from './coap/wire.js';
-import type { GatewayConfig } from './config.js';
+import { servesCoaps, servesPlainCoap, type GatewayConfig } from './config.js';
 import type { GatewayDatabase } from './db/tables.js';
 import { GatewayState } from './domain/gateway-state.js';
+import { CredentialStore } from './domain/credentials.js';
 import { VersionClock } from './domain/version-clock.js';
+import { DtlsServer } from './dtls/index.js';
 import { requireApiKey } from './http/auth.js';
 import { gatewayRoutes, PUBLIC_PATHS } from './http/routes.js';
-import { createReloadMetrics, registerGatewayMetrics } from './metrics.js';
+import { createReloadMetrics, registerDtlsMetrics, registerGatewayMetrics } from './metrics.js';
 import { GatewayService } from './service.js';
 
 export interface GatewayDeps {
@@ -37,6 +40,8 @@ export interface GatewayDeps {
 export interface GatewayApp {
   http: Express;
   coap: CoapServer;
+  /** The coaps endpoint's DTLS server; undefined when GATEWAY_COAP_SECURITY is `plain`. */
+  dtls: DtlsServer | undefined;
   state: GatewayState;
   service: GatewayService;
   /** Inert until `service.useCluster(bus)` and `bus.start()` (main.ts does both unless GATEWAY_CLUSTER_BUS=false). */
@@ -52,7 +57,24 @@ export function buildApp(deps: GatewayDeps): GatewayApp {
     maxDocumentBytes: maxDocumentBytes(config.COAP_MAX_TOKEN_LENGTH),
     validateSettings: validateDesiredSettings,
   });
-  const coap = new CoapServer(state, {
+  // Device keys (issue 15): loaded with the registry by every reload; the DTLS server looks identities up here
+  // at the moment of each handshake, so an expired key is refused even before the next reload.
+  const credentials = new CredentialStore();
+  const dtls = servesCoaps(config)
+    ? new DtlsServer({
+        lookupPsk: credentials.lookupPsk,
+        logger: logger.child({ component: 'dtls' }),
+        maxSessions: config.DTLS_MAX_SESSIONS,
+        maxSessionsPerAddress: config.DTLS_MAX_SESSIONS_PER_ADDRESS,
+        maxHandshakes: config.DTLS_MAX_HANDSHAKES,
+        handshakeTimeoutMs: config.DTLS_HANDSHAKE_TIMEOUT_MS,
+        idleTimeoutMs: config.DTLS_IDLE_TIMEOUT_S * 1000,
+        socketBufferBytes: config.COAP_SOCKET_BUFFER_BYTES,
+      })
+    : undefined;
+  const coap = new CoapServer(
+    state,
+    {
     logger: logger.child({ component: 'coap' }),
     maxTokenLength: config.COAP_MAX_TOKEN_LENGTH,
     socketBufferBytes: config.COAP_SOCKET_BUFFER_BYTES,
@@ -66,8 +88,22 @@ export function buildApp(deps: GatewayDeps): GatewayApp {
     maxRelationsPerEndpoint: config.COAP_MAX_RELATIONS_PER_ENDPOINT,
     maxRelations: config.COAP_MAX_RELATIONS,
     maxRelationsPerAddress: config.COAP_MAX_RELATIONS_PER_ADDRESS,
-    relationRetryAfterS: config.COAP_RELATION_RETRY_AFTER_S,
-  });
+      relationRetryAfterS: config.COAP_RELATION_RETRY_AFTER_S,
+    },
+    {
+      plain: servesPlainCoap(config),
+      transports:
+        dtls === undefined
+          ? []
+          : [
+              {
+                transport: new DtlsTransport(dtls),
+                port: config.GATEWAY_COAPS_PORT,
+                host: config.GATEWAY_COAP_HOST,
+              },
+            ],
+    },
+  );
   const service = new GatewayService({
     config,
     db: deps.db,
@@ -75,8 +111,18 @@ export function buildApp(deps: GatewayDeps): GatewayApp {
     coap,
     apiKeys: deps.apiKeys,
     logger,
+    credentials,
     ...(deps.metrics === undefined ? {} : { reloadMetrics: createReloadMetrics(deps.metrics) }),
   });
+  if (dtls !== undefined) {
+    // A revoked, deleted or expired key ends its sessions at once (close_notify), and with them their Observe
+    // relations (DtlsTransport reports each ended session to the message layer).
+    service.onCredentialsChanged((invalidated) => {
+      const ids = new Set(invalidated);
+      const ended = dtls.endSessions((session) => ids.has(session.credentialId), 'revoked');
+      if (ended > 0) logger.info('dtls sessions ended: key no longer valid', { sessions: ended });
+    });
+  }
   const bus = new ClusterBus({
     databaseUrl: config.DATABASE_URL,
     db: deps.db,
@@ -102,10 +148,15 @@ export function buildApp(deps: GatewayDeps): GatewayApp {
   });
   addRoutes(http, gatewayRoutes(service, apiKey));
   if (deps.metrics !== undefined) {
-    registerGatewayMetrics(deps.metrics, state, coap);
+    registerGatewayMetrics(deps.metrics, state, coap, { maxRelations: config.COAP_MAX_RELATIONS });
+    if (dtls !== undefined)
+      registerDtlsMetrics(deps.metrics, dtls, {
+        maxSessions: config.DTLS_MAX_SESSIONS,
+        maxHandshakes: config.DTLS_MAX_HANDSHAKES,
+      });
     registerBusMetrics(deps.metrics, bus);
     addRoutes(http, [{ method: 'GET', path: '/metrics', handler: metricsHandler(deps.metrics) }]);
   }
   finishHttpApp(http, logger);
-  return { http, coap, state, service, bus };
+  return { http, coap, dtls, state, service, bus };
 }

@@ -53,6 +53,27 @@ export const gatewayConfigSchema = {
     COAP_MAX_RELATIONS_PER_ADDRESS: { type: 'integer', minimum: 1, maximum: 10000000, default: 512 },
     COAP_RELATION_RETRY_AFTER_S: { type: 'integer', minimum: 1, maximum: 86400, default: 60 },
     SHUTDOWN_TIMEOUT_MS: { type: 'integer', minimum: 1000, maximum: 60000, default: 10000 },
+    /** Only to choose GATEWAY_COAP_SECURITY's default: `production` means DTLS only. */
+    NODE_ENV: { type: 'string' },
+    /**
+     * Which CoAP transports listen: `dtls` (coaps, devices authenticate with a pre-shared key), `plain` (coap,
+     * no device authentication: only on a closed device network) or `both`. Default: `dtls` with
+     * NODE_ENV=production, else `plain` (tests and local runs; `npm start` chooses `both`).
+     */
+    GATEWAY_COAP_SECURITY: { type: 'string', enum: ['dtls', 'plain', 'both'] },
+    /** The coaps port (RFC 7252 §12.7 registers 5684). */
+    GATEWAY_COAPS_PORT: { type: 'integer', minimum: 0, maximum: 65535, default: 5684 },
+    /** DTLS limits (RFC 6347 §4.2.1 asks servers to bound the state an attacker can make them keep). */
+    DTLS_MAX_SESSIONS: { type: 'integer', minimum: 1, maximum: 10000000, default: 100000 },
+    DTLS_MAX_SESSIONS_PER_ADDRESS: { type: 'integer', minimum: 1, maximum: 1000000, default: 64 },
+    DTLS_MAX_HANDSHAKES: { type: 'integer', minimum: 1, maximum: 1000000, default: 2000 },
+    DTLS_HANDSHAKE_TIMEOUT_MS: { type: 'integer', minimum: 1000, maximum: 600000, default: 30000 },
+    /**
+     * A session with no authenticated record from its device for this long ends (seconds). Default: the
+     * confirmable refresh period plus an hour, so an observer whose device acknowledges the periodic
+     * confirmable notification (RFC 7641 §4.5) keeps its session while it only listens.
+     */
+    DTLS_IDLE_TIMEOUT_S: { type: 'integer', minimum: 10, maximum: 1000000 },
     /** Issue 8: share overrides and reloads with the other replicas over PostgreSQL LISTEN/NOTIFY. */
     GATEWAY_CLUSTER_BUS: { type: 'boolean', default: true },
     /** Listener reconnect backoff (ms): first delay, doubling up to the cap. */
@@ -92,6 +113,16 @@ export interface GatewayConfig {
   readonly COAP_MAX_RELATIONS_PER_ADDRESS: number;
   readonly COAP_RELATION_RETRY_AFTER_S: number;
   readonly SHUTDOWN_TIMEOUT_MS: number;
+  readonly NODE_ENV?: string;
+  /** Always set after loading (its default depends on NODE_ENV). */
+  readonly GATEWAY_COAP_SECURITY: CoapSecurity;
+  readonly GATEWAY_COAPS_PORT: number;
+  readonly DTLS_MAX_SESSIONS: number;
+  readonly DTLS_MAX_SESSIONS_PER_ADDRESS: number;
+  readonly DTLS_MAX_HANDSHAKES: number;
+  readonly DTLS_HANDSHAKE_TIMEOUT_MS: number;
+  /** Always set after loading (its default depends on COAP_CONFIRMABLE_REFRESH_S). */
+  readonly DTLS_IDLE_TIMEOUT_S: number;
   readonly GATEWAY_CLUSTER_BUS: boolean;
   readonly GATEWAY_BUS_RECONNECT_MIN_MS: number;
   readonly GATEWAY_BUS_RECONNECT_MAX_MS: number;
@@ -100,9 +131,26 @@ export interface GatewayConfig {
 
 type UntypedLoadConfig = (schema: object, env: Record<string, string | undefined>) => unknown;
 
+export type CoapSecurity = 'dtls' | 'plain' | 'both';
+
 export function loadGatewayConfig(env: Record<string, string | undefined> = process.env): GatewayConfig {
-  return (loadConfig as unknown as UntypedLoadConfig)(gatewayConfigSchema, env) as GatewayConfig;
+  const loaded = (loadConfig as unknown as UntypedLoadConfig)(gatewayConfigSchema, env) as Omit<
+    GatewayConfig,
+    'GATEWAY_COAP_SECURITY' | 'DTLS_IDLE_TIMEOUT_S'
+  > &
+    Partial<Pick<GatewayConfig, 'GATEWAY_COAP_SECURITY' | 'DTLS_IDLE_TIMEOUT_S'>>;
+  return Object.freeze({
+    ...loaded,
+    GATEWAY_COAP_SECURITY:
+      loaded.GATEWAY_COAP_SECURITY ?? (loaded.NODE_ENV === 'production' ? 'dtls' : 'plain'),
+    DTLS_IDLE_TIMEOUT_S: loaded.DTLS_IDLE_TIMEOUT_S ?? loaded.COAP_CONFIRMABLE_REFRESH_S + 3600,
+  });
 }
+
+/** Whether plain CoAP (no device authentication) listens. */
+export const servesPlainCoap = (config: GatewayConfig): boolean => config.GATEWAY_COAP_SECURITY !== 'dtls';
+/** Whether CoAP over DTLS listens. */
+export const servesCoaps = (config: GatewayConfig): boolean => config.GATEWAY_COAP_SECURITY !== 'plain';
 
 /**
  * The API keys from `GATEWAY_API_KEYS` and `GATEWAY_API_KEYS_FILE` together (rotation: old and new both
@@ -135,6 +183,15 @@ export function publicConfig(config: GatewayConfig, apiKeys: SecretSet): Record<
     log_level: config.LOG_LEVEL,
     db_pool_max: config.DB_POOL_MAX,
     db_statement_timeout_ms: config.DB_STATEMENT_TIMEOUT_MS,
+    coap_security: config.GATEWAY_COAP_SECURITY,
+    coaps_port: config.GATEWAY_COAPS_PORT,
+    dtls: {
+      max_sessions: config.DTLS_MAX_SESSIONS,
+      max_sessions_per_address: config.DTLS_MAX_SESSIONS_PER_ADDRESS,
+      max_handshakes: config.DTLS_MAX_HANDSHAKES,
+      handshake_timeout_ms: config.DTLS_HANDSHAKE_TIMEOUT_MS,
+      idle_timeout_s: config.DTLS_IDLE_TIMEOUT_S,
+    },
     coap: {
       ack_timeout_ms: config.COAP_ACK_TIMEOUT_MS,
       max_retransmit: config.COAP_MAX_RETRANSMIT,

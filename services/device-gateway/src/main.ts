@@ -63,7 +63,18 @@ async function main(): Promise<void> {
   });
   const app = buildApp({ config, logger, db, apiKeys: () => apiKeys, metrics });
 
+  if (config.GATEWAY_COAP_SECURITY !== 'dtls' && config.NODE_ENV === 'production') {
+    // Chosen explicitly (production's default is dtls): say so at every start, where on-call will look.
+    logger.warn(
+      'PLAIN CoAP IS ON: devices on port GATEWAY_COAP_PORT are not authenticated and anyone on the device network can read any device and forge notifications; keep the port on a closed device network or set GATEWAY_COAP_SECURITY=dtls',
+      { coap_security: config.GATEWAY_COAP_SECURITY, coap_port: config.GATEWAY_COAP_PORT },
+    );
+  }
   await app.coap.listen(config.GATEWAY_COAP_PORT, config.GATEWAY_COAP_HOST);
+  logger.info('coap transports listening', {
+    coap_security: config.GATEWAY_COAP_SECURITY,
+    transports: app.coap.transports.map((t) => ({ kind: t.kind, port: t.address().port })),
+  });
   const server: Server = await new Promise((resolve, reject) => {
     const s = app.http.listen(config.GATEWAY_HTTP_PORT, () => resolve(s));
     s.once('error', reject);

@@ -1,6 +1,7 @@
 import { Counter, Gauge, Histogram, type Registry } from '@platform/service-kit';
 import type { CoapServer } from './coap/server.js';
 import type { GatewayState } from './domain/gateway-state.js';
+import type { DtlsServer } from './dtls/index.js';
 
 /**
  * A Prometheus counter fed from a monotonic figure the CoAP server already keeps: at scrape time it adds
@@ -48,7 +49,20 @@ export function createReloadMetrics(registry: Registry): ReloadMetrics {
 }
 
 /** CoAP and registry figures, read from the live objects at scrape time (no per-datagram metric cost). */
-export function registerGatewayMetrics(registry: Registry, state: GatewayState, coap: CoapServer): void {
+export function registerGatewayMetrics(
+  registry: Registry,
+  state: GatewayState,
+  coap: CoapServer,
+  limits: { maxRelations: number },
+): void {
+  new Gauge({
+    name: 'gateway_coap_max_relations',
+    help: 'Cap on Observe relations in all (COAP_MAX_RELATIONS); registrations over it get 5.03',
+    registers: [registry],
+    collect() {
+      this.set(limits.maxRelations);
+    },
+  });
   counterFrom(
     registry,
     'gateway_coap_notifications_total',
@@ -113,6 +127,86 @@ export function registerGatewayMetrics(registry: Registry, state: GatewayState, 
       }
       for (const [reason, value] of Object.entries(s.malformedByReason))
         this.set({ event: `malformed_${reason}` }, value);
+    },
+  });
+}
+
+/**
+ * The coaps endpoint (issue 15): handshakes, refusals, dropped records, sessions and limits. Nothing here
+ * carries an identity or key; the counters are read from the DTLS server at scrape time.
+ */
+export function registerDtlsMetrics(
+  registry: Registry,
+  dtls: DtlsServer,
+  limits: { maxSessions: number; maxHandshakes: number },
+): void {
+  const s = dtls.stats;
+  counterFrom(registry, 'gateway_dtls_handshakes_total', 'DTLS handshakes by outcome', 'outcome', () => ({
+    started: s.handshakesStarted,
+    completed: s.handshakesCompleted,
+  }));
+  counterFrom(
+    registry,
+    'gateway_dtls_handshake_failures_total',
+    'DTLS handshakes that failed, by reason (decrypt_error: unknown identity or wrong key, alike)',
+    'reason',
+    () => ({ ...s.handshakeFailures }),
+  );
+  counterFrom(
+    registry,
+    'gateway_dtls_cookies_total',
+    'HelloVerifyRequests sent (stateless cookie exchange) and ClientHellos with a wrong or expired cookie',
+    'kind',
+    () => ({ sent: s.cookiesSent, bad: s.badCookies }),
+  );
+  counterFrom(
+    registry,
+    'gateway_dtls_records_dropped_total',
+    'DTLS records dropped silently, by reason (mac: failed authentication, replay, epoch, malformed …)',
+    'reason',
+    () => ({ ...s.recordsDropped }),
+  );
+  counterFrom(
+    registry,
+    'gateway_dtls_limit_rejections_total',
+    'Cookie-verified ClientHellos refused by a limit',
+    'limit',
+    () => ({ ...s.limitRejections }),
+  );
+  counterFrom(
+    registry,
+    'gateway_dtls_sessions_ended_total',
+    'DTLS sessions ended, by reason (close_notify, idle, replaced, revoked, fatal_alert, server_close)',
+    'reason',
+    () => ({ ...s.sessionsEnded }),
+  );
+  counterFrom(registry, 'gateway_dtls_alerts_sent_total', 'DTLS alerts sent, by alert', 'alert', () => ({
+    ...s.alertsSent,
+  }));
+  counterFrom(registry, 'gateway_dtls_errors_total', 'DTLS internal, callback and send errors', 'kind', () => ({
+    internal: s.internalErrors,
+    callback: s.callbackErrors,
+    send: s.sendErrors,
+  }));
+  new Gauge({
+    name: 'gateway_dtls_sessions',
+    help: 'Established DTLS sessions, and handshakes in progress',
+    labelNames: ['state'],
+    registers: [registry],
+    collect() {
+      const snapshot = dtls.snapshot();
+      this.set({ state: 'established' }, snapshot.sessions);
+      this.set({ state: 'handshaking' }, snapshot.handshakes);
+    },
+  });
+  new Gauge({
+    name: 'gateway_dtls_limits',
+    help: 'Configured DTLS limits (DTLS_MAX_SESSIONS, DTLS_MAX_HANDSHAKES)',
+    labelNames: ['limit'],
+    registers: [registry],
+    collect() {
+      this.set({ limit: 'sessions' }, limits.maxSessions);
+      this.set({ limit: 'handshakes' }, limits.maxHandshakes);
     },
   });
 }
