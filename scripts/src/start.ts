@@ -12,6 +12,7 @@ import { startIssuer, startPostgres, startS3 } from '@platform/testkit';
 import type { Issuer, PostgresServer, S3EventRecord, S3Server } from '@platform/testkit';
 import { migrateAll, seedAll } from '@platform/deploy';
 import { ensureDatabase } from './lib/database.js';
+import { ensureDevDeviceKey } from './lib/dev-device-key.js';
 import { dataDir, devSecrets, envPort, localPorts, repoRoot } from './lib/local.js';
 import { forwardToWebhook } from './lib/webhook-bridge.js';
 import { postgrestEnvironment } from './lib/postgrest.js';
@@ -36,6 +37,7 @@ async function main(): Promise<void> {
     postgres: envPort(env, 'LOCAL_POSTGRES_PORT', localPorts.postgres),
     gatewayHttp: envPort(env, 'GATEWAY_HTTP_PORT', localPorts.gatewayHttp),
     gatewayCoap: envPort(env, 'GATEWAY_COAP_PORT', localPorts.gatewayCoap),
+    gatewayCoaps: envPort(env, 'GATEWAY_COAPS_PORT', localPorts.gatewayCoaps),
     workflow: envPort(env, 'PORT', localPorts.workflow),
     postgrest: envPort(env, 'POSTGREST_PORT', localPorts.postgrest),
     s3: envPort(env, 'LOCAL_S3_PORT', localPorts.s3),
@@ -55,6 +57,8 @@ async function main(): Promise<void> {
   log('applying migrations and demo seed');
   await migrateAll(ownerUrl, env);
   await seedAll(ownerUrl);
+  // The demo device's PSK for coaps, issued on the first start and kept in the data folder (dev only).
+  const deviceKey = await ensureDevDeviceKey(ownerUrl, `${dataDir}/dev-device-key.json`, 'acme-hq-hvac-01');
   const passwords = rolePasswordsFromEnv(env);
   const gatewayDbUrl = urlForLogin(ownerUrl, GATEWAY_LOGIN_ROLE, gatewayLoginPassword(env));
   const workflowDbUrl = urlForLogin(ownerUrl, API_LOGIN, passwords.enterpriseApi);
@@ -106,6 +110,9 @@ async function main(): Promise<void> {
     DATABASE_URL: gatewayDbUrl,
     GATEWAY_HTTP_PORT: String(ports.gatewayHttp),
     GATEWAY_COAP_PORT: String(ports.gatewayCoap),
+    GATEWAY_COAPS_PORT: String(ports.gatewayCoaps),
+    // Both: coaps as in production, and plain CoAP for tools without DTLS.
+    GATEWAY_COAP_SECURITY: env.GATEWAY_COAP_SECURITY ?? 'both',
     GATEWAY_API_KEYS: apiKeys,
   });
   spawnService('enterprise-workflow', `${repoRoot}services/enterprise-workflow/dist/main.js`, {
@@ -144,7 +151,8 @@ async function main(): Promise<void> {
     'Facility platform: local stack is up (Ctrl-C stops all of it)',
     `  PostgreSQL           ${ownerUrl}${running.postgres ? `  (embedded, data in ${dataDir}/postgres)` : ''}`,
     `  gateway HTTP API     http://127.0.0.1:${ports.gatewayHttp}/api   (API key: ${apiKeys === devSecrets.gatewayApiKey ? devSecrets.gatewayApiKey : 'from GATEWAY_API_KEYS'})`,
-    `  gateway CoAP         coap://127.0.0.1:${ports.gatewayCoap}/devices/acme-hq-hvac-01/settings`,
+    `  gateway CoAP         coap://127.0.0.1:${ports.gatewayCoap}/devices/acme-hq-hvac-01/settings   (plain, no device authentication)`,
+    `  gateway CoAP+DTLS    coaps://127.0.0.1:${ports.gatewayCoaps}/devices/acme-hq-hvac-01/settings   (PSK identity ${deviceKey.identity}, key in ${dataDir}/dev-device-key.json)`,
     `  workflow API         ${workflowUrl}`,
     `  webhook              ${webhookUrl}   (token: ${webhookTokens === devSecrets.webhookToken ? devSecrets.webhookToken : 'from WEBHOOK_TOKENS'})`,
     `  object storage       ${s3Env.S3_ENDPOINT ?? env.S3_ENDPOINT ?? ''}   bucket ${s3Env.S3_BUCKET ?? env.S3_BUCKET ?? ''}`,
@@ -154,7 +162,9 @@ async function main(): Promise<void> {
       : `  PostgREST            http://127.0.0.1:${ports.postgrest}`,
     '',
     '  a token:             npm run token -- alice      (alice, bob, carol, dave)',
-    `  observe a device:    coap-client-notls -m get -s 60 coap://127.0.0.1:${ports.gatewayCoap}/devices/acme-hq-hvac-01/settings`,
+    `  observe a device:    coap-client-openssl -m get -s 60 -u '${deviceKey.identity}' -k '${deviceKey.keyText}' coaps://127.0.0.1:${ports.gatewayCoaps}/devices/acme-hq-hvac-01/settings`,
+    `    (no DTLS client:   coap-client-notls -m get -s 60 coap://127.0.0.1:${ports.gatewayCoap}/devices/acme-hq-hvac-01/settings)`,
+    '  device keys:         npm run device-key -- issue|revoke|list   (DATABASE_URL: the owner URL above)',
     `  push settings:       curl -H 'Authorization: Bearer ${readSecretList({ value: apiKeys })[0] ?? devSecrets.gatewayApiKey}' -H 'Content-Type: application/json' \\`,
     `                         -d '{"device_id":"acme-hq-hvac-01","settings":{"reporting_interval_s":60}}' http://127.0.0.1:${ports.gatewayHttp}/api/notify-settings`,
     '',

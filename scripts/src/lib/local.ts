@@ -11,6 +11,7 @@ export const localPorts = {
   postgres: 5433,
   gatewayHttp: 8080,
   gatewayCoap: 5683,
+  gatewayCoaps: 5684,
   workflow: 3800,
   postgrest: 3850,
   s3: 9000,

@@ -183,11 +183,17 @@ export function registerDtlsMetrics(
   counterFrom(registry, 'gateway_dtls_alerts_sent_total', 'DTLS alerts sent, by alert', 'alert', () => ({
     ...s.alertsSent,
   }));
-  counterFrom(registry, 'gateway_dtls_errors_total', 'DTLS internal, callback and send errors', 'kind', () => ({
-    internal: s.internalErrors,
-    callback: s.callbackErrors,
-    send: s.sendErrors,
-  }));
+  counterFrom(
+    registry,
+    'gateway_dtls_errors_total',
+    'DTLS internal, callback and send errors',
+    'kind',
+    () => ({
+      internal: s.internalErrors,
+      callback: s.callbackErrors,
+      send: s.sendErrors,
+    }),
+  );
   new Gauge({
     name: 'gateway_dtls_sessions',
     help: 'Established DTLS sessions, and handshakes in progress',
