@@ -193,6 +193,7 @@ describe('production images, staged from their Dockerfiles', () => {
       // The image's 8080/5683 are a pod's own; here the test's free ports stand in for them.
       GATEWAY_HTTP_PORT: String(port),
       GATEWAY_COAP_PORT: String(await freePort('udp')),
+      GATEWAY_COAPS_PORT: String(await freePort('udp')),
       GATEWAY_COAP_HOST: '127.0.0.1',
       LOG_LEVEL: 'warn',
     });

@@ -163,6 +163,7 @@ describe('npm start (local stack)', () => {
       LOCAL_POSTGRES_PORT: String(await freePort('tcp')),
       GATEWAY_HTTP_PORT: String(await freePort('tcp')),
       GATEWAY_COAP_PORT: String(await freePort('udp')),
+      GATEWAY_COAPS_PORT: String(await freePort('udp')),
       PORT: String(await freePort('tcp')),
       LOCAL_S3_PORT: String(await freePort('tcp')),
       LOCAL_ISSUER_PORT: String(await freePort('tcp')),
