@@ -39,9 +39,12 @@ interface Running {
 
 const children: Running[] = [];
 
-/** Runs the image's CMD the way its ENTRYPOINT (tini) would: only the image's ENV plus `env`. */
-function runImage(image: StagedImage, env: Record<string, string>): Running {
-  const [program, ...args] = image.command;
+/**
+ * Runs the image's CMD (or `command`, as `docker run IMAGE command…` would) the way its ENTRYPOINT (tini)
+ * would: only the image's ENV plus `env`.
+ */
+function runImage(image: StagedImage, env: Record<string, string>, command = image.command): Running {
+  const [program, ...args] = command;
   // `node` is the Node.js of this test run (process.execPath), the version the images are built FROM.
   if (program !== 'node')
     throw new Error(`${image.dockerfile}: CMD starts with ${String(program)}, not node`);
@@ -182,6 +185,14 @@ describe('production images, staged from their Dockerfiles', () => {
     } finally {
       await client.end();
     }
+    // The operator's key command (docs/operations.md, device keys) runs from the same image.
+    const keys = runImage(image, { DATABASE_URL: url, ...secrets }, [
+      'node',
+      'services/device-gateway/dist/cli/device-key.js',
+      'list',
+    ]);
+    const keysCode = await keys.exited;
+    if (keysCode !== 0) throw new Error(`device-key list exited ${String(keysCode)}:\n${keys.output()}`);
   });
 
   it('the gateway image answers /api/ready 200, and stops on SIGTERM with exit code 0', async () => {

@@ -53,16 +53,17 @@ export function registerGatewayMetrics(
   registry: Registry,
   state: GatewayState,
   coap: CoapServer,
-  limits: { maxRelations: number },
+  limits?: { maxRelations: number },
 ): void {
-  new Gauge({
-    name: 'gateway_coap_max_relations',
-    help: 'Cap on Observe relations in all (COAP_MAX_RELATIONS); registrations over it get 5.03',
-    registers: [registry],
-    collect() {
-      this.set(limits.maxRelations);
-    },
-  });
+  if (limits !== undefined)
+    new Gauge({
+      name: 'gateway_coap_max_relations',
+      help: 'Cap on Observe relations in all (COAP_MAX_RELATIONS); registrations over it get 5.03',
+      registers: [registry],
+      collect() {
+        this.set(limits.maxRelations);
+      },
+    });
   counterFrom(
     registry,
     'gateway_coap_notifications_total',
