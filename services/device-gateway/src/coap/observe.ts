@@ -226,8 +226,12 @@ export class ObserveLayer implements ExchangeHandler<Relation> {
       return 'address_cap';
     }
     this.byAddress.set(address, held + 1);
-    // removeRelation drops an endpoint whose last relation went: look it up (or create it) again.
-    const endpoint = this.messages.endpointFor(req.peer, req.transport);
+    // removeRelation drops an endpoint with its last relation: then it is created again (one map lookup saved
+    // when the peer keeps other relations, the common case of a device observing two resources).
+    const endpoint =
+      known !== undefined && known.exchanges.length > 0
+        ? known
+        : this.messages.endpointFor(req.peer, req.transport);
     let resource = resources.get(deviceId);
     if (resource === undefined) {
       resource = new ObservedResource(deviceId, kind);
