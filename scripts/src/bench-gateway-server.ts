@@ -56,6 +56,11 @@ async function gateway(): Promise<void> {
     // Every simulated device sends from 127.0.0.1: the per-address cap (512 by default) would refuse all but
     // the first 512 relations of the run. The total cap (200,000) stays as configured.
     COAP_MAX_RELATIONS_PER_ADDRESS: '10000000',
+    // BENCH_COAP_SECURITY=both adds coaps (DTLS 1.2 PSK) on a free port; every simulated device is on loopback.
+    GATEWAY_COAP_SECURITY: process.env.BENCH_COAP_SECURITY,
+    GATEWAY_COAPS_PORT: '0',
+    DTLS_MAX_SESSIONS_PER_ADDRESS: '1000000',
+    DTLS_MAX_SESSIONS: '1000000',
   });
   const logger = createLogger({ service: 'bench-gateway', level: 'error' });
   const db = createDb<GatewayDatabase>(config.DATABASE_URL, { max: 2 });
@@ -91,7 +96,12 @@ async function gateway(): Promise<void> {
       }
     })();
   });
-  send({ ready: true, coapPort: app.coap.address().port, httpPort: (server.address() as AddressInfo).port });
+  send({
+    ready: true,
+    coapPort: app.coap.address().port,
+    coapsPort: app.dtls?.address().port,
+    httpPort: (server.address() as AddressInfo).port,
+  });
 }
 
 async function nodecoap(): Promise<void> {

@@ -8,6 +8,8 @@ import { createDb, migrateToLatest } from '@platform/service-kit';
 import { gatewayMigrations, type GatewayDatabase } from '@platform/device-gateway';
 import { startPostgres } from '@platform/testkit';
 import { sql } from 'kysely';
+import { dtlsFanout, dtlsLatency, issueBenchKeys } from './bench-gateway-dtls.js';
+import { runDtlsBench } from './bench-dtls.js';
 import { benchNodeArgs } from './lib/node-args.js';
 import { openLoop } from './lib/open-loop.js';
 import { RawHttpClient } from './lib/raw-http-client.js';
@@ -19,16 +21,18 @@ const ROWS = Math.max(...SIZES);
 const CLIENT_SOCKETS = Number(process.env.BENCH_CLIENT_SOCKETS ?? 1024);
 const serverJs = fileURLToPath(new URL('./bench-gateway-server.js', import.meta.url));
 
-interface Child {
+export interface Child {
   proc: ChildProcess;
   coapPort: number;
+  /** The coaps port, when the child serves DTLS (BENCH_COAP_SECURITY=both). */
+  coapsPort?: number;
   httpPort: number;
   ask<T>(msg: unknown): Promise<T>;
 }
 
 type ChildMode = 'gateway' | 'nodecoap' | 'floor-http' | 'floor-express';
 
-async function startChild(
+export async function startChild(
   mode: ChildMode,
   databaseUrl: string,
   env: Record<string, string> = {},
@@ -43,13 +47,16 @@ async function startChild(
     env: { ...process.env, BENCH_DATABASE_URL: databaseUrl, ...env },
     stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
   });
-  const first = await new Promise<{ coapPort: number; httpPort: number }>((resolve, reject) => {
-    proc.once('message', (m) => resolve(m as { coapPort: number; httpPort: number }));
-    proc.once('exit', (code) => reject(new Error(`${mode} server exited with ${code}`)));
-  });
+  const first = await new Promise<{ coapPort: number; coapsPort?: number; httpPort: number }>(
+    (resolve, reject) => {
+      proc.once('message', (m) => resolve(m as { coapPort: number; coapsPort?: number; httpPort: number }));
+      proc.once('exit', (code) => reject(new Error(`${mode} server exited with ${code}`)));
+    },
+  );
   return {
     proc,
     coapPort: first.coapPort,
+    ...(first.coapsPort === undefined ? {} : { coapsPort: first.coapsPort }),
     httpPort: first.httpPort,
     ask: <T>(msg: unknown) =>
       new Promise<T>((resolve) => {
@@ -60,7 +67,7 @@ async function startChild(
 }
 
 /** Asks the child to exit (so a CPU profile is written), killing it if it does not within 5 s. */
-async function stopChild(child: Child): Promise<void> {
+export async function stopChild(child: Child): Promise<void> {
   const exited = new Promise<void>((resolve) => child.proc.once('exit', () => resolve()));
   child.proc.send({ cmd: 'exit' });
   const timer = setTimeout(() => child.proc.kill('SIGKILL'), 5000);
@@ -449,8 +456,10 @@ async function main(): Promise<void> {
         .join(' ')} on ${cpus().length} cores`,
     );
     let round = 0;
+    const plainFanout = new Map<number, number>();
     for (const n of SIZES) {
       const g = await measure('gateway', n, url, owner, round++);
+      plainFanout.set(n, g.fanoutPerS);
       const c = await measure('nodecoap', n, url, owner, round++);
       const pct = (x: number): string => `${((100 * x) / n).toFixed(2)} %`;
       console.log(`\n== ${n} observe relations (CON) — load average ${loadavg()[0]!.toFixed(2)} ==`);
@@ -509,6 +518,37 @@ async function main(): Promise<void> {
         `  floor, ${label.padEnd(29)} p50 ${f.p50.toFixed(3)} ms   p99 ${f.p99.toFixed(3)} ms   (${f.seen} of 5000)`,
       );
     }
+    // CoAP over DTLS (issue 15), beside the plain figures above.
+    const dtlsN = Number(process.env.BENCH_DTLS_OBSERVERS ?? 10_000);
+    const ids = Array.from({ length: dtlsN }, (_, i) => deviceId(i));
+    await issueBenchKeys(owner, ids);
+    const dchild = await startChild('gateway', url, { BENCH_COAP_SECURITY: 'both' });
+    const fan = await dtlsFanout(dchild, owner, ids, 500 + round++);
+    const dlat = await dtlsLatency(dchild, deviceId(0));
+    await stopChild(dchild);
+    const plainSameN = plainFanout.get(dtlsN);
+    console.log(
+      `\n== CoAP over DTLS 1.2 PSK (TLS_PSK_WITH_AES_128_CCM_8); client node-dtls-client 2.0.3 + coap-packet — load average ${loadavg()[0]!.toFixed(2)} ==`,
+    );
+    console.log(
+      `${fan.observers} DTLS observers (CON): sessions opened + registered ${fan.sessionsPerS.toFixed(0)}/s (client-bound: handshakes and registrations overlap)`,
+    );
+    console.log(
+      `fan-out notifications/s dtls ${fan.fanoutPerS.toFixed(0)} (via reload)${plainSameN === undefined ? '' : `   plain (same run, ${dtlsN}) ${plainSameN.toFixed(0)}   dtls/plain ${ratio(fan.fanoutPerS, plainSameN)}`}`,
+    );
+    console.log(
+      `  lost ${fan.lost}   duplicated ${fan.duplicates}   server CPU ${fan.serverCpuMs.toFixed(0)} ms (incl. a 3 s tail)`,
+    );
+    console.log(
+      `notify → device over DTLS, open loop 1,000/s for 5 s: p50 ${dlat.p50.toFixed(3)} ms   p99 ${dlat.p99.toFixed(3)} ms   (${dlat.seen}/${dlat.sent} delivered, the rest superseded)   plain p99 (same run) ${lat.p99.toFixed(3)} ms`,
+    );
+    const hs = await runDtlsBench({ durationS: Number(process.env.DTLS_BENCH_DURATION_S ?? 5) });
+    console.log(
+      `PSK handshakes/s with the cookie exchange ${hs.handshakesPerSecond.toFixed(0)} (server CPU ${hs.serverCpuPerHandshakeMs.toFixed(3)} ms, client CPU ${hs.clientCpuPerHandshakeMs.toFixed(3)} ms per handshake; ${hs.handshakeErrors} errors)`,
+    );
+    console.log(
+      `heap per idle established session at ${hs.sessions} sessions: ${hs.heapBytesPerSession.toFixed(0)} B (+ ${hs.externalBytesPerSession.toFixed(0)} B outside the heap)`,
+    );
     await owner.destroy();
   } finally {
     await pg.destroy();

@@ -65,7 +65,11 @@ export const gatewayConfigSchema = {
     GATEWAY_COAPS_PORT: { type: 'integer', minimum: 0, maximum: 65535, default: 5684 },
     /** DTLS limits (RFC 6347 §4.2.1 asks servers to bound the state an attacker can make them keep). */
     DTLS_MAX_SESSIONS: { type: 'integer', minimum: 1, maximum: 10000000, default: 100000 },
-    DTLS_MAX_SESSIONS_PER_ADDRESS: { type: 'integer', minimum: 1, maximum: 1000000, default: 64 },
+    /**
+     * Per source IP: 256 devices behind one NAT address, the same site size COAP_MAX_RELATIONS_PER_ADDRESS
+     * (512, two resources per device) allows.
+     */
+    DTLS_MAX_SESSIONS_PER_ADDRESS: { type: 'integer', minimum: 1, maximum: 1000000, default: 256 },
     DTLS_MAX_HANDSHAKES: { type: 'integer', minimum: 1, maximum: 1000000, default: 2000 },
     DTLS_HANDSHAKE_TIMEOUT_MS: { type: 'integer', minimum: 1000, maximum: 600000, default: 30000 },
     /**

@@ -1,0 +1,195 @@
+// The coaps half of `npm run bench:gateway` (issue 15): the same gateway serving CoAP over DTLS 1.2 PSK, its
+// observers being node-dtls-client 2.0.3 sessions (an independent DTLS implementation, client side) that
+// encode and decode CoAP with coap-packet. Fan-out to N DTLS observers on a reload, and notify → device
+// latency over DTLS, printed beside the plain-CoAP figures of the same run.
+import { generate, parse } from 'coap-packet';
+import { sql, type Kysely } from 'kysely';
+import { dtls } from 'node-dtls-client';
+import type { GatewayDatabase } from '@platform/device-gateway';
+import { openLoop } from './lib/open-loop.js';
+import { RawHttpClient } from './lib/raw-http-client.js';
+import { percentile } from './lib/wait.js';
+
+export interface DtlsChild {
+  coapsPort?: number;
+  httpPort: number;
+  ask<T>(msg: unknown): Promise<T>;
+}
+
+const keyOf = (i: number): Buffer => Buffer.from(`bench-psk-key-${String(i).padStart(18, '0')}`);
+const identityOf = (i: number): string => `bench-psk-${i}`;
+
+/** One PSK per bench device (`bench-000000` …), as `device-key issue` would store them. */
+export async function issueBenchKeys(owner: Kysely<GatewayDatabase>, deviceIds: string[]): Promise<void> {
+  await sql`DELETE FROM device_gateway.device_credentials WHERE psk_identity LIKE 'bench-psk-%'`.execute(
+    owner,
+  );
+  for (let start = 0; start < deviceIds.length; start += 5000) {
+    const rows = deviceIds.slice(start, start + 5000).map((device_id, j) => ({
+      psk_identity: identityOf(start + j),
+      psk_key: keyOf(start + j),
+      device_id,
+    }));
+    await owner.insertInto('device_gateway.device_credentials').values(rows).execute();
+  }
+}
+
+interface Observer {
+  socket: dtls.Socket;
+  got: number;
+  onValue?: (value: number, at: number) => void;
+}
+
+function connect(port: number, i: number): Promise<dtls.Socket> {
+  return new Promise((resolve, reject) => {
+    const socket = dtls.createSocket({
+      type: 'udp4',
+      address: '127.0.0.1',
+      port,
+      psk: { [identityOf(i)]: keyOf(i) },
+      timeout: 20_000,
+      ciphers: ['TLS_PSK_WITH_AES_128_CCM_8'],
+    });
+    socket.once('connected', () => resolve(socket));
+    socket.once('error', reject);
+  });
+}
+
+/** Opens `n` sessions (device i observes bench device i's settings, CON) and waits for each first response. */
+async function observeAll(port: number, deviceIds: string[], marker: { value: number }): Promise<Observer[]> {
+  const observers: Observer[] = new Array(deviceIds.length);
+  let next = 0;
+  await Promise.all(
+    Array.from({ length: 100 }, async () => {
+      while (next < deviceIds.length) {
+        const i = next++;
+        const socket = await connect(port, i);
+        const o: Observer = { socket, got: 0 };
+        observers[i] = o;
+        await new Promise<void>((resolve) => {
+          let first = true;
+          socket.on('message', (raw: Buffer) => {
+            let p;
+            try {
+              p = parse(raw);
+            } catch {
+              return;
+            }
+            if (p.confirmable) socket.send(generate({ ack: true, code: '0.00', messageId: p.messageId }));
+            if (first) {
+              first = false;
+              resolve();
+              return;
+            }
+            const m = /"reporting_interval_s":(\d+)/.exec(p.payload.toString());
+            const value = m === null ? -1 : Number(m[1]);
+            if (value === marker.value) o.got++;
+            o.onValue?.(value, performance.now());
+          });
+          socket.send(
+            generate({
+              confirmable: true,
+              code: 'GET',
+              messageId: (i * 7) & 0xffff,
+              token: Buffer.from([i & 0xff, (i >> 8) & 0xff, 0x42]),
+              options: [
+                { name: 'Observe', value: Buffer.alloc(0) },
+                { name: 'Uri-Path', value: Buffer.from('devices') },
+                { name: 'Uri-Path', value: Buffer.from(deviceIds[i]!) },
+                { name: 'Uri-Path', value: Buffer.from('settings') },
+              ],
+            }),
+          );
+        });
+      }
+    }),
+  );
+  return observers;
+}
+
+export interface DtlsFanout {
+  observers: number;
+  sessionsPerS: number;
+  fanoutPerS: number;
+  lost: number;
+  duplicates: number;
+  serverCpuMs: number;
+}
+
+/** N DTLS observers; every device's settings change; one reload notifies them all over their sessions. */
+export async function dtlsFanout(
+  child: DtlsChild,
+  owner: Kysely<GatewayDatabase>,
+  deviceIds: string[],
+  value: number,
+): Promise<DtlsFanout> {
+  const marker = { value };
+  const t0 = performance.now();
+  const observers = await observeAll(child.coapsPort!, deviceIds, marker);
+  const sessionsPerS = observers.length / ((performance.now() - t0) / 1000);
+  let first = Infinity;
+  let last = 0;
+  for (const o of observers)
+    o.onValue = (v, at) => {
+      if (v !== value) return;
+      first = Math.min(first, at);
+      last = Math.max(last, at);
+    };
+  await sql`UPDATE device_gateway.device_registry SET desired_settings = jsonb_build_object('reporting_interval_s', ${value}::int)`.execute(
+    owner,
+  );
+  const cpu0 = await child.ask<{ cpuMs: number }>({ cmd: 'cpu' });
+  await child.ask({ cmd: 'reload' });
+  // Settle: until every observer has its notification, or 3 s without progress.
+  let seen = -1;
+  for (;;) {
+    await new Promise((r) => setTimeout(r, 500));
+    const now = observers.reduce((n, o) => n + Math.min(o.got, 1), 0);
+    if (now === observers.length || now === seen) break;
+    seen = now;
+  }
+  await new Promise((r) => setTimeout(r, 3000));
+  const serverCpuMs = (await child.ask<{ cpuMs: number }>({ cmd: 'cpu' })).cpuMs - cpu0.cpuMs;
+  const delivered = observers.reduce((n, o) => n + Math.min(o.got, 1), 0);
+  const duplicates = observers.reduce((n, o) => n + Math.max(o.got - 1, 0), 0);
+  for (const o of observers) o.socket.close();
+  return {
+    observers: observers.length,
+    sessionsPerS,
+    fanoutPerS: delivered / ((last - first) / 1000 || 1e-3),
+    lost: observers.length - delivered,
+    duplicates,
+    serverCpuMs,
+  };
+}
+
+/** notify-settings over HTTP → one DTLS observer: open loop at `rate`/s for 5 s, time to its notification. */
+export async function dtlsLatency(
+  child: DtlsChild,
+  deviceId: string,
+  rate = 1000,
+): Promise<{ p50: number; p99: number; seen: number; sent: number }> {
+  const observers = await observeAll(child.coapsPort!, [deviceId], { value: -1 });
+  const sentAt = new Map<number, number>();
+  const samples: number[] = [];
+  observers[0]!.onValue = (v, at) => {
+    const t = sentAt.get(v);
+    if (t !== undefined) samples.push(at - t);
+  };
+  const client = new RawHttpClient(child.httpPort, 64, { authorization: 'Bearer bench-key' });
+  const total = rate * 5;
+  const base = 20_000;
+  await openLoop(rate, total, async (i) => {
+    const value = base + i;
+    sentAt.set(value, performance.now());
+    await client.post(
+      '/api/notify-settings',
+      JSON.stringify({ device_id: deviceId, settings: { reporting_interval_s: value } }),
+    );
+  });
+  await new Promise((r) => setTimeout(r, 500));
+  client.close();
+  observers[0]!.socket.close();
+  samples.sort((a, b) => a - b);
+  return { p50: percentile(samples, 50), p99: percentile(samples, 99), seen: samples.length, sent: total };
+}
