@@ -62,6 +62,26 @@ function startTool(tool: string, args: string[]): { output: () => string; exited
   return { output: () => output, exited };
 }
 
+/**
+ * A libcoap observer of A's settings over coaps; once it has its first response, a notify-settings call with a
+ * fresh interval. Resolves with the interval sent and the observer's output so far.
+ */
+async function observeThenNotify(
+  tool: string,
+  base: number,
+): Promise<{ interval: number; output: () => string }> {
+  const url = `coaps://127.0.0.1:${coapsPort}/devices/${A}/settings`;
+  const observer = startTool(tool, ['-m', 'get', '-s', '20', '-u', keyA.identity, '-k', keyA.keyText, url]);
+  await waitFor(() => documents(observer.output()).length >= 1, 20_000, 'the first observe response');
+  const interval = base + Math.floor(Math.random() * 1000);
+  await request(gw.app.http)
+    .post('/api/notify-settings')
+    .set(auth)
+    .send({ device_id: A, settings: { reporting_interval_s: interval } })
+    .expect(200);
+  return { interval, output: observer.output };
+}
+
 /** Settings documents printed by a libcoap client, in order. */
 function documents(
   output: string,
@@ -107,28 +127,10 @@ describe('coaps through the gateway, with libcoap as the device', () => {
       );
       expect(documents(once.output)[0]).toMatchObject({ device_id: A });
 
-      const observer = startTool(tool, [
-        '-m',
-        'get',
-        '-s',
-        '20',
-        '-u',
-        keyA.identity,
-        '-k',
-        keyA.keyText,
-        url,
-      ]);
-      await waitFor(() => documents(observer.output()).length >= 1, 15_000, 'the first observe response');
-      const before = gw.app.coap.observerCount;
-      expect(before).toBeGreaterThanOrEqual(1);
-      const interval = 600 + Math.floor(Math.random() * 1000);
-      await request(gw.app.http)
-        .post('/api/notify-settings')
-        .set(auth)
-        .send({ device_id: A, settings: { reporting_interval_s: interval } })
-        .expect(200);
-      await waitFor(() => documents(observer.output()).length >= 2, 15_000, 'the notification');
-      const [first, second] = documents(observer.output());
+      const { interval, output } = await observeThenNotify(tool, 600);
+      expect(gw.app.coap.observerCount).toBeGreaterThanOrEqual(1);
+      await waitFor(() => documents(output()).length >= 2, 15_000, 'the notification');
+      const [first, second] = documents(output());
       expect(second!.settings).toEqual({ reporting_interval_s: interval });
       expect(second!.version).toBeGreaterThan(first!.version);
     },
@@ -178,7 +180,9 @@ describe('refusals: the same alert for every key the gateway does not accept', (
     expect(gw.app.dtls!.stats.handshakeFailures.decrypt_error - failuresBefore).toBe(4);
     expect(gw.app.dtls!.snapshot().sessions).toBe(sessionsBefore);
     const metrics = await request(gw.app.http).get('/metrics').expect(200);
-    expect(metrics.text).toMatch(/gateway_dtls_handshake_failures_total\{[^}]*reason="decrypt_error"[^}]*\} [1-9]/);
+    expect(metrics.text).toMatch(
+      /gateway_dtls_handshake_failures_total\{[^}]*reason="decrypt_error"[^}]*\} [1-9]/,
+    );
     expect(metrics.text).not.toContain(keyA.keyText);
   });
 });
@@ -282,27 +286,9 @@ describe('hostile datagrams at the coaps port', () => {
     }
     expect(gw.app.dtls!.stats.internalErrors).toBe(0);
 
-    const url = `coaps://127.0.0.1:${coapsPort}/devices/${A}/settings`;
-    const observer = startTool('coap-client-openssl', [
-      '-m',
-      'get',
-      '-s',
-      '20',
-      '-u',
-      keyA.identity,
-      '-k',
-      keyA.keyText,
-      url,
-    ]);
-    await waitFor(() => documents(observer.output()).length >= 1, 20_000, 'the first observe response');
-    const interval = 2000 + Math.floor(Math.random() * 1000);
-    await request(gw.app.http)
-      .post('/api/notify-settings')
-      .set(auth)
-      .send({ device_id: A, settings: { reporting_interval_s: interval } })
-      .expect(200);
+    const { interval, output } = await observeThenNotify('coap-client-openssl', 2000);
     await waitFor(
-      () => documents(observer.output()).some((d) => d.settings.reporting_interval_s === interval),
+      () => documents(output()).some((d) => d.settings.reporting_interval_s === interval),
       15_000,
       'the notification',
     );

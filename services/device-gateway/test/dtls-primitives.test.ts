@@ -21,6 +21,7 @@ import {
   parseHandshakeFragments,
 } from '../src/dtls/handshake.js';
 import type { HandshakeFragment } from '../src/dtls/handshake.js';
+import { prng } from './support/dtls.js';
 import {
   encodeRecord,
   newReplayWindow,
@@ -174,18 +175,6 @@ describe('record protection against records written by OpenSSL', () => {
     ).toBeUndefined();
   });
 });
-
-/** A seeded PRNG (mulberry32) so that failures reproduce. */
-function prng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 describe('anti-replay window (RFC 6347 §4.1.2.6)', () => {
   it('accepts each number once, rejects numbers 64 or more below the highest, and moves only on accept', () => {

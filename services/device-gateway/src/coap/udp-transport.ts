@@ -1,7 +1,6 @@
-import dgram from 'node:dgram';
-import { lookup as dnsLookup } from 'node:dns';
+import type dgram from 'node:dgram';
 import type { AddressInfo } from 'node:net';
-import { isIP, isIPv6 } from 'node:net';
+import { createUdpSocket } from '../net/udp-socket.js';
 import type { CoapLogger } from './options.js';
 import type { Peer, Transport, TransportReceiver } from './transport.js';
 
@@ -57,20 +56,7 @@ export class UdpTransport implements Transport {
   listen(port: number, host = '0.0.0.0'): Promise<void> {
     const receiver = this.receiver;
     if (receiver === undefined) return Promise.reject(new Error('UDP transport has no receiver attached'));
-    const socket = dgram.createSocket({
-      type: isIPv6(host) ? 'udp6' : 'udp4',
-      recvBufferSize: this.options.socketBufferBytes,
-      sendBufferSize: this.options.socketBufferBytes,
-      // dgram resolves the destination of every send() on an unconnected socket through `lookup`; the default
-      // (dns.lookup) answers even an IP literal on a later tick, so no datagram of a synchronous fan-out chunk
-      // left before the chunk ended and each send paid a closure and a tick. Peers here are always IP
-      // literals (rinfo.address): answer them synchronously; names (a bind host) still go to dns.lookup.
-      lookup: (hostname, options, callback) => {
-        const family = isIP(hostname);
-        if (family !== 0) callback(null, hostname, family);
-        else dnsLookup(hostname, options, callback);
-      },
-    });
+    const socket = createUdpSocket(host, this.options.socketBufferBytes);
     this.socket = socket;
     const prefix = this.keyPrefix;
     socket.on('message', (buf, rinfo) =>

@@ -103,6 +103,14 @@ export function additionalData(
   return ad;
 }
 
+/** RFC 6655 §3: nonce = the 4-byte implicit salt (client/server_write_IV) + the record's 8-byte explicit nonce. */
+function ccmNonce(salt: Buffer, explicit: Buffer): Buffer {
+  const nonce = Buffer.allocUnsafe(FIXED_IV_BYTES + EXPLICIT_NONCE_BYTES);
+  salt.copy(nonce, 0, 0, FIXED_IV_BYTES);
+  explicit.copy(nonce, FIXED_IV_BYTES, 0, EXPLICIT_NONCE_BYTES);
+  return nonce;
+}
+
 /**
  * Seals a record payload with AES-128-CCM_8 (RFC 6655 §3): the CCM nonce (12 bytes, so L = 3) is the
  * 4-byte implicit salt from the key block followed by the 8-byte explicit nonce, and the explicit nonce
@@ -123,9 +131,7 @@ export function sealCcm8(
   const out = Buffer.allocUnsafe(EXPLICIT_NONCE_BYTES + plaintext.length + TAG_BYTES);
   out.writeUInt16BE(epoch, 0);
   out.writeUIntBE(seq, 2, 6);
-  const nonce = Buffer.allocUnsafe(FIXED_IV_BYTES + EXPLICIT_NONCE_BYTES);
-  salt.copy(nonce, 0, 0, FIXED_IV_BYTES);
-  out.copy(nonce, FIXED_IV_BYTES, 0, EXPLICIT_NONCE_BYTES);
+  const nonce = ccmNonce(salt, out);
   const cipher = createCipheriv('aes-128-ccm', key, nonce, { authTagLength: TAG_BYTES });
   cipher.setAAD(additionalData(epoch, seq, type, version, plaintext.length), {
     plaintextLength: plaintext.length,
@@ -153,9 +159,7 @@ export function openCcm8(
 ): Buffer | undefined {
   const plaintextLength = fragment.length - EXPLICIT_NONCE_BYTES - TAG_BYTES;
   if (plaintextLength < 0) return undefined;
-  const nonce = Buffer.allocUnsafe(FIXED_IV_BYTES + EXPLICIT_NONCE_BYTES);
-  salt.copy(nonce, 0, 0, FIXED_IV_BYTES);
-  fragment.copy(nonce, FIXED_IV_BYTES, 0, EXPLICIT_NONCE_BYTES);
+  const nonce = ccmNonce(salt, fragment);
   const decipher = createDecipheriv('aes-128-ccm', key, nonce, { authTagLength: TAG_BYTES });
   decipher.setAuthTag(fragment.subarray(fragment.length - TAG_BYTES));
   decipher.setAAD(additionalData(epoch, seq, type, version, plaintextLength), { plaintextLength });

@@ -9,10 +9,9 @@
 //                                                     when the client retransmits its flight 5)
 import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
 import type { Hash } from 'node:crypto';
-import dgram from 'node:dgram';
+import type dgram from 'node:dgram';
 import type { AddressInfo } from 'node:net';
-import { isIP, isIPv6 } from 'node:net';
-import { lookup as dnsLookup } from 'node:dns';
+import { createUdpSocket } from '../net/udp-socket.js';
 import {
   AlertDescription,
   AlertLevel,
@@ -378,17 +377,7 @@ export class DtlsServer {
   /** Binds the one UDP socket of this server. Resolves once bound; rejects if the port cannot be bound. */
   listen(port: number, host = '0.0.0.0'): Promise<void> {
     if (this.socket !== undefined) return Promise.reject(new Error('DTLS server is already listening'));
-    const socket = dgram.createSocket({
-      type: isIPv6(host) ? 'udp6' : 'udp4',
-      recvBufferSize: this.options.socketBufferBytes,
-      sendBufferSize: this.options.socketBufferBytes,
-      // Peers are IP literals from rinfo: answer them synchronously instead of through dns.lookup.
-      lookup: (hostname, opts, callback) => {
-        const family = isIP(hostname);
-        if (family !== 0) callback(null, hostname, family);
-        else dnsLookup(hostname, opts, callback);
-      },
-    });
+    const socket = createUdpSocket(host, this.options.socketBufferBytes);
     this.socket = socket;
     socket.on('message', (msg, rinfo) => {
       // Nothing a peer sends may throw out of here (it would take the process down).
