@@ -57,7 +57,7 @@ function connect(port: number, i: number): Promise<dtls.Socket> {
 
 /** Opens `n` sessions (device i observes bench device i's settings, CON) and waits for each first response. */
 async function observeAll(port: number, deviceIds: string[], marker: { value: number }): Promise<Observer[]> {
-  const observers: Observer[] = new Array(deviceIds.length);
+  const observers = new Array<Observer>(deviceIds.length);
   let next = 0;
   await Promise.all(
     Array.from({ length: 100 }, async () => {
