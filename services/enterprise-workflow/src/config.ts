@@ -37,6 +37,11 @@ export const configSchema = {
     OIDC_JWKS_URL: { type: 'string', format: 'uri' },
     /** Allowed clock skew for exp/nbf, in seconds. */
     OIDC_CLOCK_TOLERANCE_S: { type: 'integer', minimum: 0, maximum: 300, default: 30 },
+    /**
+     * Longest token lifetime accepted (exp - now), in seconds. Keycloak's access tokens default to 5 minutes;
+     * an hour leaves room for a realm that lengthens them, and refuses a token claiming to live for years.
+     */
+    OIDC_MAX_TOKEN_LIFETIME_S: { type: 'integer', minimum: 60, maximum: 86400, default: 3600 },
     /** Minimum interval between JWKS refetches caused by an unknown kid, in milliseconds. */
     OIDC_JWKS_COOLDOWN_MS: { type: 'integer', minimum: 0, default: 30000 },
     /** JWKS cache lifetime, in milliseconds. */
@@ -140,6 +145,7 @@ export function loadWorkflowConfig(env: Record<string, string | undefined> = pro
       clientId: raw.OIDC_CLIENT_ID,
       requiredRole: 'enterprise_portal_role',
       clockToleranceS: raw.OIDC_CLOCK_TOLERANCE_S,
+      maxTokenLifetimeS: raw.OIDC_MAX_TOKEN_LIFETIME_S,
       jwksCooldownMs: raw.OIDC_JWKS_COOLDOWN_MS,
       jwksCacheMaxAgeMs: raw.OIDC_JWKS_MAX_AGE_MS,
       jwksTimeoutMs: raw.OIDC_JWKS_TIMEOUT_MS,

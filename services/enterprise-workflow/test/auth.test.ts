@@ -140,6 +140,36 @@ const cases: TokenCase[] = [
     code: 'unauthorized',
   },
   {
+    name: 'an unpaired surrogate in a claim',
+    token: () => h.issuer.demoToken('alice', { name: 'a\ud800b' }),
+    status: 401,
+    code: 'unauthorized',
+  },
+  {
+    name: 'an unpaired low surrogate in a nested claim',
+    token: () => h.issuer.demoToken('alice', { realm_access: { roles: ['x\udc00'] } }),
+    status: 401,
+    code: 'unauthorized',
+  },
+  {
+    name: 'issued in the future (iat two minutes ahead)',
+    token: () => h.issuer.demoToken('alice', { iat: Math.floor(Date.now() / 1000) + 120 }),
+    status: 401,
+    code: 'unauthorized',
+  },
+  {
+    name: 'claiming a lifetime of two hours',
+    token: () => h.issuer.demoToken('alice', {}, { expiresInS: 7200 }),
+    status: 401,
+    code: 'unauthorized',
+  },
+  {
+    name: 'claiming to live until exp 1e300',
+    token: () => h.issuer.demoToken('alice', { exp: 1e300 }),
+    status: 401,
+    code: 'unauthorized',
+  },
+  {
     name: 'wrong role',
     token: () => h.issuer.demoToken('alice', { role: 'enterprise_portal_anon' }),
     status: 403,
@@ -226,12 +256,14 @@ describe('credentials before bodies', () => {
 });
 
 describe('key handling', () => {
-  it('accepts a token whose aud (not azp) names the client', async () => {
+  it('refuses a token issued to another client even when its aud names ours (azp decides, as on the read surface)', async () => {
     const token = await h.issuer.demoToken('alice', {
       azp: 'another-frontend',
       aud: ['account', h.issuer.clientId],
     });
-    expect((await endpoints[1].send({ Authorization: `Bearer ${token}` })).status).toBe(200);
+    const res = await endpoints[1].send({ Authorization: `Bearer ${token}` });
+    expect(res.status).toBe(401);
+    expect(res.body).toMatchObject({ detail: 'The access token was not issued for this client.' });
   });
 
   it('caches the JWKS and bounds refetches caused by unknown kids', async () => {

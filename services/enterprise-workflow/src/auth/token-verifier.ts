@@ -8,12 +8,18 @@ export interface TokenVerifierSettings {
   issuerUrl: string;
   /** Defaults to Keycloak's `{issuer}/protocol/openid-connect/certs`. */
   jwksUrl?: string | undefined;
-  /** Accepted as `azp`, or as one of `aud`. */
+  /** Required as `azp`, the client the token was issued to (the read surface's pre-request check requires the same). */
   clientId: string;
   /** The `role` claim a portal user carries (PostgREST switches to this role too). */
   requiredRole: string;
   /** Allowed clock skew for `exp`/`nbf`/`iat`, in seconds. */
   clockToleranceS: number;
+  /**
+   * Longest lifetime a token may claim, in seconds: an `exp` further ahead than this (plus the skew) is
+   * refused. Keycloak's access tokens live minutes; a token that claims to live for ages was not issued by a
+   * realm configured as ours. Default 3600.
+   */
+  maxTokenLifetimeS?: number;
   /**
    * Minimum time between two JWKS fetches caused by an unknown `kid`, in milliseconds; bounds how
    * often forged tokens can make the service call the issuer.
@@ -136,6 +142,18 @@ class VerifiedTokenCache {
   }
 }
 
+/** NUL, or a UTF-16 surrogate without its pair: text PostgreSQL's text and jsonb types cannot hold. */
+const UNSTORABLE = /\u0000|[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/;
+
+/** Whether every string in `value` (keys included, at any depth) can be stored by PostgreSQL. */
+function storableText(value: unknown): boolean {
+  if (typeof value === 'string') return !UNSTORABLE.test(value);
+  if (Array.isArray(value)) return value.every(storableText);
+  if (value !== null && typeof value === 'object')
+    return Object.entries(value).every(([k, v]) => !UNSTORABLE.test(k) && storableText(v));
+  return true;
+}
+
 export function createTokenVerifier(settings: TokenVerifierSettings): TokenVerifier {
   const now = settings.now ?? Date.now;
   const cache = new VerifiedTokenCache(settings.tokenCacheTtlMs, settings.tokenCacheMaxEntries);
@@ -186,14 +204,27 @@ export function createTokenVerifier(settings: TokenVerifierSettings): TokenVerif
         return { ok: false, reason: 'invalid_token', detail: describe(err) };
       }
 
-      const audiences =
-        payload.aud === undefined ? [] : Array.isArray(payload.aud) ? payload.aud : [payload.aud];
+      // Keycloak names the client a token was issued to in `azp`; the read surface's pre-request function
+      // requires it to be ours, and so does this service: one rule on both paths (an `aud` that merely lists
+      // us is a token issued to another client).
       const azp = (payload as { azp?: unknown }).azp;
-      if (azp !== settings.clientId && !audiences.includes(settings.clientId)) {
+      if (azp !== settings.clientId) {
         return {
           ok: false,
           reason: 'invalid_token',
           detail: 'The access token was not issued for this client.',
+        };
+      }
+      const nowS = Math.floor(checkedAt / 1000);
+      if (typeof payload.iat === 'number' && payload.iat > nowS + settings.clockToleranceS) {
+        return { ok: false, reason: 'invalid_token', detail: 'The access token was issued in the future.' };
+      }
+      // requiredClaims made jose check that exp is present and a number.
+      if ((payload.exp as number) > nowS + (settings.maxTokenLifetimeS ?? 3600) + settings.clockToleranceS) {
+        return {
+          ok: false,
+          reason: 'invalid_token',
+          detail: 'The access token claims a longer lifetime than this service accepts.',
         };
       }
       if (typeof payload.sub !== 'string' || payload.sub.length === 0) {
@@ -206,10 +237,15 @@ export function createTokenVerifier(settings: TokenVerifierSettings): TokenVerif
       if (typ !== undefined && typ !== 'Bearer') {
         return { ok: false, reason: 'invalid_token', detail: 'The token is not an access token.' };
       }
-      // The claims travel into PostgreSQL as jsonb (request.jwt.claims), which refuses U+0000: such a
-      // token, however well signed, is refused here rather than failing inside the transaction.
-      if (JSON.stringify(payload).includes('\\u0000')) {
-        return { ok: false, reason: 'invalid_token', detail: 'The access token contains a NUL character.' };
+      // The claims travel into PostgreSQL as jsonb (request.jwt.claims), which refuses U+0000 and cannot
+      // hold an unpaired surrogate: such a token, however well signed, is refused here rather than failing
+      // inside the transaction.
+      if (!storableText(payload)) {
+        return {
+          ok: false,
+          reason: 'invalid_token',
+          detail: 'The access token contains text PostgreSQL cannot store (NUL or an unpaired surrogate).',
+        };
       }
       const role = (payload as { role?: unknown }).role;
       if (role !== settings.requiredRole) {
