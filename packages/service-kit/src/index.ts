@@ -7,6 +7,7 @@ export { isSensitiveKey, redactString, redactUrl, redactValue, REDACTED } from '
 export { bearerToken, countNonBearerSecrets, fingerprint, readSecretList, SecretSet } from './secrets.js';
 export type { SecretListSource } from './secrets.js';
 export { ConfigError, deepFreeze, loadConfig } from './config.js';
+export { UNSTORABLE_TEXT_MESSAGE, unstorableTextPaths } from './text.js';
 export type { ConfigProblem, DeepReadonly } from './config.js';
 export { closeHttpServer, installShutdown } from './shutdown.js';
 export type { ShutdownHandle, ShutdownOptions, ShutdownStep } from './shutdown.js';

@@ -4,6 +4,7 @@ import type { Registry } from 'prom-client';
 import type { Logger } from 'winston';
 import { DomainError } from '../errors.js';
 import { httpMetrics } from '../metrics.js';
+import { UNSTORABLE_TEXT_MESSAGE, unstorableTextPaths } from '../text.js';
 import { problemErrorHandler } from './problem.js';
 import { requestContext } from './request-context.js';
 
@@ -58,8 +59,27 @@ export function createHttpApp(options: HttpAppOptions): Express {
   }
   app.use(requireJsonBody);
   app.use(express.json({ limit: options.bodyLimitBytes ?? DEFAULT_BODY_LIMIT_BYTES, type: JSON_TYPES }));
+  app.use(requireStorableText);
   return app;
 }
+
+/**
+ * Every string of a JSON body (keys included) must be text PostgreSQL can store, checked once here for every
+ * route of both services: a NUL or an unpaired surrogate is a 400 naming the field's JSON Pointer, never a
+ * 500 from deep inside a transaction.
+ */
+const requireStorableText: RequestHandler = (req, _res, next) => {
+  const paths = req.body === undefined ? [] : unstorableTextPaths(req.body);
+  if (paths.length === 0) {
+    next();
+    return;
+  }
+  next(
+    new DomainError('invalid_body', 'The request body contains text that cannot be stored.', {
+      errors: paths.map((path) => ({ path, message: UNSTORABLE_TEXT_MESSAGE })),
+    }),
+  );
+};
 
 /** Installs the 404 for unknown routes and the problem+json error handler; call after the routes. */
 export function finishHttpApp(app: Express, logger: Logger): Express {

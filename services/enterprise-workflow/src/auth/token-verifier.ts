@@ -2,6 +2,7 @@
 import { createRemoteJWKSet, errors, jwtVerify } from 'jose';
 import type { JWTPayload, RemoteJWKSet } from 'jose';
 import { jwksUrlOf } from '@platform/enterprise-db';
+import { unstorableTextPaths } from '@platform/service-kit';
 
 export interface TokenVerifierSettings {
   /** e.g. `http://localhost:8180/realms/platform`; must equal the token's `iss` exactly. */
@@ -142,18 +143,6 @@ class VerifiedTokenCache {
   }
 }
 
-/** NUL, or a UTF-16 surrogate without its pair: text PostgreSQL's text and jsonb types cannot hold. */
-const UNSTORABLE = /\u0000|[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/;
-
-/** Whether every string in `value` (keys included, at any depth) can be stored by PostgreSQL. */
-function storableText(value: unknown): boolean {
-  if (typeof value === 'string') return !UNSTORABLE.test(value);
-  if (Array.isArray(value)) return value.every(storableText);
-  if (value !== null && typeof value === 'object')
-    return Object.entries(value).every(([k, v]) => !UNSTORABLE.test(k) && storableText(v));
-  return true;
-}
-
 export function createTokenVerifier(settings: TokenVerifierSettings): TokenVerifier {
   const now = settings.now ?? Date.now;
   const cache = new VerifiedTokenCache(settings.tokenCacheTtlMs, settings.tokenCacheMaxEntries);
@@ -240,7 +229,7 @@ export function createTokenVerifier(settings: TokenVerifierSettings): TokenVerif
       // The claims travel into PostgreSQL as jsonb (request.jwt.claims), which refuses U+0000 and cannot
       // hold an unpaired surrogate: such a token, however well signed, is refused here rather than failing
       // inside the transaction.
-      if (!storableText(payload)) {
+      if (unstorableTextPaths(payload).length > 0) {
         return {
           ok: false,
           reason: 'invalid_token',
