@@ -386,7 +386,8 @@ describe('object-created webhook and download', () => {
       status: 'available',
       actual_size_bytes: '5',
       actual_content_type: 'image/png',
-      etag: 'abc123',
+      // The store's ETag (MD5 of '12345' on s3rver), not the one the event claimed.
+      etag: '827ccb0eea8a706c4c34a16891f84e7b',
     });
 
     // Redelivery changes nothing.
@@ -400,6 +401,7 @@ describe('object-created webhook and download', () => {
 
   it('accepts the MinIO body with its content type (old token still valid)', async () => {
     const { mediaId, key } = await pending(alice, warehouse, 'video/mp4', 3000);
+    await put(key, Buffer.alloc(3000), 'video/mp4');
     const res = await webhook(minioEvent(key, 3000, 'video/mp4'), WEBHOOK_TOKENS[0]);
     expect(res.status).toBe(200);
     expect(res.body.results).toEqual([{ key, outcome: 'available' }]);
@@ -408,7 +410,22 @@ describe('object-created webhook and download', () => {
       .selectAll()
       .where('id', '=', mediaId)
       .executeTakeFirstOrThrow();
-    expect(row.etag).toBe('d41d8cd98f00b204e9800998ecf8427e');
+    // MD5 of 3,000 zero bytes: what the store holds.
+    expect(row.etag).toBe(createHash('md5').update(Buffer.alloc(3000)).digest('hex'));
+  });
+
+  it('believes the store, not the event: a forged record for an object that is not there changes nothing', async () => {
+    const { mediaId, key } = await pending(bob, hq, 'image/jpeg', 900);
+    // A well-formed MinIO record with the webhook token, describing an object nobody uploaded.
+    const res = await webhook(minioEvent(key, 900, 'image/jpeg'));
+    expect(res.status).toBe(200);
+    expect(res.body.results).toEqual([{ key, outcome: 'ignored' }]);
+    expectProblem(await download(bob, hq, mediaId), 409, 'media_pending');
+    // A record whose size and type fit the intent while the stored object does not: the store decides.
+    await put(key, Buffer.from('not a jpeg'), 'text/plain');
+    const lie = await webhook(minioEvent(key, 900, 'image/jpeg'));
+    expect(lie.body.results).toEqual([{ key, outcome: 'rejected' }]);
+    expectProblem(await download(bob, hq, mediaId), 404, 'not_found');
   });
 
   it('rejects an object whose size or type break the intent, deletes it, and hides it', async () => {
@@ -420,6 +437,7 @@ describe('object-created webhook and download', () => {
     expect(await h.storage.head(bySize.key)).toBeUndefined();
 
     const byType = await pending(bob, hq, 'image/png', 4);
+    await put(byType.key, Buffer.from('<p/>'), 'text/html');
     const res2 = await webhook(minioEvent(byType.key, 4, 'text/html'));
     expect(res2.body.results).toEqual([{ key: byType.key, outcome: 'rejected' }]);
     const row = await h.admin
@@ -536,10 +554,12 @@ describe('object-created webhook and download', () => {
       expect(pathsOf(res)).toEqual([path]);
     }
     expect(await statusOf(mediaId)).toBe('pending_upload');
-    // The largest exact size is still a well-formed event: a size mismatch, so the item is rejected.
+    // The largest exact size is still a well-formed event; the size the store reports decides, and no object
+    // is stored under the key, so the event changes nothing.
     const res = await webhook(withObject({ size: Number.MAX_SAFE_INTEGER }));
     expect(res.status).toBe(200);
-    expect(res.body.results).toEqual([{ key, outcome: 'rejected' }]);
+    expect(res.body.results).toEqual([{ key, outcome: 'ignored' }]);
+    expect(await statusOf(mediaId)).toBe('pending_upload');
   });
 
   it('answers 503 with Retry-After when the store refuses the HEAD with a 4xx, and logs it', async () => {

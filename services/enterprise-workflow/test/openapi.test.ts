@@ -3,6 +3,7 @@
 // documented schema, and the schemas equal @platform/contracts' (no drift).
 import { randomUUID } from 'node:crypto';
 import { readFileSync } from 'node:fs';
+import { PutObjectCommand, S3Client } from '@aws-sdk/client-s3';
 import {
   decisionRequestSchema,
   decisionResponseSchema,
@@ -200,14 +201,16 @@ describe('documented responses', () => {
   const decision = `/sites/${hq}/work-items/${demoRowId('work_item', 'acmeHq', 1)}/decision`;
   const hook = '/internal/media/object-created';
   const goodIntent = { filename: 'a.jpg', content_type: 'image/jpeg', size_bytes: 10 };
+  const eventKey = `sites/${hq}/media/${randomUUID()}.png`;
   const event = {
     Records: [
       {
         eventName: 's3:ObjectCreated:Put',
-        // A media-shaped key (only those are looked up), of no item: 200 unknown_key, or 503 with the database down.
+        // A media-shaped key of no item, its object in the store (the store is asked first): 200 unknown_key,
+        // or 503 with the database down.
         s3: {
           bucket: { name: 'media' },
-          object: { key: `sites/${hq}/media/${randomUUID()}.png`, size: 1, contentType: 'image/png' },
+          object: { key: eventKey, size: 1, contentType: 'image/png' },
         },
       },
     ],
@@ -264,6 +267,16 @@ describe('documented responses', () => {
     await check(down, 'post', decision, (r) => r.set(bearer(alice)).send({ decision: 'accept' }));
 
     // Webhook.
+    const s3 = new S3Client({
+      endpoint: h.s3.endpoint,
+      region: h.s3.region,
+      forcePathStyle: true,
+      credentials: { accessKeyId: h.s3.accessKeyId, secretAccessKey: h.s3.secretAccessKey },
+    });
+    await s3.send(
+      new PutObjectCommand({ Bucket: h.s3.bucket, Key: eventKey, Body: 'x', ContentType: 'image/png' }),
+    );
+    s3.destroy();
     await check(h.app, 'head', hook);
     await check(h.app, 'post', hook, (r) => r.set(bearer(WEBHOOK_TOKENS[0]!)).send(event));
     await check(h.app, 'post', hook, (r) => r.set(bearer(WEBHOOK_TOKENS[0]!)).send({}));

@@ -10,6 +10,7 @@ import {
   seedEnterprise,
   urlForLogin,
 } from '@platform/enterprise-db';
+import { PutObjectCommand, S3Client } from '@aws-sdk/client-s3';
 import { createDb, createLogger, migrateToLatest } from '@platform/service-kit';
 import { startIssuer, startPostgres, startS3 } from '@platform/testkit';
 import type { Issuer, PostgresServer, S3Server } from '@platform/testkit';
@@ -72,6 +73,17 @@ beforeAll(async () => {
     }),
   });
   token = await issuer.demoToken('alice');
+  // The webhook asks the store before the database: an object must stand behind MEDIA_KEY.
+  const client = new S3Client({
+    endpoint: s3.endpoint,
+    region: s3.region,
+    forcePathStyle: true,
+    credentials: { accessKeyId: s3.accessKeyId, secretAccessKey: s3.secretAccessKey },
+  });
+  await client.send(
+    new PutObjectCommand({ Bucket: s3.bucket, Key: MEDIA_KEY, Body: 'x', ContentType: 'image/png' }),
+  );
+  client.destroy();
 });
 
 afterAll(async () => {
@@ -82,7 +94,7 @@ afterAll(async () => {
 });
 
 const hq = demoSites.acmeHq.id;
-/** A media-shaped key of no item: the webhook looks such keys up, so it needs the database. */
+/** A media-shaped key of no item, its object stored: the webhook looks such keys up, so it needs the database. */
 const MEDIA_KEY = `sites/${hq}/media/0d2a2b56-6a43-4c39-9f0e-0f2f5a1b2c3d.png`;
 const itemId = demoRowId('work_item', 'acmeHq', 1);
 

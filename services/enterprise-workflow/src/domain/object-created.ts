@@ -19,21 +19,15 @@ export interface WebhookResult {
 const RETRY_AFTER_S = '5';
 
 /**
- * Size and type of the arrived object: from the record when it has them (MinIO), else from a HEAD
- * request (AWS and s3rver records carry no content type). Undefined when the object is gone.
+ * Size, type and ETag of the arrived object, as the store says (HEAD), never as the event says: an event is
+ * only a hint that something happened, and whoever holds the webhook token could describe an object that is
+ * not there. Undefined when the object is gone.
  */
 async function observe(ctx: WorkflowContext, scope: ServiceScope, event: ObjectCreated) {
-  if (event.sizeBytes !== undefined && event.contentType !== undefined) {
-    return { sizeBytes: event.sizeBytes, contentType: event.contentType, etag: event.etag };
-  }
   try {
     const head = await ctx.storage.head(event.key);
     if (head === undefined) return undefined;
-    return {
-      sizeBytes: event.sizeBytes ?? head.sizeBytes,
-      contentType: event.contentType ?? head.contentType,
-      etag: event.etag ?? head.etag,
-    };
+    return { sizeBytes: head.sizeBytes, contentType: head.contentType, etag: head.etag };
   } catch (err) {
     if (err instanceof StorageUnavailableError) {
       throw new DomainError('backend_unavailable', 'The object store is unreachable; retry later.', {
