@@ -61,6 +61,10 @@ export const configSchema = {
     S3_ACCESS_KEY_ID: { type: 'string', minLength: 1 },
     S3_SECRET_ACCESS_KEY: { type: 'string', minLength: 1, writeOnly: true },
     S3_FORCE_PATH_STYLE: { type: 'boolean', default: false },
+    /** Deadline to connect to the object store, ms (a store that does not accept: 503 after it). */
+    S3_CONNECT_TIMEOUT_MS: { type: 'integer', minimum: 100, maximum: 60000, default: 2000 },
+    /** Deadline of one request to the object store, ms (a frozen store: 503 after about twice it). */
+    S3_REQUEST_TIMEOUT_MS: { type: 'integer', minimum: 100, maximum: 300000, default: 3000 },
     WEBHOOK_TOKENS: { type: 'string', writeOnly: true },
     WEBHOOK_TOKENS_FILE: { type: 'string' },
     /** Largest image upload, in bytes (default 25 MiB). */
@@ -160,6 +164,8 @@ export function loadWorkflowConfig(env: Record<string, string | undefined> = pro
       accessKeyId: raw.S3_ACCESS_KEY_ID,
       secretAccessKey: raw.S3_SECRET_ACCESS_KEY,
       forcePathStyle: raw.S3_FORCE_PATH_STYLE,
+      connectTimeoutMs: raw.S3_CONNECT_TIMEOUT_MS,
+      requestTimeoutMs: raw.S3_REQUEST_TIMEOUT_MS,
     },
     webhookTokens,
     media: {

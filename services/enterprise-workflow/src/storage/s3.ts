@@ -20,6 +20,14 @@ export interface S3Settings {
   accessKeyId: string | undefined;
   secretAccessKey: string | undefined;
   forcePathStyle: boolean;
+  /**
+   * Deadlines of one request to the store, in ms: to open the connection, and for the whole request (the
+   * SDK's NodeHttpHandler `connectionTimeout` and `requestTimeout`). A frozen store otherwise holds a
+   * webhook call for as long as it stays frozen. With two attempts, a call gives up after about twice the
+   * request deadline and the caller gets 503 with Retry-After. Defaults 2000 and 3000.
+   */
+  connectTimeoutMs?: number | undefined;
+  requestTimeoutMs?: number | undefined;
 }
 
 export interface PresignedUpload {
@@ -104,6 +112,12 @@ function clientFor(settings: S3Settings, endpoint: string | undefined): S3Client
     requestChecksumCalculation: 'WHEN_REQUIRED',
     responseChecksumValidation: 'WHEN_REQUIRED',
     maxAttempts: 2,
+    requestHandler: {
+      connectionTimeout: settings.connectTimeoutMs ?? 2000,
+      requestTimeout: settings.requestTimeoutMs ?? 3000,
+      // @smithy/node-http-handler 4.x only logs a warning at requestTimeout unless told to end the request.
+      throwOnRequestTimeout: true,
+    },
   });
 }
 
