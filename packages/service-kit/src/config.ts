@@ -118,3 +118,35 @@ export function deepFreeze<T>(value: T): T {
   }
   return value;
 }
+
+/** The database deadlines of a service (see createDb): server-side statement, client-side statement, connect. */
+export interface DatabaseDeadlines {
+  statementTimeoutMs: number;
+  queryTimeoutMs: number;
+  connectionTimeoutMs: number;
+}
+
+/**
+ * Reads DB_STATEMENT_TIMEOUT_MS, DB_QUERY_TIMEOUT_MS and DB_CONNECT_TIMEOUT_MS. The client-side deadline must
+ * leave the server's own time to cancel a slow statement first (that keeps the connection); equal or lower,
+ * every slow statement would cost a connection.
+ */
+export function databaseDeadlines(raw: {
+  DB_STATEMENT_TIMEOUT_MS: number;
+  DB_QUERY_TIMEOUT_MS: number;
+  DB_CONNECT_TIMEOUT_MS: number;
+}): DatabaseDeadlines {
+  if (raw.DB_QUERY_TIMEOUT_MS <= raw.DB_STATEMENT_TIMEOUT_MS) {
+    throw new ConfigError([
+      {
+        variable: 'DB_QUERY_TIMEOUT_MS',
+        message: `must be above DB_STATEMENT_TIMEOUT_MS (${raw.DB_STATEMENT_TIMEOUT_MS})`,
+      },
+    ]);
+  }
+  return {
+    statementTimeoutMs: raw.DB_STATEMENT_TIMEOUT_MS,
+    queryTimeoutMs: raw.DB_QUERY_TIMEOUT_MS,
+    connectionTimeoutMs: raw.DB_CONNECT_TIMEOUT_MS,
+  };
+}

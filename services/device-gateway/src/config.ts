@@ -1,5 +1,6 @@
 import {
   countNonBearerSecrets,
+  databaseDeadlines,
   loadConfig,
   LOG_LEVELS,
   readSecretList,
@@ -31,7 +32,15 @@ export const gatewayConfigSchema = {
     GATEWAY_TRUST_PROXY: { type: 'boolean', default: false, description: 'trust exactly one proxy hop' },
     LOG_LEVEL: { type: 'string', enum: LOG_LEVELS, default: 'info' },
     DB_POOL_MAX: { type: 'integer', minimum: 1, maximum: 50, default: 4 },
-    DB_STATEMENT_TIMEOUT_MS: { type: 'integer', minimum: 100, default: 30000 },
+    /** Server-side bound on one statement (`statement_timeout`), ms. A 100,000-device reload reads in ~0.5 s. */
+    DB_STATEMENT_TIMEOUT_MS: { type: 'integer', minimum: 100, maximum: 600000, default: 4000 },
+    /**
+     * Client-side deadline of one statement, ms, above DB_STATEMENT_TIMEOUT_MS: ends the wait on a server that
+     * stopped answering; the connection is discarded and the caller gets 503.
+     */
+    DB_QUERY_TIMEOUT_MS: { type: 'integer', minimum: 200, maximum: 600000, default: 5000 },
+    /** Deadline for getting a pool connection (free, or newly opened and authenticated), ms. */
+    DB_CONNECT_TIMEOUT_MS: { type: 'integer', minimum: 100, maximum: 60000, default: 2000 },
     /** RFC 7252 ACK_TIMEOUT (ms) and MAX_RETRANSMIT. */
     COAP_ACK_TIMEOUT_MS: { type: 'integer', minimum: 10, maximum: 60000, default: 2000 },
     COAP_MAX_RETRANSMIT: { type: 'integer', minimum: 0, maximum: 10, default: 4 },
@@ -104,6 +113,8 @@ export interface GatewayConfig {
   readonly LOG_LEVEL: LogLevel;
   readonly DB_POOL_MAX: number;
   readonly DB_STATEMENT_TIMEOUT_MS: number;
+  readonly DB_QUERY_TIMEOUT_MS: number;
+  readonly DB_CONNECT_TIMEOUT_MS: number;
   readonly COAP_ACK_TIMEOUT_MS: number;
   readonly COAP_MAX_RETRANSMIT: number;
   readonly COAP_CONFIRMABLE_REFRESH_S: number;
@@ -143,6 +154,7 @@ export function loadGatewayConfig(env: Record<string, string | undefined> = proc
     'GATEWAY_COAP_SECURITY' | 'DTLS_IDLE_TIMEOUT_S'
   > &
     Partial<Pick<GatewayConfig, 'GATEWAY_COAP_SECURITY' | 'DTLS_IDLE_TIMEOUT_S'>>;
+  databaseDeadlines(loaded);
   return Object.freeze({
     ...loaded,
     GATEWAY_COAP_SECURITY:
@@ -187,6 +199,8 @@ export function publicConfig(config: GatewayConfig, apiKeys: SecretSet): Record<
     log_level: config.LOG_LEVEL,
     db_pool_max: config.DB_POOL_MAX,
     db_statement_timeout_ms: config.DB_STATEMENT_TIMEOUT_MS,
+    db_query_timeout_ms: config.DB_QUERY_TIMEOUT_MS,
+    db_connect_timeout_ms: config.DB_CONNECT_TIMEOUT_MS,
     coap_security: config.GATEWAY_COAP_SECURITY,
     coaps_port: config.GATEWAY_COAPS_PORT,
     dtls: {

@@ -52,6 +52,8 @@ async function main(): Promise<void> {
     max: config.DB_POOL_MAX,
     applicationName: 'device-gateway',
     statementTimeoutMs: config.DB_STATEMENT_TIMEOUT_MS,
+    queryTimeoutMs: config.DB_QUERY_TIMEOUT_MS,
+    connectionTimeoutMs: config.DB_CONNECT_TIMEOUT_MS,
     // The login's only writes are replica-bus messages (issue 8). notify-settings answers `updated` once
     // the message is committed: visible to every replica's resync and NOTIFYed, both at commit. It need
     // not survive a PostgreSQL crash: the override it carries is memory-only state by design, which a

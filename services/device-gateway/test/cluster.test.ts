@@ -14,7 +14,13 @@ const env = {
   GATEWAY_BUS_RECONNECT_MIN_MS: '1500',
   GATEWAY_BUS_RECONNECT_MAX_MS: '2000',
   GATEWAY_BUS_HEARTBEAT_MS: '1000',
+  // Short database deadlines, so the frozen-server test waits seconds, not the defaults (4 s, 5 s, 2 s).
+  DB_STATEMENT_TIMEOUT_MS: '800',
+  DB_QUERY_TIMEOUT_MS: '1000',
+  DB_CONNECT_TIMEOUT_MS: '700',
 };
+/** The longest a call may take against a frozen server: one client-side deadline, plus scheduling slack. */
+const FROZEN_ANSWER_MS = 1000 + 1500;
 
 interface Doc {
   device_id: string;
@@ -258,6 +264,54 @@ describe('gateway replicas over PostgreSQL LISTEN/NOTIFY', () => {
     });
     expect(res.status).toBe(200);
     await observer.next((d) => d.settings.telemetry_enabled === false);
+    expectIncreasing(observer.docs);
+  });
+
+  it('with PostgreSQL frozen, notify and reload answer 503 within the deadline; after a thaw the same replicas recover', async () => {
+    const observer = await observe(a, 'acme-hq-hvac-01');
+    // Each replica's pool has an idle connection to the server that is about to stop answering.
+    expect((await b.post('/api/reload-registry')).status).toBe(200);
+    await pg.freeze();
+    let frozenNotify: { status: number; body: Record<string, unknown>; headers: Headers };
+    try {
+      const timed = async <T>(call: () => Promise<T>): Promise<{ result: T; ms: number }> => {
+        const t0 = performance.now();
+        const result = await call();
+        return { result, ms: performance.now() - t0 };
+      };
+      const notify = await timed(() =>
+        b.post('/api/notify-settings', {
+          device_id: 'acme-hq-hvac-01',
+          settings: { sampling_interval_s: 17 },
+        }),
+      );
+      frozenNotify = notify.result;
+      expect(notify.result.status).toBe(503);
+      expect(notify.result.body.code).toBe('backend_unavailable');
+      expect(notify.result.headers.get('retry-after')).not.toBeNull();
+      expect(notify.ms).toBeLessThan(FROZEN_ANSWER_MS);
+      // A new connection (the pool's was discarded) meets a server that accepts TCP and never answers.
+      const reload = await timed(() => b.post('/api/reload-registry'));
+      expect(reload.result.status).toBe(503);
+      expect(reload.result.body.code).toBe('backend_unavailable');
+      expect(reload.ms).toBeLessThan(FROZEN_ANSWER_MS);
+      expect(JSON.stringify([notify.result.body, reload.result.body])).not.toMatch(/timeout|postgres|stack/i);
+    } finally {
+      await pg.thaw();
+    }
+    expect(frozenNotify.status).toBe(503);
+    // The timed-out publish was already with the server: once it answers again the override takes effect on
+    // every replica through the bus, as if it had been answered late (never on one replica alone).
+    await observer.next((d) => d.settings.sampling_interval_s === 17);
+    await until(async () => (await a.cluster()).status === 'listening', 15000, 'A to listen again');
+    await until(async () => (await b.cluster()).status === 'listening', 15000, 'B to listen again');
+    expect((await b.post('/api/reload-registry')).status).toBe(200);
+    const res = await b.post('/api/notify-settings', {
+      device_id: 'acme-hq-hvac-01',
+      settings: { sampling_interval_s: 23 },
+    });
+    expect(res.status).toBe(200);
+    await observer.next((d) => d.settings.sampling_interval_s === 23);
     expectIncreasing(observer.docs);
   });
 

@@ -3,12 +3,13 @@
 import {
   ConfigError,
   countNonBearerSecrets,
+  databaseDeadlines,
   deepFreeze,
   LOG_LEVELS,
   loadConfig,
   readSecretList,
 } from '@platform/service-kit';
-import type { LogLevel } from '@platform/service-kit';
+import type { DatabaseDeadlines, LogLevel } from '@platform/service-kit';
 import type { S3Settings } from './storage/s3.js';
 import type { TokenVerifierSettings } from './auth/token-verifier.js';
 import type { MediaLimits } from './domain/media.js';
@@ -29,8 +30,15 @@ export const configSchema = {
     /** The `enterprise_api_login` connection (DESIGN 4.4). */
     DATABASE_URL: { type: 'string', minLength: 1 },
     DB_POOL_MAX: { type: 'integer', minimum: 1, maximum: 200, default: 10 },
-    /** Bound on one statement, in milliseconds; a stuck query answers 503 instead of hanging. */
-    DB_STATEMENT_TIMEOUT_MS: { type: 'integer', minimum: 100, maximum: 600000, default: 5000 },
+    /** Server-side bound on one statement (`statement_timeout`), in ms: a slow statement is cancelled, 503. */
+    DB_STATEMENT_TIMEOUT_MS: { type: 'integer', minimum: 100, maximum: 600000, default: 3000 },
+    /**
+     * Client-side deadline of one statement, in ms, above DB_STATEMENT_TIMEOUT_MS: ends the wait on a server
+     * that stopped answering (where no server-side timeout can fire); the connection is discarded, 503.
+     */
+    DB_QUERY_TIMEOUT_MS: { type: 'integer', minimum: 200, maximum: 600000, default: 4000 },
+    /** Deadline for getting a connection (free in the pool, or newly opened and authenticated), in ms. */
+    DB_CONNECT_TIMEOUT_MS: { type: 'integer', minimum: 100, maximum: 60000, default: 2000 },
     OIDC_ISSUER_URL: { type: 'string', format: 'uri' },
     OIDC_CLIENT_ID: { type: 'string', minLength: 1, default: 'platform-enterprise-web' },
     /** Overrides Keycloak's `{issuer}/protocol/openid-connect/certs`. */
@@ -85,7 +93,7 @@ export const configSchema = {
 export interface WorkflowConfig {
   http: { port: number; host: string; trustProxy: number };
   logLevel: LogLevel;
-  database: { url: string; poolMax: number; statementTimeoutMs: number };
+  database: DatabaseDeadlines & { url: string; poolMax: number };
   oidc: TokenVerifierSettings;
   s3: S3Settings;
   webhookTokens: string[];
@@ -141,7 +149,7 @@ export function loadWorkflowConfig(env: Record<string, string | undefined> = pro
     database: {
       url: raw.DATABASE_URL,
       poolMax: raw.DB_POOL_MAX,
-      statementTimeoutMs: raw.DB_STATEMENT_TIMEOUT_MS,
+      ...databaseDeadlines(raw),
     },
     oidc: {
       issuerUrl: raw.OIDC_ISSUER_URL,

@@ -39,6 +39,8 @@ async function main(): Promise<void> {
     max: config.database.poolMax,
     applicationName: SERVICE,
     statementTimeoutMs: config.database.statementTimeoutMs,
+    queryTimeoutMs: config.database.queryTimeoutMs,
+    connectionTimeoutMs: config.database.connectionTimeoutMs,
     logger,
     metrics,
   });

@@ -39,7 +39,9 @@ beforeAll(async () => {
   await admin.destroy();
   db = createDb<WorkflowDb>(urlForLogin(pg.url, API_LOGIN, devRolePasswords.enterpriseApi), {
     max: 4,
-    connectionTimeoutMs: 1000,
+    statementTimeoutMs: 800,
+    queryTimeoutMs: 1000,
+    connectionTimeoutMs: 700,
     logger: { warn: () => undefined },
   });
   storage = createS3Storage({
@@ -163,12 +165,64 @@ it('answers 503 with Retry-After while the database is down and recovers without
   expect((await calls.webhook()).status).toBe(200);
 
   // The failed decision during the outage left no trace: exactly one audit row.
+  expect(await decisionRows(itemId)).toBe(1);
+});
+
+async function decisionRows(workItemId: string): Promise<number> {
   const admin = createDb<WorkflowDb>(pg.url, { max: 1 });
-  const rows = await admin
-    .selectFrom('enterprise.work_item_decisions')
-    .select('id')
-    .where('work_item_id', '=', itemId)
-    .execute();
-  await admin.destroy();
-  expect(rows).toHaveLength(1);
+  try {
+    const rows = await admin
+      .selectFrom('enterprise.work_item_decisions')
+      .select('id')
+      .where('work_item_id', '=', workItemId)
+      .execute();
+    return rows.length;
+  } finally {
+    await admin.destroy();
+  }
+}
+
+it('answers 503 within the deadline while the database is frozen, and recovers after it resumes', async () => {
+  const frozenItem = demoRowId('work_item', 'acmeHq', 2);
+  const decide = () =>
+    request(app)
+      .post(`/sites/${hq}/work-items/${frozenItem}/decision`)
+      .set('Authorization', `Bearer ${token}`)
+      .send({ decision: 'decline', note: 'frozen' });
+  expect((await calls.download()).status).toBe(200);
+  const before = await decisionRows(frozenItem);
+
+  await pg.freeze();
+  try {
+    // Concurrently, more than the pool holds: the pool's open connections meet the statement deadline, the
+    // rest the connect deadline (the server accepts TCP and never answers the startup).
+    const started = performance.now();
+    const answers = await Promise.all([
+      ...Object.entries(calls).map(async ([name, call]) => ({ name, res: await call() })),
+      ...[1, 2, 3].map(async () => ({ name: 'decision', res: await decide() })),
+    ]);
+    const elapsedMs = performance.now() - started;
+    for (const { name, res } of answers) {
+      expect({
+        name,
+        status: res.status,
+        code: res.body.code,
+        retryAfter: res.headers['retry-after'],
+      }).toEqual({
+        name,
+        status: 503,
+        code: 'backend_unavailable',
+        retryAfter: '5',
+      });
+      expect(JSON.stringify(res.body)).not.toMatch(/timeout|postgres|stack/i);
+    }
+    // One statement deadline (1 s) after one connect deadline at most, with scheduling slack.
+    expect(elapsedMs).toBeLessThan(3500);
+  } finally {
+    await pg.thaw();
+  }
+  // The same app and pool serve again; the decisions cut short committed nothing.
+  const decided = await decide();
+  expect(decided.status).toBe(200);
+  expect(await decisionRows(frozenItem)).toBe(before + 1);
 });

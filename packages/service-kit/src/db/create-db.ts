@@ -1,4 +1,5 @@
 import { Kysely, PostgresDialect } from 'kysely';
+import type { PostgresCursor, PostgresPool, PostgresPoolClient, PostgresQueryResult } from 'kysely';
 import pg from 'pg';
 import { Gauge } from 'prom-client';
 import type { Registry } from 'prom-client';
@@ -15,7 +16,19 @@ export interface CreateDbOptions {
   applicationName?: string;
   /** Server-side `statement_timeout` per statement, in ms. Default: none (server setting). */
   statementTimeoutMs?: number;
-  /** How long to wait for a connection (new or from the pool), in ms. Default 5000. */
+  /**
+   * Client-side deadline of each statement, in ms: past it the statement fails with `Query read
+   * timeout` (node-postgres `query_timeout`), every later statement on that connection fails at once,
+   * and the connection is closed instead of returned to the pool. This is what ends a wait on a server
+   * that accepted the statement and stopped answering (frozen, partitioned), where a server-side
+   * `statement_timeout` cannot fire. Keep it above `statementTimeoutMs`, so a merely slow statement is
+   * cancelled by the server and its connection kept. Default: none.
+   */
+  queryTimeoutMs?: number;
+  /**
+   * How long to wait for a connection, in ms: a free one from the pool, or a new one to be opened and
+   * authenticated (a frozen server accepts TCP connections and never answers the startup). Default 5000.
+   */
   connectionTimeoutMs?: number;
   /** Idle connections are closed after this many ms. Default 30000. */
   idleTimeoutMs?: number;
@@ -56,6 +69,7 @@ export function createDb<DB>(url: string, options: CreateDbOptions = {}): Kysely
     idleTimeoutMillis: options.idleTimeoutMs ?? 30000,
     ...(options.applicationName === undefined ? {} : { application_name: options.applicationName }),
     ...(options.statementTimeoutMs === undefined ? {} : { statement_timeout: options.statementTimeoutMs }),
+    ...(options.queryTimeoutMs === undefined ? {} : { query_timeout: options.queryTimeoutMs }),
     // A startup parameter: set once per connection, no extra round trip per transaction.
     ...(options.synchronousCommit === undefined
       ? {}
@@ -79,7 +93,67 @@ export function createDb<DB>(url: string, options: CreateDbOptions = {}): Kysely
   });
   if (options.metrics !== undefined)
     registerPoolMetrics(options.metrics, pool, options.applicationName ?? 'db');
-  return new Kysely<DB>({ dialect: new PostgresDialect({ pool }) });
+  return new Kysely<DB>({ dialect: new PostgresDialect({ pool: new DeadlinePool(pool) }) });
+}
+
+/** The message node-postgres gives a statement whose `query_timeout` passed (pg/lib/client.js). */
+export const QUERY_DEADLINE_MESSAGE = 'Query read timeout';
+
+function isQueryDeadline(err: unknown): boolean {
+  return err instanceof Error && err.message === QUERY_DEADLINE_MESSAGE;
+}
+
+/**
+ * The pool as Kysely sees it. node-postgres fails a statement at its `query_timeout` but leaves the
+ * statement in flight on the connection: the next statement (Kysely's ROLLBACK, or the next request's
+ * BEGIN if the connection went back to the pool) would queue behind it and wait as long as the server
+ * stalls. A connection whose statement passed its deadline is therefore poisoned: later statements on
+ * it fail at once with the same error, and its release closes it (pg-pool removes a client released
+ * with an error). A transaction cut short this way is never committed by this process; whether the
+ * server had already committed it when it stopped answering cannot be known from here.
+ */
+class DeadlinePool implements PostgresPool {
+  constructor(private readonly pool: pg.Pool) {}
+
+  async connect(): Promise<PostgresPoolClient> {
+    return new DeadlineClient(await this.pool.connect());
+  }
+
+  end(): Promise<void> {
+    return this.pool.end();
+  }
+}
+
+class DeadlineClient implements PostgresPoolClient {
+  private expired: Error | undefined;
+
+  constructor(private readonly client: pg.PoolClient) {}
+
+  query<R>(sql: string, parameters: readonly unknown[]): Promise<PostgresQueryResult<R>>;
+  query<R>(cursor: PostgresCursor<R>): PostgresCursor<R>;
+  query<R>(
+    sqlOrCursor: string | PostgresCursor<R>,
+    parameters?: readonly unknown[],
+  ): Promise<PostgresQueryResult<R>> | PostgresCursor<R> {
+    if (typeof sqlOrCursor !== 'string') {
+      // Streaming (Kysely's `stream()` with a cursor) is not used by this project; passed through as is.
+      return (this.client as unknown as { query(c: PostgresCursor<R>): PostgresCursor<R> }).query(
+        sqlOrCursor,
+      );
+    }
+    if (this.expired !== undefined) return Promise.reject(this.expired);
+    const result = this.client.query(sqlOrCursor, parameters as unknown[]) as unknown as Promise<
+      PostgresQueryResult<R>
+    >;
+    return result.catch((err: unknown) => {
+      if (isQueryDeadline(err)) this.expired = err as Error;
+      throw err;
+    });
+  }
+
+  release(): void {
+    this.client.release(this.expired);
+  }
 }
 
 const POOL_METRIC = 'db_pool_connections';

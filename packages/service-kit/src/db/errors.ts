@@ -1,4 +1,5 @@
 import { DomainError, RETRY_AFTER_S } from '../errors.js';
+import { QUERY_DEADLINE_MESSAGE } from './create-db.js';
 
 /** Node socket errors that mean the server cannot be reached or the connection broke. */
 const socketErrorCodes = new Set([
@@ -29,6 +30,18 @@ const connectionMessages = [
   'Client has encountered a connection error and is not queryable',
   'Client was closed and is not queryable',
   'Cannot use a pool after calling end on the pool',
+  // createDb's client-side statement deadline: the server stopped answering on this connection.
+  QUERY_DEADLINE_MESSAGE,
+];
+
+/**
+ * Client-side deadlines that passed: a statement's (createDb `queryTimeoutMs`), waiting for a free
+ * connection, or opening one (pg-pool and node-postgres at `connectionTimeoutMillis`).
+ */
+const deadlineMessages = [
+  QUERY_DEADLINE_MESSAGE,
+  'timeout exceeded when trying to connect',
+  'Connection terminated due to connection timeout',
 ];
 
 interface ErrorLike {
@@ -97,6 +110,7 @@ function unavailable(detail: string, cause: unknown): DomainError {
  *
  * | condition | result |
  * |---|---|
+ * | client-side deadline passed (statement, or waiting for a connection) | backend_unavailable 503, Retry-After 5 |
  * | connection refused/lost, 08xxx, 57P01-03/05, 53300 | backend_unavailable 503, Retry-After 5 |
  * | 57014 query_canceled (statement_timeout), class 53 resources, 25006 read-only (failover) | backend_unavailable 503 |
  * | 23505 unique, 23P01 exclusion | conflict 409 |
@@ -105,6 +119,8 @@ function unavailable(detail: string, cause: unknown): DomainError {
  */
 export function mapDbError(err: unknown): DomainError {
   if (err instanceof DomainError) return err;
+  if (unwrap(err).some((e) => typeof e.message === 'string' && deadlineMessages.includes(e.message)))
+    return unavailable('The database did not answer in time; retry later.', err);
   if (isConnectionError(err)) return unavailable('The database is unreachable; retry later.', err);
   const state = sqlState(err);
   if (state === undefined) throw err;
