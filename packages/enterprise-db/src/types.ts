@@ -109,6 +109,17 @@ export interface DecisionIdempotencyKeysTable {
   created_at: GeneratedTimestamp;
 }
 
+export interface UploadIntentIdempotencyKeysTable {
+  caller_sub: string;
+  idempotency_key: string;
+  site_id: string;
+  company_id: DerivedCompanyId;
+  media_id: string;
+  request_fingerprint: string;
+  signed_at: ColumnType<Date, Date | string, never>;
+  created_at: GeneratedTimestamp;
+}
+
 export interface MediaItemsTable {
   id: Generated<string>;
   site_id: Immutable<string>;
@@ -142,6 +153,7 @@ export interface EnterpriseDatabase {
   'enterprise.work_items': WorkItemsTable;
   'enterprise.work_item_decisions': WorkItemDecisionsTable;
   'enterprise.decision_idempotency_keys': DecisionIdempotencyKeysTable;
+  'enterprise.upload_intent_idempotency_keys': UploadIntentIdempotencyKeysTable;
   'enterprise.media_items': MediaItemsTable;
 }
 

@@ -235,6 +235,12 @@ describe('documented responses', () => {
     const created = await check(h.app, 'post', intents, (r) => r.set(bearer(alice)).send(goodIntent));
     const mediaId = created.body.media_id as string;
     await check(h.app, 'post', intents, (r) => r.set(bearer(alice)).send({}));
+    // Idempotency-Key: the first use, its replay, and the key reused for another body (409).
+    for (const body of [goodIntent, goodIntent, { ...goodIntent, size_bytes: 11 }]) {
+      await check(h.app, 'post', intents, (r) =>
+        r.set(bearer(alice)).set('Idempotency-Key', 'openapi-intent').send(body),
+      );
+    }
     await check(h.app, 'post', intents, (r) => r.send(goodIntent));
     await check(h.app, 'post', intents, (r) => r.set(bearer(roleless)).send(goodIntent));
     await check(h.app, 'post', intents, (r) => r.set(bearer(dave)).send(goodIntent));

@@ -5,6 +5,7 @@ import { schemaMigration } from './0001-schema.js';
 import { securityMigration } from './0002-security.js';
 import { cheaperAccessFunctionsMigration } from './0003-cheaper-access-functions.js';
 import { companyHintMigration } from './0004-company-hint.js';
+import { uploadIntentKeysMigration } from './0005-upload-intent-keys.js';
 
 /**
  * The enterprise schema, roles, RLS and read surface; its own migration table. The logins' passwords
@@ -20,6 +21,7 @@ export function enterpriseMigrationsWith(passwords: RolePasswords): MigrationSet
       '0002_security': securityMigration(passwords),
       '0003_cheaper_access_functions': cheaperAccessFunctionsMigration,
       '0004_company_hint': companyHintMigration,
+      '0005_upload_intent_keys': uploadIntentKeysMigration,
     },
   };
 }

@@ -113,3 +113,93 @@ export async function findMediaAtSite(
     sizeBytes: Number(row.actual_size_bytes ?? row.declared_size_bytes),
   };
 }
+
+/** A recorded first use of an upload-intent Idempotency-Key, with what its answer is rebuilt from. */
+export interface IntentKeyRecord {
+  fingerprint: string;
+  createdAt: Date;
+  signedAt: Date;
+  mediaId: string;
+  objectKey: string;
+  contentType: string;
+  declaredSizeBytes: number;
+  checksumSha256: string | null;
+  uploadExpiresAt: Date | null;
+}
+
+/** The caller's use of `key` (RLS scopes keys to the caller's `sub` and sites) and its media item. */
+export async function findIntentKey(
+  db: Executor,
+  callerSub: string,
+  key: string,
+): Promise<IntentKeyRecord | undefined> {
+  const row = await db
+    .selectFrom('enterprise.upload_intent_idempotency_keys as k')
+    .innerJoin('enterprise.media_items as m', 'm.id', 'k.media_id')
+    .select([
+      'k.request_fingerprint',
+      'k.created_at',
+      'k.signed_at',
+      'k.media_id',
+      'm.object_key',
+      'm.declared_content_type',
+      'm.declared_size_bytes',
+      'm.declared_checksum_sha256',
+      'm.upload_expires_at',
+    ])
+    .where('k.caller_sub', '=', callerSub)
+    .where('k.idempotency_key', '=', key)
+    .executeTakeFirst();
+  if (row === undefined) return undefined;
+  return {
+    fingerprint: row.request_fingerprint,
+    createdAt: row.created_at,
+    signedAt: row.signed_at,
+    mediaId: row.media_id,
+    objectKey: row.object_key,
+    contentType: row.declared_content_type,
+    declaredSizeBytes: Number(row.declared_size_bytes),
+    checksumSha256: row.declared_checksum_sha256,
+    uploadExpiresAt: row.upload_expires_at,
+  };
+}
+
+export async function deleteIntentKey(db: Executor, callerSub: string, key: string): Promise<void> {
+  await db
+    .deleteFrom('enterprise.upload_intent_idempotency_keys')
+    .where('caller_sub', '=', callerSub)
+    .where('idempotency_key', '=', key)
+    .execute();
+}
+
+/**
+ * Records the first use of `key`. False when the key is already taken: a concurrent first use committed
+ * while this one waited on the primary key, and this transaction must not keep its own media item.
+ */
+export async function insertIntentKey(
+  db: Executor,
+  entry: {
+    callerSub: string;
+    key: string;
+    siteId: string;
+    mediaId: string;
+    fingerprint: string;
+    signedAt: Date;
+  },
+): Promise<boolean> {
+  const inserted = await db
+    .insertInto('enterprise.upload_intent_idempotency_keys')
+    .values({
+      caller_sub: entry.callerSub,
+      idempotency_key: entry.key,
+      site_id: entry.siteId,
+      media_id: entry.mediaId,
+      request_fingerprint: entry.fingerprint,
+      signed_at: entry.signedAt,
+      created_at: entry.signedAt,
+    })
+    .onConflict((oc) => oc.columns(['caller_sub', 'idempotency_key']).doNothing())
+    .returning('media_id')
+    .executeTakeFirst();
+  return inserted !== undefined;
+}

@@ -1,26 +1,132 @@
 // POST /sites/{site_id}/media/upload-intents (DESIGN 4.4).
+import { createHash } from 'node:crypto';
 import { mediaKindOf } from '@platform/contracts';
 import type { UploadIntentRequest, UploadIntentResponse } from '@platform/contracts';
 import { DomainError } from '@platform/service-kit';
 import { inUserTransaction } from '../db/database.js';
-import { insertPendingMedia, missingLinkTargets } from '../db/media.js';
+import {
+  deleteIntentKey,
+  findIntentKey,
+  insertIntentKey,
+  insertPendingMedia,
+  missingLinkTargets,
+} from '../db/media.js';
+import type { IntentKeyRecord } from '../db/media.js';
+import type { Executor } from '../db/database.js';
+import type { PresignedUpload } from '../storage/s3.js';
 import { siteIsVisible } from '../db/sites.js';
 import type { UserScope, WorkflowContext } from './context.js';
 import { checkIntent, newObjectKey } from './media.js';
 
 const siteNotFound = () => new DomainError('not_found', 'No such site.');
+const keyReused = () =>
+  new DomainError('conflict', 'This Idempotency-Key was already used for a different request.');
 
+export interface UploadIntentResult {
+  intent: UploadIntentResponse;
+  /** True when the answer is the first one, replayed for a repeated Idempotency-Key. */
+  replayed: boolean;
+}
+
+/** Identifies "the same request" for an Idempotency-Key: the site and the body, independent of key order. */
+function fingerprintOf(siteId: string, body: UploadIntentRequest): string {
+  const fields = Object.entries(body).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
+  return createHash('sha256')
+    .update(JSON.stringify(['POST upload-intent', siteId, fields]))
+    .digest('hex');
+}
+
+/** A first use this transaction lost to a concurrent one with the same key (see insertIntentKey). */
+class KeyTakenMeanwhile extends Error {}
+
+/**
+ * Creates a pending media item and its upload URL. With an Idempotency-Key the first use records the key
+ * with the item in one transaction; a later use with the same key and body gets the first answer again
+ * (the URL signed again at the first instant, so identical), with another body 409. Of racing first uses one
+ * commits its item and key; the others roll theirs back and replay it.
+ */
 export async function createUploadIntent(
   ctx: WorkflowContext,
   scope: UserScope,
   siteId: string,
   body: UploadIntentRequest,
-): Promise<UploadIntentResponse> {
+  idempotencyKey?: string,
+): Promise<UploadIntentResult> {
   const problems = checkIntent(body, ctx.media);
   if (problems.length > 0) {
     throw new DomainError('invalid_body', 'The upload is not allowed.', { errors: problems });
   }
+  if (idempotencyKey === undefined)
+    return { intent: await createIntent(ctx, scope, siteId, body), replayed: false };
+
+  const key = { value: idempotencyKey, fingerprint: fingerprintOf(siteId, body) };
+  const replay = await inUserTransaction(ctx.db, scope.user, (trx) => storedAnswer(ctx, trx, scope, key));
+  if (replay !== undefined) return { intent: replay, replayed: true };
+  try {
+    return { intent: await createIntent(ctx, scope, siteId, body, key), replayed: false };
+  } catch (err) {
+    if (!(err instanceof KeyTakenMeanwhile)) throw err;
+  }
+  const first = await inUserTransaction(ctx.db, scope.user, (trx) => storedAnswer(ctx, trx, scope, key));
+  // The winner committed before this request's insert gave way, so its key is visible now.
+  if (first === undefined) throw new Error('an Idempotency-Key taken meanwhile has no stored use');
+  return { intent: first, replayed: true };
+}
+
+/** The first answer for the caller's key, or undefined when the key is unused (or its replay window passed). */
+async function storedAnswer(
+  ctx: WorkflowContext,
+  trx: Executor,
+  scope: UserScope,
+  key: { value: string; fingerprint: string },
+): Promise<UploadIntentResponse | undefined> {
+  const stored = await findIntentKey(trx, scope.user.sub, key.value);
+  if (stored === undefined) return undefined;
+  if (ctx.now().getTime() - stored.createdAt.getTime() > ctx.idempotencyTtlS * 1000) {
+    await deleteIntentKey(trx, scope.user.sub, key.value);
+    return undefined;
+  }
+  if (stored.fingerprint !== key.fingerprint) throw keyReused();
+  return replayedAnswer(ctx, stored);
+}
+
+async function replayedAnswer(ctx: WorkflowContext, stored: IntentKeyRecord): Promise<UploadIntentResponse> {
+  const expiresAt =
+    stored.uploadExpiresAt ?? new Date(stored.signedAt.getTime() + ctx.media.uploadUrlTtlS * 1000);
+  const upload = await ctx.storage.presignUpload({
+    key: stored.objectKey,
+    contentType: stored.contentType,
+    sizeBytes: stored.declaredSizeBytes,
+    checksumSha256: stored.checksumSha256 ?? undefined,
+    expiresInS: Math.round((expiresAt.getTime() - stored.signedAt.getTime()) / 1000),
+    now: stored.signedAt,
+  });
+  return toResponse(stored.mediaId, upload);
+}
+
+function toResponse(mediaId: string, upload: PresignedUpload): UploadIntentResponse {
+  return {
+    media_id: mediaId,
+    status: 'pending_upload',
+    upload: {
+      method: upload.method,
+      url: upload.url,
+      headers: upload.headers,
+      expires_at: upload.expiresAt.toISOString(),
+    },
+  };
+}
+
+async function createIntent(
+  ctx: WorkflowContext,
+  scope: UserScope,
+  siteId: string,
+  body: UploadIntentRequest,
+  key?: { value: string; fingerprint: string },
+): Promise<UploadIntentResponse> {
   const objectKey = newObjectKey(siteId, body.content_type);
+  // Whole seconds: the instant is stored (microseconds) and signed again (seconds) for a replay.
+  const now = new Date(Math.floor(ctx.now().getTime() / 1000) * 1000);
 
   // Signed before anything is written (signing is local computation), so a database failure leaves
   // neither a row without a URL nor a URL-less intent; a URL whose row never committed only leads to
@@ -31,7 +137,7 @@ export async function createUploadIntent(
     sizeBytes: body.size_bytes,
     checksumSha256: body.checksum_sha256,
     expiresInS: ctx.media.uploadUrlTtlS,
-    now: ctx.now(),
+    now,
   });
 
   const mediaId = await inUserTransaction(ctx.db, scope.user, async (trx) => {
@@ -62,6 +168,18 @@ export async function createUploadIntent(
     });
     // RLS decides visibility: a site outside the caller's access looks exactly like no site.
     if (id === undefined) throw siteNotFound();
+    if (key !== undefined) {
+      const recorded = await insertIntentKey(trx, {
+        callerSub: scope.user.sub,
+        key: key.value,
+        siteId,
+        mediaId: id,
+        fingerprint: key.fingerprint,
+        signedAt: now,
+      });
+      // Thrown to roll this transaction (and its media item) back.
+      if (!recorded) throw new KeyTakenMeanwhile();
+    }
     return id;
   });
 
@@ -71,14 +189,5 @@ export async function createUploadIntent(
     site_id: siteId,
     size_bytes: body.size_bytes,
   });
-  return {
-    media_id: mediaId,
-    status: 'pending_upload',
-    upload: {
-      method: upload.method,
-      url: upload.url,
-      headers: upload.headers,
-      expires_at: upload.expiresAt.toISOString(),
-    },
-  };
+  return toResponse(mediaId, upload);
 }

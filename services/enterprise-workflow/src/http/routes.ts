@@ -108,13 +108,15 @@ export function workflowRoutes(deps: RouteDeps): RouteDefinition[] {
         const user = await authenticateUser(req, verifier);
         const siteId = pathId(req, 'site_id');
         const body = requireValid(validateUploadIntentRequest(req.body));
-        const created = await createUploadIntent(
+        const { intent, replayed } = await createUploadIntent(
           ctx,
           { user, requestId: req.id, log: req.log },
           siteId,
           body,
+          idempotencyKey(req),
         );
-        res.status(201).location(`/sites/${siteId}/media/${created.media_id}/download`).json(created);
+        if (replayed) res.setHeader('Idempotent-Replayed', 'true');
+        res.status(201).location(`/sites/${siteId}/media/${intent.media_id}/download`).json(intent);
       }),
     },
     {
