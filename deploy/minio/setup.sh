@@ -7,7 +7,8 @@ set -eu
 mc alias set platform http://minio:9000 "$MINIO_ROOT_USER" "$MINIO_ROOT_PASSWORD"
 mc mb --ignore-existing "platform/$S3_BUCKET"
 # s3:ObjectCreated:* (put, post, copy, complete multipart) to the target whose ARN the server prints.
-mc event add "platform/$S3_BUCKET" arn:minio:sqs::WORKFLOW:webhook --event put --ignore-existing
+# Uploads only (prefix sites/): the copies the workflow makes of accepted uploads (accepted/...) need no event.
+mc event add "platform/$S3_BUCKET" arn:minio:sqs::WORKFLOW:webhook --event put --prefix sites/ --ignore-existing
 sed "s/platform-media/$S3_BUCKET/g" /setup/media-rw-policy.json > /tmp/media-rw-policy.json
 mc admin policy create platform media-rw /tmp/media-rw-policy.json
 mc admin user add platform "$S3_ACCESS_KEY_ID" "$S3_SECRET_ACCESS_KEY"

@@ -75,6 +75,8 @@ async function main(): Promise<void> {
       port: ports.s3,
       directory: `${dataDir}/s3`,
       bucket: env.S3_BUCKET ?? 'media',
+      // As deploy/minio/setup.sh configures MinIO: uploads only, not the workflow's accepted copies.
+      eventPrefix: 'sites/',
       onObjectCreated: (record: S3EventRecord) => forwardToWebhook(webhookUrl, webhookToken, record, log),
       onError: (err) => log(`s3 event bridge: ${err instanceof Error ? err.message : String(err)}`),
     });

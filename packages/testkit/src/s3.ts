@@ -46,6 +46,8 @@ export interface StartS3Options {
    * is passed to `onError`, never thrown into s3rver.
    */
   onObjectCreated?: (record: S3EventRecord) => void | Promise<void>;
+  /** Report only keys that start with this, as a MinIO event rule with `--prefix` does. Default: every key. */
+  eventPrefix?: string;
   /** Default: `console.error`. */
   onError?: (err: unknown) => void;
 }
@@ -119,6 +121,7 @@ export async function startS3(options: StartS3Options = {}): Promise<S3Server> {
   server.on('event', (event) => {
     for (const raw of event.Records) {
       if (!raw.eventName.startsWith('ObjectCreated:')) continue;
+      if (options.eventPrefix !== undefined && !raw.s3.object.key.startsWith(options.eventPrefix)) continue;
       delivery = delivery.then(async () => {
         const rawKey = raw.s3.object.key;
         const metadata = await server.store.getMetadata(raw.s3.bucket.name, rawKey).catch(() => undefined);

@@ -390,13 +390,44 @@ describe('object-created webhook and download', () => {
       etag: '827ccb0eea8a706c4c34a16891f84e7b',
     });
 
-    // Redelivery changes nothing.
+    // Redelivery changes nothing: the accepted bytes were copied and the upload key emptied, so the event
+    // names an object that is gone.
     const again = await webhook(s3Event(key, 5));
-    expect(again.body.results).toEqual([{ key, outcome: 'duplicate' }]);
+    expect(again.body.results).toEqual([{ key, outcome: 'ignored' }]);
+    expect(await h.storage.head(key)).toBeUndefined();
     // Other users of the company with access see it; a user of the other company does not.
     expect((await download(alice, hq, mediaId)).status).toBe(200);
     expectProblem(await download(carol, hq, mediaId), 404, 'not_found');
     expectProblem(await download(alice, warehouse, mediaId), 404, 'not_found');
+  });
+
+  it('serves the accepted bytes even after the upload URL was used again within its lifetime', async () => {
+    const res = await intent(bob, hq, { filename: 'meter.png', content_type: 'image/png', size_bytes: 5 });
+    expect(res.status).toBe(201);
+    const mediaId = res.body.media_id as string;
+    const key = await objectKeyOf(mediaId);
+    const upload = res.body.upload as { url: string; headers: Record<string, string> };
+    const putThroughUrl = (bytes: string) =>
+      fetch(upload.url, { method: 'PUT', headers: upload.headers, body: bytes });
+
+    expect((await putThroughUrl('AAAAA')).status).toBe(200);
+    expect((await webhook(s3Event(key, 5))).body.results).toEqual([{ key, outcome: 'available' }]);
+    // The URL still signs the same size and type, so a second PUT of other bytes succeeds at the store.
+    expect((await putThroughUrl('BBBBB')).status).toBe(200);
+    expect((await webhook(s3Event(key, 5))).body.results).toEqual([{ key, outcome: 'duplicate' }]);
+
+    const served = await download(bob, hq, mediaId);
+    expect(served.status).toBe(200);
+    const fetched = await fetch(String(served.body.url));
+    expect(await fetched.text()).toBe('AAAAA');
+    const row = await h.admin
+      .selectFrom('enterprise.media_items')
+      .select(['etag', 'actual_size_bytes'])
+      .where('id', '=', mediaId)
+      .executeTakeFirstOrThrow();
+    expect(row.etag).toBe(createHash('md5').update('AAAAA').digest('hex'));
+    // Nothing stays under the upload key: the second PUT's object was removed too.
+    expect(await h.storage.head(key)).toBeUndefined();
   });
 
   it('accepts the MinIO body with its content type (old token still valid)', async () => {

@@ -79,6 +79,8 @@ export interface MediaForDownload {
   filename: string;
   contentType: string;
   sizeBytes: number;
+  /** The ETag the store gave the accepted upload (null while pending, and for rejected items). */
+  etag: string | null;
 }
 
 /** The media item `mediaId` at `siteId`, if the caller may see it. */
@@ -98,6 +100,7 @@ export async function findMediaAtSite(
       'actual_content_type',
       'declared_size_bytes',
       'actual_size_bytes',
+      'etag',
     ])
     .where('id', '=', mediaId)
     .where('site_id', '=', siteId)
@@ -111,6 +114,7 @@ export async function findMediaAtSite(
     contentType: row.actual_content_type ?? row.declared_content_type,
     // bigint arrives as a string (node-postgres keeps it exact); media sizes fit a double exactly.
     sizeBytes: Number(row.actual_size_bytes ?? row.declared_size_bytes),
+    etag: row.etag,
   };
 }
 

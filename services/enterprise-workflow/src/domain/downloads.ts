@@ -4,7 +4,7 @@ import { DomainError } from '@platform/service-kit';
 import { inUserTransaction } from '../db/database.js';
 import { findMediaAtSite } from '../db/media.js';
 import type { UserScope, WorkflowContext } from './context.js';
-import { contentDisposition } from './media.js';
+import { acceptedObjectKey, contentDisposition } from './media.js';
 
 export async function getDownload(
   ctx: WorkflowContext,
@@ -20,7 +20,9 @@ export async function getDownload(
     throw new DomainError('media_pending', 'The file has not been uploaded yet.');
   }
   const signed = await ctx.storage.presignDownload({
-    key: media.objectKey,
+    // The accepted copy, which no upload URL can overwrite (see acceptedObjectKey). An item without an ETag
+    // (the demo seed's) is served from its upload key.
+    key: media.etag === null ? media.objectKey : acceptedObjectKey(media.objectKey, media.etag),
     contentDisposition: contentDisposition(media.filename),
     contentType: media.contentType,
     expiresInS: ctx.media.downloadUrlTtlS,

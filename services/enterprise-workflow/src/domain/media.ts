@@ -1,7 +1,7 @@
 // Media rules that do not depend on HTTP, SQL or S3: which files may be uploaded, how objects are
 // named, and how a download is labelled. Whether an arrived object matches its intent is decided in SQL
 // (enterprise_api.record_object_created), the one place the webhook's writes go through.
-import { randomUUID } from 'node:crypto';
+import { createHash, randomUUID } from 'node:crypto';
 import { mediaKindOf } from '@platform/contracts';
 import type { MediaContentType } from '@platform/contracts';
 
@@ -65,6 +65,23 @@ const OBJECT_KEY = new RegExp(`^sites/${UUID}/media/${UUID}(?:\\.[a-z0-9]{1,5})?
 /** Whether `key` has the shape of a media object key this service generates (see newObjectKey). */
 export function isMediaObjectKey(key: string): boolean {
   return OBJECT_KEY.test(key);
+}
+
+/** Where accepted copies live: a prefix no upload URL ever names (upload keys start with `sites/`). */
+export const ACCEPTED_PREFIX = 'accepted/';
+
+/**
+ * The key downloads read for an upload accepted with ETag `etag`. An upload URL stays usable for its whole
+ * lifetime, so after acceptance it could still replace the object under the upload key; the accepted bytes
+ * are therefore copied to this key, which no URL can write. The ETag is part of the key, so bytes of another
+ * PUT can never land on the key an accepted item names. Hex ETags (MD5, or MD5-parts) are used as they are,
+ * anything else by its SHA-256.
+ */
+export function acceptedObjectKey(objectKey: string, etag: string): string {
+  const part = /^[0-9a-f]{32}(?:-[0-9]{1,5})?$/.test(etag)
+    ? etag
+    : createHash('sha256').update(etag).digest('hex');
+  return `${ACCEPTED_PREFIX}${objectKey}/${part}`;
 }
 
 /**

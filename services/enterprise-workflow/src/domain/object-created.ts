@@ -4,7 +4,7 @@ import { recordObjectCreated } from '@platform/enterprise-db';
 import { DomainError, mapDbError } from '@platform/service-kit';
 import { StorageRefusedError, StorageUnavailableError } from '../storage/s3.js';
 import type { ServiceScope, WorkflowContext } from './context.js';
-import { isMediaObjectKey, normaliseEtag } from './media.js';
+import { ACCEPTED_PREFIX, acceptedObjectKey, isMediaObjectKey, normaliseEtag } from './media.js';
 import { readRecord } from './object-events.js';
 import type { ObjectCreated } from './object-events.js';
 
@@ -24,10 +24,23 @@ const RETRY_AFTER_S = '5';
  * not there. Undefined when the object is gone.
  */
 async function observe(ctx: WorkflowContext, scope: ServiceScope, event: ObjectCreated) {
+  const head = await askStore(scope, event.key, 'HEAD', () => ctx.storage.head(event.key));
+  if (head === undefined) return undefined;
+  return { sizeBytes: head.sizeBytes, contentType: head.contentType, etag: normaliseEtag(head.etag) };
+}
+
+/**
+ * A call to the store on behalf of an event; failures become 503 with Retry-After, so the store redelivers
+ * the event from its queue.
+ */
+async function askStore<T>(
+  scope: ServiceScope,
+  key: string,
+  what: string,
+  call: () => Promise<T>,
+): Promise<T> {
   try {
-    const head = await ctx.storage.head(event.key);
-    if (head === undefined) return undefined;
-    return { sizeBytes: head.sizeBytes, contentType: head.contentType, etag: head.etag };
+    return await call();
   } catch (err) {
     if (err instanceof StorageUnavailableError) {
       throw new DomainError('backend_unavailable', 'The object store is unreachable; retry later.', {
@@ -40,8 +53,8 @@ async function observe(ctx: WorkflowContext, scope: ServiceScope, event: ObjectC
       // lack s3:GetObject). The event is sound; we could not judge it. Acknowledging would lose it
       // for good, so answer as for an outage and let the store redeliver from its queue once an
       // operator has fixed the access this line reports.
-      scope.log.error('object store refused HEAD for an object event', {
-        object_key: event.key,
+      scope.log.error(`object store refused ${what} for an object event`, {
+        object_key: key,
         store_status: err.status,
         error: err.message,
       });
@@ -89,6 +102,12 @@ export async function handleObjectCreated(
     // media keys, or one already deleted, is a 403 on AWS without s3:ListBucket, which reads as a refusal
     // of our access (503). The event is well-formed, and a 4xx or 5xx would make MinIO redeliver it from
     // its queue_dir forever.
+    if (event.key.startsWith(ACCEPTED_PREFIX)) {
+      // This service's own copy of an accepted upload (MinIO is configured for `sites/` only; s3rver and
+      // stores without a prefix filter report it anyway).
+      settle(event.key, 'ignored');
+      continue;
+    }
     if (!isMediaObjectKey(event.key)) {
       scope.log.warn('object event for an unknown key acknowledged', {
         object_key: event.key,
@@ -105,12 +124,33 @@ export async function handleObjectCreated(
       settle(event.key, 'ignored');
       continue;
     }
+    if (observed.etag === undefined) {
+      // S3 and MinIO always send one; without it the exact bytes cannot be pinned, so nothing is accepted.
+      scope.log.error('object store gave no ETag for an uploaded object', { object_key: event.key });
+      throw new DomainError('backend_unavailable', 'The object store gave no ETag; retry later.', {
+        headers: { 'Retry-After': RETRY_AFTER_S },
+      });
+    }
+    // Secured before it is recorded: once the item says available, the bytes it names are already where no
+    // upload URL can reach. Only the version just inspected is copied (if-match its ETag).
+    const secured = acceptedObjectKey(event.key, observed.etag);
+    const copyEtag = await askStore(scope, event.key, 'COPY', () =>
+      ctx.storage.copy({ source: event.key, destination: secured, etag: observed.etag as string }),
+    );
+    if (normaliseEtag(copyEtag) !== observed.etag) {
+      // Replaced or deleted since the HEAD (another PUT to the same URL): that PUT's own event decides.
+      // A store that ignores if-match (s3rver) copied other bytes: they must not stay under this key.
+      if (copyEtag !== undefined) await housekeeping(ctx, scope, secured, 'a copy of a replaced upload');
+      scope.log.warn('object changed while it was being accepted', { object_key: event.key });
+      settle(event.key, 'ignored');
+      continue;
+    }
     let recorded;
     try {
       recorded = await recordObjectCreated(ctx.db, {
         objectKey: event.key,
         sizeBytes: observed.sizeBytes,
-        etag: normaliseEtag(observed.etag) ?? null,
+        etag: observed.etag,
         contentType: observed.contentType ?? null,
       });
     } catch (err) {
@@ -127,17 +167,28 @@ export async function handleObjectCreated(
     const meta = { object_key: event.key, media_id: recorded.mediaId, site_id: recorded.siteId, outcome };
     if (outcome === 'unknown_key') scope.log.warn('object event for an unknown key acknowledged', meta);
     else scope.log.info('object event recorded', meta);
-    if (outcome === 'rejected') await discardRejected(ctx, scope, event.key);
+    // Nothing is ever served from the upload key once the item is decided: the object there is either copied
+    // (available), refused (rejected), or a later PUT to a still-valid URL (duplicate).
+    if (outcome !== 'unknown_key')
+      await housekeeping(ctx, scope, event.key, `the upload of a ${outcome} item`);
+    // A duplicate's copy stays: when its ETag is the recorded one it is the served copy itself (same bytes).
+    if (outcome === 'rejected' || outcome === 'unknown_key')
+      await housekeeping(ctx, scope, secured, `the copy of a ${outcome} upload`);
     settle(event.key, outcome);
   }
   return { received: body.Records.length, results };
 }
 
-/** A rejected upload is never served; removing it is housekeeping, so a failure is only logged. */
-async function discardRejected(ctx: WorkflowContext, scope: ServiceScope, key: string): Promise<void> {
+/** Removing an object nothing serves is housekeeping: a failure is only logged. */
+async function housekeeping(
+  ctx: WorkflowContext,
+  scope: ServiceScope,
+  key: string,
+  what: string,
+): Promise<void> {
   try {
     await ctx.storage.delete(key);
   } catch (err) {
-    scope.log.warn('could not delete a rejected upload', { object_key: key, error: String(err) });
+    scope.log.warn(`could not delete ${what}`, { object_key: key, error: String(err) });
   }
 }

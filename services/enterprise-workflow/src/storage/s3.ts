@@ -1,6 +1,7 @@
 // The object store seen by the workflow: presigned PUT/GET URLs, HEAD for events that do not carry
 // a content type, and DELETE for rejected uploads.
 import {
+  CopyObjectCommand,
   DeleteObjectCommand,
   GetObjectCommand,
   HeadObjectCommand,
@@ -69,6 +70,12 @@ export interface MediaStorage {
   }): Promise<PresignedDownload>;
   /** undefined when the object does not exist. */
   head(key: string): Promise<StoredObject | undefined>;
+  /**
+   * Server-side copy of `source` to `destination`, only if `source` still has the ETag `etag` (S3's
+   * `x-amz-copy-source-if-match`). Returns the copy's ETag, or undefined when the source is gone or no
+   * longer that version (404, 412).
+   */
+  copy(input: { source: string; destination: string; etag: string }): Promise<string | undefined>;
   delete(key: string): Promise<void>;
   destroy(): void;
 }
@@ -319,6 +326,25 @@ export function createS3Storage(settings: S3Settings): MediaStorage {
       } catch (err) {
         if (isNotFound(err)) return undefined;
         throw asStorageError(err, 'HEAD object');
+      }
+    },
+
+    async copy({ source, destination, etag }) {
+      try {
+        const out = await client.send(
+          new CopyObjectCommand({
+            Bucket: settings.bucket,
+            Key: destination,
+            // The SDK wants bucket/key, each key segment URI-encoded.
+            CopySource: `${settings.bucket}/${source.split('/').map(encodeKeySegment).join('/')}`,
+            CopySourceIfMatch: `"${etag}"`,
+          }),
+        );
+        return out.CopyObjectResult?.ETag;
+      } catch (err) {
+        if (isNotFound(err)) return undefined;
+        if (err instanceof S3ServiceException && err.$metadata.httpStatusCode === 412) return undefined;
+        throw asStorageError(err, 'COPY object');
       }
     },
 

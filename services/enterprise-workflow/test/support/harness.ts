@@ -78,6 +78,8 @@ export async function startHarness(options: HarnessOptions = {}): Promise<Harnes
     startS3(
       options.forwardEvents === true
         ? {
+            // As deploy/minio/setup.sh configures MinIO: uploads only, not the workflow's accepted copies.
+            eventPrefix: 'sites/',
             onObjectCreated: async (record) => {
               if (eventTarget === undefined) return;
               const res = await fetch(eventTarget, {
