@@ -8,7 +8,7 @@ const manifest = (dir) => JSON.parse(readFileSync(new URL(`${dir}/package.json`,
 const root = manifest('.');
 
 /**
- * Runtime code must not import what production images do not install (issue 16: the ops image crashed on
+ * Runtime code must not import what production images do not install (the ops image once crashed on
  * an import of @platform/testkit). Images install `npm ci --omit=dev -w <workspace>`: the workspace's
  * `dependencies` and theirs, never a `devDependency` of the root or of any workspace, nor the dev-only
  * testkit. So in each shipped workspace's `src/`, every devDependency of the repository that the

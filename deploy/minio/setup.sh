@@ -1,7 +1,7 @@
 #!/bin/sh
 # One-shot MinIO setup (minio/mc image), idempotent: the media bucket, its object-created event to the
 # workflow's webhook target (declared on the server by MINIO_NOTIFY_WEBHOOK_*_WORKFLOW, with a queue_dir
-# so undelivered events are retried, DESIGN 4.4), and the workflow's own access key limited to the bucket.
+# so undelivered events are retried, design §4.4), and the workflow's own access key limited to the bucket.
 set -eu
 : "${MINIO_ROOT_USER:?}" "${MINIO_ROOT_PASSWORD:?}" "${S3_BUCKET:?}" "${S3_ACCESS_KEY_ID:?}" "${S3_SECRET_ACCESS_KEY:?}"
 mc alias set platform http://minio:9000 "$MINIO_ROOT_USER" "$MINIO_ROOT_PASSWORD"

@@ -1,4 +1,4 @@
-// Keeps PostgREST's JWT key set equal to the identity provider's (DESIGN 4.2): PostgREST cannot fetch
+// Keeps PostgREST's JWT key set equal to the identity provider's (design §4.2): PostgREST cannot fetch
 // a JWKS URL itself (PostgREST issue #4137), so this fetches Keycloak's JWKS and installs it with
 // `installPostgrestAuth` (enterprise.postgrest_settings + NOTIFY pgrst, 'reload config'). Keycloak keeps
 // a rotated-out key published while tokens it signed are alive, so syncing every few minutes is enough.

@@ -1,6 +1,6 @@
 // Migrations and seed of the whole platform, in one place for the operations image (`migrate-main.js`,
 // `seed-main.js`), `npm run migrate`, `npm run seed` and `npm start`. Runtime code of the platform-ops
-// image: it imports only this workspace's production dependencies (issue 16), never @platform/testkit.
+// image: it imports only this workspace's production dependencies, never @platform/testkit.
 import { gatewayLoginPassword, gatewayMigrationsWith, seedDevices } from '@platform/device-gateway';
 import type { GatewayDatabase } from '@platform/device-gateway';
 import { enterpriseMigrationsWith, rolePasswordsFromEnv, seedEnterprise } from '@platform/enterprise-db';

@@ -1,4 +1,4 @@
-// Stages a Dockerfile's runtime image on this machine without a Docker engine (issue 16): the files its
+// Stages a Dockerfile's runtime image on this machine without a Docker engine: the files its
 // final stage copies, derived from the Dockerfile itself (never from a second list), with the stage's
 // ENV, WORKDIR, USER, ENTRYPOINT and CMD. How each stage is reproduced:
 // - the build stage (the one that runs `tsc -b`) is this checkout: files it COPYs from the build context

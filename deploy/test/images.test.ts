@@ -1,4 +1,4 @@
-// The three images start (issue 16): each Dockerfile's runtime stage is staged from the Dockerfile itself
+// The three images start: each Dockerfile's runtime stage is staged from the Dockerfile itself
 // (image-staging.ts says how) and its CMD runs with the image's environment against real parts: the
 // operations image migrates a fresh embedded PostgreSQL and exits 0, the gateway answers /api/ready 200,
 // the workflow answers /ready 200 with s3rver and the development issuer. A runtime import of a package

@@ -1,4 +1,4 @@
-// The monitoring files operators load (issue 16 item 4): the rules pass `promtool check rules` and their
+// The monitoring files operators load: the rules pass `promtool check rules` and their
 // unit tests (`promtool test rules`), the base's PrometheusRule equals the rules file, every alert links
 // to an existing runbook section, the dashboards parse, and every metric a rule or a panel names is on
 // the real /metrics of both services, started the way `npm start` runs them.
@@ -30,7 +30,7 @@ import { breakText, readRepoFile, repoRoot } from './helpers.js';
 
 jest.setTimeout(120_000);
 
-/** The alerts docs/operations.md promises (issue 16), by runbook section. */
+/** The alerts docs/operations.md promises, by runbook section. */
 const RUNBOOK_ALERTS: Record<string, string[]> = {
   'service-down': ['ServiceDown', 'ServiceReplicaDown'],
   'readiness-failing': ['ReadinessFailing'],

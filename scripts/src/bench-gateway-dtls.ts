@@ -1,4 +1,4 @@
-// The coaps half of `npm run bench:gateway` (issue 15): the same gateway serving CoAP over DTLS 1.2 PSK, its
+// The coaps half of `npm run bench:gateway` (design §3.5): the same gateway serving CoAP over DTLS 1.2 PSK, its
 // observers being node-dtls-client 2.0.3 sessions (an independent DTLS implementation, client side) that
 // encode and decode CoAP with coap-packet. Fan-out to N DTLS observers on a reload, and notify → device
 // latency over DTLS, printed beside the plain-CoAP figures of the same run.

@@ -1,4 +1,4 @@
-// `npm run bench:gateway -- --replicas N` (issue 8 item 6): N gateway processes (the real dist/main.js) on
+// `npm run bench:gateway -- --replicas N` (design §3.6): N gateway processes (the real dist/main.js) on
 // one embedded PostgreSQL; one CoAP observer on replica A; notify-settings POSTed to replica B at a fixed
 // rate; latency = notification received on the observer's socket − the moment the POST was sent, i.e.
 // HTTP + publish transaction (commit) + NOTIFY delivery + apply + CoAP send. Not a pass/fail test.

@@ -1,7 +1,7 @@
 // Child process of `npm run bench:gateway`: runs ONE server under test (so heap figures are its own) and
 // obeys the parent over IPC. Mode `gateway`: the real gateway (buildApp, CoAP + HTTP, registry in
 // PostgreSQL). Mode `nodecoap`: a plain node-coap 1.5.0 server holding one `res` per observe relation and
-// calling res.write() per notification — the approach NODE-COAP.md measured. Modes `floor-http` and
+// calling res.write() per notification — the approach design §3.7 describes. Modes `floor-http` and
 // `floor-express`: the least an HTTP → UDP notify can cost here, with node:http alone or express with its
 // JSON parser alone (no auth, logging, validation or state): each POST's body goes out as one datagram to
 // BENCH_OBSERVER_PORT and is answered 200.

@@ -1,5 +1,5 @@
 // `npm run bench:gateway`: the device gateway against a plain node-coap 1.5.0 server, in one run, on
-// loopback with real sockets (issue 4 item 8). Prints figures and ratios; it is not a pass/fail test.
+// loopback with real sockets (design §3.4). Prints figures and ratios; it is not a pass/fail test.
 import { fork, type ChildProcess } from 'node:child_process';
 import dgram from 'node:dgram';
 import { cpus, loadavg } from 'node:os';
@@ -518,7 +518,7 @@ async function main(): Promise<void> {
         `  floor, ${label.padEnd(29)} p50 ${f.p50.toFixed(3)} ms   p99 ${f.p99.toFixed(3)} ms   (${f.seen} of 5000)`,
       );
     }
-    // CoAP over DTLS (issue 15), beside the plain figures above.
+    // CoAP over DTLS (design §3.5), beside the plain figures above.
     const dtlsN = Number(process.env.BENCH_DTLS_OBSERVERS ?? 10_000);
     const ids = Array.from({ length: dtlsN }, (_, i) => deviceId(i));
     await issueBenchKeys(owner, ids);
@@ -555,7 +555,7 @@ async function main(): Promise<void> {
   }
 }
 
-// Issue 8: `--replicas N` measures cross-replica notify latency instead (bench-gateway-replicas.ts).
+// Replicas (design §3.6): `--replicas N` measures cross-replica notify latency instead (bench-gateway-replicas.ts).
 if (process.argv.includes('--replicas'))
   await (await import('./bench-gateway-replicas.js')).benchReplicas(process.argv);
 else await main();

@@ -1,4 +1,4 @@
-// `npm run bench:rls`: the portal's typical read (issue 5 item 8) on 1,000,000 work items over 1,000
+// `npm run bench:rls`: the portal's typical read (design §4.2) on 1,000,000 work items over 1,000
 // sites, issued as PostgREST issues it, under PostgREST's per-request protocol, for four caller
 // shapes; compared with the same query as table owner with a hand-written filter and under a naive
 // policy that calls a function per row. Prints p50/p95, ratios and the plans' key lines.
@@ -360,7 +360,7 @@ try {
       console.log(
         `   ${s.name.padEnd(20)} ${String(rls.rows).padStart(6)} | ${ms(r.p50)} ${ms(r.p95)} | ${ms(req.p50)}   | ${ms(e.p50)} ${ms(e.p95)} | ${(r.p50 / e.p50).toFixed(2).padStart(9)}x | ${ms(n.p50)} ${(n.p50 / r.p50).toFixed(0).padStart(6)}x`,
       );
-      // Issue 5: the typical query (the list) within 2 ms for every caller; RLS within 1.1x the filter for both.
+      // Read-surface speed (design §4.2): the typical query (the list) within 2 ms for every caller; RLS within 1.1x the filter for both.
       const ratio = r.p50 / e.p50;
       const timeVerdict = text === LIST_SQL ? ` (target <= 2: ${r.p50 <= 2 ? 'met' : 'MISSED'})` : '';
       verdicts.push(

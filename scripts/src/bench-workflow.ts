@@ -1,4 +1,4 @@
-// `npm run bench:workflow` (issue 6 item 10): the built workflow service (its own process, as in
+// `npm run bench:workflow` (design §4.4): the built workflow service (its own process, as in
 // production) on loopback against a private embedded PostgreSQL, s3rver and the development issuer.
 // Measures upload intents/s and decisions/s at saturation, and p50/p99 latency at a fixed 500 req/s,
 // with autocannon. Targets on a 2-core machine: >= 2,000 intents/s, >= 1,500 decisions/s,

@@ -1,4 +1,4 @@
-// `npm start`: the whole platform on one machine, in the foreground (DESIGN 5). Embedded PostgreSQL
+// `npm start`: the whole platform on one machine, in the foreground (design §5). Embedded PostgreSQL
 // (data in .data/postgres, or PLATFORM_DATA_DIR), migrations and demo seed, s3rver whose ObjectCreated events are forwarded
 // to the workflow's webhook the way MinIO sends them, a development token issuer with Keycloak's paths,
 // both services as separate processes, and PostgREST when a `postgrest` binary is on PATH. Any piece can

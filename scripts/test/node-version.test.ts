@@ -1,4 +1,4 @@
-// Issue 16: lint, build and every test run on Node 24 (LTS), the release the images are built FROM.
+// Lint, build and every test run on Node 24 (LTS), the release the images are built FROM.
 // `npm install` puts Node 24 in node_modules/.bin (the root devDependency `node`, from the npm registry),
 // and npm puts node_modules/.bin first on PATH for `npm test`, `npm start` and every `npm run` script,
 // whatever Node ran npm itself. This test fails when that chain breaks: jest's worker, a child started

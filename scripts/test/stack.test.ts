@@ -1,5 +1,5 @@
 // `npm start` end to end: the stack comes up on free ports with a private data directory, serves both
-// services, takes a photo from a presigned upload to a download (issue 6 item 7: s3rver, the stack's own
+// services, takes a photo from a presigned upload to a download (design §4.4; s3rver, the stack's own
 // webhook bridge, the development issuer), stops cleanly on Ctrl-C (SIGINT) with no process left behind,
 // and a second start reuses the data.
 import { execFile, execFileSync, spawn } from 'node:child_process';

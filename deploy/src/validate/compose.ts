@@ -1,5 +1,5 @@
 // docker-compose.yml against the Compose Specification JSON schema (vendored, deploy/schemas/README.md),
-// plus the facts of the production shape the platform relies on (DESIGN 5, issue 7).
+// plus the facts of the production shape the platform relies on (design §5).
 import { readFileSync } from 'node:fs';
 import { Ajv } from 'ajv';
 import type { ValidateFunction } from 'ajv';
@@ -137,7 +137,7 @@ export function validateCompose(text: string, options: ComposeCheckOptions = {})
   return problems;
 }
 
-/** The production shape's own requirements (issue 7 item 2), on top of the schema. */
+/** The production shape's own requirements (design §5), on top of the schema. */
 export function checkPlatformCompose(text: string, file = 'docker-compose.yml'): Problem[] {
   const problems: Problem[] = [];
   const add = (message: string): void => {
@@ -192,7 +192,7 @@ export function checkPlatformCompose(text: string, file = 'docker-compose.yml'):
       if (!env[`MINIO_NOTIFY_WEBHOOK_ENDPOINT_${id}`]!.endsWith('/internal/media/object-created'))
         add(`minio webhook ${id} does not point at /internal/media/object-created`);
       if (!env[`MINIO_NOTIFY_WEBHOOK_AUTH_TOKEN_${id}`]) add(`minio webhook ${id} has no auth token`);
-      // Without queue_dir MinIO tries an event once and drops it (DESIGN 4.4).
+      // Without queue_dir MinIO tries an event once and drops it (design §4.4).
       if (!env[`MINIO_NOTIFY_WEBHOOK_QUEUE_DIR_${id}`]) add(`minio webhook ${id} has no queue_dir`);
     }
   }

@@ -1,5 +1,5 @@
 // A focused Dockerfile checker (hadolint cannot be installed here): parsed with dockerfile-ast, then the
-// image rules of issue 7 item 1 checked on the instructions.
+// image rules of the production shape (design §5) checked on the instructions.
 import { DockerfileParser } from 'dockerfile-ast';
 import type { Copy, Instruction } from 'dockerfile-ast';
 import type { Problem } from './problems.js';

@@ -269,7 +269,7 @@ function probePath(c: Record<string, unknown> | undefined, probe: string): unkno
   return isRecord(p) && isRecord(p.httpGet) ? p.httpGet.path : undefined;
 }
 
-/** Issue 7 item 3 as facts about the rendered objects. */
+/** What the production shape needs (design §5), as facts about the rendered objects. */
 export function checkPlatformKubernetes(objects: readonly RenderedObject[]): Problem[] {
   const problems: Problem[] = [];
   const add = (message: string): void => {
@@ -309,7 +309,7 @@ export function checkPlatformKubernetes(objects: readonly RenderedObject[]): Pro
   if (!objects.some((o) => o.object.kind === 'Job')) add('no migration Job');
   for (const name of ['default-deny', 'device-gateway', 'enterprise-workflow', 'postgrest'])
     need('NetworkPolicy', name);
-  // Issue 16: the alerting rules (equal to deploy/monitoring/alerts.yaml) and the scrape jobs they select.
+  // Monitoring: the alerting rules (equal to deploy/monitoring/alerts.yaml) and the scrape jobs they select.
   need('PrometheusRule', 'facility-platform');
   for (const name of ['device-gateway', 'enterprise-workflow']) need('PodMonitor', name);
   return problems;

@@ -350,7 +350,7 @@ export function checkPrometheusRuleEqualsFile(object: K8sObject | undefined, rul
   ];
 }
 
-/** Panels a dashboard must have (title fragments, case-insensitive), per issue 16. */
+/** Panels a dashboard must have (title fragments, case-insensitive), as docs/operations.md section 10 promises them. */
 export const REQUIRED_PANELS: Record<string, readonly string[]> = {
   'device-gateway': [
     'requests',

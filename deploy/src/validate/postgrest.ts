@@ -1,4 +1,4 @@
-// PostgREST's configuration checked against what the migrations create (DESIGN 4.2): the schemas it
+// PostgREST's configuration checked against what the migrations create (design §4.2): the schemas it
 // serves, the anonymous role, the authenticator login and the roles it must be able to switch to, and the
 // pre-request / pre-config functions with the grants PostgREST needs to call them.
 import pg from 'pg';

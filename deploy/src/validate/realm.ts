@@ -5,7 +5,7 @@ import { isRecord } from './yaml.js';
 export interface RealmExpectations {
   realm: string;
   clientId: string;
-  /** role claim value PostgREST switches to (DESIGN 4.1). */
+  /** role claim value PostgREST switches to (design §4.1). */
   roleClaim: string;
   /** username → `sub` (Keycloak user id) that the enterprise seed's access map is keyed by. */
   users: Record<string, string>;

@@ -129,7 +129,7 @@ export async function checkKustomization(
   return { objects: rendered.objects, problems };
 }
 
-/** The operators' monitoring files (issue 16): rules, their promtool unit tests, dashboards, runbook. */
+/** The operators' monitoring files: rules, their promtool unit tests, dashboards, runbook. */
 export const monitoringFiles = {
   rules: 'deploy/monitoring/alerts.yaml',
   ruleTests: 'deploy/monitoring/alerts.test.yaml',

@@ -1,4 +1,4 @@
-// Device Settings v1 (DESIGN 3.3): what the gateway pushes to a device over CoAP.
+// Device Settings v1 (design §3.3): what the gateway pushes to a device over CoAP.
 import type { FromSchema } from 'json-schema-to-ts';
 import { MAX_TIME_ZONE_LENGTH } from './time-zone.js';
 import { compileValidator, registerSchema } from './validation.js';
@@ -58,7 +58,7 @@ export const deviceSettingsSchema = {
 } as const;
 
 /**
- * The registry's `desired_settings` (DESIGN 3.2) and the `settings` of the CoAP settings document: the
+ * The registry's `desired_settings` (design §3.2) and the `settings` of the CoAP settings document: the
  * same fields, but `{}` is allowed (a device with nothing configured yet).
  */
 export const desiredSettingsSchema = {

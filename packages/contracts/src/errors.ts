@@ -1,4 +1,4 @@
-// The error-code catalogue (DESIGN 2) and the problem+json body (RFC 9457) both services answer with.
+// The error-code catalogue (design §2) and the problem+json body (RFC 9457) both services answer with.
 import type { FromSchema } from 'json-schema-to-ts';
 import { compileValidator } from './validation.js';
 
@@ -29,7 +29,7 @@ export const errorCatalogue = {
   invalid_json: { status: 400, title: 'Malformed JSON' },
   // 400: JSON that breaks the endpoint's schema; `errors` lists the offending fields.
   invalid_body: { status: 400, title: 'Invalid request body' },
-  // 400: Device Settings whose Observe notification would not fit one CoAP datagram (DESIGN 3.3).
+  // 400: Device Settings whose Observe notification would not fit one CoAP datagram (design §3.3).
   settings_too_large: { status: 400, title: 'Settings too large for one CoAP notification' },
   // 401: missing or invalid credentials; the response carries WWW-Authenticate.
   unauthorized: { status: 401, title: 'Unauthorized' },

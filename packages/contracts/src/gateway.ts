@@ -1,9 +1,9 @@
-// Bodies of the device gateway: the management API (DESIGN 3.1) and the CoAP settings document (3.4).
+// Bodies of the device gateway: the management API (design §3.1) and the CoAP settings document (3.4).
 import type { FromSchema } from 'json-schema-to-ts';
 import { deviceSettingsSchema, desiredSettingsSchema } from './device-settings.js';
 import { compileValidator } from './validation.js';
 
-/** A registry device id (DESIGN 3.2): 1–128 characters of `[A-Za-z0-9._:-]`. */
+/** A registry device id (design §3.2): 1–128 characters of `[A-Za-z0-9._:-]`. */
 export const DEVICE_ID_PATTERN = '^[A-Za-z0-9._:-]{1,128}$';
 const deviceIdRegExp = new RegExp(DEVICE_ID_PATTERN);
 
@@ -42,7 +42,7 @@ export type NotifySettingsRequest = FromSchema<
   { references: [typeof deviceSettingsSchema] }
 >;
 
-/** The settings document served at CoAP `/devices/{device_id}/settings` (DESIGN 3.4). */
+/** The settings document served at CoAP `/devices/{device_id}/settings` (design §3.4). */
 export const settingsDocumentSchema = {
   $id: 'https://platform.example/schemas/settings-document.json',
   type: 'object',

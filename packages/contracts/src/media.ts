@@ -1,4 +1,4 @@
-// Media bodies of the workflow service (DESIGN 4.4): upload intents and downloads.
+// Media bodies of the workflow service (design §4.4): upload intents and downloads.
 // The schemas check shape only; size limits per kind are service configuration.
 import type { FromSchema } from 'json-schema-to-ts';
 import { compileValidator } from './validation.js';

@@ -1,4 +1,4 @@
-// Object-created notifications from the object store (DESIGN 4.4), posted to the workflow webhook.
+// Object-created notifications from the object store (design §4.4), posted to the workflow webhook.
 //
 // Two bodies arrive: MinIO's webhook body `{EventName, Key, Records: [record]}` (one event per request;
 // `Key` is `bucket/object`, decoded) and a plain S3 event notification `{Records: [...]}` (AWS, and

@@ -1,4 +1,4 @@
-/** Longest accepted zone name, in characters (DESIGN 3.3). The longest IANA name today has 32. */
+/** Longest accepted zone name, in characters (design §3.3). The longest IANA name today has 32. */
 export const MAX_TIME_ZONE_LENGTH = 64;
 
 // The shape of an IANA zone or link name: slash-separated segments, each starting with an upper-case

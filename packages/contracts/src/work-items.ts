@@ -1,4 +1,4 @@
-// Work-item decisions of the workflow service (DESIGN 4.4).
+// Work-item decisions of the workflow service (design §4.4).
 import type { FromSchema } from 'json-schema-to-ts';
 import { UUID_PATTERN } from './media.js';
 import { compileValidator } from './validation.js';

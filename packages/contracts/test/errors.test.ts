@@ -12,7 +12,7 @@ import {
 import { errorsOf, pathsOf } from './helpers.js';
 
 describe('error catalogue', () => {
-  // DESIGN 2: the statuses every service answers with.
+  // design §2: the statuses every service answers with.
   it.each([
     ['invalid_json', 400],
     ['invalid_body', 400],

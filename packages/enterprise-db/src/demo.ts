@@ -1,4 +1,4 @@
-// Fixed identifiers of the demo data set (DESIGN 5): the development issuer signs tokens for these
+// Fixed identifiers of the demo data set (design §5): the development issuer signs tokens for these
 // subjects and the seed maps them to companies and sites. Fixed so tokens, seed and tests agree.
 
 /** Keycloak-style `sub` claims (UUIDs) of the demo users. */

@@ -40,7 +40,7 @@ function quoteQualified(name: string): string {
 }
 
 /**
- * Runs `fn` inside one simulated PostgREST request (DESIGN 4.3), on a connection of `authenticator`
+ * Runs `fn` inside one simulated PostgREST request (design §4.3), on a connection of `authenticator`
  * (`target` is a pool of that login or its URL): BEGIN (READ ONLY for GET/HEAD), SET LOCAL ROLE,
  * the request GUCs (`request.jwt.claims` ...), the db-pre-request function, `fn`'s queries, COMMIT.
  * Any error rolls back and is rethrown with its SQLSTATE in `code` (42501: PostgREST answers 401

@@ -1,4 +1,4 @@
-// Database role names of the enterprise side (DESIGN 4.2) and where their passwords come from.
+// Database role names of the enterprise side (design §4.2) and where their passwords come from.
 
 /** PostgREST's login: NOINHERIT, may only switch to the two portal roles. */
 export const AUTHENTICATOR = 'authenticator';

@@ -1,4 +1,4 @@
-// Demo data (DESIGN 5) and a scalable generator for benchmarks. Idempotent: every row has a
+// Demo data (design §5) and a scalable generator for benchmarks. Idempotent: every row has a
 // deterministic id (md5 of a name, as uuid) and is inserted ON CONFLICT DO NOTHING; a generated
 // company that already exists is skipped as a whole. Runs as the migration user (table owner,
 // superuser or BYPASSRLS in practice: RLS is forced on every table).
@@ -190,7 +190,7 @@ ON CONFLICT DO NOTHING;
 `;
 
 /**
- * Loads the demo data set (DESIGN 5) and, with `scale`, generated companies for benchmarks
+ * Loads the demo data set (design §5) and, with `scale`, generated companies for benchmarks
  * (`scale: 10` = 1,000 sites and 1,000,000 work items with the defaults). Idempotent.
  */
 export async function seedEnterprise<DB>(db: Kysely<DB>, options: SeedOptions = {}): Promise<SeedSummary> {

@@ -1,4 +1,4 @@
-// The policies stay index conditions (issue 5 item 4, DESIGN 4.2): for each portal list, under
+// The policies stay index conditions (design §4.2): for each portal list, under
 // PostgREST's protocol, the base table is read through its tenant index with both the company and
 // the site check inside the index condition, never as a filter applied row by row, and a caller
 // with no access reads no index page. `npm run bench:rls` measures the speed; this keeps the shape,

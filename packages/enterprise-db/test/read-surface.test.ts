@@ -1,4 +1,4 @@
-// The read surface as PostgREST serves it (DESIGN 4.3): every view x every demo user sees exactly
+// The read surface as PostgREST serves it (design §4.3): every view x every demo user sees exactly
 // the rows of their sites; anonymous and badly issued tokens are refused; writes are denied.
 import {
   demoAccess,

@@ -1,7 +1,7 @@
 import { errorCatalogue } from '@platform/contracts';
 import type { ErrorCode, FieldError, Validation } from '@platform/contracts';
 
-/** DESIGN 2: the `Retry-After` (seconds) of a 503 that does not name its own. */
+/** design §2: the `Retry-After` (seconds) of a 503 that does not name its own. */
 export const RETRY_AFTER_S = 5;
 
 export interface DomainErrorOptions {

@@ -1,4 +1,4 @@
-// @platform/service-kit: the transport plumbing both services need once (DESIGN 1).
+// @platform/service-kit: the transport plumbing both services need once (design §1).
 export { DomainError, requireValid, RETRY_AFTER_S } from './errors.js';
 export type { DomainErrorOptions } from './errors.js';
 export { createLogger, LOG_LEVELS } from './logger.js';

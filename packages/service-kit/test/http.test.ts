@@ -84,7 +84,7 @@ function buildTestApp() {
   return { app, logs, metrics };
 }
 
-/** Asserts the DESIGN 2 problem+json shape and returns the body. */
+/** Asserts the design §2 problem+json shape and returns the body. */
 function expectProblem(res: Response, status: number, code: string, requestId?: string) {
   expect(res.status).toBe(status);
   expect(res.headers['content-type']).toMatch(/^application\/problem\+json/);

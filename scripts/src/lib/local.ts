@@ -1,4 +1,4 @@
-// Defaults of the local development stack (DESIGN 5): fixed ports a developer can remember, data under
+// Defaults of the local development stack (design §5): fixed ports a developer can remember, data under
 // the git-ignored `.data/`, development secrets that are printed in the banner. Nothing here is used
 // by a deployed service: they read their own environment (services/*/src/config.ts).
 import { fileURLToPath } from 'node:url';

@@ -1,7 +1,7 @@
 // The local stack's stand-in for MinIO's webhook target: s3rver reports created objects as S3 event
 // records; this posts each one to the workflow's webhook in MinIO's shape — one event per request,
 // `{EventName, Key: "<bucket>/<key>", Records: [record]}`, bearer token — and retries failures with
-// backoff, as MinIO does when its target has a queue_dir (DESIGN 4.4).
+// backoff, as MinIO does when its target has a queue_dir (design §4.4).
 import type { S3EventRecord } from '@platform/testkit';
 
 const RETRY_DELAYS_MS = [500, 1000, 2000, 4000, 8000, 16000];

@@ -57,7 +57,7 @@ export function buildApp(deps: GatewayDeps): GatewayApp {
     maxDocumentBytes: maxDocumentBytes(config.COAP_MAX_TOKEN_LENGTH),
     validateSettings: validateDesiredSettings,
   });
-  // Device keys (issue 15): loaded with the registry by every reload; the DTLS server looks identities up here
+  // Device keys (design §3.5): loaded with the registry by every reload; the DTLS server looks identities up here
   // at the moment of each handshake, so an expired key is refused even before the next reload.
   const credentials = new CredentialStore();
   const dtls = servesCoaps(config)

@@ -9,7 +9,7 @@ import {
 } from '@platform/service-kit';
 import type { LogLevel } from '@platform/service-kit';
 
-/** Every variable the gateway reads (DESIGN 5.1), validated once at boot; nothing else reads process.env. */
+/** Every variable the gateway reads (design §5.1), validated once at boot; nothing else reads process.env. */
 export const gatewayConfigSchema = {
   type: 'object',
   additionalProperties: false,
@@ -55,7 +55,7 @@ export const gatewayConfigSchema = {
     COAP_MAX_INFLIGHT: { type: 'integer', minimum: 1, maximum: 1048576, default: 2048 },
     COAP_MAX_RELATIONS_PER_ENDPOINT: { type: 'integer', minimum: 1, maximum: 4096, default: 256 },
     /**
-     * Observe relation caps (issue 15): in all (the memory bound, ~0.9 KB RSS each) and per source IP address;
+     * Observe relation caps (design §3.5): in all (the memory bound, ~0.9 KB RSS each) and per source IP address;
      * a registration over either gets 5.03 with Max-Age COAP_RELATION_RETRY_AFTER_S. See CoapServerOptions.
      */
     COAP_MAX_RELATIONS: { type: 'integer', minimum: 1, maximum: 10000000, default: 200000 },
@@ -87,7 +87,7 @@ export const gatewayConfigSchema = {
      * confirmable notification (RFC 7641 §4.5) keeps its session while it only listens.
      */
     DTLS_IDLE_TIMEOUT_S: { type: 'integer', minimum: 10, maximum: 1000000 },
-    /** Issue 8: share overrides and reloads with the other replicas over PostgreSQL LISTEN/NOTIFY. */
+    /** Replicas (design §3.6): share overrides and reloads with the other replicas over PostgreSQL LISTEN/NOTIFY. */
     GATEWAY_CLUSTER_BUS: { type: 'boolean', default: true },
     /** Listener reconnect backoff (ms): first delay, doubling up to the cap. */
     GATEWAY_BUS_RECONNECT_MIN_MS: { type: 'integer', minimum: 10, maximum: 60000, default: 100 },

@@ -54,7 +54,7 @@ async function main(): Promise<void> {
     statementTimeoutMs: config.DB_STATEMENT_TIMEOUT_MS,
     queryTimeoutMs: config.DB_QUERY_TIMEOUT_MS,
     connectionTimeoutMs: config.DB_CONNECT_TIMEOUT_MS,
-    // The login's only writes are replica-bus messages (issue 8). notify-settings answers `updated` once
+    // The login's only writes are replica-bus messages (design §3.6). notify-settings answers `updated` once
     // the message is committed: visible to every replica's resync and NOTIFYed, both at commit. It need
     // not survive a PostgreSQL crash: the override it carries is memory-only state by design, which a
     // gateway restart forgets too. Waiting for the WAL flush was most of a cross-replica notify's
@@ -105,7 +105,7 @@ async function main(): Promise<void> {
   });
 
   if (config.GATEWAY_CLUSTER_BUS) {
-    // Issue 8: the bus LISTENs, then loads the registry and the retained overrides (retrying with backoff
+    // Replicas (design §3.6): the bus LISTENs, then loads the registry and the retained overrides (retrying with backoff
     // until the database answers); /api/ready is 503 until that first resync is done.
     app.service.useCluster(app.bus);
     await app.bus.start();

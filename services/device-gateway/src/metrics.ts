@@ -133,7 +133,7 @@ export function registerGatewayMetrics(
 }
 
 /**
- * The coaps endpoint (issue 15): handshakes, refusals, dropped records, sessions and limits. Nothing here
+ * The coaps endpoint (design §3.5): handshakes, refusals, dropped records, sessions and limits. Nothing here
  * carries an identity or key; the counters are read from the DTLS server at scrape time.
  */
 export function registerDtlsMetrics(

@@ -10,7 +10,7 @@ import type { Settings } from './domain/documents.js';
 import type { GatewayState, ReloadSummary } from './domain/gateway-state.js';
 import type { ReloadMetrics } from './metrics.js';
 
-/** The replica bus as the service uses it (issue 8; implemented by cluster/bus.ts). */
+/** The replica bus as the service uses it (design §3.6; implemented by cluster/bus.ts). */
 export interface ClusterLink {
   /** Resolves after the message is committed and applied here. */
   publishOverride(deviceId: string, settings: Settings): Promise<void>;
@@ -44,7 +44,7 @@ const MAX_EXPIRY_CHECK_DELAY_MS = 60_000;
 export class GatewayService {
   private reloading: Promise<unknown> = Promise.resolve();
   private cluster: ClusterLink | undefined;
-  /** The DTLS pre-shared keys of the loaded registry (issue 15); the DTLS server looks identities up here. */
+  /** The DTLS pre-shared keys of the loaded registry (design §3.5); the DTLS server looks identities up here. */
   readonly credentials: CredentialStore;
   private readonly credentialListeners: CredentialsChangedListener[] = [];
   private expiryTimer: NodeJS.Timeout | undefined;

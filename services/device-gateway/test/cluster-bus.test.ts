@@ -1,4 +1,4 @@
-// Issue 8: the bus message format, the NOTIFY size bound, the rights migration 0002 gives the login, and
+// Replicas (design §3.6): the bus message format, the NOTIFY size bound, the rights migration 0002 gives the login, and
 // migration 0003's rule that retained overrides do not outlive the replicas.
 import { createDb, sqlState } from '@platform/service-kit';
 import { createTestDatabase, type TestDatabase } from '@platform/testkit';

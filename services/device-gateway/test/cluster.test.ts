@@ -1,4 +1,4 @@
-// Issue 8: several gateway processes (dist/main.js) on one PostgreSQL share overrides and reloads over
+// Replicas (design §3.6): several gateway processes (dist/main.js) on one PostgreSQL share overrides and reloads over
 // LISTEN/NOTIFY. Real processes, real UDP observers, a private PostgreSQL this file may stop and restart.
 import { createDb } from '@platform/service-kit';
 import { createTestDatabase, startPostgres, type PostgresServer, type TestDatabase } from '@platform/testkit';

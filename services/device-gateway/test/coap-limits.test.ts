@@ -1,4 +1,4 @@
-// Observe relation caps (issue 15 item 6), over real UDP sockets: per source address (the IP, whatever the
+// Observe relation caps (design §3.5), over real UDP sockets: per source address (the IP, whatever the
 // port) and in all. A registration over a cap gets 5.03 Service Unavailable with Max-Age (RFC 7252 5.9.3.4)
 // and no relation, never silent growth; refusals are counted and exposed in /metrics. Before: 1,000 sources
 // × 12 NON registrations left 12,353 relations alive until the 24-hour confirmable refresh.

@@ -1,4 +1,4 @@
-// What a notification carries (issue 4 item 4, DESIGN 3.3/3.4): CBOR and JSON observers both get ETag and
+// What a notification carries (design §3.3/3.4): CBOR and JSON observers both get ETag and
 // Max-Age, CBOR writes the version as an integer, a registration that already holds the current ETag gets
 // 2.03, the per-endpoint relation cap answers like a plain GET, and the largest document the gateway accepts
 // reaches an observer with the longest token it accepts in one datagram, whole.

@@ -373,7 +373,7 @@ describe('the CoAP endpoint cannot be crashed from the network', () => {
 });
 
 describe('/.well-known/core over plain CoAP (RFC 6690; RFC 7252 11.3)', () => {
-  // Issue 15: plain CoAP peers have no identity, so the listing names no device (before: every device of the
+  // Device security (design §3.5): plain CoAP peers have no identity, so the listing names no device (before: every device of the
   // registry, 64 links a page). A peer authenticated as a device sees its own resources (coap-transports.test.ts).
   const COLLECTION = '</devices>;rt="platform.device platform.device.settings"';
   let server: CoapServer;

@@ -1,4 +1,4 @@
-// The layers above a transport (issue 15 items 1 and 4): a peer that authenticated as a device (as a DTLS PSK
+// The layers above a transport (design §3.5): a peer that authenticated as a device (as a DTLS PSK
 // session does) reads, observes and discovers that device only, and any other device id answers exactly as an
 // unknown one; relations of a peer its transport ends go without a message; and plain UDP and a second
 // transport share the observed resources, each observer notified through its own transport.

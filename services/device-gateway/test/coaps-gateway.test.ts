@@ -1,4 +1,4 @@
-// CoAP over DTLS through the whole gateway (issue 15): a real PostgreSQL with issued device keys, the gateway
+// CoAP over DTLS through the whole gateway (design §3.5): a real PostgreSQL with issued device keys, the gateway
 // serving plain CoAP and coaps, and independent peers — libcoap 4.3.1's OpenSSL and GnuTLS clients, OpenSSL's
 // s_client and node-dtls-client — on real UDP sockets.
 import { spawn, type ChildProcess } from 'node:child_process';

@@ -1,4 +1,4 @@
-// The workflow's whole configuration, read once from the environment at boot (DESIGN 5.1) and passed
+// The workflow's whole configuration, read once from the environment at boot (design §5.1) and passed
 // in; nothing else reads process.env.
 import {
   ConfigError,
@@ -25,9 +25,9 @@ export const configSchema = {
     PORT: { type: 'integer', minimum: 0, maximum: 65535, default: 3800 },
     HOST: { type: 'string', default: '0.0.0.0' },
     LOG_LEVEL: { type: 'string', enum: LOG_LEVELS, default: 'info' },
-    /** Proxy hops trusted for client addresses (the Ingress, DESIGN 5). */
+    /** Proxy hops trusted for client addresses (the Ingress, design §5). */
     TRUST_PROXY: { type: 'integer', minimum: 0, maximum: 10, default: 1 },
-    /** The `enterprise_api_login` connection (DESIGN 4.4). */
+    /** The `enterprise_api_login` connection (design §4.4). */
     DATABASE_URL: { type: 'string', minLength: 1 },
     DB_POOL_MAX: { type: 'integer', minimum: 1, maximum: 200, default: 10 },
     /** Server-side bound on one statement (`statement_timeout`), in ms: a slow statement is cancelled, 503. */
@@ -117,7 +117,7 @@ export function loadWorkflowConfig(env: Record<string, string | undefined> = pro
     ]);
   }
   if (webhookTokens.length === 0) {
-    // DESIGN 5.1: refuse to start without a webhook token rather than accept unauthenticated events.
+    // design §5.1: refuse to start without a webhook token rather than accept unauthenticated events.
     throw new ConfigError([
       {
         variable: 'WEBHOOK_TOKENS',

@@ -31,7 +31,7 @@ async function main(): Promise<void> {
   const logger = createLogger({ service: SERVICE, level: config.logLevel });
   const dbUser = decodeURIComponent(new URL(config.database.url).username);
   if (dbUser !== API_LOGIN) {
-    // DESIGN 4.2: runtime logins never own tables; another login would bypass the intended grants.
+    // design §4.2: runtime logins never own tables; another login would bypass the intended grants.
     logger.warn('DATABASE_URL does not use the workflow login', { expected: API_LOGIN, user: dbUser });
   }
   const metrics = createMetrics({ service: SERVICE });

@@ -1,4 +1,4 @@
-// The authentication matrix (issue 6 item 9): every portal endpoint × every way a token can be wrong,
+// The authentication matrix (design §4.4): every portal endpoint × every way a token can be wrong,
 // with real tokens from the testkit issuer (RS256/ES256 keys, Keycloak-shaped JWKS).
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -213,7 +213,7 @@ describe.each(endpoints)('$name', ({ send, ok }) => {
       'title',
       'type',
     ]);
-    // Every 401 names the scheme (DESIGN 2); other statuses carry no challenge.
+    // Every 401 names the scheme (design §2); other statuses carry no challenge.
     expect(/^Bearer realm="platform"/.test(String(res.headers['www-authenticate']))).toBe(status === 401);
   });
 });

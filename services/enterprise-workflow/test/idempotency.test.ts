@@ -1,4 +1,4 @@
-// Idempotency-Key on decisions (DESIGN 4.4): what counts as the same request, where the replay window
+// Idempotency-Key on decisions (design §4.4): what counts as the same request, where the replay window
 // ends, and a key's first use racing on two items. The app's clock is the harness's `now`, so the
 // lifetime boundary is hit to the millisecond without sleeping; JWTs are still checked on real time.
 import { demoSites } from '@platform/enterprise-db';

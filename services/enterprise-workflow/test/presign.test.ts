@@ -1,4 +1,4 @@
-// Presigned URLs checked as DESIGN 5 asks: s3rver accepts any signature, so the URL itself is
+// Presigned URLs checked as design §5 asks: s3rver accepts any signature, so the URL itself is
 // verified here with an independent SigV4 implementation.
 import { GetObjectCommand, PutObjectCommand, S3Client } from '@aws-sdk/client-s3';
 import { getSignedUrl } from '@aws-sdk/s3-request-presigner';

@@ -1,4 +1,4 @@
-// A frozen object store (issue 17 item 1): a TCP peer that accepts connections and never answers stands in
+// A frozen object store (design §6): a TCP peer that accepts connections and never answers stands in
 // for S3. The webhook's HEAD must give up at its deadline and answer 503 with Retry-After, not wait for as
 // long as the store stays frozen.
 import { createServer, type Server, type Socket } from 'node:net';

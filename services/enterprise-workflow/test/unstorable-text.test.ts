@@ -1,5 +1,5 @@
 // Text PostgreSQL cannot store (U+0000, an unpaired surrogate) in any text field of any body: 400 naming the
-// field's JSON Pointer, nothing written — never a 500 from inside a transaction (issue 17 item 2).
+// field's JSON Pointer, nothing written — never a 500 from inside a transaction (design §6).
 import { demoRowId, demoSites } from '@platform/enterprise-db';
 import request from 'supertest';
 import { startHarness, WEBHOOK_TOKENS } from './support/harness.js';

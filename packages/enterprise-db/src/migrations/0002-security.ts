@@ -1,4 +1,4 @@
-// Roles, the access functions, row-level security, grants and the read surface (DESIGN 4.2).
+// Roles, the access functions, row-level security, grants and the read surface (design §4.2).
 //
 // Who owns what:
 // - tables, views: the migration user (never a runtime login);

@@ -3,7 +3,7 @@
 // Why: every policy compared the row with `(SELECT authorized_company_id())` and
 // `(SELECT authorized_site_ids())`, two SECURITY DEFINER lookups per statement (and per table and
 // command in a write). For a caller who sees nothing, that fixed cost made a PostgREST count 1.3-1.5x
-// the same query with a hand-written filter (issue 5's bench:rls target is 1.1x).
+// the same query with a hand-written filter (bench:rls's target is 1.1x).
 //
 // What changes:
 // - `enterprise.remember_caller_company()` stores the caller's company in the transaction-local

@@ -8,7 +8,7 @@ import { UNSTORABLE_TEXT_MESSAGE, unstorableTextPaths } from '../text.js';
 import { problemErrorHandler } from './problem.js';
 import { requestContext } from './request-context.js';
 
-/** DESIGN 3.1: JSON bodies over 64 KiB are refused with 413. */
+/** design §3.1: JSON bodies over 64 KiB are refused with 413. */
 export const DEFAULT_BODY_LIMIT_BYTES = 64 * 1024;
 
 /** Media types accepted as JSON bodies: `application/json` and any `+json` suffix type. */
@@ -20,7 +20,7 @@ export interface HttpAppOptions {
   bodyLimitBytes?: number;
   /**
    * Proxy hops to trust for the client address (`X-Forwarded-For`). `true` means exactly one hop
-   * (the Ingress, DESIGN 5), never "trust everyone"; default none.
+   * (the Ingress, design §5), never "trust everyone"; default none.
    */
   trustProxy?: boolean | number;
   /** Record `http_requests_total` and `http_request_duration_seconds` on this registry. */

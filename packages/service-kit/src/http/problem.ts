@@ -84,7 +84,7 @@ export function sendProblem(res: Response, error: DomainError, requestId: string
   if (error.errors !== undefined && error.errors.length > 0) body.errors = error.errors;
 
   for (const [name, value] of Object.entries(error.headers ?? {})) res.setHeader(name, value);
-  // DESIGN 2: every 401 names the scheme; every 503 says when to retry (seconds).
+  // design §2: every 401 names the scheme; every 503 says when to retry (seconds).
   if (error.status === 401 && !res.hasHeader('WWW-Authenticate')) res.setHeader('WWW-Authenticate', 'Bearer');
   if (error.status === 503 && !res.hasHeader('Retry-After'))
     res.setHeader('Retry-After', String(RETRY_AFTER_S));

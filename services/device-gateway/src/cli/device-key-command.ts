@@ -1,4 +1,4 @@
-// `npm run device-key -- issue|revoke|list …`: the operator command for device keys (issue 15, DESIGN 3.5).
+// `npm run device-key -- issue|revoke|list …`: the operator command for device keys (design §3.5).
 // Kept apart from its entry point (device-key.ts) so the argument handling and messages are one function of
 // (arguments, environment, output streams) → exit code.
 import { parseArgs } from 'node:util';

@@ -1,4 +1,4 @@
-// The replica bus (issue 8): several gateway replicas behind one Service share overrides and reloads over
+// The replica bus (design §3.6): several gateway replicas behind one Service share overrides and reloads over
 // PostgreSQL LISTEN/NOTIFY. How it holds together:
 //
 // - Publishing. A replica that accepts notify-settings stamps the override with its version clock and calls
@@ -19,7 +19,7 @@
 //   later, or whose LISTEN connection broke, was not listening when the message went by and must still serve
 //   the current override to a device that re-observes it there. Reload-registry drops retained messages of
 //   devices that left the registry, the rule a single process applied to its in-memory overrides.
-// - Lifetime. The override stays memory only (issue 8): the retained table mirrors what live replicas hold
+// - Lifetime. The override stays memory only (design §3.6): the retained table mirrors what live replicas hold
 //   and never outlives them. A process joining while no other replica is up clears it
 //   (`device_gateway.bus_join()`, migration 0003), so a gateway that stops altogether forgets its overrides
 //   exactly as one process does, while a rolling restart keeps them. "Up" is a LISTEN session of this

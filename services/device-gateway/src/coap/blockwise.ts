@@ -3,7 +3,7 @@ import { MAX_PAYLOAD_BYTES, type WireForm } from './wire.js';
 
 /**
  * The block-wise layer (RFC 7959 Block2; Californium's `BlockwiseLayer`), for plain responses only: every
- * Observe notification fits one datagram (DESIGN 3.3), so only a GET of a large representation (a
+ * Observe notification fits one datagram (design §3.3), so only a GET of a large representation (a
  * /.well-known/core listing) is ever split. Stateless: each block is cut from the representation, which the
  * resource rebuilds per request, so no transfer state is kept between blocks.
  */

@@ -2,7 +2,7 @@ import type { GatewayState } from '../domain/gateway-state.js';
 
 /**
  * /.well-known/core (RFC 6690), with `href` and attribute filters (RFC 6690 4.1). What a peer sees depends on
- * who it is (DESIGN 3.5):
+ * who it is (design §3.5):
  *
  * - A peer authenticated as a device (a DTLS PSK session) sees that device's two observable resources and
  *   nothing else.

@@ -31,7 +31,7 @@ import type { Peer, Transport, TransportReceiver } from './transport.js';
 /**
  * What the message layer keeps of one exchange of the server's: the last message id sent on it and the
  * confirmable message awaiting its ACK. The observe layer's Relation extends it, so an observe relation costs
- * one object (NODE-COAP.md: node-coap's held `res` costs ~4 KB); no per-message object or map entry exists.
+ * one object (design §3.7: node-coap's held `res` costs ~4 KB); no per-message object or map entry exists.
  */
 export abstract class Exchange {
   /** Message id of the last message sent (any type), to match an RST. */

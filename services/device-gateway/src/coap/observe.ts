@@ -83,7 +83,7 @@ class ObservedResource {
 }
 
 /**
- * One observe relation, kept as small as Observe needs (NODE-COAP.md: node-coap's held `res` costs ~4 KB): its
+ * One observe relation, kept as small as Observe needs (design §3.7: node-coap's held `res` costs ~4 KB): its
  * message state is the Exchange it extends. The token is a latin1 string: a Buffer would cost an object plus a
  * backing store, and a slice of the request would pin the whole datagram. Times are whole milliseconds.
  */

@@ -92,7 +92,7 @@ export class Resources implements RequestHandler {
       return;
     }
     // A peer authenticated as a device (a DTLS PSK session) reads and observes that device only; any other id
-    // is answered exactly as an unknown one (DESIGN 3.5), so a device cannot learn which other ids exist.
+    // is answered exactly as an unknown one (design §3.5), so a device cannot learn which other ids exist.
     const peerDevice = req.peer.deviceId;
     const doc = peerDevice === null || peerDevice === deviceId ? this.lookup(deviceId, kind) : undefined;
     if (doc === undefined) {

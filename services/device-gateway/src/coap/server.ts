@@ -21,7 +21,7 @@ export { defaultCoapOptions, type CoapLogger, type CoapServerOptions, type CoapS
  * The message layer serves several transports at once (plain CoAP and CoAP over DTLS in one process, sharing
  * the observed resources and the fan-out); each relation answers through the transport its peer came by.
  *
- * node-coap 1.5.0 is not used on this path; NODE-COAP.md lists why (duplicate relations, Observe=1 ignored,
+ * node-coap 1.5.0 is not used on this path; design §3.7 lists why (duplicate relations, Observe=1 ignored,
  * RST ignored for NON, ACK-typed NON notifications, about 4 KB per held response, a retransmission storm from
  * an unsized socket buffer and a synchronous fan-out, and network-reachable crashes: a Block1 request whose
  * first block is missing throws from the socket's message handler, and an unacknowledged exchange emits

@@ -10,7 +10,7 @@ const ETAG_BYTES = 8;
 
 /**
  * Largest document the gateway accepts, in bytes: one notification to an observer with the longest accepted
- * token must fit one datagram (DESIGN 3.3: no block-wise transfer for notifications).
+ * token must fit one datagram (design §3.3: no block-wise transfer for notifications).
  * Around the payload: header 4, token (+1 or 2 length bytes past 12), ETag 1+8, Observe 1+3,
  * Content-Format 1+1, Max-Age 1+4, payload marker 1.
  */

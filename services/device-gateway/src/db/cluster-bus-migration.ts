@@ -4,7 +4,7 @@ import { withGeneratedSql } from '@platform/service-kit';
 const LOGIN = 'device_gateway_login';
 
 /**
- * Issue 8: what the replica bus needs in the database, and exactly the rights the gateway's login gets for it.
+ * Replicas (design §3.6): what the replica bus needs in the database, and exactly the rights the gateway's login gets for it.
  *
  * - `bus_overrides`: the last override message per device (retained message), so a replica that was not
  *   listening when it went by (started later, or its LISTEN connection broke) still learns it. It is not
@@ -104,7 +104,7 @@ export const clusterBusMigration: Migration = withGeneratedSql(publishOverridesF
 });
 
 /**
- * Issue 8 says the override stays memory only: the database carries the message, not the state. The retained
+ * The override stays memory only (design §3.6): the database carries the message, not the state. The retained
  * table is how a replica that was not listening learns the overrides the live replicas hold, so it must not
  * outlive them: an override lasts as long as at least one replica is up (a rolling restart keeps it, as the
  * device moving between replicas requires), and a gateway that stops altogether forgets it, as one process does.

@@ -11,7 +11,7 @@ import type { GatewayDatabase } from './tables.js';
  * transaction, so the registry and its keys are one snapshot.
  *
  * A disabled device's keys are left out on purpose: the gateway answers a disabled device as an unknown one
- * (DESIGN 3.2/3.4), so its session could do nothing but hold a slot, and disabling a device is the operator's
+ * (design §3.2/3.4), so its session could do nothing but hold a slot, and disabling a device is the operator's
  * quickest way to cut it off (a stolen unit) without touching its keys; enabling it again restores them.
  */
 export async function loadCredentials(db: Kysely<GatewayDatabase>): Promise<CredentialRecord[]> {

@@ -3,7 +3,7 @@ import { sql, type Kysely, type Migration } from 'kysely';
 const LOGIN = 'device_gateway_login';
 
 /**
- * Issue 15, deliverable 3: the devices' DTLS pre-shared keys (DESIGN 3.5).
+ * The devices' DTLS pre-shared keys (design §3.5).
  *
  * - `psk_key` holds the raw key bytes. A PSK cannot be stored hashed: both ends feed it into the premaster
  *   secret (RFC 4279 §2), so the gateway needs the bytes themselves. The operator command issues printable

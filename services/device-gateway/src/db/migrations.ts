@@ -3,7 +3,7 @@ import type { MigrationSet } from '@platform/service-kit';
 import { clusterBusMigration, clusterLifetimeMigration } from './cluster-bus-migration.js';
 import { deviceCredentialsMigration } from './credentials-migration.js';
 
-/** The read-only login the running gateway uses (DESIGN 4.2): SELECT on its registry, nothing else. */
+/** The read-only login the running gateway uses (design §4.2): SELECT on its registry, nothing else. */
 export const GATEWAY_LOGIN_ROLE = 'device_gateway_login';
 /** The login's development password: what `gatewayMigrations` (tests, benchmarks) creates it with. */
 export const DEV_GATEWAY_LOGIN_PASSWORD = 'device-gateway-dev';

@@ -1,6 +1,6 @@
 import type { ColumnType, Generated } from 'kysely';
 
-/** `device_gateway.device_registry` (DESIGN 3.2). The gateway reads it; operators and seeds write it. */
+/** `device_gateway.device_registry` (design §3.2). The gateway reads it; operators and seeds write it. */
 export interface DeviceRegistryTable {
   device_id: string;
   site_id: string;
@@ -13,7 +13,7 @@ export interface DeviceRegistryTable {
 }
 
 /**
- * `device_gateway.device_credentials` (issue 15, DESIGN 3.5): DTLS pre-shared keys. The gateway's login may
+ * `device_gateway.device_credentials` (design §3.5): DTLS pre-shared keys. The gateway's login may
  * only read it; the operator command (`npm run device-key`, an owner login) writes it.
  */
 export interface DeviceCredentialsTable {

@@ -1,6 +1,6 @@
 import { inspect } from 'node:util';
 
-/** What the DTLS server needs of a device's pre-shared key (issue 15, DESIGN 3.5). */
+/** What the DTLS server needs of a device's pre-shared key (design §3.5). */
 export interface PskCredential {
   /** The row's surrogate id (`device_credentials.credential_id`): what sessions are ended by. */
   readonly credentialId: string;

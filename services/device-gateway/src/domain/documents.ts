@@ -5,7 +5,7 @@ export type Settings = Readonly<Record<string, unknown>>;
 
 export type SettingsSource = 'override' | 'registry';
 
-/** The public part of a registry record (DESIGN 3.2): no secrets, nothing but what a device may see. */
+/** The public part of a registry record (design §3.2): no secrets, nothing but what a device may see. */
 export interface DeviceRecord {
   deviceId: string;
   siteId: string;

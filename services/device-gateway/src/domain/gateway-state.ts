@@ -18,7 +18,7 @@ export class UnknownDeviceError extends Error {
   }
 }
 
-/** The settings document would not fit one CoAP datagram (DESIGN 3.3): rejected, never truncated. */
+/** The settings document would not fit one CoAP datagram (design §3.3): rejected, never truncated. */
 export class DocumentTooLargeError extends Error {
   constructor(
     readonly encodedBytes: number,
@@ -220,7 +220,7 @@ export class GatewayState {
     deviceId: string,
     settings: Settings,
     /**
-     * A version stamped by the replica that accepted the override (issue 8): used as is when it is above the
+     * A version stamped by the replica that accepted the override (design §3.6): used as is when it is above the
      * device's current version, so every replica shows the same version for the same override; otherwise
      * (this replica already issued a higher one, e.g. in a reload) a fresh local version.
      */

@@ -8,7 +8,7 @@
  *   the clock (it only runs ahead by issuing more than one version per microsecond, which a gateway
  *   cannot sustain: a 100,000-device reload issues 100,000 versions in far more than 0.1 s) and the
  *   clock was not stepped back by more than the downtime (NTP slews, it does not step, in normal operation);
- * - across replicas (issue 8): a replica that learns a version from another one calls `observe(v)`, so its
+ * - across replicas (design §3.6): a replica that learns a version from another one calls `observe(v)`, so its
  *   next version is above it (the HLC receive rule); no shared counter and no database write is needed,
  *   which matters because the gateway's database login is read-only.
  * Values stay below Number.MAX_SAFE_INTEGER (2^53 µs ≈ year 2255), so JSON carries them exactly.

@@ -1,4 +1,4 @@
-// DTLS 1.2 server with pre-shared keys for the gateway's coaps transport (issue 15, item 2).
+// DTLS 1.2 server with pre-shared keys for the gateway's coaps transport (design §3.5).
 //
 // Use: construct a DtlsServer with lookupPsk (synchronous; return only currently valid credentials) and a
 // logger, set onApplicationData / onSessionEnd (and optionally onSessionStart), listen(port, host). Each

@@ -6,11 +6,11 @@ import type { GatewayService } from '../service.js';
 
 const HEALTH_PATH = '/api/health';
 const READY_PATH = '/api/ready';
-/** What answers without an API key: the probes (DESIGN 3.1) and the Prometheus scrape (DESIGN 4.4). */
+/** What answers without an API key: the probes (design §3.1) and the Prometheus scrape (design §4.4). */
 export const PUBLIC_PATHS: ReadonlySet<string> = new Set([HEALTH_PATH, READY_PATH, '/metrics']);
 
 /**
- * The management API (DESIGN 3.1). Aliases are the same handler object registered under a second path:
+ * The management API (design §3.1). Aliases are the same handler object registered under a second path:
  * `register-device` = `reload-registry`, `update-settings` = `notify-settings`.
  */
 export function gatewayRoutes(service: GatewayService, auth: RequestHandler): RouteDefinition[] {

@@ -1,4 +1,4 @@
-// Gateway replicas as real processes (built dist/main.js) on one database, for the issue 8 tests.
+// Gateway replicas as real processes (built dist/main.js) on one database, for the replica tests (design §3.6).
 import { spawn, type ChildProcess } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { freePort } from '@platform/testkit';

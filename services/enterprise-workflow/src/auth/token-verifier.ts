@@ -1,4 +1,4 @@
-// Verification of Keycloak access tokens against the realm's JWKS (DESIGN 4.1).
+// Verification of Keycloak access tokens against the realm's JWKS (design §4.1).
 import { createRemoteJWKSet, errors, jwtVerify } from 'jose';
 import type { JWTPayload, RemoteJWKSet } from 'jose';
 import { jwksUrlOf } from '@platform/enterprise-db';

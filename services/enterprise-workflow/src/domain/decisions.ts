@@ -1,4 +1,4 @@
-// The work-item decision rules of DESIGN 4.4, free of transport and storage.
+// The work-item decision rules of design §4.4, free of transport and storage.
 
 import type { Decision, WorkItemState } from '@platform/enterprise-db';
 

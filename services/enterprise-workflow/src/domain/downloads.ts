@@ -1,4 +1,4 @@
-// GET /sites/{site_id}/media/{media_id}/download (DESIGN 4.4).
+// GET /sites/{site_id}/media/{media_id}/download (design §4.4).
 import type { DownloadResponse, MediaContentType } from '@platform/contracts';
 import { DomainError } from '@platform/service-kit';
 import { inUserTransaction } from '../db/database.js';

@@ -1,4 +1,4 @@
-// Business counters of the workflow (issue 7 lists them for the runbook), on the service registry.
+// Business counters of the workflow (docs/operations.md section 5 explains them), on the service registry.
 import { Counter } from '@platform/service-kit';
 import type { Registry } from '@platform/service-kit';
 

@@ -1,4 +1,4 @@
-// POST /internal/media/object-created: the object store reports uploads (DESIGN 4.4).
+// POST /internal/media/object-created: the object store reports uploads (design §4.4).
 import type { ObjectCreatedEvent } from '@platform/contracts';
 import { recordObjectCreated } from '@platform/enterprise-db';
 import { DomainError, mapDbError } from '@platform/service-kit';

@@ -1,4 +1,4 @@
-// POST /sites/{site_id}/media/upload-intents (DESIGN 4.4).
+// POST /sites/{site_id}/media/upload-intents (design §4.4).
 import { createHash } from 'node:crypto';
 import { mediaKindOf } from '@platform/contracts';
 import type { UploadIntentRequest, UploadIntentResponse } from '@platform/contracts';

@@ -1,4 +1,4 @@
-// POST /sites/{site_id}/work-items/{item_id}/decision (DESIGN 4.4).
+// POST /sites/{site_id}/work-items/{item_id}/decision (design §4.4).
 import { createHash } from 'node:crypto';
 import type { DecisionRequest, DecisionResponse } from '@platform/contracts';
 import { DomainError } from '@platform/service-kit';

@@ -22,7 +22,7 @@ const verified = new WeakMap<Request, Promise<PortalUser>>();
 
 /**
  * The verified user of a portal request. No token means the anonymous role, which may do nothing
- * here (DESIGN 4.1): 401. An invalid token is 401, a valid token without the portal role 403.
+ * here (design §4.1): 401. An invalid token is 401, a valid token without the portal role 403.
  */
 export function authenticateUser(req: Request, verifier: TokenVerifier): Promise<PortalUser> {
   let user = verified.get(req);

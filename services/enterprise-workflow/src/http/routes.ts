@@ -156,7 +156,7 @@ export function workflowRoutes(deps: RouteDeps): RouteDefinition[] {
     {
       method: 'HEAD',
       path: WEBHOOK_PATH,
-      // Older MinIO releases probe the target with HEAD when it is configured (DESIGN 4.4); the
+      // Older MinIO releases probe the target with HEAD when it is configured (design §4.4); the
       // probe carries no token, and answering it reveals nothing.
       handler: (_req, res) => {
         res.status(200).end();
