@@ -17,3 +17,5 @@ export type {
   StartIssuerOptions,
   UnsafeKind,
 } from './issuer.js';
+export { schemaSnapshot } from './schema-snapshot.js';
+export type { SchemaSnapshotOptions } from './schema-snapshot.js';
