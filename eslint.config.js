@@ -1,6 +1,7 @@
 // One lint configuration for the whole repository: type-aware typescript-eslint rules plus jest hygiene.
 import { readFileSync } from 'node:fs';
 import js from '@eslint/js';
+import globals from 'globals';
 import jest from 'eslint-plugin-jest';
 import tseslint from 'typescript-eslint';
 
@@ -20,6 +21,18 @@ const root = manifest('.');
  * deploy/test/images.test.ts runs each image's CMD from what its Dockerfile copies, which also catches
  * what a rule cannot see (dynamic imports, createRequire).
  */
+/**
+ * A workspace imports another by its package name (`@platform/...`), never by a relative path into its
+ * folder: a relative import bypasses the other package's `exports`, its build order and the image's
+ * dependency list. Applied to every file, tests included; merged into the rules below, because a later
+ * `no-restricted-imports` replaces an earlier one rather than adding to it.
+ */
+const crossWorkspace = {
+  regex: '^(\\.\\./)+(packages|services|deploy|scripts)/',
+  message:
+    'Import another workspace by its package name (@platform/...), not by a relative path into its folder.',
+};
+
 function devOnlyImportRules() {
   const workspaces = root.workspaces.filter((dir) => dir !== 'packages/testkit');
   const devOnly = new Set([
@@ -39,7 +52,7 @@ function devOnlyImportRules() {
           'error',
           {
             paths: refused.map((name) => ({ name, message })),
-            patterns: [{ group: refused.map((name) => `${name}/*`), message }],
+            patterns: [{ group: refused.map((name) => `${name}/*`), message }, crossWorkspace],
           },
         ],
       },
@@ -49,15 +62,7 @@ function devOnlyImportRules() {
 
 export default tseslint.config(
   {
-    ignores: [
-      '**/dist/**',
-      '**/node_modules/**',
-      '.data/**',
-      'coverage/**',
-      '**/*.js',
-      '**/*.cjs',
-      '**/*.mjs',
-    ],
+    ignores: ['**/dist/**', '**/node_modules/**', '.data/**', 'coverage/**'],
   },
   js.configs.recommended,
   ...tseslint.configs.recommendedTypeChecked,
@@ -71,9 +76,44 @@ export default tseslint.config(
       '@typescript-eslint/switch-exhaustiveness-check': 'error',
       '@typescript-eslint/no-unused-vars': ['error', { argsIgnorePattern: '^_', varsIgnorePattern: '^_' }],
       '@typescript-eslint/consistent-type-imports': 'error',
+      'no-restricted-imports': ['error', { patterns: [crossWorkspace] }],
     },
   },
   ...devOnlyImportRules(),
+  {
+    // Configuration files and small scripts in JavaScript: linted too, without type information.
+    files: ['**/*.js', '**/*.mjs', '**/*.cjs'],
+    ...tseslint.configs.disableTypeChecked,
+    languageOptions: {
+      globals: { ...globals.node },
+      sourceType: 'module',
+      parserOptions: { projectService: false, project: false, program: null },
+    },
+  },
+  {
+    // Configuration is read once, at start, by the config modules and passed in (design §5.1): shipped code
+    // elsewhere never reads process.env. Entry points hand the environment to their config loader.
+    files: ['packages/*/src/**/*.ts', 'services/*/src/**/*.ts', 'deploy/src/**/*.ts'],
+    ignores: [
+      '**/src/config.ts',
+      'packages/testkit/src/**',
+      'services/device-gateway/src/cli/device-key.ts',
+      'deploy/src/*-main.ts',
+      'deploy/src/jwks-sync.ts',
+      'deploy/src/validate/**',
+    ],
+    rules: {
+      'no-restricted-properties': [
+        'error',
+        {
+          object: 'process',
+          property: 'env',
+          message:
+            'Only config modules and entry points read process.env; take the value from the config passed in.',
+        },
+      ],
+    },
+  },
   {
     files: ['**/test/**/*.ts', '**/bench/**/*.ts'],
     ...jest.configs['flat/recommended'],

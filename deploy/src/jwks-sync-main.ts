@@ -1,6 +1,6 @@
 // Entry point of the JWKS sync (platform-ops image): `node deploy/dist/jwks-sync-main.js`.
 // Configuration: see jwksSyncConfigSchema. Exits 1 when the first sync cannot succeed in time.
-import { ConfigError, createDb, createLogger } from '@platform/service-kit';
+import { ConfigError, createDb, createLogger, errorMessage } from '@platform/service-kit';
 import { loadJwksSyncConfig, runSyncLoop, targetFromConfig } from './jwks-sync.js';
 import type { JwksSyncConfig } from './jwks-sync.js';
 
@@ -26,7 +26,7 @@ try {
     signal: stop.signal,
   });
 } catch (err) {
-  logger.error('JWKS sync gave up', { error: err instanceof Error ? err.message : String(err) });
+  logger.error('JWKS sync gave up', { error: errorMessage(err) });
   process.exitCode = 1;
 } finally {
   await db.destroy();

@@ -5,7 +5,7 @@
 import { writeFile } from 'node:fs/promises';
 import { installPostgrestAuth, jwksUrlOf, JwksError, publicSigningKeys } from '@platform/enterprise-db';
 import type { JsonWebKeyLike } from '@platform/enterprise-db';
-import { loadConfig } from '@platform/service-kit';
+import { errorMessage, loadConfig } from '@platform/service-kit';
 import type { Logger } from '@platform/service-kit';
 import type { Kysely } from 'kysely';
 
@@ -145,7 +145,7 @@ export function targetFromConfig(config: JwksSyncConfig): JwksSyncTarget {
 }
 
 function describe(err: unknown): string {
-  return err instanceof Error ? err.message : String(err);
+  return errorMessage(err);
 }
 
 function sleep(ms: number, signal: AbortSignal): Promise<void> {

@@ -1,6 +1,7 @@
 // `npm run seed [-- --scale N]` and `node deploy/dist/seed-main.js` in the platform-ops image: loads the
 // demo data set into DATABASE_URL (idempotent). `--scale N` adds N generated companies of 100 sites ×
 // 1,000 work items each, for benchmarks.
+import { errorMessage } from '@platform/service-kit';
 import { parseArgs } from 'node:util';
 import { requireDatabaseUrl, seedAll } from './platform-database.js';
 
@@ -12,6 +13,6 @@ try {
   await seedAll(requireDatabaseUrl(process.env), { scale });
   console.log(`seed loaded in ${Date.now() - started} ms`);
 } catch (err) {
-  console.error(`seed failed: ${err instanceof Error ? err.message : String(err)}`);
+  console.error(`seed failed: ${errorMessage(err)}`);
   process.exitCode = 1;
 }

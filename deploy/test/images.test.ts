@@ -8,7 +8,7 @@ import type { ChildProcess } from 'node:child_process';
 import { jest } from '@jest/globals';
 import { gatewayMigrationsWith, GATEWAY_LOGIN_ROLE } from '@platform/device-gateway';
 import { API_LOGIN, enterpriseMigrationsWith, urlForLogin } from '@platform/enterprise-db';
-import { createDb, migrateToLatest } from '@platform/service-kit';
+import { createDb, errorMessage, migrateToLatest } from '@platform/service-kit';
 import { databaseUrl, freePort, startIssuer, startPostgres, startS3 } from '@platform/testkit';
 import type { Issuer, PostgresServer, S3Server } from '@platform/testkit';
 import pg from 'pg';
@@ -75,7 +75,7 @@ async function expectReady(url: string, running: Running, image: StagedImage): P
       if (res.status === 200) return;
       last = `HTTP ${res.status}`;
     } catch (err) {
-      last = err instanceof Error ? err.message : String(err);
+      last = errorMessage(err);
     }
     await new Promise((r) => setTimeout(r, 200));
   }

@@ -6,7 +6,12 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import dgram from 'node:dgram';
 import { fileURLToPath } from 'node:url';
 import { createDb, migrateToLatest } from '@platform/service-kit';
-import { gatewayMigrations, seedDevices, type GatewayDatabase } from '@platform/device-gateway';
+import {
+  gatewayLoginUrl,
+  gatewayMigrations,
+  seedDevices,
+  type GatewayDatabase,
+} from '@platform/device-gateway';
 import { freePort, startPostgres } from '@platform/testkit';
 import { cpuDuring, processCpuSeconds, treeCpuSeconds } from './lib/cpu-usage.js';
 import { openLoop } from './lib/open-loop.js';
@@ -154,10 +159,7 @@ export async function benchReplicas(argv: readonly string[]): Promise<void> {
     await migrateToLatest(owner, [gatewayMigrations]);
     await seedDevices(owner);
     await owner.destroy();
-    const login = new URL(pg.url);
-    login.username = 'device_gateway_login';
-    login.password = 'device-gateway-dev';
-    for (let i = 0; i < count; i++) replicas.push(await startReplica(login.toString()));
+    for (let i = 0; i < count; i++) replicas.push(await startReplica(gatewayLoginUrl(pg.url)));
     const [a, b] = replicas as [Replica, Replica];
     const cpu: CpuReaders = {
       'replica A': () => processCpuSeconds(a.proc.pid ?? 0),

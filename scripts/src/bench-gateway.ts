@@ -5,7 +5,7 @@ import dgram from 'node:dgram';
 import { cpus, loadavg } from 'node:os';
 import { fileURLToPath } from 'node:url';
 import { createDb, migrateToLatest } from '@platform/service-kit';
-import { gatewayMigrations, type GatewayDatabase } from '@platform/device-gateway';
+import { gatewayLoginUrl, gatewayMigrations, type GatewayDatabase } from '@platform/device-gateway';
 import { startPostgres } from '@platform/testkit';
 import { sql } from 'kysely';
 import { dtlsFanout, dtlsLatency, issueBenchKeys } from './bench-gateway-dtls.js';
@@ -445,10 +445,7 @@ async function main(): Promise<void> {
       SELECT 'bench-' || lpad(i::text, 6, '0'), 'a1000000-0000-4000-8000-000000000001', 'Bench device ' || i, 'bench',
              '{"reporting_interval_s": 60}'::jsonb
       FROM generate_series(0, ${ROWS - 1}) AS i`.execute(owner);
-    const login = new URL(pg.url);
-    login.username = 'device_gateway_login';
-    login.password = 'device-gateway-dev';
-    const url = login.toString();
+    const url = gatewayLoginUrl(pg.url);
 
     console.log(
       `load average at start: ${loadavg()

@@ -29,10 +29,9 @@ import {
   seedEnterprise,
   seedId,
   urlForLogin,
-  withPostgrestRequest,
 } from '@platform/enterprise-db';
 import { createDb, migrateToLatest } from '@platform/service-kit';
-import { startPostgres } from '@platform/testkit';
+import { startPostgres, withPostgrestRequest } from '@platform/testkit';
 
 // A given DATABASE_URL may already have logins created from the environment's passwords.
 const rolePasswords = rolePasswordsFromEnv(process.env);

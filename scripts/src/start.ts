@@ -17,7 +17,7 @@ import { dataDir, devSecrets, envPort, localPorts, repoRoot } from './lib/local.
 import { forwardToWebhook } from './lib/webhook-bridge.js';
 import { postgrestEnvironment } from './lib/postgrest.js';
 import { waitReady } from './lib/wait.js';
-import { readSecretList } from '@platform/service-kit';
+import { errorMessage, readSecretList } from '@platform/service-kit';
 
 const env = process.env;
 const log = (message: string): void => console.error(`[stack] ${message}`);
@@ -78,7 +78,7 @@ async function main(): Promise<void> {
       // As deploy/minio/setup.sh configures MinIO: uploads only, not the workflow's accepted copies.
       eventPrefix: 'sites/',
       onObjectCreated: (record: S3EventRecord) => forwardToWebhook(webhookUrl, webhookToken, record, log),
-      onError: (err) => log(`s3 event bridge: ${err instanceof Error ? err.message : String(err)}`),
+      onError: (err) => log(`s3 event bridge: ${errorMessage(err)}`),
     });
     s3Env = {
       S3_ENDPOINT: running.s3.endpoint,
@@ -200,7 +200,7 @@ async function serviceReady(name: string, url: string): Promise<void> {
   try {
     await waitReady(url, { timeoutMs: 60_000, intervalMs: 200, cancelled: () => stopping });
   } catch (err) {
-    throw new Error(`${name}: ${err instanceof Error ? err.message : String(err)}`, { cause: err });
+    throw new Error(`${name}: ${errorMessage(err)}`, { cause: err });
   }
 }
 
@@ -234,6 +234,6 @@ process.on('SIGINT', () => void stop(0));
 process.on('SIGTERM', () => void stop(0));
 
 main().catch((err: unknown) => {
-  log(`failed to start: ${err instanceof Error ? err.message : String(err)}`);
+  log(`failed to start: ${errorMessage(err)}`);
   void stop(1);
 });

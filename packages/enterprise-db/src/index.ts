@@ -2,12 +2,10 @@ export { enterpriseMigrations, enterpriseMigrationsWith } from './migrations/ind
 export * from './roles.js';
 export * from './demo.js';
 export * from './types.js';
-export { dollarQuote, recordObjectCreated, withPostgrestRequest, withRequestClaims } from './request.js';
+export { dollarQuote, recordObjectCreated, withRequestClaims } from './request.js';
 export type {
   ObjectCreatedFacts,
   ObjectCreatedOutcome,
-  PostgrestRequestClient,
-  PostgrestRequestOptions,
   RequestClaims,
   RequestClaimsOptions,
 } from './request.js';

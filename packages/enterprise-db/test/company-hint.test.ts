@@ -11,10 +11,11 @@ import {
   demoSites,
   demoUserSubs,
   enterpriseMigrations,
-  withPostgrestRequest,
   withRequestClaims,
 } from '@platform/enterprise-db';
-import type { DemoUser, EnterpriseDatabase, PostgrestRequestOptions } from '@platform/enterprise-db';
+import type { DemoUser, EnterpriseDatabase } from '@platform/enterprise-db';
+import { withPostgrestRequest } from '@platform/testkit';
+import type { PostgrestRequestOptions } from '@platform/testkit';
 import { claimsOf, setUp, sqlState } from './helpers.js';
 import type { Fixture } from './helpers.js';
 

@@ -3,7 +3,7 @@
 // the site check inside the index condition, never as a filter applied row by row, and a caller
 // with no access reads no index page. `npm run bench:rls` measures the speed; this keeps the shape,
 // which is what a policy rewrite (an OR, a per-row function) would silently lose.
-import { withPostgrestRequest } from '@platform/enterprise-db';
+import { withPostgrestRequest } from '@platform/testkit';
 import type { DemoUser } from '@platform/enterprise-db';
 import { claimsOf, setUp } from './helpers.js';
 import type { Fixture } from './helpers.js';

@@ -1,13 +1,7 @@
 // The read surface as PostgREST serves it (design §4.3): every view x every demo user sees exactly
 // the rows of their sites; anonymous and badly issued tokens are refused; writes are denied.
-import {
-  demoAccess,
-  demoSites,
-  demoUserSubs,
-  PORTAL_ANON,
-  PORTAL_ROLE,
-  withPostgrestRequest,
-} from '@platform/enterprise-db';
+import { demoAccess, demoSites, demoUserSubs, PORTAL_ANON, PORTAL_ROLE } from '@platform/enterprise-db';
+import { withPostgrestRequest } from '@platform/testkit';
 import type { DemoUser } from '@platform/enterprise-db';
 import { claimsOf, setUp, sqlState } from './helpers.js';
 import type { Fixture } from './helpers.js';

@@ -1,6 +1,11 @@
 import { errorCatalogue } from '@platform/contracts';
 import type { ErrorCode, FieldError, Validation } from '@platform/contracts';
 
+/** The message of anything thrown, for logs: an Error's `message`, else its string form. */
+export function errorMessage(err: unknown): string {
+  return err instanceof Error ? err.message : String(err);
+}
+
 /** design §2: the `Retry-After` (seconds) of a 503 that does not name its own. */
 export const RETRY_AFTER_S = 5;
 

@@ -19,3 +19,5 @@ export type {
 } from './issuer.js';
 export { schemaSnapshot } from './schema-snapshot.js';
 export type { SchemaSnapshotOptions } from './schema-snapshot.js';
+export { withPostgrestRequest } from './postgrest.js';
+export type { PostgrestRequestClient, PostgrestRequestOptions } from './postgrest.js';

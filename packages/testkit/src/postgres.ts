@@ -1,3 +1,4 @@
+import { errorMessage } from '@platform/service-kit';
 import { spawn } from 'node:child_process';
 import type { ChildProcess } from 'node:child_process';
 import { existsSync } from 'node:fs';
@@ -200,7 +201,7 @@ export async function startPostgres(options: StartPostgresOptions = {}): Promise
   const durable = options.durable ?? options.dataDir !== undefined;
   const recentLog: string[] = [];
   const onLog = (message: unknown): void => {
-    const text = message instanceof Error ? message.message : String(message);
+    const text = errorMessage(message);
     for (const line of text.split('\n')) {
       if (line.trim() === '') continue;
       recentLog.push(line);

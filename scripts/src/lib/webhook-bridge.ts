@@ -2,6 +2,7 @@
 // records; this posts each one to the workflow's webhook in MinIO's shape — one event per request,
 // `{EventName, Key: "<bucket>/<key>", Records: [record]}`, bearer token — and retries failures with
 // backoff, as MinIO does when its target has a queue_dir (design §4.4).
+import { errorMessage } from '@platform/service-kit';
 import type { S3EventRecord } from '@platform/testkit';
 
 const RETRY_DELAYS_MS = [500, 1000, 2000, 4000, 8000, 16000];
@@ -36,7 +37,7 @@ export async function forwardToWebhook(
         return;
       }
     } catch (err) {
-      outcome = err instanceof Error ? err.message : String(err);
+      outcome = errorMessage(err);
     }
     const delay = RETRY_DELAYS_MS[attempt];
     if (delay === undefined) {

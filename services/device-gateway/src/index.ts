@@ -11,6 +11,7 @@ export {
   DEV_GATEWAY_LOGIN_PASSWORD,
   GATEWAY_LOGIN_ROLE,
   gatewayLoginPassword,
+  gatewayLoginUrl,
   gatewayMigrations,
   gatewayMigrationsWith,
 } from './db/migrations.js';

@@ -7,6 +7,7 @@ import {
   createDb,
   createLogger,
   createMetrics,
+  errorMessage,
   installShutdown,
   type SecretSet,
 } from '@platform/service-kit';
@@ -28,7 +29,7 @@ async function main(): Promise<void> {
   try {
     apiKeys = readApiKeys(config);
   } catch (err) {
-    logger.error('refusing to start', { error: err instanceof Error ? err.message : String(err) });
+    logger.error('refusing to start', { error: errorMessage(err) });
     process.exit(1);
   }
   // Installed before anything is bound: SIGHUP's default action ends the process, so a key rotation that
@@ -39,12 +40,12 @@ async function main(): Promise<void> {
       logger.info('API keys reloaded', { count: apiKeys.size, fingerprints: apiKeys.fingerprints() });
     } catch (err) {
       logger.error('API key reload failed; previous keys stay valid', {
-        error: err instanceof Error ? err.message : String(err),
+        error: errorMessage(err),
       });
     }
   });
   process.on('unhandledRejection', (reason) => {
-    logger.error('unhandled rejection', { error: reason instanceof Error ? reason.message : String(reason) });
+    logger.error('unhandled rejection', { error: errorMessage(reason) });
   });
 
   const metrics = createMetrics({ service: 'device-gateway' });
@@ -120,7 +121,7 @@ async function main(): Promise<void> {
       break;
     } catch (err) {
       logger.warn('registry load failed; retrying', {
-        error: err instanceof Error ? err.message : String(err),
+        error: errorMessage(err),
         retry_in_ms: delayMs,
       });
       await new Promise((r) => setTimeout(r, delayMs));

@@ -1,4 +1,4 @@
-import { mapDbError, type Logger, type SecretSet } from '@platform/service-kit';
+import { errorMessage, type Logger, mapDbError, type SecretSet } from '@platform/service-kit';
 import type { Kysely } from 'kysely';
 import type { CoapServer } from './coap/server.js';
 import { publicConfig, type GatewayConfig } from './config.js';
@@ -147,7 +147,7 @@ export class GatewayService {
       } catch (err) {
         // A listener's bug must not undo or fail a reload that already swapped the registry in.
         this.deps.logger?.error('credentials listener failed', {
-          error: err instanceof Error ? err.message : String(err),
+          error: errorMessage(err),
         });
       }
     }

@@ -1,11 +1,12 @@
 // The workflow process: configuration, connections, HTTP listener and graceful shutdown.
 import { API_LOGIN } from '@platform/enterprise-db';
 import {
-  ConfigError,
   closeHttpServer,
+  ConfigError,
   createDb,
   createLogger,
   createMetrics,
+  errorMessage,
   installShutdown,
   redactUrl,
 } from '@platform/service-kit';
@@ -81,6 +82,6 @@ async function main(): Promise<void> {
 }
 
 main().catch((err: unknown) => {
-  process.stderr.write(`${SERVICE}: failed to start: ${err instanceof Error ? err.message : String(err)}\n`);
+  process.stderr.write(`${SERVICE}: failed to start: ${errorMessage(err)}\n`);
   process.exit(1);
 });

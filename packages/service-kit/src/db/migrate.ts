@@ -1,3 +1,4 @@
+import { errorMessage } from '../errors.js';
 import { Migrator } from 'kysely';
 import type { Kysely, Migration, MigrationResult } from 'kysely';
 
@@ -33,7 +34,7 @@ export class MigrationError extends Error {
   readonly migration: string | undefined;
 
   constructor(set: string, migration: string | undefined, cause: unknown) {
-    const reason = cause instanceof Error ? cause.message : String(cause);
+    const reason = errorMessage(cause);
     super(
       migration === undefined
         ? `migration set "${set}" failed: ${reason}`

@@ -2,7 +2,7 @@
 // Kept apart from its entry point (device-key.ts) so the argument handling and messages are one function of
 // (arguments, environment, output streams) → exit code.
 import { parseArgs } from 'node:util';
-import { createDb, isConnectionError, redactString, sqlState } from '@platform/service-kit';
+import { createDb, errorMessage, isConnectionError, redactString, sqlState } from '@platform/service-kit';
 import type { Kysely } from 'kysely';
 import {
   CredentialCommandError,
@@ -222,7 +222,7 @@ function describeFailure(err: unknown): string {
     return 'permission denied: the login in DATABASE_URL may not change device keys (use the owner login that runs `npm run migrate`)';
   if (state === '42P01' || state === '3F000')
     return 'the device credentials table does not exist in this database: run `npm run migrate` first';
-  const message = err instanceof Error ? err.message : String(err);
+  const message = errorMessage(err);
   if (isConnectionError(err)) return `cannot reach the database: ${redactString(message)}`;
   return `failed: ${redactString(message)}`;
 }

@@ -30,7 +30,7 @@
 //   arrives as a notification, so a broken connection loses nothing; until the resync is done the replica
 //   reports not ready.
 import { randomUUID } from 'node:crypto';
-import { DomainError, isConnectionError, mapDbError, type Logger } from '@platform/service-kit';
+import { DomainError, errorMessage, isConnectionError, type Logger, mapDbError } from '@platform/service-kit';
 import { sql, type Kysely } from 'kysely';
 import pg from 'pg';
 import type { GatewayDatabase } from '../db/tables.js';
@@ -308,7 +308,7 @@ export class ClusterBus {
         if (this.stopping) break;
         if (!connected) this.unreachable = isConnectionError(err);
         this.log.warn('cluster bus connect or resync failed; retrying', {
-          error: err instanceof Error ? err.message : String(err),
+          error: errorMessage(err),
           retry_in_ms: delayMs,
         });
       }
@@ -365,7 +365,7 @@ export class ClusterBus {
     await client.query(`LISTEN ${BUS_CHANNEL}`);
     const heartbeat = setInterval(() => {
       client.query('SELECT 1').catch((err: unknown) => {
-        signal(`heartbeat failed: ${err instanceof Error ? err.message : String(err)}`);
+        signal(`heartbeat failed: ${errorMessage(err)}`);
         // A connection that does not answer is ended so the loop can replace it.
         void client.end().catch(() => undefined);
       });
@@ -455,7 +455,7 @@ export class ClusterBus {
         this.stats.remoteReloads++;
         this.requestReload().catch((err: unknown) => {
           this.log.error('reload requested by another replica failed', {
-            error: err instanceof Error ? err.message : String(err),
+            error: errorMessage(err),
           });
         });
         return;

@@ -1,3 +1,4 @@
+import { errorMessage } from '@platform/service-kit';
 import {
   ACK,
   CON,
@@ -132,7 +133,7 @@ export class MessageLayer<X extends Exchange> implements TransportReceiver {
       // internal error text never goes on the wire.
       this.stats.internalErrors++;
       this.options.logger.error('coap datagram handling failed', {
-        error: err instanceof Error ? err.message : String(err),
+        error: errorMessage(err),
       });
     }
   }
@@ -383,7 +384,7 @@ export class MessageLayer<X extends Exchange> implements TransportReceiver {
         } catch (err) {
           this.stats.internalErrors++;
           this.options.logger.error('coap retransmission failed', {
-            error: err instanceof Error ? err.message : String(err),
+            error: errorMessage(err),
           });
         }
       }

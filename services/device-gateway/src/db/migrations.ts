@@ -13,6 +13,17 @@ export const GATEWAY_LOGIN_ROLE = 'device_gateway_login';
 export const DEV_GATEWAY_LOGIN_PASSWORD = 'device-gateway-dev';
 
 /**
+ * `ownerUrl` with the gateway's login in place of the owner: what the gateway connects with. The password
+ * defaults to the development one (tests, benchmarks, the local stack).
+ */
+export function gatewayLoginUrl(ownerUrl: string, password: string = DEV_GATEWAY_LOGIN_PASSWORD): string {
+  const url = new URL(ownerUrl);
+  url.username = GATEWAY_LOGIN_ROLE;
+  url.password = password;
+  return url.toString();
+}
+
+/**
  * The login's password from the environment the migration entry point passes in
  * (`DEVICE_GATEWAY_DB_PASSWORD`), with the development default outside production. Not in config.ts:
  * migrations run from `npm run migrate` and the migration Job, not from the gateway process.

@@ -7,6 +7,7 @@
 //   ClientHello + cookie   -> ServerHello, ServerHelloDone            (flight 4, retransmitted on a timer)
 //   ClientKeyExchange, ChangeCipherSpec, Finished -> ChangeCipherSpec, Finished   (flight 6, resent only
 //                                                     when the client retransmits its flight 5)
+import { errorMessage } from '@platform/service-kit';
 import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
 import type { Hash } from 'node:crypto';
 import type dgram from 'node:dgram';
@@ -1053,8 +1054,4 @@ export class DtlsServer {
       this.options.logger.error('dtls: internal error in the timer', { error: errorMessage(err) });
     }
   }
-}
-
-function errorMessage(err: unknown): string {
-  return err instanceof Error ? err.message : String(err);
 }

@@ -3,7 +3,7 @@ import { createTestDatabase, type TestDatabase } from '@platform/testkit';
 import type { Kysely } from 'kysely';
 import { buildApp, type GatewayApp } from '../../src/app.js';
 import { loadGatewayConfig } from '../../src/config.js';
-import { GATEWAY_LOGIN_ROLE, gatewayMigrations } from '../../src/db/migrations.js';
+import { gatewayLoginUrl, gatewayMigrations } from '../../src/db/migrations.js';
 import { seedDevices } from '../../src/db/seed.js';
 import type { GatewayDatabase } from '../../src/db/tables.js';
 
@@ -11,10 +11,7 @@ export const API_KEYS = ['test-key-one-0123456789', 'test-key-two-9876543210'];
 
 /** The same database, as the gateway's read-only login (dev default password outside production). */
 export function loginUrl(ownerUrl: string): string {
-  const url = new URL(ownerUrl);
-  url.username = GATEWAY_LOGIN_ROLE;
-  url.password = 'device-gateway-dev';
-  return url.toString();
+  return gatewayLoginUrl(ownerUrl);
 }
 
 export interface GatewayFixture {
