@@ -13,7 +13,7 @@ type Immutable<T> = ColumnType<T, T, never>;
 
 export type WorkItemState = 'proposed' | 'accepted' | 'deferred' | 'declined';
 export type Decision = 'accept' | 'defer' | 'decline';
-export type MediaStatus = 'pending_upload' | 'available' | 'rejected';
+export type MediaStatus = 'pending_upload' | 'available' | 'rejected' | 'abandoned';
 export type Severity = 'low' | 'medium' | 'high' | 'critical';
 
 export interface SitesTable {
@@ -125,7 +125,8 @@ export interface MediaItemsTable {
   site_id: Immutable<string>;
   company_id: DerivedCompanyId;
   object_key: Immutable<string>;
-  status: ColumnType<MediaStatus, 'pending_upload' | undefined, never>;
+  /** The workflow may only move a pending multipart item to `abandoned` (its abort). */
+  status: ColumnType<MediaStatus, 'pending_upload' | undefined, 'abandoned'>;
   filename: Immutable<string>;
   declared_content_type: Immutable<string>;
   declared_size_bytes: ColumnType<string, number | string, never>;
@@ -134,7 +135,8 @@ export interface MediaItemsTable {
   actual_content_type: ColumnType<string | null, never, never>;
   actual_size_bytes: ColumnType<string | null, never, never>;
   etag: ColumnType<string | null, never, never>;
-  rejection_reason: ColumnType<string | null, never, never>;
+  /** Set by record_object_created() for rejected items, and with `abandoned` by an abort or the sweep. */
+  rejection_reason: ColumnType<string | null, never, string>;
   walkthrough_id: ColumnType<string | null, string | null | undefined, never>;
   work_item_id: ColumnType<string | null, string | null | undefined, never>;
   asset_id: ColumnType<string | null, string | null | undefined, never>;
@@ -142,7 +144,11 @@ export interface MediaItemsTable {
   created_at: GeneratedTimestamp;
   upload_expires_at: ColumnType<Date | null, Date | string | null | undefined, never>;
   uploaded_at: ColumnType<Date | null, never, never>;
-  updated_at: ColumnType<Date, never, never>;
+  updated_at: ColumnType<Date, never, Date | string>;
+  /** The store's multipart upload id of an upload in parts (null: a single PUT). */
+  multipart_upload_id: ColumnType<string | null, string | null | undefined, never>;
+  part_size_bytes: ColumnType<string | null, number | string | null | undefined, never>;
+  part_count: ColumnType<number | null, number | null | undefined, never>;
 }
 
 /** Tables visible to `enterprise_api_role` (through RLS), keyed as Kysely expects. */

@@ -116,7 +116,7 @@ describe('catalog', () => {
          AND p.tablename NOT IN ('companies')`,
       [runtimeRoles],
     );
-    expect(rows).toHaveLength(18);
+    expect(rows).toHaveLength(19);
     const missing = rows.flatMap((r) =>
       [r.qual, r.check]
         .filter((e): e is string => e !== null && !e.includes('enterprise_api.authorized_site_ids()'))

@@ -195,7 +195,7 @@ describe('withRequestClaims', () => {
 
   it('the workflow cannot change media status itself, nor touch schedules or service records', async () => {
     for (const statement of [
-      sql`UPDATE enterprise.media_items SET status = 'available'`,
+      sql`UPDATE enterprise.media_items SET etag = 'x'`,
       sql`SELECT * FROM enterprise.maintenance_schedules`,
       sql`DELETE FROM enterprise.work_items`,
       sql`SELECT * FROM enterprise.principals`,
@@ -204,6 +204,43 @@ describe('withRequestClaims', () => {
         '42501',
       );
     }
+  });
+
+  it("a pending multipart item may only become abandoned, and only within the caller's sites", async () => {
+    const multipart = async (uploadId: string | null) =>
+      withRequestClaims(api, as('alice'), (trx) =>
+        trx
+          .insertInto('enterprise.media_items')
+          .values({
+            site_id: demoSites.acmeHq.id,
+            object_key: `sites/${demoSites.acmeHq.id}/media/${randomUUID()}`,
+            filename: 'walk.mp4',
+            declared_content_type: 'video/mp4',
+            declared_size_bytes: 100 * 1024 * 1024,
+            uploaded_by: demoUserSubs.alice,
+            multipart_upload_id: uploadId,
+            part_size_bytes: uploadId === null ? null : 16 * 1024 * 1024,
+            part_count: uploadId === null ? null : 7,
+          })
+          .returning('id')
+          .executeTakeFirstOrThrow(),
+      );
+    const item = await multipart('upload-1');
+    const single = await multipart(null);
+    const abandon = (user: DemoUser, id: string, status: 'abandoned' | 'available') =>
+      withRequestClaims(api, as(user), (trx) =>
+        sql`UPDATE enterprise.media_items SET status = ${status}, rejection_reason = 'aborted', updated_at = now()
+            WHERE id = ${id}::uuid`.execute(trx),
+      );
+    // Another tenant's item is invisible: nothing is updated.
+    expect((await abandon('carol', item.id, 'abandoned')).numAffectedRows).toBe(0n);
+    // A single-PUT item is not the workflow's to change.
+    expect((await abandon('alice', single.id, 'abandoned')).numAffectedRows).toBe(0n);
+    // Any state but abandoned fails the policy's check.
+    expect(await sqlState(abandon('alice', item.id, 'available'))).toBe('42501');
+    expect((await abandon('alice', item.id, 'abandoned')).numAffectedRows).toBe(1n);
+    // Final: an abandoned item is no longer pending, so it cannot be changed again.
+    expect((await abandon('alice', item.id, 'abandoned')).numAffectedRows).toBe(0n);
   });
 
   it('idempotency keys are private to their caller', async () => {
