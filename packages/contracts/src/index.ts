@@ -72,6 +72,24 @@ export {
   type UploadIntentResponse,
 } from './media.js';
 export {
+  MAX_PART_URLS_PER_REQUEST,
+  completeUploadRequestSchema,
+  completeUploadResponseSchema,
+  partUrlsRequestSchema,
+  partUrlsResponseSchema,
+  storedPartsResponseSchema,
+  validateCompleteUploadRequest,
+  validateCompleteUploadResponse,
+  validatePartUrlsRequest,
+  validatePartUrlsResponse,
+  validateStoredPartsResponse,
+  type CompleteUploadRequest,
+  type CompleteUploadResponse,
+  type PartUrlsRequest,
+  type PartUrlsResponse,
+  type StoredPartsResponse,
+} from './multipart.js';
+export {
   MAX_DECISION_NOTE_LENGTH,
   decisionRequestSchema,
   decisionResponseSchema,

@@ -69,8 +69,8 @@ export const uploadIntentRequestSchema = {
 
 export type UploadIntentRequest = FromSchema<typeof uploadIntentRequestSchema>;
 
-export const uploadIntentResponseSchema = {
-  $id: 'https://platform.example/schemas/upload-intent-response.json',
+/** The answer for a file sent with one PUT. */
+const singleUploadAnswer = {
   type: 'object',
   additionalProperties: false,
   required: ['media_id', 'status', 'upload'],
@@ -93,6 +93,41 @@ export const uploadIntentResponseSchema = {
       },
     },
   },
+} as const;
+
+/** The answer for a file above the multipart threshold: a plan of parts, whose URLs are asked for later. */
+const multipartUploadAnswer = {
+  type: 'object',
+  additionalProperties: false,
+  required: ['media_id', 'status', 'multipart'],
+  properties: {
+    media_id: uuidProperty,
+    status: { type: 'string', const: 'pending_upload' },
+    multipart: {
+      type: 'object',
+      additionalProperties: false,
+      required: ['upload_id', 'part_size_bytes', 'part_count', 'expires_at'],
+      properties: {
+        upload_id: { type: 'string', minLength: 1 },
+        part_size_bytes: {
+          type: 'integer',
+          minimum: 1,
+          description: 'size of every part but the last, which holds the rest',
+        },
+        part_count: { type: 'integer', minimum: 1, maximum: 10000 },
+        expires_at: {
+          type: 'string',
+          format: 'date-time',
+          description: 'parts must be uploaded and the upload completed before this; later it is aborted',
+        },
+      },
+    },
+  },
+} as const;
+
+export const uploadIntentResponseSchema = {
+  $id: 'https://platform.example/schemas/upload-intent-response.json',
+  oneOf: [singleUploadAnswer, multipartUploadAnswer],
 } as const;
 
 export type UploadIntentResponse = FromSchema<typeof uploadIntentResponseSchema>;

@@ -4,7 +4,7 @@ export type { PostgresServer, StartPostgresOptions } from './postgres.js';
 export { createTestDatabase, databaseUrl, migrationFingerprint } from './database.js';
 export type { CreateTestDatabaseOptions, TestDatabase } from './database.js';
 export { encodeEventKey, startS3 } from './s3.js';
-export type { S3EventRecord, S3Server, StartS3Options } from './s3.js';
+export type { S3EventRecord, S3Request, S3Server, StartS3Options } from './s3.js';
 export { demoUsers, openDevSigner, startIssuer } from './issuer.js';
 export type {
   Claims,

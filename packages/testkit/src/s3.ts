@@ -1,5 +1,5 @@
-import type { Server } from 'node:http';
-import { mkdtemp, rm } from 'node:fs/promises';
+import type { IncomingMessage, Server, ServerResponse } from 'node:http';
+import { mkdtemp, readdir, readFile, rm, stat } from 'node:fs/promises';
 import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -11,7 +11,7 @@ export interface S3EventRecord {
   eventSource: string;
   awsRegion: string;
   eventTime: string;
-  /** `ObjectCreated:Put`, `ObjectCreated:Post` or `ObjectCreated:Copy`. */
+  /** `ObjectCreated:Put`, `ObjectCreated:Post`, `ObjectCreated:Copy` or `ObjectCreated:CompleteMultipartUpload`. */
   eventName: string;
   userIdentity: { principalId: string };
   requestParameters: { sourceIPAddress: string };
@@ -50,6 +50,23 @@ export interface StartS3Options {
   eventPrefix?: string;
   /** Default: `console.error`. */
   onError?: (err: unknown) => void;
+  /**
+   * Browser origins allowed by the bucket's CORS rule (PUT, GET, HEAD; any request header; `ETag`
+   * exposed, which a browser uploading parts must read). Default: none, no CORS rule.
+   */
+  corsOrigins?: readonly string[];
+}
+
+/** One request s3rver received, as tests count them (e.g. the part PUTs of a resumed upload). */
+export interface S3Request {
+  method: string;
+  /** The decoded object key (empty for bucket requests). */
+  key: string;
+  /** The multipart upload part number of an UploadPart request. */
+  partNumber: number | undefined;
+  uploadId: string | undefined;
+  /** The HTTP status answered. */
+  status: number;
 }
 
 export interface S3Server {
@@ -62,6 +79,8 @@ export interface S3Server {
   secretAccessKey: string;
   /** Every ObjectCreated record so far, oldest first. */
   readonly objectCreated: readonly S3EventRecord[];
+  /** Every request answered so far (CORS preflights included), oldest first. */
+  readonly requests: readonly S3Request[];
   /** Resolves with the first ObjectCreated record for `key` (decoded), waiting up to `timeoutMs`. */
   waitForObjectCreated(key: string, timeoutMs?: number): Promise<S3EventRecord>;
   stop(): Promise<void>;
@@ -72,11 +91,132 @@ interface S3rverInstance {
   run(): Promise<{ port: number }>;
   close(): Promise<void>;
   httpServer?: Server;
-  store: { getMetadata(bucket: string, key: string): Promise<Record<string, unknown>> };
+  store: {
+    getMetadata(bucket: string, key: string): Promise<Record<string, unknown>>;
+    getResourcePath(bucket: string, key: string | undefined, resource: string): string;
+  };
+  middleware: KoaMiddleware[];
   on(event: 'event', listener: (event: { Records: S3EventRecord[] }) => void): unknown;
   on(event: 'error', listener: (err: unknown) => void): unknown;
 }
 type S3rverConstructor = new (options: Record<string, unknown>) => S3rverInstance;
+
+/** The part of Koa's context the added middleware reads and writes. */
+interface KoaContext {
+  method: string;
+  path: string;
+  query: Record<string, string | string[] | undefined>;
+  status: number;
+  body: unknown;
+  req: IncomingMessage;
+  res: ServerResponse;
+  set(name: string, value: string): void;
+}
+type KoaMiddleware = (ctx: KoaContext, next: () => Promise<void>) => Promise<void>;
+
+function xmlEscape(text: string): string {
+  return text.replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;');
+}
+
+function s3Error(ctx: KoaContext, status: number, code: string, message: string): void {
+  ctx.status = status;
+  ctx.set('Content-Type', 'application/xml');
+  ctx.body = `<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>${code}</Code><Message>${xmlEscape(message)}</Message></Error>`;
+}
+
+/** A CORS rule as S3 and MinIO take it; the ETag header must be exposed for multipart uploads. */
+function corsConfiguration(origins: readonly string[]): string {
+  const rule = [
+    ...origins.map((origin) => `<AllowedOrigin>${xmlEscape(origin)}</AllowedOrigin>`),
+    '<AllowedMethod>PUT</AllowedMethod><AllowedMethod>GET</AllowedMethod><AllowedMethod>HEAD</AllowedMethod>',
+    '<AllowedHeader>*</AllowedHeader><ExposeHeader>ETag</ExposeHeader><MaxAgeSeconds>600</MaxAgeSeconds>',
+  ].join('');
+  return `<CORSConfiguration><CORSRule>${rule}</CORSRule></CORSConfiguration>`;
+}
+
+/**
+ * What s3rver 3.7 lacks of the multipart API, added in front of it: ListParts and AbortMultipartUpload,
+ * NoSuchUpload for parts and completions of an upload that is gone (s3rver would recreate it), and the
+ * event name S3 gives a completion (`ObjectCreated:CompleteMultipartUpload`; s3rver says `Post`). Parts
+ * live in s3rver's own upload directory: `<n>` with `<n>.md5` once the part is fully stored.
+ */
+function multipartMiddleware(
+  server: S3rverInstance,
+  completing: Set<string>,
+  log: S3Request[],
+): KoaMiddleware {
+  return async (ctx, next) => {
+    const [, bucket = '', ...rest] = ctx.path.split('/');
+    const key = rest.map((segment) => decodeURIComponent(segment)).join('/');
+    const uploadId = typeof ctx.query.uploadId === 'string' ? ctx.query.uploadId : undefined;
+    const partNumber = typeof ctx.query.partNumber === 'string' ? Number(ctx.query.partNumber) : undefined;
+    try {
+      if (uploadId === undefined || ctx.method === 'OPTIONS' || key === '') {
+        await next();
+        return;
+      }
+      const directory = join(server.store.getResourcePath(bucket, undefined, 'uploads'), uploadId);
+      const exists = await stat(join(directory, 'key')).then(
+        () => true,
+        () => false,
+      );
+      if (!exists) {
+        s3Error(ctx, 404, 'NoSuchUpload', 'The specified upload does not exist.');
+        return;
+      }
+      if (ctx.method === 'DELETE') {
+        await rm(directory, { recursive: true, force: true });
+        ctx.status = 204;
+        ctx.body = '';
+        return;
+      }
+      if (ctx.method === 'GET') {
+        const names = await readdir(directory);
+        const parts = await Promise.all(
+          names
+            .filter((name) => /^\d+\.md5$/.test(name))
+            .map(async (name) => {
+              const number = Number(name.slice(0, -4));
+              const [md5, info] = await Promise.all([
+                readFile(join(directory, name), 'utf8'),
+                stat(join(directory, String(number))),
+              ]);
+              return { number, md5, size: info.size, modified: info.mtime.toISOString() };
+            }),
+        );
+        parts.sort((a, b) => a.number - b.number);
+        const marker = Number(ctx.query['part-number-marker'] ?? 0);
+        const max = Math.min(Number(ctx.query['max-parts'] ?? 1000), 1000);
+        const page = parts.filter((p) => p.number > marker).slice(0, max);
+        const truncated = parts.filter((p) => p.number > marker).length > page.length;
+        ctx.status = 200;
+        ctx.set('Content-Type', 'application/xml');
+        ctx.body = [
+          '<?xml version="1.0" encoding="UTF-8"?>\n<ListPartsResult>',
+          `<Bucket>${xmlEscape(bucket)}</Bucket><Key>${xmlEscape(key)}</Key><UploadId>${uploadId}</UploadId>`,
+          `<PartNumberMarker>${marker}</PartNumberMarker>`,
+          `<NextPartNumberMarker>${page.at(-1)?.number ?? marker}</NextPartNumberMarker>`,
+          `<MaxParts>${max}</MaxParts><IsTruncated>${truncated}</IsTruncated>`,
+          ...page.map(
+            (p) =>
+              `<Part><PartNumber>${p.number}</PartNumber><LastModified>${p.modified}</LastModified>` +
+              `<ETag>"${p.md5}"</ETag><Size>${p.size}</Size></Part>`,
+          ),
+          '</ListPartsResult>',
+        ].join('');
+        return;
+      }
+      if (ctx.method === 'POST') completing.add(key);
+      try {
+        await next();
+      } finally {
+        completing.delete(key);
+      }
+    } finally {
+      log.push({ method: ctx.method, key, partNumber, uploadId, status: ctx.status });
+    }
+  };
+}
 
 /** AWS encodes event keys as form data per path segment: `a dir/ünï.jpg` → `a+dir/%C3%BCn%C3%AF.jpg`. */
 export function encodeEventKey(key: string): string {
@@ -108,8 +248,20 @@ export async function startS3(options: StartS3Options = {}): Promise<S3Server> {
     port: options.port ?? (await freePort('tcp')),
     directory,
     silent: true,
-    configureBuckets: [{ name: bucket, configs: [] }],
+    configureBuckets: [
+      {
+        name: bucket,
+        configs:
+          options.corsOrigins === undefined || options.corsOrigins.length === 0
+            ? []
+            : [corsConfiguration(options.corsOrigins)],
+      },
+    ],
   });
+  const requests: S3Request[] = [];
+  const completing = new Set<string>();
+  // Koa composes its middleware when the server starts: placed first, this sees every request.
+  server.middleware.unshift(multipartMiddleware(server, completing, requests));
   // Koa logs every failed request (404s included) to stderr unless the app has an error listener.
   server.on('error', () => undefined);
 
@@ -119,8 +271,13 @@ export async function startS3(options: StartS3Options = {}): Promise<S3Server> {
   let delivery = Promise.resolve();
 
   server.on('event', (event) => {
-    for (const raw of event.Records) {
-      if (!raw.eventName.startsWith('ObjectCreated:')) continue;
+    for (const emitted of event.Records) {
+      if (!emitted.eventName.startsWith('ObjectCreated:')) continue;
+      // Emitted while the completion's request is still being handled (see multipartMiddleware).
+      const raw =
+        emitted.eventName === 'ObjectCreated:Post' && completing.has(emitted.s3.object.key)
+          ? { ...emitted, eventName: 'ObjectCreated:CompleteMultipartUpload' }
+          : emitted;
       if (options.eventPrefix !== undefined && !raw.s3.object.key.startsWith(options.eventPrefix)) continue;
       delivery = delivery.then(async () => {
         const rawKey = raw.s3.object.key;
@@ -157,6 +314,7 @@ export async function startS3(options: StartS3Options = {}): Promise<S3Server> {
     accessKeyId: S3_ACCESS_KEY_ID,
     secretAccessKey: S3_SECRET_ACCESS_KEY,
     objectCreated: records,
+    requests,
     waitForObjectCreated(key, timeoutMs = 5000) {
       const encoded = encodeEventKey(key);
       const seen = records.find((r) => r.s3.object.key === encoded);

@@ -10,12 +10,16 @@ import type { WorkflowConfig } from './config.js';
 import type { WorkflowDb } from './db/database.js';
 import type { WorkflowContext } from './domain/context.js';
 import { createWorkflowMetrics } from './domain/metrics.js';
+import { defaultMultipartSettings } from './domain/multipart.js';
+import type { MultipartSettings } from './domain/multipart.js';
 import { workflowRoutes } from './http/routes.js';
 import type { MediaStorage } from './storage/s3.js';
 
 export interface AppDeps {
   config: Pick<WorkflowConfig, 'media' | 'idempotencyTtlS' | 'webhookTokens'> & {
     http?: Pick<WorkflowConfig['http'], 'trustProxy'>;
+    /** Default: defaultMultipartSettings. */
+    multipart?: MultipartSettings;
   };
   logger: Logger;
   db: Kysely<WorkflowDb>;
@@ -52,6 +56,7 @@ export function buildApp(deps: AppDeps): Express {
     db: deps.db,
     storage: deps.storage,
     media: deps.config.media,
+    multipart: deps.config.multipart ?? defaultMultipartSettings,
     idempotencyTtlS: deps.config.idempotencyTtlS,
     metrics: deps.metrics,
     counters: createWorkflowMetrics(deps.metrics),

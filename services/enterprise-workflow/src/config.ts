@@ -13,6 +13,7 @@ import type { DatabaseDeadlines, LogLevel } from '@platform/service-kit';
 import type { S3Settings } from './storage/s3.js';
 import type { TokenVerifierSettings } from './auth/token-verifier.js';
 import type { MediaLimits } from './domain/media.js';
+import type { MultipartSettings } from './domain/multipart.js';
 
 const MiB = 1024 * 1024;
 
@@ -83,6 +84,16 @@ export const configSchema = {
     UPLOAD_URL_TTL_S: { type: 'integer', minimum: 60, maximum: 604800, default: 900 },
     /** Lifetime of a presigned GET, in seconds. */
     DOWNLOAD_URL_TTL_S: { type: 'integer', minimum: 10, maximum: 604800, default: 300 },
+    /** Files larger than this, in bytes, are uploaded in parts (design §4.4; default 64 MiB). */
+    MULTIPART_THRESHOLD_BYTES: { type: 'integer', minimum: 5 * MiB, default: 64 * MiB },
+    /** Preferred part size, in bytes (S3: at least 5 MiB; raised when a file would need over 10,000 parts). */
+    MULTIPART_PART_SIZE_BYTES: { type: 'integer', minimum: 5 * MiB, maximum: 5120 * MiB, default: 16 * MiB },
+    /** How long an upload in parts may take from intent to completion, in seconds (default 24 h). */
+    MULTIPART_UPLOAD_TTL_S: { type: 'integer', minimum: 60, maximum: 604800, default: 86400 },
+    /** Interval of the sweep that aborts expired uploads in parts, in seconds; 0 turns it off. */
+    MULTIPART_SWEEP_INTERVAL_S: { type: 'integer', minimum: 0, maximum: 86400, default: 300 },
+    /** How long after its intent expired an unfinished upload in parts is aborted, in seconds. */
+    MULTIPART_SWEEP_GRACE_S: { type: 'integer', minimum: 0, maximum: 86400, default: 600 },
     /** How long a stored Idempotency-Key answer is replayed, in seconds. */
     IDEMPOTENCY_TTL_S: { type: 'integer', minimum: 60, default: 86400 },
     /** Bound on the shutdown sequence, in milliseconds. */
@@ -98,6 +109,7 @@ export interface WorkflowConfig {
   s3: S3Settings;
   webhookTokens: string[];
   media: MediaLimits & { uploadUrlTtlS: number; downloadUrlTtlS: number };
+  multipart: MultipartSettings & { sweepIntervalS: number; sweepGraceS: number };
   idempotencyTtlS: number;
   shutdownTimeoutMs: number;
 }
@@ -181,6 +193,13 @@ export function loadWorkflowConfig(env: Record<string, string | undefined> = pro
       maxVideoBytes: raw.MEDIA_MAX_VIDEO_BYTES,
       uploadUrlTtlS: raw.UPLOAD_URL_TTL_S,
       downloadUrlTtlS: raw.DOWNLOAD_URL_TTL_S,
+    },
+    multipart: {
+      thresholdBytes: raw.MULTIPART_THRESHOLD_BYTES,
+      partSizeBytes: raw.MULTIPART_PART_SIZE_BYTES,
+      uploadTtlS: raw.MULTIPART_UPLOAD_TTL_S,
+      sweepIntervalS: raw.MULTIPART_SWEEP_INTERVAL_S,
+      sweepGraceS: raw.MULTIPART_SWEEP_GRACE_S,
     },
     idempotencyTtlS: raw.IDEMPOTENCY_TTL_S,
     shutdownTimeoutMs: raw.SHUTDOWN_TIMEOUT_MS,

@@ -14,6 +14,7 @@ import { buildApp } from './app.js';
 import { createTokenVerifier } from './auth/token-verifier.js';
 import { loadWorkflowConfig } from './config.js';
 import type { WorkflowDb } from './db/database.js';
+import { startExpiredUploadSweep } from './domain/multipart.js';
 import { createS3Storage } from './storage/s3.js';
 
 const SERVICE = 'enterprise-workflow';
@@ -48,6 +49,10 @@ async function main(): Promise<void> {
   const storage = createS3Storage(config.s3);
   const verifier = createTokenVerifier(config.oidc);
   const app = buildApp({ config, logger, db, storage, verifier, metrics });
+  const sweep = startExpiredUploadSweep({ db, storage, now: () => new Date() }, logger, {
+    intervalS: config.multipart.sweepIntervalS,
+    graceS: config.multipart.sweepGraceS,
+  });
 
   const server = app.listen(config.http.port, config.http.host);
   await new Promise<void>((resolve, reject) => {
@@ -75,6 +80,7 @@ async function main(): Promise<void> {
     timeoutMs: config.shutdownTimeoutMs,
     steps: [
       { name: 'http', close: () => closeHttpServer(server, Math.floor(config.shutdownTimeoutMs / 2)) },
+      { name: 'multipart sweep', close: () => sweep.stop() },
       { name: 'db pool', close: () => db.destroy() },
       { name: 's3 client', close: () => Promise.resolve(storage.destroy()) },
     ],

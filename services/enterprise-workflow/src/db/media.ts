@@ -15,6 +15,8 @@ export interface NewPendingMedia {
   assetId: string | undefined;
   uploadedBy: string;
   uploadExpiresAt: Date;
+  /** The plan of an upload in parts (design §4.4); absent for a single PUT. */
+  multipart?: { uploadId: string; partSizeBytes: number; partCount: number } | undefined;
 }
 
 /**
@@ -27,11 +29,12 @@ export async function insertPendingMedia(db: Executor, media: NewPendingMedia): 
   const result = await sql<{ id: string }>`
     INSERT INTO enterprise.media_items (site_id, object_key, filename, declared_content_type,
       declared_size_bytes, declared_checksum_sha256, walkthrough_id, work_item_id, asset_id,
-      uploaded_by, upload_expires_at)
+      uploaded_by, upload_expires_at, multipart_upload_id, part_size_bytes, part_count)
     SELECT s.id, ${media.objectKey}, ${media.filename}, ${media.contentType},
       ${media.declaredSizeBytes}::bigint, ${media.checksumSha256 ?? null}, ${media.walkthroughId ?? null}::uuid,
       ${media.workItemId ?? null}::uuid, ${media.assetId ?? null}::uuid, ${media.uploadedBy},
-      ${media.uploadExpiresAt}::timestamptz
+      ${media.uploadExpiresAt}::timestamptz, ${media.multipart?.uploadId ?? null},
+      ${media.multipart?.partSizeBytes ?? null}::bigint, ${media.multipart?.partCount ?? null}::integer
     FROM enterprise.sites s
     WHERE s.id = ${media.siteId}::uuid
     RETURNING id`.execute(db);
@@ -129,6 +132,8 @@ export interface IntentKeyRecord {
   declaredSizeBytes: number;
   checksumSha256: string | null;
   uploadExpiresAt: Date | null;
+  /** The plan of an upload in parts; null for a single PUT. */
+  multipart: { uploadId: string; partSizeBytes: number; partCount: number } | null;
 }
 
 /** The caller's use of `key` (RLS scopes keys to the caller's `sub` and sites) and its media item. */
@@ -150,6 +155,9 @@ export async function findIntentKey(
       'm.declared_size_bytes',
       'm.declared_checksum_sha256',
       'm.upload_expires_at',
+      'm.multipart_upload_id',
+      'm.part_size_bytes',
+      'm.part_count',
     ])
     .where('k.caller_sub', '=', callerSub)
     .where('k.idempotency_key', '=', key)
@@ -165,6 +173,14 @@ export async function findIntentKey(
     declaredSizeBytes: Number(row.declared_size_bytes),
     checksumSha256: row.declared_checksum_sha256,
     uploadExpiresAt: row.upload_expires_at,
+    multipart:
+      row.multipart_upload_id === null
+        ? null
+        : {
+            uploadId: row.multipart_upload_id,
+            partSizeBytes: Number(row.part_size_bytes),
+            partCount: row.part_count ?? 0,
+          },
   };
 }
 

@@ -7,6 +7,7 @@ import type { PortalUser } from '../auth/token-verifier.js';
 import type { WorkflowDb } from '../db/database.js';
 import type { MediaStorage } from '../storage/s3.js';
 import type { MediaLimits } from './media.js';
+import type { MultipartSettings } from './multipart.js';
 import type { WorkflowMetrics } from './metrics.js';
 
 export interface WorkflowContext {
@@ -14,6 +15,8 @@ export interface WorkflowContext {
   db: Kysely<WorkflowDb>;
   storage: MediaStorage;
   media: MediaLimits & { uploadUrlTtlS: number; downloadUrlTtlS: number };
+  /** When and how files are uploaded in parts (design §4.4). */
+  multipart: MultipartSettings;
   /** How long an Idempotency-Key answer is replayed, in seconds. */
   idempotencyTtlS: number;
   metrics: Registry | undefined;

@@ -13,8 +13,9 @@ export async function getDownload(
   mediaId: string,
 ): Promise<DownloadResponse> {
   const media = await inUserTransaction(ctx.db, scope.user, (trx) => findMediaAtSite(trx, siteId, mediaId));
-  // Rejected uploads are gone for the client: the same 404 as an unknown id or another site's item.
-  if (media === undefined || media.status === 'rejected')
+  // Rejected and abandoned uploads are gone for the client: the same 404 as an unknown id or another
+  // site's item.
+  if (media === undefined || media.status === 'rejected' || media.status === 'abandoned')
     throw new DomainError('not_found', 'No such media item.');
   if (media.status === 'pending_upload') {
     throw new DomainError('media_pending', 'The file has not been uploaded yet.');

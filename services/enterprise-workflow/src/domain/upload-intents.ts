@@ -17,6 +17,8 @@ import type { PresignedUpload } from '../storage/s3.js';
 import { siteIsVisible } from '../db/sites.js';
 import type { UserScope, WorkflowContext } from './context.js';
 import { checkIntent, newObjectKey } from './media.js';
+import { planParts, storeCall } from './multipart.js';
+import type { PartPlan } from './multipart.js';
 
 const siteNotFound = () => new DomainError('not_found', 'No such site.');
 const keyReused = () =>
@@ -91,6 +93,12 @@ async function storedAnswer(
 }
 
 async function replayedAnswer(ctx: WorkflowContext, stored: IntentKeyRecord): Promise<UploadIntentResponse> {
+  if (stored.multipart !== null) {
+    // Nothing to sign: the plan is the answer, and the parts' URLs are asked for later.
+    const { uploadId, partSizeBytes, partCount } = stored.multipart;
+    const expiresAt = stored.uploadExpiresAt ?? stored.signedAt;
+    return multipartResponse(stored.mediaId, uploadId, { partSizeBytes, partCount }, expiresAt);
+  }
   const expiresAt =
     stored.uploadExpiresAt ?? new Date(stored.signedAt.getTime() + ctx.media.uploadUrlTtlS * 1000);
   const upload = await ctx.storage.presignUpload({
@@ -102,6 +110,24 @@ async function replayedAnswer(ctx: WorkflowContext, stored: IntentKeyRecord): Pr
     now: stored.signedAt,
   });
   return toResponse(stored.mediaId, upload);
+}
+
+function multipartResponse(
+  mediaId: string,
+  uploadId: string,
+  plan: PartPlan,
+  expiresAt: Date,
+): UploadIntentResponse {
+  return {
+    media_id: mediaId,
+    status: 'pending_upload',
+    multipart: {
+      upload_id: uploadId,
+      part_size_bytes: plan.partSizeBytes,
+      part_count: plan.partCount,
+      expires_at: expiresAt.toISOString(),
+    },
+  };
 }
 
 function toResponse(mediaId: string, upload: PresignedUpload): UploadIntentResponse {
@@ -128,6 +154,9 @@ async function createIntent(
   // Whole seconds: the instant is stored (microseconds) and signed again (seconds) for a replay.
   const now = new Date(Math.floor(ctx.now().getTime() / 1000) * 1000);
 
+  const plan = planParts(body.size_bytes, ctx.multipart);
+  if (plan !== undefined) return createMultipartIntent(ctx, scope, siteId, body, objectKey, now, plan, key);
+
   // Signed before anything is written (signing is local computation), so a database failure leaves
   // neither a row without a URL nor a URL-less intent; a URL whose row never committed only leads to
   // an "unknown key" event, which the webhook acknowledges.
@@ -139,7 +168,58 @@ async function createIntent(
     expiresInS: ctx.media.uploadUrlTtlS,
     now,
   });
+  const mediaId = await recordIntent(ctx, scope, siteId, body, objectKey, upload.expiresAt, now, key);
+  return toResponse(mediaId, upload);
+}
 
+/**
+ * An intent above the multipart threshold (design §4.4): the store's upload is started first (the item
+ * must name it), then recorded; if recording fails, the upload is aborted again, and what an abort cannot
+ * reach the store's lifecycle rule removes.
+ */
+async function createMultipartIntent(
+  ctx: WorkflowContext,
+  scope: UserScope,
+  siteId: string,
+  body: UploadIntentRequest,
+  objectKey: string,
+  now: Date,
+  plan: PartPlan,
+  key: { value: string; fingerprint: string } | undefined,
+): Promise<UploadIntentResponse> {
+  const expiresAt = new Date(now.getTime() + ctx.multipart.uploadTtlS * 1000);
+  const uploadId = await storeCall(scope.log, 'CreateMultipartUpload', () =>
+    ctx.storage.createMultipartUpload({ key: objectKey, contentType: body.content_type }),
+  );
+  let mediaId: string;
+  try {
+    mediaId = await recordIntent(ctx, scope, siteId, body, objectKey, expiresAt, now, key, {
+      uploadId,
+      ...plan,
+    });
+  } catch (err) {
+    await ctx.storage.abortMultipartUpload({ key: objectKey, uploadId }).catch((abortErr: unknown) => {
+      scope.log.warn('could not abort the upload of an intent that was not recorded', {
+        error: String(abortErr),
+      });
+    });
+    throw err;
+  }
+  return multipartResponse(mediaId, uploadId, plan, expiresAt);
+}
+
+/** Records the pending item (and the Idempotency-Key's first use) under the caller's claims. */
+async function recordIntent(
+  ctx: WorkflowContext,
+  scope: UserScope,
+  siteId: string,
+  body: UploadIntentRequest,
+  objectKey: string,
+  uploadExpiresAt: Date,
+  now: Date,
+  key: { value: string; fingerprint: string } | undefined,
+  multipart?: { uploadId: string; partSizeBytes: number; partCount: number },
+): Promise<string> {
   const mediaId = await inUserTransaction(ctx.db, scope.user, async (trx) => {
     const links = {
       walkthroughId: body.walkthrough_id,
@@ -164,7 +244,8 @@ async function createIntent(
       checksumSha256: body.checksum_sha256,
       ...links,
       uploadedBy: scope.user.sub,
-      uploadExpiresAt: upload.expiresAt,
+      uploadExpiresAt,
+      multipart,
     });
     // RLS decides visibility: a site outside the caller's access looks exactly like no site.
     if (id === undefined) throw siteNotFound();
@@ -188,6 +269,7 @@ async function createIntent(
     media_id: mediaId,
     site_id: siteId,
     size_bytes: body.size_bytes,
+    ...(multipart === undefined ? {} : { part_count: multipart.partCount }),
   });
-  return toResponse(mediaId, upload);
+  return mediaId;
 }

@@ -2,7 +2,9 @@
 // Statuses come from DomainError codes; nothing below this file knows about HTTP.
 import {
   isUuid,
+  validateCompleteUploadRequest,
   validateDecisionRequest,
+  validatePartUrlsRequest,
   validateObjectCreatedEvent,
   validateUploadIntentRequest,
 } from '@platform/contracts';
@@ -13,6 +15,7 @@ import type { TokenVerifier } from '../auth/token-verifier.js';
 import type { WorkflowContext } from '../domain/context.js';
 import { decideWorkItem } from '../domain/work-item-decisions.js';
 import { getDownload } from '../domain/downloads.js';
+import { abortUpload, completeUpload, listStoredParts, presignParts } from '../domain/multipart.js';
 import { handleObjectCreated } from '../domain/object-created.js';
 import { createUploadIntent } from '../domain/upload-intents.js';
 import { authenticateUser, authenticateWebhook, WEBHOOK_PATH } from './auth.js';
@@ -130,6 +133,68 @@ export function workflowRoutes(deps: RouteDeps): RouteDefinition[] {
         // The URL is a short-lived credential: keep it out of shared caches.
         res.setHeader('Cache-Control', 'no-store');
         res.json(download);
+      }),
+    },
+    {
+      method: 'POST',
+      path: '/sites/:site_id/media/:media_id/multipart/part-urls',
+      handler: handle(async (req, res) => {
+        const user = await authenticateUser(req, verifier);
+        const siteId = pathId(req, 'site_id');
+        const mediaId = pathId(req, 'media_id');
+        const body = requireValid(validatePartUrlsRequest(req.body));
+        const urls = await presignParts(
+          ctx,
+          { user, requestId: req.id, log: req.log },
+          siteId,
+          mediaId,
+          body,
+        );
+        // The URLs are short-lived credentials.
+        res.setHeader('Cache-Control', 'no-store');
+        res.json(urls);
+      }),
+    },
+    {
+      method: 'GET',
+      path: '/sites/:site_id/media/:media_id/multipart/parts',
+      handler: handle(async (req, res) => {
+        const user = await authenticateUser(req, verifier);
+        const siteId = pathId(req, 'site_id');
+        const mediaId = pathId(req, 'media_id');
+        const parts = await listStoredParts(ctx, { user, requestId: req.id, log: req.log }, siteId, mediaId);
+        res.setHeader('Cache-Control', 'no-store');
+        res.json(parts);
+      }),
+    },
+    {
+      method: 'POST',
+      path: '/sites/:site_id/media/:media_id/multipart/complete',
+      handler: handle(async (req, res) => {
+        const user = await authenticateUser(req, verifier);
+        const siteId = pathId(req, 'site_id');
+        const mediaId = pathId(req, 'media_id');
+        const body = requireValid(validateCompleteUploadRequest(req.body));
+        const done = await completeUpload(
+          ctx,
+          { user, requestId: req.id, log: req.log },
+          siteId,
+          mediaId,
+          body,
+        );
+        // Accepted: the item becomes available when the store reports the assembled object.
+        res.status(202).location(`/sites/${siteId}/media/${mediaId}/download`).json(done);
+      }),
+    },
+    {
+      method: 'DELETE',
+      path: '/sites/:site_id/media/:media_id/multipart',
+      handler: handle(async (req, res) => {
+        const user = await authenticateUser(req, verifier);
+        const siteId = pathId(req, 'site_id');
+        const mediaId = pathId(req, 'media_id');
+        await abortUpload(ctx, { user, requestId: req.id, log: req.log }, siteId, mediaId);
+        res.status(204).end();
       }),
     },
     {

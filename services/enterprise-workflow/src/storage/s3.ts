@@ -1,13 +1,18 @@
 // The object store seen by the workflow: presigned PUT/GET URLs, HEAD for events that do not carry
-// a content type, and DELETE for rejected uploads.
+// a content type, DELETE for rejected uploads, and the multipart calls of uploads in parts.
 import {
+  AbortMultipartUploadCommand,
+  CompleteMultipartUploadCommand,
   CopyObjectCommand,
+  CreateMultipartUploadCommand,
   DeleteObjectCommand,
   GetObjectCommand,
   HeadObjectCommand,
+  ListPartsCommand,
   PutObjectCommand,
   S3Client,
   S3ServiceException,
+  UploadPartCommand,
 } from '@aws-sdk/client-s3';
 import { getSignedUrl, S3RequestPresigner } from '@aws-sdk/s3-request-presigner';
 
@@ -50,6 +55,14 @@ export interface StoredObject {
   etag: string | undefined;
 }
 
+/** A part of a multipart upload, as the store lists it. */
+export interface StoredPart {
+  partNumber: number;
+  sizeBytes: number;
+  /** As the store gives it (quoted). */
+  etag: string;
+}
+
 export interface MediaStorage {
   readonly bucket: string;
   presignUpload(input: {
@@ -77,6 +90,31 @@ export interface MediaStorage {
    */
   copy(input: { source: string; destination: string; etag: string }): Promise<string | undefined>;
   delete(key: string): Promise<void>;
+  /** Starts a multipart upload of `key` with this Content-Type; returns the store's upload id. */
+  createMultipartUpload(input: { key: string; contentType: string }): Promise<string>;
+  /**
+   * A presigned UploadPart URL that binds the part's Content-Length and, when given, its
+   * `x-amz-checksum-sha256`.
+   */
+  presignPart(input: {
+    key: string;
+    uploadId: string;
+    partNumber: number;
+    sizeBytes: number;
+    checksumSha256?: string | undefined;
+    expiresInS: number;
+    now?: Date;
+  }): Promise<PresignedUpload>;
+  /** Every part stored so far, in part-number order; undefined when the upload does not exist (any more). */
+  listParts(input: { key: string; uploadId: string }): Promise<StoredPart[] | undefined>;
+  /** Assembles the object from these parts; false when the upload does not exist (any more). */
+  completeMultipartUpload(input: {
+    key: string;
+    uploadId: string;
+    parts: ReadonlyArray<{ partNumber: number; etag: string }>;
+  }): Promise<boolean>;
+  /** Discards the upload and its parts; false when it did not exist (any more). */
+  abortMultipartUpload(input: { key: string; uploadId: string }): Promise<boolean>;
   destroy(): void;
 }
 
@@ -127,6 +165,15 @@ function clientFor(settings: S3Settings, endpoint: string | undefined): S3Client
     },
   });
 }
+
+function isNoSuchUpload(err: unknown): boolean {
+  return (
+    err instanceof S3ServiceException && (err.name === 'NoSuchUpload' || err.$metadata.httpStatusCode === 404)
+  );
+}
+
+/** The most parts one ListParts answer holds (S3's limit). */
+const LIST_PARTS_PAGE = 1000;
 
 function isNotFound(err: unknown): boolean {
   return (
@@ -354,6 +401,117 @@ export function createS3Storage(settings: S3Settings): MediaStorage {
       } catch (err) {
         if (isNotFound(err)) return;
         throw asStorageError(err, 'DELETE object');
+      }
+    },
+
+    async createMultipartUpload({ key, contentType }) {
+      try {
+        const out = await client.send(
+          new CreateMultipartUploadCommand({ Bucket: settings.bucket, Key: key, ContentType: contentType }),
+        );
+        if (out.UploadId === undefined) throw new Error('CreateMultipartUpload answered no UploadId');
+        return out.UploadId;
+      } catch (err) {
+        throw asStorageError(err, 'CreateMultipartUpload');
+      }
+    },
+
+    async presignPart({
+      key,
+      uploadId,
+      partNumber,
+      sizeBytes,
+      checksumSha256,
+      expiresInS,
+      now = new Date(),
+    }) {
+      // As for a single PUT: the checksum stays a (signed) header, the length is signed.
+      const unhoistableHeaders = new Set(['x-amz-checksum-sha256']);
+      const url =
+        fast === undefined
+          ? await getSignedUrl(
+              signer,
+              new UploadPartCommand({
+                Bucket: settings.bucket,
+                Key: key,
+                UploadId: uploadId,
+                PartNumber: partNumber,
+                ContentLength: sizeBytes,
+                ...(checksumSha256 === undefined ? {} : { ChecksumSHA256: checksumSha256 }),
+              }),
+              { expiresIn: expiresInS, signingDate: now, unhoistableHeaders },
+            )
+          : await fast({
+              method: 'PUT',
+              key,
+              headers: {
+                'content-length': String(sizeBytes),
+                ...(checksumSha256 === undefined ? {} : { 'x-amz-checksum-sha256': checksumSha256 }),
+              },
+              query: { partNumber: String(partNumber), uploadId, 'x-id': 'UploadPart' },
+              expiresInS,
+              signingDate: now,
+              unhoistableHeaders,
+            });
+      const headers: Record<string, string> = {};
+      if (checksumSha256 !== undefined) headers['x-amz-checksum-sha256'] = checksumSha256;
+      return { method: 'PUT', url, headers, expiresAt: new Date(now.getTime() + expiresInS * 1000) };
+    },
+
+    async listParts({ key, uploadId }) {
+      const parts: StoredPart[] = [];
+      let marker: string | undefined;
+      try {
+        for (;;) {
+          const out = await client.send(
+            new ListPartsCommand({
+              Bucket: settings.bucket,
+              Key: key,
+              UploadId: uploadId,
+              MaxParts: LIST_PARTS_PAGE,
+              ...(marker === undefined ? {} : { PartNumberMarker: marker }),
+            }),
+          );
+          for (const part of out.Parts ?? []) {
+            if (part.PartNumber === undefined || part.ETag === undefined) continue;
+            parts.push({ partNumber: part.PartNumber, sizeBytes: part.Size ?? 0, etag: part.ETag });
+          }
+          if (out.IsTruncated !== true || out.NextPartNumberMarker === undefined) break;
+          marker = out.NextPartNumberMarker;
+        }
+      } catch (err) {
+        if (isNoSuchUpload(err)) return undefined;
+        throw asStorageError(err, 'ListParts');
+      }
+      return parts.sort((a, b) => a.partNumber - b.partNumber);
+    },
+
+    async completeMultipartUpload({ key, uploadId, parts }) {
+      try {
+        await client.send(
+          new CompleteMultipartUploadCommand({
+            Bucket: settings.bucket,
+            Key: key,
+            UploadId: uploadId,
+            MultipartUpload: { Parts: parts.map((p) => ({ PartNumber: p.partNumber, ETag: p.etag })) },
+          }),
+        );
+        return true;
+      } catch (err) {
+        if (isNoSuchUpload(err)) return false;
+        throw asStorageError(err, 'CompleteMultipartUpload');
+      }
+    },
+
+    async abortMultipartUpload({ key, uploadId }) {
+      try {
+        await client.send(
+          new AbortMultipartUploadCommand({ Bucket: settings.bucket, Key: key, UploadId: uploadId }),
+        );
+        return true;
+      } catch (err) {
+        if (isNoSuchUpload(err)) return false;
+        throw asStorageError(err, 'AbortMultipartUpload');
       }
     },
 

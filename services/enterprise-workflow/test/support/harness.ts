@@ -18,6 +18,7 @@ import { buildApp } from '../../src/app.js';
 import { createTokenVerifier } from '../../src/auth/token-verifier.js';
 import type { TokenVerifier } from '../../src/auth/token-verifier.js';
 import type { WorkflowDb } from '../../src/db/database.js';
+import type { MultipartSettings } from '../../src/domain/multipart.js';
 import { createS3Storage } from '../../src/storage/s3.js';
 import type { MediaStorage } from '../../src/storage/s3.js';
 
@@ -59,6 +60,10 @@ export interface HarnessOptions {
   now?: () => Date;
   /** Forward s3rver's ObjectCreated records to this webhook (as the local stack's bridge does). */
   forwardEvents?: boolean;
+  /** When files are uploaded in parts (default: the service's defaults). */
+  multipart?: MultipartSettings;
+  /** Browser origins the bucket's CORS rule allows. */
+  corsOrigins?: string[];
 }
 
 export async function startHarness(options: HarnessOptions = {}): Promise<Harness> {
@@ -75,8 +80,9 @@ export async function startHarness(options: HarnessOptions = {}): Promise<Harnes
   const forwarded: number[] = [];
   const [issuer, s3] = await Promise.all([
     startIssuer(),
-    startS3(
-      options.forwardEvents === true
+    startS3({
+      ...(options.corsOrigins === undefined ? {} : { corsOrigins: options.corsOrigins }),
+      ...(options.forwardEvents === true
         ? {
             // As deploy/minio/setup.sh configures MinIO: uploads only, not the workflow's accepted copies.
             eventPrefix: 'sites/',
@@ -90,8 +96,8 @@ export async function startHarness(options: HarnessOptions = {}): Promise<Harnes
               forwarded.push(res.status);
             },
           }
-        : {},
-    ),
+        : {}),
+    }),
   ]);
   const storage = createS3Storage({
     endpoint: s3.endpoint,
@@ -132,6 +138,7 @@ export async function startHarness(options: HarnessOptions = {}): Promise<Harnes
       },
       idempotencyTtlS: 86400,
       webhookTokens: WEBHOOK_TOKENS,
+      ...(options.multipart === undefined ? {} : { multipart: options.multipart }),
     },
     logger,
     db,

@@ -1,0 +1,129 @@
+// Media items uploaded in parts (design §4.4): what the multipart calls read and the one change the
+// workflow may make under the caller's claims (an abort), and the sweep's service identity.
+import { API_ROLE } from '@platform/enterprise-db';
+import type { MediaStatus } from '@platform/enterprise-db';
+import { sql } from 'kysely';
+import type { Kysely } from 'kysely';
+import type { Executor, WorkflowDb } from './database.js';
+
+export interface MultipartMedia {
+  id: string;
+  status: MediaStatus;
+  objectKey: string;
+  contentType: string;
+  declaredSizeBytes: number;
+  /** Null for an item uploaded with one PUT. */
+  uploadId: string | null;
+  partSizeBytes: number;
+  partCount: number;
+  uploadExpiresAt: Date | null;
+}
+
+/** The media item `mediaId` at `siteId` with its multipart plan, if the caller may see it. */
+export async function findMultipartMedia(
+  db: Executor,
+  siteId: string,
+  mediaId: string,
+): Promise<MultipartMedia | undefined> {
+  const row = await db
+    .selectFrom('enterprise.media_items')
+    .select([
+      'id',
+      'status',
+      'object_key',
+      'declared_content_type',
+      'declared_size_bytes',
+      'multipart_upload_id',
+      'part_size_bytes',
+      'part_count',
+      'upload_expires_at',
+    ])
+    .where('id', '=', mediaId)
+    .where('site_id', '=', siteId)
+    .executeTakeFirst();
+  if (row === undefined) return undefined;
+  return {
+    id: row.id,
+    status: row.status,
+    objectKey: row.object_key,
+    contentType: row.declared_content_type,
+    // bigint arrives as a string; media sizes fit a double exactly.
+    declaredSizeBytes: Number(row.declared_size_bytes),
+    uploadId: row.multipart_upload_id,
+    partSizeBytes: Number(row.part_size_bytes ?? 0),
+    partCount: row.part_count ?? 0,
+    uploadExpiresAt: row.upload_expires_at,
+  };
+}
+
+/**
+ * Marks a pending multipart item of the caller's sites abandoned (the RLS policy allows nothing else).
+ * False when it is no longer pending.
+ */
+export async function markAbandoned(
+  db: Executor,
+  siteId: string,
+  mediaId: string,
+  reason: string,
+): Promise<boolean> {
+  const result = await db
+    .updateTable('enterprise.media_items')
+    .set({ status: 'abandoned', rejection_reason: reason, updated_at: sql<Date>`now()` })
+    .where('id', '=', mediaId)
+    .where('site_id', '=', siteId)
+    .where('status', '=', 'pending_upload')
+    .where('multipart_upload_id', 'is not', null)
+    .executeTakeFirst();
+  return result.numUpdatedRows > 0n;
+}
+
+export interface ExpiredUpload {
+  mediaId: string;
+  siteId: string;
+  objectKey: string;
+  uploadId: string;
+}
+
+/**
+ * The sweep has no caller, so no claims: it reads and writes through two SECURITY DEFINER functions of
+ * `enterprise_media_ingest` that only see pending multipart items whose intent expired.
+ */
+async function asService<T>(db: Kysely<WorkflowDb>, fn: (trx: Kysely<WorkflowDb>) => Promise<T>): Promise<T> {
+  return db.transaction().execute(async (trx) => {
+    await sql`SELECT set_config('role', ${API_ROLE}, true)`.execute(trx);
+    return fn(trx);
+  });
+}
+
+/** Pending multipart items whose intent expired before `before`, oldest first. */
+export async function expiredMultipartUploads(
+  db: Kysely<WorkflowDb>,
+  before: Date,
+  limit: number,
+): Promise<ExpiredUpload[]> {
+  return asService(db, async (trx) => {
+    const { rows } = await sql<{ media_id: string; site_id: string; object_key: string; upload_id: string }>`
+      SELECT * FROM enterprise_api.expired_multipart_uploads(${before}::timestamptz, ${limit}::integer)`.execute(
+      trx,
+    );
+    return rows.map((r) => ({
+      mediaId: r.media_id,
+      siteId: r.site_id,
+      objectKey: r.object_key,
+      uploadId: r.upload_id,
+    }));
+  });
+}
+
+/** Marks an expired pending multipart item abandoned; false when it is no longer one. */
+export async function recordUploadAbandoned(
+  db: Kysely<WorkflowDb>,
+  mediaId: string,
+  reason: string,
+): Promise<boolean> {
+  return asService(db, async (trx) => {
+    const { rows } = await sql<{ changed: boolean }>`
+      SELECT enterprise_api.record_upload_abandoned(${mediaId}::uuid, ${reason}) AS changed`.execute(trx);
+    return rows[0]?.changed === true;
+  });
+}

@@ -1,0 +1,350 @@
+// Uploads in parts (design §4.4): the plan an intent above the threshold answers, part URLs, the parts
+// stored so far (resume), completion, abort, and the sweep of uploads whose intent expired.
+import type {
+  CompleteUploadRequest,
+  CompleteUploadResponse,
+  PartUrlsRequest,
+  PartUrlsResponse,
+  StoredPartsResponse,
+} from '@platform/contracts';
+import { DomainError, mapDbError } from '@platform/service-kit';
+import type { Logger } from '@platform/service-kit';
+import { inUserTransaction } from '../db/database.js';
+import {
+  expiredMultipartUploads,
+  findMultipartMedia,
+  markAbandoned,
+  recordUploadAbandoned,
+} from '../db/multipart.js';
+import type { MultipartMedia } from '../db/multipart.js';
+import { StorageRefusedError, StorageUnavailableError } from '../storage/s3.js';
+import type { StoredPart } from '../storage/s3.js';
+import type { UserScope, WorkflowContext } from './context.js';
+import { normaliseEtag } from './media.js';
+
+const MiB = 1024 * 1024;
+/** S3's limits: parts of at least 5 MiB (but the last), at most 10,000 parts. */
+export const MIN_PART_SIZE_BYTES = 5 * MiB;
+export const MAX_PARTS = 10_000;
+
+export interface MultipartSettings {
+  /** Files larger than this are uploaded in parts. */
+  thresholdBytes: number;
+  /** Preferred part size; raised (to a whole MiB) when the file would need more than 10,000 parts. */
+  partSizeBytes: number;
+  /** How long an upload in parts may take, from its intent to its completion, in seconds. */
+  uploadTtlS: number;
+}
+
+/** The sweep of expired uploads in parts, as main.ts runs it. */
+export function startExpiredUploadSweep(
+  ctx: Pick<WorkflowContext, 'db' | 'storage' | 'now'>,
+  log: Logger,
+  options: { intervalS: number; graceS: number },
+): { stop(): Promise<void> } {
+  if (options.intervalS === 0) return { stop: () => Promise.resolve() };
+  let running: Promise<unknown> = Promise.resolve();
+  const timer = setInterval(() => {
+    running = sweepExpiredUploads(ctx, log, { graceS: options.graceS, limit: 100 }).catch((err: unknown) => {
+      log.warn('multipart sweep failed', { error: String(err) });
+    });
+  }, options.intervalS * 1000);
+  timer.unref();
+  return {
+    async stop() {
+      clearInterval(timer);
+      await running;
+    },
+  };
+}
+
+export const defaultMultipartSettings: MultipartSettings = {
+  thresholdBytes: 64 * MiB,
+  partSizeBytes: 16 * MiB,
+  uploadTtlS: 24 * 3600,
+};
+
+export interface PartPlan {
+  partSizeBytes: number;
+  partCount: number;
+}
+
+/** Undefined when the file goes in one PUT. */
+export function planParts(sizeBytes: number, settings: MultipartSettings): PartPlan | undefined {
+  if (sizeBytes <= settings.thresholdBytes) return undefined;
+  const least = Math.ceil(sizeBytes / MAX_PARTS / MiB) * MiB;
+  const partSizeBytes = Math.max(settings.partSizeBytes, MIN_PART_SIZE_BYTES, least);
+  return { partSizeBytes, partCount: Math.ceil(sizeBytes / partSizeBytes) };
+}
+
+/** The exact length of part `n` (1-based) of a plan: every part is full but the last. */
+export function partLength(
+  item: Pick<MultipartMedia, 'declaredSizeBytes' | 'partSizeBytes'>,
+  n: number,
+): number {
+  return Math.min(item.partSizeBytes, item.declaredSizeBytes - (n - 1) * item.partSizeBytes);
+}
+
+/** Seconds a client should wait before retrying when the store is unreachable. */
+const RETRY_AFTER_S = '5';
+
+/** A store call of a user request: an outage or a refusal of our own access is 503 with Retry-After. */
+export async function storeCall<T>(log: Logger, what: string, call: () => Promise<T>): Promise<T> {
+  try {
+    return await call();
+  } catch (err) {
+    if (err instanceof StorageRefusedError) {
+      log.error(`object store refused ${what}`, { store_status: err.status, error: err.message });
+    }
+    if (err instanceof StorageUnavailableError || err instanceof StorageRefusedError) {
+      throw new DomainError('backend_unavailable', 'The object store is unavailable; retry later.', {
+        headers: { 'Retry-After': RETRY_AFTER_S },
+        cause: err,
+      });
+    }
+    throw err;
+  }
+}
+
+const notFound = () => new DomainError('not_found', 'No such media item.');
+
+/**
+ * The caller's pending multipart item, or the error a multipart call answers: 404 for an unknown item,
+ * one outside the caller's sites, and an item uploaded with one PUT (it has no parts); 409 for any
+ * state but pending, and for an intent that expired.
+ */
+async function pendingUpload(
+  ctx: WorkflowContext,
+  scope: UserScope,
+  siteId: string,
+  mediaId: string,
+): Promise<MultipartMedia & { uploadId: string }> {
+  const item = await inUserTransaction(ctx.db, scope.user, (trx) => findMultipartMedia(trx, siteId, mediaId));
+  if (item === undefined || item.uploadId === null) throw notFound();
+  if (item.status !== 'pending_upload') {
+    throw new DomainError('conflict', `The upload is ${item.status}, no longer pending.`);
+  }
+  if (item.uploadExpiresAt !== null && item.uploadExpiresAt.getTime() <= ctx.now().getTime()) {
+    throw new DomainError('conflict', 'The upload intent expired; create a new one.');
+  }
+  return { ...item, uploadId: item.uploadId };
+}
+
+/** Presigned URLs for the given parts, each bound to its exact length (and checksum, when given). */
+export async function presignParts(
+  ctx: WorkflowContext,
+  scope: UserScope,
+  siteId: string,
+  mediaId: string,
+  body: PartUrlsRequest,
+): Promise<PartUrlsResponse> {
+  const item = await pendingUpload(ctx, scope, siteId, mediaId);
+  const problems = body.parts.flatMap((part, i) =>
+    part.part_number > item.partCount
+      ? [{ path: `/parts/${i}/part_number`, message: `must be at most ${item.partCount}, the part count` }]
+      : [],
+  );
+  if (problems.length > 0) throw new DomainError('invalid_body', 'No such part.', { errors: problems });
+  const now = new Date(Math.floor(ctx.now().getTime() / 1000) * 1000);
+  // A part URL lives as long as a single upload URL, and never past the intent.
+  const untilExpiry =
+    item.uploadExpiresAt === null
+      ? ctx.media.uploadUrlTtlS
+      : Math.floor((item.uploadExpiresAt.getTime() - now.getTime()) / 1000);
+  const expiresInS = Math.max(1, Math.min(ctx.media.uploadUrlTtlS, untilExpiry));
+  const parts = await Promise.all(
+    body.parts.map(async (part) => {
+      const sizeBytes = partLength(item, part.part_number);
+      const signed = await ctx.storage.presignPart({
+        key: item.objectKey,
+        uploadId: item.uploadId,
+        partNumber: part.part_number,
+        sizeBytes,
+        checksumSha256: part.checksum_sha256,
+        expiresInS,
+        now,
+      });
+      return {
+        part_number: part.part_number,
+        method: signed.method,
+        url: signed.url,
+        headers: signed.headers,
+        size_bytes: sizeBytes,
+        expires_at: signed.expiresAt.toISOString(),
+      };
+    }),
+  );
+  return { media_id: item.id, parts };
+}
+
+/** The parts the store holds; a client resumes by sending only the others. */
+export async function listStoredParts(
+  ctx: WorkflowContext,
+  scope: UserScope,
+  siteId: string,
+  mediaId: string,
+): Promise<StoredPartsResponse> {
+  const item = await pendingUpload(ctx, scope, siteId, mediaId);
+  const parts = await storeCall(scope.log, 'ListParts', () =>
+    ctx.storage.listParts({ key: item.objectKey, uploadId: item.uploadId }),
+  );
+  if (parts === undefined) throw new DomainError('conflict', 'The upload no longer exists in the store.');
+  return {
+    media_id: item.id,
+    upload_id: item.uploadId,
+    part_size_bytes: item.partSizeBytes,
+    part_count: item.partCount,
+    parts: parts.map((p) => ({
+      part_number: p.partNumber,
+      size_bytes: p.sizeBytes,
+      etag: p.etag,
+    })),
+  };
+}
+
+/**
+ * Checks the client's part list against the intent and the store before the store assembles the file:
+ * every part 1..part_count named once, each stored with the ETag the client names and exactly its planned
+ * length, so the total is the declared size. The store then reports the object like any other, and the
+ * webhook accepts it (design §4.4, §4.6).
+ */
+export async function completeUpload(
+  ctx: WorkflowContext,
+  scope: UserScope,
+  siteId: string,
+  mediaId: string,
+  body: CompleteUploadRequest,
+): Promise<CompleteUploadResponse> {
+  const item = await pendingUpload(ctx, scope, siteId, mediaId);
+  const numbers = body.parts.map((p) => p.part_number);
+  const sorted = [...numbers].sort((a, b) => a - b);
+  if (sorted.length !== item.partCount || sorted.some((n, i) => n !== i + 1)) {
+    throw new DomainError('invalid_body', `The upload has ${item.partCount} parts; name each once.`, {
+      errors: [{ path: '/parts', message: `must name parts 1 to ${item.partCount}, each once` }],
+    });
+  }
+  const stored = await storeCall(scope.log, 'ListParts', () =>
+    ctx.storage.listParts({ key: item.objectKey, uploadId: item.uploadId }),
+  );
+  if (stored === undefined) {
+    // Completed already (a retried completion) or aborted: the object's presence tells which.
+    const head = await storeCall(scope.log, 'HEAD', () => ctx.storage.head(item.objectKey));
+    if (head !== undefined) return { media_id: item.id, status: 'pending_upload' };
+    throw new DomainError('conflict', 'The upload no longer exists in the store.');
+  }
+  const byNumber = new Map<number, StoredPart>(stored.map((p) => [p.partNumber, p]));
+  const problems: string[] = [];
+  let total = 0;
+  for (const part of body.parts) {
+    const found = byNumber.get(part.part_number);
+    if (found === undefined) {
+      problems.push(`part ${part.part_number} is not stored`);
+      continue;
+    }
+    total += found.sizeBytes;
+    if (normaliseEtag(found.etag) !== normaliseEtag(part.etag)) {
+      problems.push(`part ${part.part_number} was stored with another ETag`);
+    }
+    const expected = partLength(item, part.part_number);
+    if (found.sizeBytes !== expected) {
+      problems.push(`part ${part.part_number} has ${found.sizeBytes} bytes, not ${expected}`);
+    }
+  }
+  if (problems.length === 0 && total !== item.declaredSizeBytes) {
+    problems.push(`the parts hold ${total} bytes, not the declared ${item.declaredSizeBytes}`);
+  }
+  if (problems.length > 0) {
+    throw new DomainError(
+      'conflict',
+      `The stored parts do not make the declared file: ${problems.join('; ')}.`,
+    );
+  }
+  const completed = await storeCall(scope.log, 'CompleteMultipartUpload', () =>
+    ctx.storage.completeMultipartUpload({
+      key: item.objectKey,
+      uploadId: item.uploadId,
+      parts: sorted.map((n) => ({ partNumber: n, etag: byNumber.get(n)?.etag ?? '' })),
+    }),
+  );
+  if (!completed) throw new DomainError('conflict', 'The upload no longer exists in the store.');
+  scope.log.info('multipart upload completed', { media_id: item.id, site_id: siteId, parts: item.partCount });
+  return { media_id: item.id, status: 'pending_upload' };
+}
+
+/** Aborts the upload in the store, then marks the item abandoned; its parts are gone. */
+export async function abortUpload(
+  ctx: WorkflowContext,
+  scope: UserScope,
+  siteId: string,
+  mediaId: string,
+): Promise<void> {
+  const item = await inUserTransaction(ctx.db, scope.user, (trx) => findMultipartMedia(trx, siteId, mediaId));
+  if (item === undefined || item.uploadId === null) throw notFound();
+  if (item.status !== 'pending_upload') {
+    throw new DomainError('conflict', `The upload is ${item.status}, no longer pending.`);
+  }
+  const uploadId = item.uploadId;
+  // The store first: if the database write fails after it, the item stays pending without an upload, and
+  // the sweep finishes the job once the intent expires.
+  await storeCall(scope.log, 'AbortMultipartUpload', () =>
+    ctx.storage.abortMultipartUpload({ key: item.objectKey, uploadId }),
+  );
+  const changed = await inUserTransaction(ctx.db, scope.user, (trx) =>
+    markAbandoned(trx, siteId, mediaId, 'aborted by the uploader'),
+  );
+  if (!changed) throw new DomainError('conflict', 'The upload is no longer pending.');
+  scope.log.info('multipart upload aborted', { media_id: item.id, site_id: siteId });
+}
+
+export interface SweepResult {
+  abandoned: number;
+  /** Expired uploads the store had completed meanwhile: left to the object-created event. */
+  completed: number;
+  failed: number;
+}
+
+/**
+ * Aborts the store's uploads of pending multipart items whose intent expired more than `graceS` ago and
+ * marks the items abandoned (design §4.4). An upload the store no longer has but whose object exists was
+ * completed in time: its event decides, the item stays. Safe to run on several replicas at once: aborting
+ * twice is harmless and the database changes an item only while it is pending.
+ */
+export async function sweepExpiredUploads(
+  ctx: Pick<WorkflowContext, 'db' | 'storage' | 'now'>,
+  log: Logger,
+  options: { graceS: number; limit: number },
+): Promise<SweepResult> {
+  const result: SweepResult = { abandoned: 0, completed: 0, failed: 0 };
+  const before = new Date(ctx.now().getTime() - options.graceS * 1000);
+  let expired;
+  try {
+    expired = await expiredMultipartUploads(ctx.db, before, options.limit);
+  } catch (err) {
+    throw mapDbError(err);
+  }
+  for (const upload of expired) {
+    try {
+      const aborted = await ctx.storage.abortMultipartUpload({
+        key: upload.objectKey,
+        uploadId: upload.uploadId,
+      });
+      if (!aborted && (await ctx.storage.head(upload.objectKey)) !== undefined) {
+        result.completed += 1;
+        continue;
+      }
+      if (
+        await recordUploadAbandoned(ctx.db, upload.mediaId, 'the upload intent expired before completion')
+      ) {
+        result.abandoned += 1;
+        log.info('expired multipart upload abandoned', { media_id: upload.mediaId, site_id: upload.siteId });
+      }
+    } catch (err) {
+      result.failed += 1;
+      log.warn('could not sweep an expired multipart upload', {
+        media_id: upload.mediaId,
+        error: String(err),
+      });
+    }
+  }
+  return result;
+}

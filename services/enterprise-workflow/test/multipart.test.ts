@@ -1,0 +1,428 @@
+// Uploads in parts (design §4.4) over real sockets: the intent's plan, part URLs checked by a store that
+// verifies SigV4 (a verifying proxy in front of s3rver), resume from the stored parts, the completion's
+// checks, the CompleteMultipartUpload event through the webhook, abort, the sweep, and tenants.
+import { createHash, randomBytes } from 'node:crypto';
+import { createServer } from 'node:http';
+import type { Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { S3Client, UploadPartCommand } from '@aws-sdk/client-s3';
+import {
+  validateCompleteUploadResponse,
+  validatePartUrlsResponse,
+  validateStoredPartsResponse,
+  validateUploadIntentResponse,
+} from '@platform/contracts';
+import { demoSites } from '@platform/enterprise-db';
+import { createLogger } from '@platform/service-kit';
+import { sql } from 'kysely';
+import { sweepExpiredUploads } from '../src/domain/multipart.js';
+import { startHarness } from './support/harness.js';
+import type { Harness } from './support/harness.js';
+import { startVerifyingProxy } from './support/sigv4.js';
+
+const MiB = 1024 * 1024;
+let h: Harness;
+let proxy: Awaited<ReturnType<typeof startVerifyingProxy>>;
+let server: Server;
+let base: string;
+let alice: string;
+let carol: string;
+/** Added to the service's clock: lets a test create intents that have already expired. */
+let clockOffsetMs = 0;
+
+beforeAll(async () => {
+  const target = { endpoint: '' };
+  proxy = await startVerifyingProxy(() => target.endpoint, {
+    accessKeyId: 'S3RVER',
+    secretAccessKey: 'S3RVER',
+  });
+  h = await startHarness({
+    publicEndpoint: proxy.endpoint,
+    forwardEvents: true,
+    multipart: { thresholdBytes: 6 * MiB, partSizeBytes: 5 * MiB, uploadTtlS: 3600 },
+    now: () => new Date(Date.now() + clockOffsetMs),
+  });
+  target.endpoint = h.s3.endpoint;
+  server = createServer(h.app);
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  base = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  h.setEventTarget(`${base}/internal/media/object-created`);
+  [alice, carol] = await Promise.all([h.issuer.demoToken('alice'), h.issuer.demoToken('carol')]);
+});
+afterAll(async () => {
+  server.closeAllConnections();
+  await new Promise((resolve) => server.close(resolve));
+  await proxy.stop();
+  await h.close();
+});
+
+const hq = demoSites.acmeHq.id;
+
+async function api(
+  method: string,
+  path: string,
+  token: string | undefined,
+  body?: unknown,
+): Promise<{ status: number; body: Record<string, unknown>; headers: Headers }> {
+  const res = await fetch(`${base}${path}`, {
+    method,
+    headers: {
+      ...(token === undefined ? {} : { Authorization: `Bearer ${token}` }),
+      ...(body === undefined ? {} : { 'Content-Type': 'application/json' }),
+    },
+    ...(body === undefined ? {} : { body: JSON.stringify(body) }),
+  });
+  const text = await res.text();
+  return {
+    status: res.status,
+    body: text === '' ? {} : (JSON.parse(text) as Record<string, unknown>),
+    headers: res.headers,
+  };
+}
+
+interface Plan {
+  upload_id: string;
+  part_size_bytes: number;
+  part_count: number;
+  expires_at: string;
+}
+interface PartUrl {
+  part_number: number;
+  url: string;
+  headers: Record<string, string>;
+  size_bytes: number;
+}
+
+async function newUpload(size: number, token = alice): Promise<{ mediaId: string; plan: Plan }> {
+  const res = await api('POST', `/sites/${hq}/media/upload-intents`, token, {
+    filename: 'walkthrough.mp4',
+    content_type: 'video/mp4',
+    size_bytes: size,
+  });
+  expect(res.status).toBe(201);
+  expect(validateUploadIntentResponse(res.body).ok).toBe(true);
+  expect(res.body.upload).toBeUndefined();
+  return { mediaId: res.body.media_id as string, plan: res.body.multipart as Plan };
+}
+
+async function partUrls(mediaId: string, numbers: number[], token = alice): Promise<PartUrl[]> {
+  const res = await api('POST', `/sites/${hq}/media/${mediaId}/multipart/part-urls`, token, {
+    parts: numbers.map((n) => ({ part_number: n })),
+  });
+  expect(res.status).toBe(200);
+  expect(validatePartUrlsResponse(res.body).ok).toBe(true);
+  expect(res.headers.get('cache-control')).toBe('no-store');
+  return res.body.parts as PartUrl[];
+}
+
+async function putPart(part: PartUrl, file: Buffer, partSize: number): Promise<string> {
+  const start = (part.part_number - 1) * partSize;
+  const res = await fetch(part.url, {
+    method: 'PUT',
+    headers: part.headers,
+    body: file.subarray(start, start + part.size_bytes),
+  });
+  expect(res.status).toBe(200);
+  return res.headers.get('etag') ?? '';
+}
+
+async function mediaRow(mediaId: string) {
+  const { rows } = await sql<{ status: string; rejection_reason: string | null }>`
+    SELECT status, rejection_reason FROM enterprise.media_items WHERE id = ${mediaId}::uuid`.execute(h.admin);
+  return rows[0];
+}
+
+async function waitFor<T>(probe: () => Promise<T | undefined>, timeoutMs = 10_000): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const value = await probe();
+    if (value !== undefined) return value;
+    if (Date.now() > deadline) throw new Error('timed out');
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+}
+
+it('uploads in parts, resumes from the stored parts, completes, and downloads the same bytes', async () => {
+  const file = randomBytes(12 * MiB + 3);
+  const { mediaId, plan } = await newUpload(file.length);
+  expect(plan).toMatchObject({ part_size_bytes: 5 * MiB, part_count: 3 });
+
+  const urls = await partUrls(mediaId, [1, 2, 3]);
+  expect(urls.map((u) => u.size_bytes)).toEqual([5 * MiB, 5 * MiB, 2 * MiB + 3]);
+  // Each URL binds its part's length: the verifying store refuses another one.
+  const tooShort = await fetch(urls[0]!.url, { method: 'PUT', body: file.subarray(0, 1000) });
+  expect(tooShort.status).toBe(403);
+  expect(proxy.refused.at(-1)).toBe('signature mismatch');
+  const signed = new URL(urls[0]!.url).searchParams.get('X-Amz-SignedHeaders');
+  expect(signed?.split(';')).toContain('content-length');
+
+  const etag1 = await putPart(urls[0]!, file, plan.part_size_bytes);
+  const etag2 = await putPart(urls[1]!, file, plan.part_size_bytes);
+  // "Crash": a new client asks what the store holds and sends only the rest.
+  const stored = await api('GET', `/sites/${hq}/media/${mediaId}/multipart/parts`, alice);
+  expect(stored.status).toBe(200);
+  expect(validateStoredPartsResponse(stored.body).ok).toBe(true);
+  expect(stored.body).toMatchObject({ media_id: mediaId, upload_id: plan.upload_id, part_count: 3 });
+  expect(stored.body.parts).toEqual([
+    { part_number: 1, size_bytes: 5 * MiB, etag: etag1 },
+    { part_number: 2, size_bytes: 5 * MiB, etag: etag2 },
+  ]);
+  const [third] = await partUrls(mediaId, [3]);
+  const etag3 = await putPart(third!, file, plan.part_size_bytes);
+
+  // Still pending until the store reports the assembled object.
+  expect((await api('GET', `/sites/${hq}/media/${mediaId}/download`, alice)).status).toBe(409);
+  const done = await api('POST', `/sites/${hq}/media/${mediaId}/multipart/complete`, alice, {
+    parts: [
+      { part_number: 1, etag: etag1 },
+      { part_number: 2, etag: etag2 },
+      { part_number: 3, etag: etag3 },
+    ],
+  });
+  expect(done.status).toBe(202);
+  expect(validateCompleteUploadResponse(done.body).ok).toBe(true);
+  expect(done.headers.get('location')).toBe(`/sites/${hq}/media/${mediaId}/download`);
+
+  const ready = await waitFor(async () => {
+    const res = await api('GET', `/sites/${hq}/media/${mediaId}/download`, alice);
+    return res.status === 200 ? res.body : undefined;
+  });
+  expect(ready).toMatchObject({ media_id: mediaId, size_bytes: file.length, content_type: 'video/mp4' });
+  // Served from the accepted copy (design §4.6), which no upload URL can write.
+  expect(new URL(ready.url as string).pathname).toContain('/accepted/');
+  const got = Buffer.from(await (await fetch(ready.url as string)).arrayBuffer());
+  expect(createHash('sha256').update(got).digest('hex')).toBe(
+    createHash('sha256').update(file).digest('hex'),
+  );
+  const event = h.s3.objectCreated.find((r) => r.eventName === 'ObjectCreated:CompleteMultipartUpload');
+  expect(event).toBeDefined();
+
+  // Nothing more can happen to the upload.
+  expect(
+    (
+      await api('POST', `/sites/${hq}/media/${mediaId}/multipart/part-urls`, alice, {
+        parts: [{ part_number: 1 }],
+      })
+    ).status,
+  ).toBe(409);
+  expect((await api('DELETE', `/sites/${hq}/media/${mediaId}/multipart`, alice)).status).toBe(409);
+});
+
+it('completion checks the parts against the intent before the store assembles them', async () => {
+  const file = randomBytes(11 * MiB);
+  const { mediaId, plan } = await newUpload(file.length);
+  const urls = await partUrls(mediaId, [1, 2, 3]);
+  const etag1 = await putPart(urls[0]!, file, plan.part_size_bytes);
+  const etag2 = await putPart(urls[1]!, file, plan.part_size_bytes);
+  const complete = (parts: Array<{ part_number: number; etag: string }>) =>
+    api('POST', `/sites/${hq}/media/${mediaId}/multipart/complete`, alice, { parts });
+
+  // Not every part named: 400 before the store is asked.
+  expect((await complete([{ part_number: 1, etag: etag1 }])).status).toBe(400);
+  expect(
+    (
+      await complete([
+        { part_number: 1, etag: etag1 },
+        { part_number: 1, etag: etag1 },
+        { part_number: 2, etag: etag2 },
+      ])
+    ).status,
+  ).toBe(400);
+  // Part 3 not stored yet: 409 naming it.
+  const missing = await complete([
+    { part_number: 1, etag: etag1 },
+    { part_number: 2, etag: etag2 },
+    { part_number: 3, etag: '"x"' },
+  ]);
+  expect(missing.status).toBe(409);
+  expect(missing.body.detail).toContain('part 3 is not stored');
+
+  // A part of the wrong length, written around the signed URLs (straight to the store): refused.
+  const direct = new S3Client({
+    endpoint: h.s3.endpoint,
+    region: h.s3.region,
+    forcePathStyle: true,
+    credentials: { accessKeyId: h.s3.accessKeyId, secretAccessKey: h.s3.secretAccessKey },
+  });
+  const { rows } = await sql<{ object_key: string }>`
+    SELECT object_key FROM enterprise.media_items WHERE id = ${mediaId}::uuid`.execute(h.admin);
+  const short = await direct.send(
+    new UploadPartCommand({
+      Bucket: h.s3.bucket,
+      Key: rows[0]!.object_key,
+      UploadId: plan.upload_id,
+      PartNumber: 3,
+      Body: file.subarray(10 * MiB, 10 * MiB + 10),
+    }),
+  );
+  direct.destroy();
+  const wrongSize = await complete([
+    { part_number: 1, etag: etag1 },
+    { part_number: 2, etag: etag2 },
+    { part_number: 3, etag: short.ETag ?? '' },
+  ]);
+  expect(wrongSize.status).toBe(409);
+  expect(wrongSize.body.detail).toContain(`part 3 has 10 bytes, not ${MiB}`);
+  // A stale ETag (the part was replaced since): refused too.
+  const third = await putPart(urls[2]!, file, plan.part_size_bytes);
+  const stale = await complete([
+    { part_number: 1, etag: etag1 },
+    { part_number: 2, etag: etag2 },
+    { part_number: 3, etag: short.ETag ?? '' },
+  ]);
+  expect(stale.status).toBe(409);
+  expect(stale.body.detail).toContain('part 3 was stored with another ETag');
+  expect(
+    (
+      await complete([
+        { part_number: 1, etag: etag1 },
+        { part_number: 2, etag: etag2 },
+        { part_number: 3, etag: third },
+      ])
+    ).status,
+  ).toBe(202);
+  await waitFor(async () => ((await mediaRow(mediaId))?.status === 'available' ? true : undefined));
+});
+
+it('part numbers beyond the plan are refused, and small files still get one PUT', async () => {
+  const { mediaId } = await newUpload(7 * MiB);
+  const res = await api('POST', `/sites/${hq}/media/${mediaId}/multipart/part-urls`, alice, {
+    parts: [{ part_number: 3 }],
+  });
+  expect(res.status).toBe(400);
+  expect(res.body.errors).toEqual([
+    { path: '/parts/0/part_number', message: 'must be at most 2, the part count' },
+  ]);
+
+  const small = await api('POST', `/sites/${hq}/media/upload-intents`, alice, {
+    filename: 'a.jpg',
+    content_type: 'image/jpeg',
+    size_bytes: 6 * MiB,
+  });
+  expect(small.status).toBe(201);
+  expect(small.body.multipart).toBeUndefined();
+  // A single-PUT item has no parts: as unknown as any other id to these calls.
+  const single = small.body.media_id as string;
+  expect((await api('GET', `/sites/${hq}/media/${single}/multipart/parts`, alice)).status).toBe(404);
+  expect((await api('DELETE', `/sites/${hq}/media/${single}/multipart`, alice)).status).toBe(404);
+});
+
+it('another tenant gets 404 on every call, no token 401', async () => {
+  const { mediaId } = await newUpload(7 * MiB);
+  const calls: Array<[string, string, unknown]> = [
+    ['POST', `/sites/${hq}/media/${mediaId}/multipart/part-urls`, { parts: [{ part_number: 1 }] }],
+    ['GET', `/sites/${hq}/media/${mediaId}/multipart/parts`, undefined],
+    [
+      'POST',
+      `/sites/${hq}/media/${mediaId}/multipart/complete`,
+      { parts: [{ part_number: 1, etag: '"x"' }] },
+    ],
+    ['DELETE', `/sites/${hq}/media/${mediaId}/multipart`, undefined],
+  ];
+  for (const [method, path, body] of calls) {
+    expect({ method, path, status: (await api(method, path, carol, body)).status }).toEqual({
+      method,
+      path,
+      status: 404,
+    });
+    const anonymous = await api(method, path, undefined, body);
+    expect({ method, path, status: anonymous.status }).toEqual({ method, path, status: 401 });
+  }
+  expect((await mediaRow(mediaId))?.status).toBe('pending_upload');
+});
+
+it('abort discards the stored parts and the item says abandoned', async () => {
+  const file = randomBytes(7 * MiB);
+  const { mediaId, plan } = await newUpload(file.length);
+  const [first] = await partUrls(mediaId, [1]);
+  await putPart(first!, file, plan.part_size_bytes);
+  const aborted = await api('DELETE', `/sites/${hq}/media/${mediaId}/multipart`, alice);
+  expect(aborted.status).toBe(204);
+  expect(await mediaRow(mediaId)).toEqual({
+    status: 'abandoned',
+    rejection_reason: 'aborted by the uploader',
+  });
+  const { rows } = await sql<{ object_key: string }>`
+    SELECT object_key FROM enterprise.media_items WHERE id = ${mediaId}::uuid`.execute(h.admin);
+  expect(await h.storage.listParts({ key: rows[0]!.object_key, uploadId: plan.upload_id })).toBeUndefined();
+  for (const [method, path] of [
+    ['GET', `/sites/${hq}/media/${mediaId}/multipart/parts`],
+    ['DELETE', `/sites/${hq}/media/${mediaId}/multipart`],
+  ] as const) {
+    const res = await api(method, path, alice);
+    expect(res.status).toBe(409);
+    expect(res.body.detail).toBe('The upload is abandoned, no longer pending.');
+  }
+  expect((await api('GET', `/sites/${hq}/media/${mediaId}/download`, alice)).status).toBe(404);
+});
+
+it('the sweep aborts uploads whose intent expired and marks their items abandoned', async () => {
+  const size = 7 * MiB;
+  // Created two hours ago with a one-hour lifetime: expired an hour ago.
+  clockOffsetMs = -2 * 3600 * 1000;
+  let expired: { mediaId: string; plan: Plan };
+  try {
+    expired = await newUpload(size);
+  } finally {
+    clockOffsetMs = 0;
+  }
+  const live = await newUpload(size);
+  // The expired intent answers 409 to its uploader.
+  const late = await api('POST', `/sites/${hq}/media/${expired.mediaId}/multipart/part-urls`, alice, {
+    parts: [{ part_number: 2 }],
+  });
+  expect(late.status).toBe(409);
+  expect(late.body.detail).toBe('The upload intent expired; create a new one.');
+
+  const logger = createLogger({ service: 'sweep-test', level: 'error' });
+  const ctx = { db: h.db, storage: h.storage, now: () => new Date() };
+  // Within the grace period nothing is touched.
+  expect(await sweepExpiredUploads(ctx, logger, { graceS: 3 * 3600, limit: 100 })).toEqual({
+    abandoned: 0,
+    completed: 0,
+    failed: 0,
+  });
+  const swept = await sweepExpiredUploads(ctx, logger, { graceS: 0, limit: 100 });
+  expect(swept.abandoned).toBeGreaterThanOrEqual(1);
+  expect(swept.failed).toBe(0);
+  expect(await mediaRow(expired.mediaId)).toEqual({
+    status: 'abandoned',
+    rejection_reason: 'the upload intent expired before completion',
+  });
+  expect((await mediaRow(live.mediaId))?.status).toBe('pending_upload');
+  const { rows } = await sql<{ object_key: string }>`
+    SELECT object_key FROM enterprise.media_items WHERE id = ${expired.mediaId}::uuid`.execute(h.admin);
+  expect(
+    await h.storage.listParts({ key: rows[0]!.object_key, uploadId: expired.plan.upload_id }),
+  ).toBeUndefined();
+  // A second run finds nothing left to do.
+  expect((await sweepExpiredUploads(ctx, logger, { graceS: 0, limit: 100 })).abandoned).toBe(0);
+});
+
+it('an intent retried with its Idempotency-Key replays the same plan and starts no second upload', async () => {
+  const body = { filename: 'again.mp4', content_type: 'video/mp4', size_bytes: 40 * MiB };
+  const first = await fetch(`${base}/sites/${hq}/media/upload-intents`, {
+    method: 'POST',
+    headers: {
+      Authorization: `Bearer ${alice}`,
+      'Content-Type': 'application/json',
+      'Idempotency-Key': 'mp-1',
+    },
+    body: JSON.stringify(body),
+  });
+  const again = await fetch(`${base}/sites/${hq}/media/upload-intents`, {
+    method: 'POST',
+    headers: {
+      Authorization: `Bearer ${alice}`,
+      'Content-Type': 'application/json',
+      'Idempotency-Key': 'mp-1',
+    },
+    body: JSON.stringify(body),
+  });
+  expect(first.status).toBe(201);
+  expect(again.status).toBe(201);
+  expect(again.headers.get('idempotent-replayed')).toBe('true');
+  const [a, b] = (await Promise.all([first.json(), again.json()])) as Array<{ multipart: Plan }>;
+  expect(b).toEqual(a);
+  expect(a?.multipart).toMatchObject({ part_size_bytes: 5 * MiB, part_count: 8 });
+});
