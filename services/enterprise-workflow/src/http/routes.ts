@@ -15,7 +15,7 @@ import { decideWorkItem } from '../domain/work-item-decisions.js';
 import { getDownload } from '../domain/downloads.js';
 import { handleObjectCreated } from '../domain/object-created.js';
 import { createUploadIntent } from '../domain/upload-intents.js';
-import { authenticateUser, authenticateWebhook, WEBHOOK_PATH } from './auth.js';
+import { portalUser, requireUser, requireWebhookToken, WEBHOOK_PATH } from './auth.js';
 
 export interface RouteDeps {
   ctx: WorkflowContext;
@@ -69,7 +69,8 @@ function idempotencyKey(req: Request): string | undefined {
 }
 
 export function workflowRoutes(deps: RouteDeps): RouteDefinition[] {
-  const { ctx, verifier, webhookTokens } = deps;
+  const { ctx } = deps;
+  const user = requireUser(deps.verifier);
 
   return [
     {
@@ -88,11 +89,8 @@ export function workflowRoutes(deps: RouteDeps): RouteDefinition[] {
         const failed = Object.entries(checks)
           .filter(([, state]) => state !== 'ok')
           .map(([name]) => name);
-        if (failed.length > 0) {
-          throw new DomainError('not_ready', `Not ready: ${failed.join(', ')} unavailable.`, {
-            headers: { 'Retry-After': '5' },
-          });
-        }
+        if (failed.length > 0)
+          throw new DomainError('not_ready', `Not ready: ${failed.join(', ')} unavailable.`);
         res.json({ status: 'ready', checks });
       }),
     },
@@ -104,13 +102,14 @@ export function workflowRoutes(deps: RouteDeps): RouteDefinition[] {
     {
       method: 'POST',
       path: '/sites/:site_id/media/upload-intents',
+      authenticate: user,
+      body: 'json',
       handler: handle(async (req, res) => {
-        const user = await authenticateUser(req, verifier);
         const siteId = pathId(req, 'site_id');
         const body = requireValid(validateUploadIntentRequest(req.body));
         const { intent, replayed } = await createUploadIntent(
           ctx,
-          { user, requestId: req.id, log: req.log },
+          { user: portalUser(res), requestId: req.id, log: req.log },
           siteId,
           body,
           idempotencyKey(req),
@@ -122,11 +121,12 @@ export function workflowRoutes(deps: RouteDeps): RouteDefinition[] {
     {
       method: 'GET',
       path: '/sites/:site_id/media/:media_id/download',
+      authenticate: user,
       handler: handle(async (req, res) => {
-        const user = await authenticateUser(req, verifier);
         const siteId = pathId(req, 'site_id');
         const mediaId = pathId(req, 'media_id');
-        const download = await getDownload(ctx, { user, requestId: req.id, log: req.log }, siteId, mediaId);
+        const scope = { user: portalUser(res), requestId: req.id, log: req.log };
+        const download = await getDownload(ctx, scope, siteId, mediaId);
         // The URL is a short-lived credential: keep it out of shared caches.
         res.setHeader('Cache-Control', 'no-store');
         res.json(download);
@@ -135,15 +135,16 @@ export function workflowRoutes(deps: RouteDeps): RouteDefinition[] {
     {
       method: 'POST',
       path: '/sites/:site_id/work-items/:item_id/decision',
+      authenticate: user,
+      body: 'json',
       handler: handle(async (req, res) => {
-        const user = await authenticateUser(req, verifier);
         const siteId = pathId(req, 'site_id');
         const itemId = pathId(req, 'item_id');
         const body = requireValid(validateDecisionRequest(req.body));
         const key = idempotencyKey(req);
         const result = await decideWorkItem(
           ctx,
-          { user, requestId: req.id, log: req.log },
+          { user: portalUser(res), requestId: req.id, log: req.log },
           siteId,
           itemId,
           body,
@@ -165,8 +166,9 @@ export function workflowRoutes(deps: RouteDeps): RouteDefinition[] {
     {
       method: 'POST',
       path: WEBHOOK_PATH,
+      authenticate: requireWebhookToken(deps.webhookTokens),
+      body: 'json',
       handler: handle(async (req, res) => {
-        authenticateWebhook(req, webhookTokens);
         const event = requireValid(validateObjectCreatedEvent(req.body));
         const result = await handleObjectCreated(ctx, { requestId: req.id, log: req.log }, event);
         res.status(200).json(result);
