@@ -40,25 +40,45 @@ function devOnlyImportRules() {
     ...Object.keys(root.devDependencies ?? {}),
     ...root.workspaces.flatMap((dir) => Object.keys(manifest(dir).devDependencies ?? {})),
   ]);
-  return workspaces.map((dir) => {
+  return workspaces.flatMap((dir) => {
     const own = new Set(Object.keys(manifest(dir).dependencies ?? {}));
     const refused = [...devOnly].filter((name) => !own.has(name) && !name.startsWith('@types/')).sort();
     const message = `It is a devDependency: production images install \`npm ci --omit=dev\` without it. Runtime code of ${dir} may import only its \`dependencies\`; tests, benchmarks and scripts/ may use dev packages.`;
-    return {
-      files: [`${dir}/src/**/*.ts`],
-      ignores: ['deploy/src/validate/**', 'deploy/src/validate-cli.ts'],
-      rules: {
-        'no-restricted-imports': [
-          'error',
-          {
-            paths: refused.map((name) => ({ name, message })),
-            patterns: [{ group: refused.map((name) => `${name}/*`), message }, crossWorkspace],
-          },
-        ],
+    const rule = (extraPatterns) => ({
+      'no-restricted-imports': [
+        'error',
+        {
+          paths: refused.map((name) => ({ name, message })),
+          patterns: [
+            { group: refused.map((name) => `${name}/*`), message },
+            crossWorkspace,
+            ...extraPatterns,
+          ],
+        },
+      ],
+    });
+    const configs = [
+      {
+        files: [`${dir}/src/**/*.ts`],
+        ignores: ['deploy/src/validate/**', 'deploy/src/validate-cli.ts'],
+        rules: rule([]),
       },
-    };
+    ];
+    if (dir === 'services/enterprise-workflow')
+      configs.push({ files: [`${dir}/src/domain/**/*.ts`], rules: rule([domainLayer]) });
+    return configs;
   });
 }
+
+/**
+ * The workflow's use cases know no transport and no SDK: they reach the store and learn the caller through
+ * the ports of src/domain/ports.ts, and the HTTP edge alone chooses statuses and headers.
+ */
+const domainLayer = {
+  group: ['express', '@aws-sdk/*', 'jose', '../http/*', '../storage/*', '../auth/*'],
+  message:
+    'src/domain stays free of transports and SDKs: use a port from ./ports.js, implemented by an adapter.',
+};
 
 export default tseslint.config(
   {

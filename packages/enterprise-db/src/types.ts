@@ -1,6 +1,8 @@
 // Kysely types of the enterprise base tables the workflow service uses (schema-qualified names).
 // Timestamps are read as Date (node-postgres parses timestamptz); numerics and bigints as strings
 // (node-postgres keeps them exact), written as number | string.
+// The decision and work-item vocabularies are the API's (contracts): the columns hold exactly those values.
+import type { Decision, WorkItemStatus } from '@platform/contracts';
 import type { ColumnType, Generated, Insertable, Selectable, Updateable } from 'kysely';
 
 type Timestamp = ColumnType<Date, Date | string, Date | string>;
@@ -11,8 +13,6 @@ type DerivedCompanyId = ColumnType<string, never, never>;
 /** Fixed once the row exists. */
 type Immutable<T> = ColumnType<T, T, never>;
 
-export type WorkItemState = 'proposed' | 'accepted' | 'deferred' | 'declined';
-export type Decision = 'accept' | 'defer' | 'decline';
 export type MediaStatus = 'pending_upload' | 'available' | 'rejected' | 'abandoned';
 export type Severity = 'low' | 'medium' | 'high' | 'critical';
 
@@ -70,7 +70,7 @@ export interface WorkItemsTable {
   description: Generated<string>;
   category: Generated<string>;
   severity: Severity;
-  state: ColumnType<WorkItemState, WorkItemState | undefined, WorkItemState>;
+  state: ColumnType<WorkItemStatus, WorkItemStatus | undefined, WorkItemStatus>;
   estimate_amount: NumericColumn | null;
   estimate_currency: Generated<string>;
   defer_until: Timestamp | null;
@@ -87,8 +87,8 @@ export interface WorkItemDecisionsTable {
   site_id: string;
   company_id: DerivedCompanyId;
   decision: Decision;
-  previous_state: WorkItemState;
-  new_state: WorkItemState;
+  previous_state: WorkItemStatus;
+  new_state: WorkItemStatus;
   note: string | null;
   defer_until: Timestamp | null;
   decided_by: string;

@@ -12,8 +12,13 @@ export const RETRY_AFTER_S = 5;
 export interface DomainErrorOptions {
   /** Field-level failures (JSON Pointer paths), shown as `errors` in the problem document. */
   errors?: FieldError[];
-  /** Response headers the error needs, e.g. `WWW-Authenticate`, `Allow`, `Retry-After`. */
+  /** Response headers the error needs, e.g. `WWW-Authenticate`, `Allow`. */
   headers?: Record<string, string>;
+  /**
+   * Seconds the caller should wait before retrying (HTTP `Retry-After`). The HTTP edge sends it; a 503
+   * without one gets `RETRY_AFTER_S`. The one place a retry hint is chosen is the error that needs it.
+   */
+  retryAfterS?: number;
   cause?: unknown;
 }
 
@@ -29,6 +34,7 @@ export class DomainError extends Error {
   readonly detail?: string;
   readonly errors?: FieldError[];
   readonly headers?: Record<string, string>;
+  readonly retryAfterS?: number;
 
   constructor(code: ErrorCode, detail?: string, options: DomainErrorOptions = {}) {
     const entry = errorCatalogue[code];
@@ -40,6 +46,7 @@ export class DomainError extends Error {
     if (detail !== undefined) this.detail = detail;
     if (options.errors !== undefined) this.errors = options.errors;
     if (options.headers !== undefined) this.headers = options.headers;
+    if (options.retryAfterS !== undefined) this.retryAfterS = options.retryAfterS;
   }
 }
 

@@ -27,9 +27,15 @@ function buildTestApp() {
     {
       method: 'POST',
       path: '/echo',
+      body: 'json',
       handler: (req, res) => void res.json({ received: req.body as unknown }),
     },
-    { method: 'PUT', path: '/echo', handler: (req, res) => void res.json({ put: req.body as unknown }) },
+    {
+      method: 'PUT',
+      path: '/echo',
+      body: 'json',
+      handler: (req, res) => void res.json({ put: req.body as unknown }),
+    },
     { method: 'GET', path: '/items/:id', handler: (req, res) => void res.json({ id: req.params.id }) },
     {
       method: 'get',
@@ -72,6 +78,7 @@ function buildTestApp() {
     {
       method: 'POST',
       path: '/decisions',
+      body: 'json',
       handler: (req, res) => void res.json(requireValid(validateDecisionRequest(req.body))),
     },
   ]);
@@ -240,8 +247,14 @@ describe('createHttpApp body handling', () => {
 
   it('honours a smaller configured body limit', async () => {
     const { logger } = captureLogs();
-    const small = createHttpApp({ logger, bodyLimitBytes: 16 });
-    addRoutes(small, [{ method: 'POST', path: '/x', handler: (_req, res) => void res.json({}) }]);
+    const small = createHttpApp({ logger });
+    addRoutes(
+      small,
+      [{ method: 'POST', path: '/x', body: 'json', handler: (_req, res) => void res.json({}) }],
+      {
+        bodyLimitBytes: 16,
+      },
+    );
     finishHttpApp(small, logger);
     const res = await request(small).post('/x').send({ long: 'more than sixteen bytes' });
     expectProblem(res, 413, 'payload_too_large');
@@ -256,27 +269,32 @@ describe('createHttpApp body handling', () => {
   });
 });
 
-describe('createHttpApp authenticateBody', () => {
+describe('addRoutes: authenticate, then read the body', () => {
   const seen: string[] = [];
   const { logger } = captureLogs();
-  const gated = createHttpApp({
-    logger,
-    authenticateBody: (req, _res, next) => {
-      seen.push(req.path);
-      if (req.get('Authorization') === 'Bearer ok') next();
-      else next(new DomainError('unauthorized', 'No.'));
-    },
-  });
+  const gated = createHttpApp({ logger });
   addRoutes(gated, [
     {
       method: 'POST',
       path: '/echo',
+      authenticate: (req, _res, next) => {
+        seen.push(req.path);
+        if (req.get('Authorization') === 'Bearer ok') next();
+        else next(new DomainError('unauthorized', 'No.'));
+      },
+      body: 'json',
       handler: (req, res) => void res.json({ received: req.body as unknown }),
+    },
+    {
+      method: 'POST',
+      path: '/open',
+      body: 'json',
+      handler: (req, res) => void res.json({ b: req.body as unknown }),
     },
   ]);
   finishHttpApp(gated, logger);
 
-  it('refuses a request with a body before reading it, and lets bodiless requests through untouched', async () => {
+  it('refuses a request with a body before reading it, authenticating each request once', async () => {
     const denied = await request(gated).post('/echo').set('Content-Type', 'application/json').send('{"a":');
     expectProblem(denied, 401, 'unauthorized');
     const tooBig = await request(gated)
@@ -293,7 +311,12 @@ describe('createHttpApp authenticateBody', () => {
     const ok = await request(gated).post('/echo').set('Authorization', 'Bearer ok').send({ a: 1 });
     expect(ok.body).toEqual({ received: { a: 1 } });
     seen.length = 0;
-    expect((await request(gated).post('/echo')).status).toBe(200); // no body: the gate is not asked
+    expect((await request(gated).post('/echo').set('Authorization', 'Bearer ok')).status).toBe(200);
+    expect(seen).toEqual(['/echo']); // once per request, bodiless or not
+    expect((await request(gated).post('/echo')).status).toBe(401);
+    // A public route reads its body without asking anyone.
+    seen.length = 0;
+    expect((await request(gated).post('/open').send({ x: 1 })).body).toEqual({ b: { x: 1 } });
     expect(seen).toEqual([]);
   });
 });

@@ -22,7 +22,7 @@ import { CredentialStore } from './domain/credentials.js';
 import { VersionClock } from './domain/version-clock.js';
 import { DtlsServer } from './dtls/index.js';
 import { requireApiKey } from './http/auth.js';
-import { gatewayRoutes, PUBLIC_PATHS } from './http/routes.js';
+import { gatewayRoutes } from './http/routes.js';
 import { createReloadMetrics, registerDtlsMetrics, registerGatewayMetrics } from './metrics.js';
 import { GatewayService } from './service.js';
 
@@ -140,11 +140,6 @@ export function buildApp(deps: GatewayDeps): GatewayApp {
     logger,
     trustProxy: config.GATEWAY_TRUST_PROXY,
     ...(deps.metrics === undefined ? {} : { metrics: deps.metrics }),
-    // Every route but the public ones needs the key: check it before a body is read.
-    authenticateBody: (req, res, next) => {
-      if (PUBLIC_PATHS.has(req.path)) next();
-      else apiKey(req, res, next);
-    },
   });
   addRoutes(http, gatewayRoutes(service, apiKey));
   if (deps.metrics !== undefined) {

@@ -5,7 +5,6 @@ import type { Express } from 'express';
 import { sql } from 'kysely';
 import type { Kysely } from 'kysely';
 import type { TokenVerifier } from './auth/token-verifier.js';
-import { authenticateBodies } from './http/auth.js';
 import type { WorkflowConfig } from './config.js';
 import type { WorkflowDb } from './db/database.js';
 import type { WorkflowContext } from './domain/context.js';
@@ -13,7 +12,7 @@ import { createWorkflowMetrics } from './domain/metrics.js';
 import { defaultMultipartSettings } from './domain/multipart.js';
 import type { MultipartSettings } from './domain/multipart.js';
 import { workflowRoutes } from './http/routes.js';
-import type { MediaStorage } from './storage/s3.js';
+import type { MediaStorage } from './domain/ports.js';
 
 export interface AppDeps {
   config: Pick<WorkflowConfig, 'media' | 'idempotencyTtlS' | 'webhookTokens'> & {
@@ -67,7 +66,6 @@ export function buildApp(deps: AppDeps): Express {
     logger: deps.logger,
     trustProxy: deps.config.http?.trustProxy ?? 0,
     ...(deps.metrics === undefined ? {} : { metrics: deps.metrics }),
-    authenticateBody: authenticateBodies(deps.verifier, webhookTokens),
   });
   addRoutes(
     app,

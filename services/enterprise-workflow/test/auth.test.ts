@@ -225,7 +225,6 @@ describe('credentials before bodies', () => {
     ['the webhook path with a trailing slash', '/internal/media/object-created/', undefined],
     ['the webhook path in capitals', '/INTERNAL/media/object-created', 'Bearer wrong-token'],
     ['an upload intent path in capitals', `/SITES/${hq}/media/upload-intents`, undefined],
-    ['an unknown path', '/no/such/route', undefined],
     ['an upload intent without a token', `/sites/${hq}/media/upload-intents`, undefined],
     ['an upload intent with a forged token', `/sites/${hq}/media/upload-intents`, 'Bearer abc.def.ghi'],
   ])('%s is 401 before its body is read, whatever the body', async (_name, path, authorization) => {
@@ -240,6 +239,18 @@ describe('credentials before bodies', () => {
       expect(res.status).toBe(401);
       expect(res.body.code).toBe('unauthorized');
       expect(res.headers['www-authenticate']).toMatch(/^Bearer /);
+    }
+  });
+
+  it('an unknown path is 404 without its body being read (no route, so nothing to authenticate or parse)', async () => {
+    for (const [type, body] of [
+      ['application/json', '{"Records": ['],
+      ['application/json', JSON.stringify({ p: 'x'.repeat(70 * 1024) })],
+      ['text/plain', 'hello'],
+    ]) {
+      const res = await request(h.app).post('/no/such/route').set('Content-Type', type!).send(body);
+      expect(res.status).toBe(404);
+      expect(res.body.code).toBe('not_found');
     }
   });
 

@@ -18,7 +18,7 @@ import { sql } from 'kysely';
 import type { Kysely } from 'kysely';
 import { inUserTransaction } from '../src/db/database.js';
 import type { WorkflowDb } from '../src/db/database.js';
-import type { PortalUser } from '../src/auth/token-verifier.js';
+import type { PortalUser } from '../src/domain/ports.js';
 
 let database: TestDatabase;
 let db: Kysely<WorkflowDb>;

@@ -21,7 +21,7 @@ import { buildApp } from '../src/app.js';
 import { createTokenVerifier } from '../src/auth/token-verifier.js';
 import type { WorkflowDb } from '../src/db/database.js';
 import { createS3Storage } from '../src/storage/s3.js';
-import type { MediaStorage } from '../src/storage/s3.js';
+import type { MediaStorage } from '../src/domain/ports.js';
 
 let pg: PostgresServer;
 let issuer: Issuer;

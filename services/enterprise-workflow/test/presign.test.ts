@@ -3,7 +3,7 @@
 import { GetObjectCommand, PutObjectCommand, S3Client } from '@aws-sdk/client-s3';
 import { getSignedUrl } from '@aws-sdk/s3-request-presigner';
 import { createS3Storage } from '../src/storage/s3.js';
-import type { MediaStorage } from '../src/storage/s3.js';
+import type { MediaStorage } from '../src/domain/ports.js';
 import { contentDisposition } from '../src/domain/media.js';
 import { verifyPresigned } from './support/sigv4.js';
 

@@ -1,4 +1,4 @@
-import { DomainError, RETRY_AFTER_S } from '../errors.js';
+import { DomainError } from '../errors.js';
 import { QUERY_DEADLINE_MESSAGE } from './create-db.js';
 
 /** Node socket errors that mean the server cannot be reached or the connection broke. */
@@ -97,10 +97,7 @@ export function isRetryableTransactionError(err: unknown): boolean {
 }
 
 function unavailable(detail: string, cause: unknown): DomainError {
-  return new DomainError('backend_unavailable', detail, {
-    headers: { 'Retry-After': String(RETRY_AFTER_S) },
-    cause,
-  });
+  return new DomainError('backend_unavailable', detail, { cause });
 }
 
 /**

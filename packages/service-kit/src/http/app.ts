@@ -16,8 +16,6 @@ const JSON_TYPES = ['application/json', '+json'];
 
 export interface HttpAppOptions {
   logger: Logger;
-  /** Largest accepted JSON body in bytes (after decompression); default 64 KiB. */
-  bodyLimitBytes?: number;
   /**
    * Proxy hops to trust for the client address (`X-Forwarded-For`). `true` means exactly one hop
    * (the Ingress, design §5), never "trust everyone"; default none.
@@ -25,19 +23,12 @@ export interface HttpAppOptions {
   trustProxy?: boolean | number;
   /** Record `http_requests_total` and `http_request_duration_seconds` on this registry. */
   metrics?: Registry;
-  /**
-   * Runs for every request that carries a body, before the body is read: the service's authentication,
-   * so a caller without credentials gets its 401 without the server first reading, inflating and parsing
-   * up to `bodyLimitBytes` of JSON for it (and the 401 comes before any 400/413/415 about that body).
-   * It must pass requests it does not guard (health, probes) to `next()` untouched.
-   */
-  authenticateBody?: RequestHandler;
 }
 
 /**
- * An express app with request ids, one log line (and metrics) per request, and JSON body parsing
- * whose failures come out as problem+json (400 `invalid_json`, 413, 415). Add routes (see
- * `addRoutes`), then call `finishHttpApp` to install the 404 and the error handler.
+ * An express app with request ids and one log line (and metrics) per request. It reads no body: each
+ * route reads its own, after its authentication (see `addRoutes` and `readJsonBody`). Add routes, then
+ * call `finishHttpApp` to install the 404 and the error handler.
  */
 export function createHttpApp(options: HttpAppOptions): Express {
   const app = express();
@@ -50,17 +41,17 @@ export function createHttpApp(options: HttpAppOptions): Express {
 
   app.use(requestContext(options.logger));
   app.use(observeRequests(options.metrics));
-  const authenticateBody = options.authenticateBody;
-  if (authenticateBody !== undefined) {
-    app.use((req, res, next) => {
-      if (hasBody(req)) authenticateBody(req, res, next);
-      else next();
-    });
-  }
-  app.use(requireJsonBody);
-  app.use(express.json({ limit: options.bodyLimitBytes ?? DEFAULT_BODY_LIMIT_BYTES, type: JSON_TYPES }));
-  app.use(requireStorableText);
   return app;
+}
+
+/**
+ * Reads a JSON body, for the routes that take one, after their authentication: a request with a body
+ * must declare a JSON type (else 415), at most `limitBytes` after decompression (else 413), parse (else
+ * 400 `invalid_json`), and hold only text PostgreSQL can store (else 400 naming each field). Bodiless
+ * requests pass with `req.body` undefined.
+ */
+export function readJsonBody(limitBytes: number = DEFAULT_BODY_LIMIT_BYTES): RequestHandler[] {
+  return [requireJsonBody, express.json({ limit: limitBytes, type: JSON_TYPES }), requireStorableText];
 }
 
 /**

@@ -86,8 +86,8 @@ export function sendProblem(res: Response, error: DomainError, requestId: string
   for (const [name, value] of Object.entries(error.headers ?? {})) res.setHeader(name, value);
   // design §2: every 401 names the scheme; every 503 says when to retry (seconds).
   if (error.status === 401 && !res.hasHeader('WWW-Authenticate')) res.setHeader('WWW-Authenticate', 'Bearer');
-  if (error.status === 503 && !res.hasHeader('Retry-After'))
-    res.setHeader('Retry-After', String(RETRY_AFTER_S));
+  const retryAfterS = error.retryAfterS ?? (error.status === 503 ? RETRY_AFTER_S : undefined);
+  if (retryAfterS !== undefined) res.setHeader('Retry-After', String(retryAfterS));
   res.setHeader('Cache-Control', 'no-store');
   // The request log line names the code, so a 4xx needs no log line of its own.
   res.locals.errorCode = error.code;

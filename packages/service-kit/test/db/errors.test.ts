@@ -53,7 +53,7 @@ describe('database errors on a shared test database', () => {
       const mapped = mapDbError(err);
       expect(mapped.code).toBe('backend_unavailable');
       expect(mapped.status).toBe(503);
-      expect(mapped.headers).toEqual({ 'Retry-After': '5' });
+      expect(mapped.retryAfterS).toBeUndefined(); // the HTTP edge sends the default (design §2)
     } finally {
       await slow.destroy();
     }
@@ -125,7 +125,7 @@ describe('database errors when the server goes away', () => {
       expect(isConnectionError(err)).toBe(true);
       const mapped = mapDbError(err);
       expect(mapped.code).toBe('backend_unavailable');
-      expect(mapped.headers).toEqual({ 'Retry-After': '5' });
+      expect(mapped.retryAfterS).toBeUndefined(); // the HTTP edge sends the default (design §2)
     } finally {
       await db.destroy();
     }

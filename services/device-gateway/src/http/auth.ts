@@ -7,17 +7,9 @@ import type { RequestHandler } from 'express';
  * logged (the service-kit logger redacts the header, and nothing here logs it).
  */
 export function requireApiKey(keys: () => SecretSet): RequestHandler {
-  // Requests already let through: the body gate (createHttpApp's authenticateBody) and the route both
-  // ask, and the key is compared against every configured key only once.
-  const passed = new WeakSet<object>();
   return (req, _res, next) => {
-    if (passed.has(req)) {
-      next();
-      return;
-    }
     const presented = bearerToken(req);
     if (keys().has(presented)) {
-      passed.add(req);
       next();
       return;
     }

@@ -4,11 +4,6 @@ import type { RequestHandler } from 'express';
 import { DocumentTooLargeError, UnknownDeviceError } from '../domain/gateway-state.js';
 import type { GatewayService } from '../service.js';
 
-const HEALTH_PATH = '/api/health';
-const READY_PATH = '/api/ready';
-/** What answers without an API key: the probes (design §3.1) and the Prometheus scrape (design §4.4). */
-export const PUBLIC_PATHS: ReadonlySet<string> = new Set([HEALTH_PATH, READY_PATH, '/metrics']);
-
 /**
  * The management API (design §3.1). Aliases are the same handler object registered under a second path:
  * `register-device` = `reload-registry`, `update-settings` = `notify-settings`.
@@ -23,9 +18,7 @@ export function gatewayRoutes(service: GatewayService, auth: RequestHandler): Ro
       _res.json({ status: 'ok' });
       return;
     }
-    next(
-      new DomainError('not_ready', `Not ready: ${problems.join('; ')}.`, { headers: { 'Retry-After': '1' } }),
-    );
+    next(new DomainError('not_ready', `Not ready: ${problems.join('; ')}.`, { retryAfterS: 1 }));
   };
   const config: RequestHandler = (_req, res) => {
     res.json(service.publicConfig());
@@ -58,12 +51,14 @@ export function gatewayRoutes(service: GatewayService, auth: RequestHandler): Ro
     res.json({ status: 'updated' });
   };
   return [
-    { method: 'GET', path: HEALTH_PATH, handler: health },
-    { method: 'GET', path: READY_PATH, handler: ready },
-    { method: 'GET', path: '/api/config', handler: [auth, config] },
-    { method: 'POST', path: '/api/reload-registry', handler: [auth, reload] },
-    { method: 'POST', path: '/api/register-device', handler: [auth, reload] },
-    { method: 'POST', path: '/api/notify-settings', handler: [auth, notify] },
-    { method: 'POST', path: '/api/update-settings', handler: [auth, notify] },
+    // Public: the probes (design §3.1). Every other route needs the API key, checked before any body is read.
+    { method: 'GET', path: '/api/health', handler: health },
+    { method: 'GET', path: '/api/ready', handler: ready },
+    { method: 'GET', path: '/api/config', authenticate: auth, handler: config },
+    // The reload routes take no fields; a body, if any, is still read as JSON and must be well-formed.
+    { method: 'POST', path: '/api/reload-registry', authenticate: auth, body: 'json', handler: reload },
+    { method: 'POST', path: '/api/register-device', authenticate: auth, body: 'json', handler: reload },
+    { method: 'POST', path: '/api/notify-settings', authenticate: auth, body: 'json', handler: notify },
+    { method: 'POST', path: '/api/update-settings', authenticate: auth, body: 'json', handler: notify },
   ];
 }

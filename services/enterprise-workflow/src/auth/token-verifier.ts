@@ -1,6 +1,7 @@
 // Verification of Keycloak access tokens against the realm's JWKS (design §4.1).
 import { createRemoteJWKSet, errors, jwtVerify } from 'jose';
 import type { JWTPayload, RemoteJWKSet } from 'jose';
+import type { PortalUser } from '../domain/ports.js';
 import { jwksUrlOf } from '@platform/enterprise-db';
 import { unstorableTextPaths } from '@platform/service-kit';
 
@@ -43,11 +44,6 @@ export interface TokenVerifierSettings {
 }
 
 /** A verified portal user; `claims` is the whole payload, handed to the database as PostgREST does. */
-export interface PortalUser {
-  sub: string;
-  claims: JWTPayload & { sub: string; role: string };
-}
-
 export type Verification =
   | { ok: true; user: PortalUser }
   /** 401: the token is not one of ours or not valid now. `detail` is safe to return. */

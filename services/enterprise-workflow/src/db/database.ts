@@ -4,7 +4,7 @@ import { withRequestClaims } from '@platform/enterprise-db';
 import type { EnterpriseDatabase } from '@platform/enterprise-db';
 import { mapDbError } from '@platform/service-kit';
 import type { Kysely, Transaction } from 'kysely';
-import type { PortalUser } from '../auth/token-verifier.js';
+import type { PortalUser } from '../domain/ports.js';
 
 export type WorkflowDb = EnterpriseDatabase;
 export type Executor = Kysely<WorkflowDb> | Transaction<WorkflowDb>;

@@ -1,12 +1,12 @@
 // Work items, their decision audit and the decision idempotency store (under the caller's RLS).
-import type { Decision, WorkItemState } from '@platform/enterprise-db';
+import type { Decision, WorkItemStatus } from '@platform/contracts';
 import { sql } from 'kysely';
 import type { Executor } from './database.js';
 
 export interface LockedWorkItem {
   id: string;
   siteId: string;
-  state: WorkItemState;
+  state: WorkItemStatus;
   deferUntil: Date | null;
   decidedAt: Date | null;
   decidedBy: string | null;
@@ -27,7 +27,7 @@ const columns = [
 interface WorkItemRow {
   id: string;
   site_id: string;
-  state: WorkItemState;
+  state: WorkItemStatus;
   defer_until: Date | null;
   decided_at: Date | null;
   decided_by: string | null;
@@ -70,7 +70,7 @@ export interface DecisionRecord {
   itemId: string;
   siteId: string;
   decision: Decision;
-  newState: WorkItemState;
+  newState: WorkItemStatus;
   note: string | null;
   deferUntil: Date | null;
   decidedBy: string;

@@ -3,12 +3,11 @@
 import type { Logger } from '@platform/service-kit';
 import type { Kysely } from 'kysely';
 import type { Registry } from '@platform/service-kit';
-import type { PortalUser } from '../auth/token-verifier.js';
 import type { WorkflowDb } from '../db/database.js';
-import type { MediaStorage } from '../storage/s3.js';
 import type { MediaLimits } from './media.js';
 import type { MultipartSettings } from './multipart.js';
 import type { WorkflowMetrics } from './metrics.js';
+import type { MediaStorage, PortalUser } from './ports.js';
 
 export interface WorkflowContext {
   /** Connected as `enterprise_api_login`; every use goes through a claims-carrying transaction. */

@@ -1,18 +1,15 @@
 // The work-item decision rules of design §4.4, free of transport and storage.
-
-import type { Decision, WorkItemState } from '@platform/enterprise-db';
-
-export type { Decision, WorkItemState };
+import type { Decision, WorkItemStatus } from '@platform/contracts';
 
 export const stateAfter = {
   accept: 'accepted',
   defer: 'deferred',
   decline: 'declined',
-} as const satisfies Record<Decision, WorkItemState>;
+} as const satisfies Record<Decision, WorkItemStatus>;
 
 export type DecisionOutcome =
   /** The item moves to `state`; an audit row is written. */
-  | { kind: 'transition'; state: WorkItemState }
+  | { kind: 'transition'; state: WorkItemStatus }
   /** The same final decision again: answer with the item as it is, write nothing. */
   | { kind: 'unchanged' }
   /** A different decision on a final item. */
@@ -22,7 +19,7 @@ export type DecisionOutcome =
  * `proposed` and `deferred` items may be decided (a deferred item again and again); `accepted` and
  * `declined` are final for the client, where repeating the same decision is a harmless retry.
  */
-export function decide(current: WorkItemState, decision: Decision): DecisionOutcome {
+export function decide(current: WorkItemStatus, decision: Decision): DecisionOutcome {
   switch (current) {
     case 'proposed':
     case 'deferred':

@@ -17,8 +17,8 @@ import {
   recordUploadAbandoned,
 } from '../db/multipart.js';
 import type { MultipartMedia } from '../db/multipart.js';
-import { StorageRefusedError, StorageUnavailableError } from '../storage/s3.js';
-import type { StoredPart } from '../storage/s3.js';
+import { StorageRefusedError, StorageUnavailableError } from './ports.js';
+import type { StoredPart } from './ports.js';
 import type { UserScope, WorkflowContext } from './context.js';
 import { normaliseEtag } from './media.js';
 
@@ -85,10 +85,7 @@ export function partLength(
   return Math.min(item.partSizeBytes, item.declaredSizeBytes - (n - 1) * item.partSizeBytes);
 }
 
-/** Seconds a client should wait before retrying when the store is unreachable. */
-const RETRY_AFTER_S = '5';
-
-/** A store call of a user request: an outage or a refusal of our own access is 503 with Retry-After. */
+/** A store call of a user request: an outage or a refusal of our own access is 503 (the edge adds Retry-After). */
 export async function storeCall<T>(log: Logger, what: string, call: () => Promise<T>): Promise<T> {
   try {
     return await call();
@@ -98,7 +95,6 @@ export async function storeCall<T>(log: Logger, what: string, call: () => Promis
     }
     if (err instanceof StorageUnavailableError || err instanceof StorageRefusedError) {
       throw new DomainError('backend_unavailable', 'The object store is unavailable; retry later.', {
-        headers: { 'Retry-After': RETRY_AFTER_S },
         cause: err,
       });
     }

@@ -2,8 +2,8 @@
 import type { ObjectCreatedEvent } from '@platform/contracts';
 import { recordObjectCreated } from '@platform/enterprise-db';
 import { DomainError, mapDbError } from '@platform/service-kit';
-import { StorageRefusedError, StorageUnavailableError } from '../storage/s3.js';
 import type { ServiceScope, WorkflowContext } from './context.js';
+import { StorageRefusedError, StorageUnavailableError } from './ports.js';
 import { ACCEPTED_PREFIX, acceptedObjectKey, isMediaObjectKey, normaliseEtag } from './media.js';
 import { readRecord } from './object-events.js';
 import type { ObjectCreated } from './object-events.js';
@@ -14,9 +14,6 @@ export interface WebhookResult {
   received: number;
   results: Array<{ key: string | null; outcome: RecordOutcome }>;
 }
-
-/** Seconds the store should wait before redelivering after an outage of ours. */
-const RETRY_AFTER_S = '5';
 
 /**
  * Size, type and ETag of the arrived object, as the store says (HEAD), never as the event says: an event is
@@ -30,7 +27,7 @@ async function observe(ctx: WorkflowContext, scope: ServiceScope, event: ObjectC
 }
 
 /**
- * A call to the store on behalf of an event; failures become 503 with Retry-After, so the store redelivers
+ * A call to the store on behalf of an event; failures become 503 (the edge adds Retry-After), so the store redelivers
  * the event from its queue.
  */
 async function askStore<T>(
@@ -44,7 +41,6 @@ async function askStore<T>(
   } catch (err) {
     if (err instanceof StorageUnavailableError) {
       throw new DomainError('backend_unavailable', 'The object store is unreachable; retry later.', {
-        headers: { 'Retry-After': RETRY_AFTER_S },
         cause: err,
       });
     }
@@ -59,7 +55,6 @@ async function askStore<T>(
         error: err.message,
       });
       throw new DomainError('backend_unavailable', 'The object store refused a lookup; retry later.', {
-        headers: { 'Retry-After': RETRY_AFTER_S },
         cause: err,
       });
     }
@@ -127,9 +122,7 @@ export async function handleObjectCreated(
     if (observed.etag === undefined) {
       // S3 and MinIO always send one; without it the exact bytes cannot be pinned, so nothing is accepted.
       scope.log.error('object store gave no ETag for an uploaded object', { object_key: event.key });
-      throw new DomainError('backend_unavailable', 'The object store gave no ETag; retry later.', {
-        headers: { 'Retry-After': RETRY_AFTER_S },
-      });
+      throw new DomainError('backend_unavailable', 'The object store gave no ETag; retry later.');
     }
     // Secured before it is recorded: once the item says available, the bytes it names are already where no
     // upload URL can reach. Only the version just inspected is copied (if-match its ETag).

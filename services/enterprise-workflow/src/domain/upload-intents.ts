@@ -13,9 +13,9 @@ import {
 } from '../db/media.js';
 import type { IntentKeyRecord } from '../db/media.js';
 import type { Executor } from '../db/database.js';
-import type { PresignedUpload } from '../storage/s3.js';
 import { siteIsVisible } from '../db/sites.js';
 import type { UserScope, WorkflowContext } from './context.js';
+import type { PresignedUpload } from './ports.js';
 import { checkIntent, newObjectKey } from './media.js';
 import { planParts, storeCall } from './multipart.js';
 import type { PartPlan } from './multipart.js';

@@ -1,8 +1,10 @@
-// Edge authentication: bearer JWTs for portal routes, shared tokens for the storage webhook.
+// Edge authentication: bearer JWTs for portal routes, shared tokens for the storage webhook. Each is a
+// route's `authenticate` step (service-kit addRoutes), so it runs once per request, before the body is read.
 import { DomainError, bearerToken } from '@platform/service-kit';
 import type { SecretSet } from '@platform/service-kit';
-import type { Request, RequestHandler } from 'express';
-import type { PortalUser, TokenVerifier } from '../auth/token-verifier.js';
+import type { Request, RequestHandler, Response } from 'express';
+import type { TokenVerifier } from '../auth/token-verifier.js';
+import type { PortalUser } from '../domain/ports.js';
 
 /** RFC 6750 challenge; the realm names the Keycloak realm the token must come from. */
 function challenge(error?: 'invalid_token'): Record<string, string> {
@@ -14,22 +16,25 @@ function challenge(error?: 'invalid_token'): Record<string, string> {
 
 export const WEBHOOK_PATH = '/internal/media/object-created';
 
-/** Seconds a client should wait before retrying when the signing keys are unreachable. */
-const KEYS_RETRY_AFTER_S = 5;
-
-/** One verification per request, whether the body gate or the route asks first. */
-const verified = new WeakMap<Request, Promise<PortalUser>>();
-
 /**
- * The verified user of a portal request. No token means the anonymous role, which may do nothing
- * here (design §4.1): 401. An invalid token is 401, a valid token without the portal role 403.
+ * Portal routes: the verified user, kept for the handler (`portalUser(res)`). No token means the anonymous
+ * role, which may do nothing here (design §4.1): 401. An invalid token is 401, a valid token without the
+ * portal role 403, unreachable signing keys 503.
  */
-export function authenticateUser(req: Request, verifier: TokenVerifier): Promise<PortalUser> {
-  let user = verified.get(req);
-  if (user === undefined) {
-    user = verify(req, verifier);
-    verified.set(req, user);
-  }
+export function requireUser(verifier: TokenVerifier): RequestHandler {
+  return (req, res, next) => {
+    verify(req, verifier).then((user) => {
+      res.locals.portalUser = user;
+      next();
+    }, next);
+  };
+}
+
+/** The user `requireUser` verified for this request. */
+export function portalUser(res: Response): PortalUser {
+  const user = res.locals.portalUser as PortalUser | undefined;
+  // A route that reads the user without requireUser before it is a wiring mistake, never a client's.
+  if (user === undefined) throw new Error('portal route registered without requireUser');
   return user;
 }
 
@@ -50,50 +55,22 @@ async function verify(req: Request, verifier: TokenVerifier): Promise<PortalUser
         jwks_url: verifier.jwksUrl,
         err: String(result.cause),
       });
-      throw new DomainError('backend_unavailable', result.detail, {
-        headers: { 'Retry-After': String(KEYS_RETRY_AFTER_S) },
-        cause: result.cause,
-      });
+      throw new DomainError('backend_unavailable', result.detail, { cause: result.cause });
   }
 }
-
-/** Webhook requests whose token was already accepted (by the body gate, before the route asks). */
-const webhookAccepted = new WeakSet<Request>();
 
 /** The webhook's shared secrets: several may be valid at once (rotation), compared in constant time. */
-export function authenticateWebhook(req: Request, tokens: SecretSet): void {
-  if (webhookAccepted.has(req)) return;
-  const token = bearerToken(req);
-  if (token === undefined || !tokens.has(token)) {
-    throw new DomainError('unauthorized', 'A valid webhook bearer token is required.', {
-      headers: challenge(),
-    });
-  }
-  webhookAccepted.add(req);
-}
-
-/**
- * For `createHttpApp({ authenticateBody })`: requests with a body are authenticated before it is read,
- * the webhook by its tokens and everything else by the portal JWT. Bodiless requests (probes, GETs, the
- * store's HEAD) never reach this.
- */
-export function authenticateBodies(verifier: TokenVerifier, webhookTokens: SecretSet): RequestHandler {
-  return (req, res, next) => {
-    // The router matches paths case-insensitively and with or without a trailing slash; so does this.
-    if (req.path.toLowerCase().replace(/\/+$/, '') === WEBHOOK_PATH) {
-      // A refusal here comes before routing: without this its metrics and log line would say route
-      // "unmatched", and a webhook token mismatch (always a POST with a body) would be invisible under
-      // http_requests_total{route="/internal/media/object-created"}, which the runbook and alerts read.
-      res.locals.route = WEBHOOK_PATH;
-      try {
-        authenticateWebhook(req, webhookTokens);
-        next();
-      } catch (err) {
-        next(err);
-      }
+export function requireWebhookToken(tokens: SecretSet): RequestHandler {
+  return (req, _res, next) => {
+    const token = bearerToken(req);
+    if (token === undefined || !tokens.has(token)) {
+      next(
+        new DomainError('unauthorized', 'A valid webhook bearer token is required.', {
+          headers: challenge(),
+        }),
+      );
       return;
     }
-    // Every other route that takes a body is a portal route, and no public one takes a body.
-    authenticateUser(req, verifier).then(() => next(), next);
+    next();
   };
 }

@@ -18,7 +18,7 @@ import { getDownload } from '../domain/downloads.js';
 import { abortUpload, completeUpload, listStoredParts, presignParts } from '../domain/multipart.js';
 import { handleObjectCreated } from '../domain/object-created.js';
 import { createUploadIntent } from '../domain/upload-intents.js';
-import { authenticateUser, authenticateWebhook, WEBHOOK_PATH } from './auth.js';
+import { portalUser, requireUser, requireWebhookToken, WEBHOOK_PATH } from './auth.js';
 
 export interface RouteDeps {
   ctx: WorkflowContext;
@@ -72,7 +72,8 @@ function idempotencyKey(req: Request): string | undefined {
 }
 
 export function workflowRoutes(deps: RouteDeps): RouteDefinition[] {
-  const { ctx, verifier, webhookTokens } = deps;
+  const { ctx } = deps;
+  const user = requireUser(deps.verifier);
 
   return [
     {
@@ -91,11 +92,8 @@ export function workflowRoutes(deps: RouteDeps): RouteDefinition[] {
         const failed = Object.entries(checks)
           .filter(([, state]) => state !== 'ok')
           .map(([name]) => name);
-        if (failed.length > 0) {
-          throw new DomainError('not_ready', `Not ready: ${failed.join(', ')} unavailable.`, {
-            headers: { 'Retry-After': '5' },
-          });
-        }
+        if (failed.length > 0)
+          throw new DomainError('not_ready', `Not ready: ${failed.join(', ')} unavailable.`);
         res.json({ status: 'ready', checks });
       }),
     },
@@ -107,13 +105,14 @@ export function workflowRoutes(deps: RouteDeps): RouteDefinition[] {
     {
       method: 'POST',
       path: '/sites/:site_id/media/upload-intents',
+      authenticate: user,
+      body: 'json',
       handler: handle(async (req, res) => {
-        const user = await authenticateUser(req, verifier);
         const siteId = pathId(req, 'site_id');
         const body = requireValid(validateUploadIntentRequest(req.body));
         const { intent, replayed } = await createUploadIntent(
           ctx,
-          { user, requestId: req.id, log: req.log },
+          { user: portalUser(res), requestId: req.id, log: req.log },
           siteId,
           body,
           idempotencyKey(req),
@@ -125,11 +124,12 @@ export function workflowRoutes(deps: RouteDeps): RouteDefinition[] {
     {
       method: 'GET',
       path: '/sites/:site_id/media/:media_id/download',
+      authenticate: user,
       handler: handle(async (req, res) => {
-        const user = await authenticateUser(req, verifier);
         const siteId = pathId(req, 'site_id');
         const mediaId = pathId(req, 'media_id');
-        const download = await getDownload(ctx, { user, requestId: req.id, log: req.log }, siteId, mediaId);
+        const scope = { user: portalUser(res), requestId: req.id, log: req.log };
+        const download = await getDownload(ctx, scope, siteId, mediaId);
         // The URL is a short-lived credential: keep it out of shared caches.
         res.setHeader('Cache-Control', 'no-store');
         res.json(download);
@@ -138,14 +138,16 @@ export function workflowRoutes(deps: RouteDeps): RouteDefinition[] {
     {
       method: 'POST',
       path: '/sites/:site_id/media/:media_id/multipart/part-urls',
+      authenticate: user,
+      body: 'json',
       handler: handle(async (req, res) => {
-        const user = await authenticateUser(req, verifier);
+        const caller = portalUser(res);
         const siteId = pathId(req, 'site_id');
         const mediaId = pathId(req, 'media_id');
         const body = requireValid(validatePartUrlsRequest(req.body));
         const urls = await presignParts(
           ctx,
-          { user, requestId: req.id, log: req.log },
+          { user: caller, requestId: req.id, log: req.log },
           siteId,
           mediaId,
           body,
@@ -158,11 +160,17 @@ export function workflowRoutes(deps: RouteDeps): RouteDefinition[] {
     {
       method: 'GET',
       path: '/sites/:site_id/media/:media_id/multipart/parts',
+      authenticate: user,
       handler: handle(async (req, res) => {
-        const user = await authenticateUser(req, verifier);
+        const caller = portalUser(res);
         const siteId = pathId(req, 'site_id');
         const mediaId = pathId(req, 'media_id');
-        const parts = await listStoredParts(ctx, { user, requestId: req.id, log: req.log }, siteId, mediaId);
+        const parts = await listStoredParts(
+          ctx,
+          { user: caller, requestId: req.id, log: req.log },
+          siteId,
+          mediaId,
+        );
         res.setHeader('Cache-Control', 'no-store');
         res.json(parts);
       }),
@@ -170,14 +178,16 @@ export function workflowRoutes(deps: RouteDeps): RouteDefinition[] {
     {
       method: 'POST',
       path: '/sites/:site_id/media/:media_id/multipart/complete',
+      authenticate: user,
+      body: 'json',
       handler: handle(async (req, res) => {
-        const user = await authenticateUser(req, verifier);
+        const caller = portalUser(res);
         const siteId = pathId(req, 'site_id');
         const mediaId = pathId(req, 'media_id');
         const body = requireValid(validateCompleteUploadRequest(req.body));
         const done = await completeUpload(
           ctx,
-          { user, requestId: req.id, log: req.log },
+          { user: caller, requestId: req.id, log: req.log },
           siteId,
           mediaId,
           body,
@@ -189,26 +199,28 @@ export function workflowRoutes(deps: RouteDeps): RouteDefinition[] {
     {
       method: 'DELETE',
       path: '/sites/:site_id/media/:media_id/multipart',
+      authenticate: user,
       handler: handle(async (req, res) => {
-        const user = await authenticateUser(req, verifier);
+        const caller = portalUser(res);
         const siteId = pathId(req, 'site_id');
         const mediaId = pathId(req, 'media_id');
-        await abortUpload(ctx, { user, requestId: req.id, log: req.log }, siteId, mediaId);
+        await abortUpload(ctx, { user: caller, requestId: req.id, log: req.log }, siteId, mediaId);
         res.status(204).end();
       }),
     },
     {
       method: 'POST',
       path: '/sites/:site_id/work-items/:item_id/decision',
+      authenticate: user,
+      body: 'json',
       handler: handle(async (req, res) => {
-        const user = await authenticateUser(req, verifier);
         const siteId = pathId(req, 'site_id');
         const itemId = pathId(req, 'item_id');
         const body = requireValid(validateDecisionRequest(req.body));
         const key = idempotencyKey(req);
         const result = await decideWorkItem(
           ctx,
-          { user, requestId: req.id, log: req.log },
+          { user: portalUser(res), requestId: req.id, log: req.log },
           siteId,
           itemId,
           body,
@@ -230,8 +242,9 @@ export function workflowRoutes(deps: RouteDeps): RouteDefinition[] {
     {
       method: 'POST',
       path: WEBHOOK_PATH,
+      authenticate: requireWebhookToken(deps.webhookTokens),
+      body: 'json',
       handler: handle(async (req, res) => {
-        authenticateWebhook(req, webhookTokens);
         const event = requireValid(validateObjectCreatedEvent(req.body));
         const result = await handleObjectCreated(ctx, { requestId: req.id, log: req.log }, event);
         res.status(200).json(result);

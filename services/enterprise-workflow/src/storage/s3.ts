@@ -1,5 +1,6 @@
-// The object store seen by the workflow: presigned PUT/GET URLs, HEAD for events that do not carry
-// a content type, DELETE for rejected uploads, and the multipart calls of uploads in parts.
+// The object-store adapter: implements the domain's MediaStorage port (domain/ports.ts) with the AWS SDK —
+// presigned PUT/GET URLs, HEAD, copy-if-match, DELETE and the multipart calls of uploads in parts — and
+// turns the SDK's failures into the port's StorageUnavailableError and StorageRefusedError.
 import {
   AbortMultipartUploadCommand,
   CompleteMultipartUploadCommand,
@@ -15,6 +16,8 @@ import {
   UploadPartCommand,
 } from '@aws-sdk/client-s3';
 import { getSignedUrl, S3RequestPresigner } from '@aws-sdk/s3-request-presigner';
+import { StorageRefusedError, StorageUnavailableError } from '../domain/ports.js';
+import type { MediaStorage, StoredPart } from '../domain/ports.js';
 
 export interface S3Settings {
   /** Endpoint the service talks to (MinIO, s3rver); undefined = AWS. */
@@ -34,110 +37,6 @@ export interface S3Settings {
    */
   connectTimeoutMs?: number | undefined;
   requestTimeoutMs?: number | undefined;
-}
-
-export interface PresignedUpload {
-  method: 'PUT';
-  url: string;
-  /** Headers the client must send with exactly these values (they are signed). */
-  headers: Record<string, string>;
-  expiresAt: Date;
-}
-
-export interface PresignedDownload {
-  url: string;
-  expiresAt: Date;
-}
-
-export interface StoredObject {
-  sizeBytes: number;
-  contentType: string | undefined;
-  etag: string | undefined;
-}
-
-/** A part of a multipart upload, as the store lists it. */
-export interface StoredPart {
-  partNumber: number;
-  sizeBytes: number;
-  /** As the store gives it (quoted). */
-  etag: string;
-}
-
-export interface MediaStorage {
-  readonly bucket: string;
-  presignUpload(input: {
-    key: string;
-    contentType: string;
-    sizeBytes: number;
-    /** Base64 SHA-256 of the body, as S3's `x-amz-checksum-sha256` expects. */
-    checksumSha256?: string | undefined;
-    expiresInS: number;
-    now?: Date;
-  }): Promise<PresignedUpload>;
-  presignDownload(input: {
-    key: string;
-    contentDisposition: string;
-    contentType: string;
-    expiresInS: number;
-    now?: Date;
-  }): Promise<PresignedDownload>;
-  /** undefined when the object does not exist. */
-  head(key: string): Promise<StoredObject | undefined>;
-  /**
-   * Server-side copy of `source` to `destination`, only if `source` still has the ETag `etag` (S3's
-   * `x-amz-copy-source-if-match`). Returns the copy's ETag, or undefined when the source is gone or no
-   * longer that version (404, 412).
-   */
-  copy(input: { source: string; destination: string; etag: string }): Promise<string | undefined>;
-  delete(key: string): Promise<void>;
-  /** Starts a multipart upload of `key` with this Content-Type; returns the store's upload id. */
-  createMultipartUpload(input: { key: string; contentType: string }): Promise<string>;
-  /**
-   * A presigned UploadPart URL that binds the part's Content-Length and, when given, its
-   * `x-amz-checksum-sha256`.
-   */
-  presignPart(input: {
-    key: string;
-    uploadId: string;
-    partNumber: number;
-    sizeBytes: number;
-    checksumSha256?: string | undefined;
-    expiresInS: number;
-    now?: Date;
-  }): Promise<PresignedUpload>;
-  /** Every part stored so far, in part-number order; undefined when the upload does not exist (any more). */
-  listParts(input: { key: string; uploadId: string }): Promise<StoredPart[] | undefined>;
-  /** Assembles the object from these parts; false when the upload does not exist (any more). */
-  completeMultipartUpload(input: {
-    key: string;
-    uploadId: string;
-    parts: ReadonlyArray<{ partNumber: number; etag: string }>;
-  }): Promise<boolean>;
-  /** Discards the upload and its parts; false when it did not exist (any more). */
-  abortMultipartUpload(input: { key: string; uploadId: string }): Promise<boolean>;
-  destroy(): void;
-}
-
-/** Raised when the store could not be reached or answered with a server error. */
-export class StorageUnavailableError extends Error {
-  override readonly name = 'StorageUnavailableError';
-}
-
-/**
- * Raised when the store answered a request of ours with a client error other than 404 (403 for
- * missing permissions or a wrong secret, 400 for a request it does not understand): the store is up,
- * but this service is misconfigured towards it. `status` is the store's HTTP status.
- */
-export class StorageRefusedError extends Error {
-  override readonly name = 'StorageRefusedError';
-
-  constructor(
-    message: string,
-    readonly status: number,
-    options?: ErrorOptions,
-  ) {
-    super(message, options);
-  }
 }
 
 function clientFor(settings: S3Settings, endpoint: string | undefined): S3Client {
