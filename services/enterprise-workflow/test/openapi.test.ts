@@ -5,9 +5,14 @@ import { randomUUID } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { PutObjectCommand, S3Client } from '@aws-sdk/client-s3';
 import {
+  completeUploadRequestSchema,
+  completeUploadResponseSchema,
   decisionRequestSchema,
   decisionResponseSchema,
   downloadResponseSchema,
+  partUrlsRequestSchema,
+  partUrlsResponseSchema,
+  storedPartsResponseSchema,
   objectCreatedEventSchema,
   problemDocumentSchema,
   uploadIntentRequestSchema,
@@ -138,6 +143,11 @@ describe('openapi.yaml', () => {
     expect(s.UploadIntentRequest).toEqual(strip(uploadIntentRequestSchema));
     expect(s.UploadIntentResponse).toEqual(strip(uploadIntentResponseSchema));
     expect(s.DownloadResponse).toEqual(strip(downloadResponseSchema));
+    expect(s.PartUrlsRequest).toEqual(strip(partUrlsRequestSchema));
+    expect(s.PartUrlsResponse).toEqual(strip(partUrlsResponseSchema));
+    expect(s.StoredPartsResponse).toEqual(strip(storedPartsResponseSchema));
+    expect(s.CompleteUploadRequest).toEqual(strip(completeUploadRequestSchema));
+    expect(s.CompleteUploadResponse).toEqual(strip(completeUploadResponseSchema));
     expect(s.DecisionRequest).toEqual(strip(decisionRequestSchema));
     expect(s.DecisionResponse).toEqual(strip(decisionResponseSchema));
     expect(s.ObjectCreatedEvent).toEqual(strip(objectCreatedEventSchema));
@@ -170,7 +180,10 @@ describe('documented responses', () => {
   const deadDb = { db: undefined as unknown as ReturnType<typeof createDb<WorkflowDb>> };
 
   beforeAll(async () => {
-    h = await startHarness();
+    // Uploads in parts above 6 MiB, in parts of 5 MiB: a 7 MiB file is two parts.
+    h = await startHarness({
+      multipart: { thresholdBytes: 6 * 1024 * 1024, partSizeBytes: 5 * 1024 * 1024, uploadTtlS: 3600 },
+    });
     [alice, dave] = await Promise.all([h.issuer.demoToken('alice'), h.issuer.demoToken('dave')]);
     // The same service against a database nobody listens on: every database call fails.
     deadDb.db = createDb<WorkflowDb>(
@@ -221,7 +234,7 @@ describe('documented responses', () => {
     const roleless = await h.issuer.demoToken('alice', { role: 'other' });
     const check = async (
       app: Express,
-      method: 'get' | 'post' | 'head',
+      method: 'get' | 'post' | 'head' | 'delete',
       path: string,
       init?: (r: request.Test) => request.Test,
     ) => {
@@ -258,6 +271,72 @@ describe('documented responses', () => {
     await check(h.app, 'get', dl(mediaId), (r) => r.set(bearer(roleless)));
     await check(h.app, 'get', dl(mediaId), (r) => r.set(bearer(dave)));
     await check(down, 'get', dl(mediaId), (r) => r.set(bearer(alice)));
+
+    // Uploads in parts: one item completed, one aborted.
+    const video = { filename: 'walk.mp4', content_type: 'video/mp4', size_bytes: 7 * 1024 * 1024 };
+    const planned = await check(h.app, 'post', intents, (r) => r.set(bearer(alice)).send(video));
+    expect(planned.body.multipart).toMatchObject({ part_count: 2 });
+    const aborted = await check(h.app, 'post', intents, (r) => r.set(bearer(alice)).send(video));
+    const mp = (id: string, rest: string) => `/sites/${hq}/media/${id}/multipart${rest}`;
+    const plannedId = planned.body.media_id as string;
+    const abortedId = aborted.body.media_id as string;
+    const urls = mp(plannedId, '/part-urls');
+    const signed = await check(h.app, 'post', urls, (r) =>
+      r.set(bearer(alice)).send({ parts: [{ part_number: 1 }, { part_number: 2 }] }),
+    );
+    await check(h.app, 'post', urls, (r) => r.set(bearer(alice)).send({}));
+    await check(h.app, 'post', urls, (r) => r.send({ parts: [{ part_number: 1 }] }));
+    await check(h.app, 'post', urls, (r) => r.set(bearer(roleless)).send({ parts: [{ part_number: 1 }] }));
+    await check(h.app, 'post', urls, (r) => r.set(bearer(dave)).send({ parts: [{ part_number: 1 }] }));
+    await check(h.app, 'post', urls, (r) => r.set(bearer(alice)).send({ parts: ['x'.repeat(70_000)] }));
+    await check(h.app, 'post', urls, (r) => r.set(bearer(alice)).set('Content-Type', 'text/plain').send('x'));
+    await check(down, 'post', urls, (r) => r.set(bearer(alice)).send({ parts: [{ part_number: 1 }] }));
+    const etags: string[] = [];
+    for (const part of signed.body.parts as Array<{ url: string; size_bytes: number }>) {
+      const put = await fetch(part.url, { method: 'PUT', body: Buffer.alloc(part.size_bytes, 7) });
+      expect(put.status).toBe(200);
+      etags.push(put.headers.get('etag') ?? '');
+    }
+    const parts = mp(plannedId, '/parts');
+    await check(h.app, 'get', parts, (r) => r.set(bearer(alice)));
+    await check(h.app, 'get', parts);
+    await check(h.app, 'get', parts, (r) => r.set(bearer(roleless)));
+    await check(h.app, 'get', parts, (r) => r.set(bearer(dave)));
+    await check(down, 'get', parts, (r) => r.set(bearer(alice)));
+    const complete = mp(plannedId, '/complete');
+    const named = { parts: etags.map((etag, i) => ({ part_number: i + 1, etag })) };
+    await check(h.app, 'post', complete, (r) =>
+      r.set(bearer(alice)).send({ parts: [{ part_number: 1, etag: 'x' }] }),
+    );
+    await check(h.app, 'post', complete, (r) => r.send(named));
+    await check(h.app, 'post', complete, (r) => r.set(bearer(roleless)).send(named));
+    await check(h.app, 'post', complete, (r) => r.set(bearer(dave)).send(named));
+    await check(h.app, 'post', complete, (r) => r.set(bearer(alice)).send({ parts: ['x'.repeat(70_000)] }));
+    await check(h.app, 'post', complete, (r) =>
+      r.set(bearer(alice)).set('Content-Type', 'text/plain').send('x'),
+    );
+    await check(down, 'post', complete, (r) => r.set(bearer(alice)).send(named));
+    await check(h.app, 'post', complete, (r) => r.set(bearer(alice)).send(named));
+    const abort = mp(abortedId, '');
+    await check(h.app, 'delete', abort);
+    await check(h.app, 'delete', abort, (r) => r.set(bearer(roleless)));
+    await check(h.app, 'delete', abort, (r) => r.set(bearer(dave)));
+    await check(down, 'delete', abort, (r) => r.set(bearer(alice)));
+    await check(h.app, 'delete', abort, (r) => r.set(bearer(alice)));
+    // No longer pending: 409 from each call.
+    await check(h.app, 'delete', abort, (r) => r.set(bearer(alice)));
+    await check(h.app, 'get', mp(abortedId, '/parts'), (r) => r.set(bearer(alice)));
+    await check(h.app, 'post', mp(abortedId, '/part-urls'), (r) =>
+      r.set(bearer(alice)).send({ parts: [{ part_number: 1 }] }),
+    );
+    await check(h.app, 'post', mp(abortedId, '/complete'), (r) =>
+      r.set(bearer(alice)).send({
+        parts: [
+          { part_number: 1, etag: 'x' },
+          { part_number: 2, etag: 'y' },
+        ],
+      }),
+    );
 
     // Decisions.
     await check(h.app, 'post', decision, (r) => r.set(bearer(alice)).send({ decision: 'accept' }));
