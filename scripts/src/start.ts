@@ -20,6 +20,8 @@ import { waitReady } from './lib/wait.js';
 import { errorMessage, readSecretList } from '@platform/service-kit';
 
 const env = process.env;
+/** The portal's origin in development, whose browser uploads s3rver's CORS rule allows (PORTAL_ORIGINS). */
+const DEFAULT_PORTAL_ORIGIN = 'http://localhost:5173';
 const log = (message: string): void => console.error(`[stack] ${message}`);
 
 interface Running {
@@ -65,6 +67,10 @@ async function main(): Promise<void> {
   const authenticatorUrl = urlForLogin(ownerUrl, AUTHENTICATOR, passwords.authenticator);
 
   // 2. Object storage: the given endpoint, or s3rver with events bridged to the webhook.
+  const portalOrigins = (env.PORTAL_ORIGINS ?? DEFAULT_PORTAL_ORIGIN)
+    .split(',')
+    .map((origin) => origin.trim())
+    .filter((origin) => origin !== '');
   const workflowUrl = `http://127.0.0.1:${ports.workflow}`;
   const webhookUrl = `${workflowUrl}/internal/media/object-created`;
   let s3Env: Record<string, string>;
@@ -73,6 +79,8 @@ async function main(): Promise<void> {
   } else {
     running.s3 = await startS3({
       port: ports.s3,
+      // A browser on the portal's origin uploads straight to the store (design §4.4).
+      corsOrigins: portalOrigins,
       directory: `${dataDir}/s3`,
       bucket: env.S3_BUCKET ?? 'media',
       // As deploy/minio/setup.sh configures MinIO: uploads only, not the workflow's accepted copies.
@@ -157,7 +165,7 @@ async function main(): Promise<void> {
     `  gateway CoAP+DTLS    coaps://127.0.0.1:${ports.gatewayCoaps}/devices/acme-hq-hvac-01/settings   (PSK identity ${deviceKey.identity}, key in ${dataDir}/dev-device-key.json)`,
     `  workflow API         ${workflowUrl}`,
     `  webhook              ${webhookUrl}   (token: ${webhookTokens === devSecrets.webhookToken ? devSecrets.webhookToken : 'from WEBHOOK_TOKENS'})`,
-    `  object storage       ${s3Env.S3_ENDPOINT ?? env.S3_ENDPOINT ?? ''}   bucket ${s3Env.S3_BUCKET ?? env.S3_BUCKET ?? ''}`,
+    `  object storage       ${s3Env.S3_ENDPOINT ?? env.S3_ENDPOINT ?? ''}   bucket ${s3Env.S3_BUCKET ?? env.S3_BUCKET ?? ''}${running.s3 ? `   (CORS for ${portalOrigins.join(', ')})` : ''}`,
     `  token issuer         ${issuerUrl}`,
     postgrest === ''
       ? '  PostgREST            not started (no `postgrest` binary on PATH)'
