@@ -19,7 +19,7 @@ enterprise OWNER <migrator> ACL <migrator>:CREATE,<migrator>:USAGE,enterprise_ap
 enterprise_api OWNER <migrator> ACL <migrator>:CREATE,<migrator>:USAGE,enterprise_api_role:USAGE,enterprise_authz:USAGE,enterprise_media_ingest:USAGE,enterprise_portal_role:USAGE COMMENT Read surface served by PostgREST (views, security_invoker) and the access functions shared with the workflow service.
 postgrest OWNER <migrator> ACL <migrator>:CREATE,<migrator>:USAGE,authenticator:USAGE,enterprise_portal_role:USAGE COMMENT Functions PostgREST calls around requests (db-pre-request, db-pre-config); not exposed as an API schema.
 
--- tables and views (21)
+-- tables and views (22)
 r enterprise.assets RLS true FORCE true OWNER <migrator> OPTIONS - ACL <migrator>:DELETE,<migrator>:INSERT,<migrator>:MAINTAIN,<migrator>:REFERENCES,<migrator>:SELECT,<migrator>:TRIGGER,<migrator>:TRUNCATE,<migrator>:UPDATE,enterprise_api_role:SELECT,enterprise_portal_role:SELECT COMMENT Property equipment at a site (chillers, panels, lifts ...).
 r enterprise.companies RLS true FORCE true OWNER <migrator> OPTIONS - ACL <migrator>:DELETE,<migrator>:INSERT,<migrator>:MAINTAIN,<migrator>:REFERENCES,<migrator>:SELECT,<migrator>:TRIGGER,<migrator>:TRUNCATE,<migrator>:UPDATE,enterprise_portal_role:SELECT COMMENT Client organisations (tenants) whose facilities are managed.
 r enterprise.decision_idempotency_keys RLS true FORCE true OWNER <migrator> OPTIONS - ACL <migrator>:DELETE,<migrator>:INSERT,<migrator>:MAINTAIN,<migrator>:REFERENCES,<migrator>:SELECT,<migrator>:TRIGGER,<migrator>:TRUNCATE,<migrator>:UPDATE,enterprise_api_role:DELETE,enterprise_api_role:SELECT COMMENT Idempotency-Key replay store for decisions: a retried request with the same key from the same caller gets the stored response.
@@ -40,9 +40,10 @@ v enterprise_api.media_items RLS false FORCE false OWNER <migrator> OPTIONS {sec
 v enterprise_api.service_records RLS false FORCE false OWNER <migrator> OPTIONS {security_invoker=true} ACL <migrator>:DELETE,<migrator>:INSERT,<migrator>:MAINTAIN,<migrator>:REFERENCES,<migrator>:SELECT,<migrator>:TRIGGER,<migrator>:TRUNCATE,<migrator>:UPDATE,enterprise_portal_role:SELECT COMMENT Completed service at the caller's sites.
 v enterprise_api.sites RLS false FORCE false OWNER <migrator> OPTIONS {security_invoker=true} ACL <migrator>:DELETE,<migrator>:INSERT,<migrator>:MAINTAIN,<migrator>:REFERENCES,<migrator>:SELECT,<migrator>:TRIGGER,<migrator>:TRUNCATE,<migrator>:UPDATE,enterprise_portal_role:SELECT COMMENT Sites the caller may see, with their company's name.
 v enterprise_api.walkthrough_logs RLS false FORCE false OWNER <migrator> OPTIONS {security_invoker=true} ACL <migrator>:DELETE,<migrator>:INSERT,<migrator>:MAINTAIN,<migrator>:REFERENCES,<migrator>:SELECT,<migrator>:TRIGGER,<migrator>:TRUNCATE,<migrator>:UPDATE,enterprise_portal_role:SELECT COMMENT Inspection reports of the caller's sites.
+v enterprise_api.work_item_decisions RLS false FORCE false OWNER <migrator> OPTIONS {security_invoker=true} ACL <migrator>:DELETE,<migrator>:INSERT,<migrator>:MAINTAIN,<migrator>:REFERENCES,<migrator>:SELECT,<migrator>:TRIGGER,<migrator>:TRUNCATE,<migrator>:UPDATE,enterprise_portal_role:SELECT COMMENT Decision history of the work items at the caller's sites: who decided what and when; decide through the workflow service.
 v enterprise_api.work_items RLS false FORCE false OWNER <migrator> OPTIONS {security_invoker=true} ACL <migrator>:DELETE,<migrator>:INSERT,<migrator>:MAINTAIN,<migrator>:REFERENCES,<migrator>:SELECT,<migrator>:TRIGGER,<migrator>:TRUNCATE,<migrator>:UPDATE,enterprise_portal_role:SELECT COMMENT Recommended repairs at the caller's sites; decide them through the workflow service.
 
--- columns (245)
+-- columns (257)
 enterprise.assets.category text NOT NULL COMMENT Trade category.
 enterprise.assets.company_id uuid NOT NULL COMMENT Tenant; always the site's company (set by trigger, enforced by foreign key).
 enterprise.assets.condition text NOT NULL DEFAULT 'good'::text COMMENT Condition from the latest inspection.
@@ -118,10 +119,10 @@ enterprise.principal_sites.site_id uuid NOT NULL COMMENT A site the principal ma
 enterprise.principal_sites.sub text NOT NULL COMMENT The principal (JWT "sub").
 enterprise.principals.active boolean NOT NULL DEFAULT true COMMENT False revokes all access without deleting the mapping.
 enterprise.principals.all_sites boolean NOT NULL DEFAULT false COMMENT True: every site of the company, including sites added later. False: only the sites in principal_sites.
-enterprise.principals.company_id uuid NOT NULL COMMENT The one company this user may see data of.
+enterprise.principals.company_id uuid NOT NULL ACL enterprise_portal_role:SELECT COMMENT The one company this user may see data of.
 enterprise.principals.created_at timestamp with time zone NOT NULL DEFAULT now() COMMENT When the mapping was created.
-enterprise.principals.display_name text NOT NULL DEFAULT ''::text COMMENT Name for audit views; never used for access decisions.
-enterprise.principals.sub text NOT NULL COMMENT The JWT "sub" claim (Keycloak user id).
+enterprise.principals.display_name text NOT NULL DEFAULT ''::text ACL enterprise_portal_role:SELECT COMMENT Name for audit views; never used for access decisions.
+enterprise.principals.sub text NOT NULL ACL enterprise_portal_role:SELECT COMMENT The JWT "sub" claim (Keycloak user id).
 enterprise.service_records.asset_id uuid COMMENT Asset serviced, if any (same site).
 enterprise.service_records.company_id uuid NOT NULL COMMENT Tenant; always the site's company.
 enterprise.service_records.cost_amount numeric(12,2) COMMENT Invoiced cost in cost_currency (major units).
@@ -164,18 +165,18 @@ enterprise.walkthrough_logs.performed_at timestamp with time zone NOT NULL COMME
 enterprise.walkthrough_logs.report text NOT NULL DEFAULT ''::text COMMENT Full inspection report (plain text / Markdown).
 enterprise.walkthrough_logs.site_id uuid NOT NULL COMMENT Site inspected.
 enterprise.walkthrough_logs.summary text NOT NULL DEFAULT ''::text COMMENT Short summary for lists.
-enterprise.work_item_decisions.company_id uuid NOT NULL COMMENT Tenant; always the site's company.
-enterprise.work_item_decisions.decided_at timestamp with time zone NOT NULL DEFAULT now() ACL enterprise_api_role:INSERT COMMENT When the decision was recorded.
-enterprise.work_item_decisions.decided_by text NOT NULL ACL enterprise_api_role:INSERT COMMENT JWT "sub" of the decider.
-enterprise.work_item_decisions.decision text NOT NULL ACL enterprise_api_role:INSERT COMMENT Decision requested: accept, defer or decline.
-enterprise.work_item_decisions.defer_until timestamp with time zone ACL enterprise_api_role:INSERT COMMENT For defer: until when.
-enterprise.work_item_decisions.id bigint NOT NULL IDENTITY a COMMENT Audit row id (increasing).
-enterprise.work_item_decisions.new_state text NOT NULL ACL enterprise_api_role:INSERT COMMENT State after the decision.
-enterprise.work_item_decisions.note text ACL enterprise_api_role:INSERT COMMENT Note given by the decider.
-enterprise.work_item_decisions.previous_state text NOT NULL ACL enterprise_api_role:INSERT COMMENT State before the decision.
+enterprise.work_item_decisions.company_id uuid NOT NULL ACL enterprise_portal_role:SELECT COMMENT Tenant; always the site's company.
+enterprise.work_item_decisions.decided_at timestamp with time zone NOT NULL DEFAULT now() ACL enterprise_api_role:INSERT,enterprise_portal_role:SELECT COMMENT When the decision was recorded.
+enterprise.work_item_decisions.decided_by text NOT NULL ACL enterprise_api_role:INSERT,enterprise_portal_role:SELECT COMMENT JWT "sub" of the decider.
+enterprise.work_item_decisions.decision text NOT NULL ACL enterprise_api_role:INSERT,enterprise_portal_role:SELECT COMMENT Decision requested: accept, defer or decline.
+enterprise.work_item_decisions.defer_until timestamp with time zone ACL enterprise_api_role:INSERT,enterprise_portal_role:SELECT COMMENT For defer: until when.
+enterprise.work_item_decisions.id bigint NOT NULL IDENTITY a ACL enterprise_portal_role:SELECT COMMENT Audit row id (increasing).
+enterprise.work_item_decisions.new_state text NOT NULL ACL enterprise_api_role:INSERT,enterprise_portal_role:SELECT COMMENT State after the decision.
+enterprise.work_item_decisions.note text ACL enterprise_api_role:INSERT,enterprise_portal_role:SELECT COMMENT Note given by the decider.
+enterprise.work_item_decisions.previous_state text NOT NULL ACL enterprise_api_role:INSERT,enterprise_portal_role:SELECT COMMENT State before the decision.
 enterprise.work_item_decisions.request_id text NOT NULL ACL enterprise_api_role:INSERT COMMENT X-Request-Id of the HTTP request that made it.
-enterprise.work_item_decisions.site_id uuid NOT NULL ACL enterprise_api_role:INSERT COMMENT Site of the work item.
-enterprise.work_item_decisions.work_item_id uuid NOT NULL ACL enterprise_api_role:INSERT COMMENT Work item decided.
+enterprise.work_item_decisions.site_id uuid NOT NULL ACL enterprise_api_role:INSERT,enterprise_portal_role:SELECT COMMENT Site of the work item.
+enterprise.work_item_decisions.work_item_id uuid NOT NULL ACL enterprise_api_role:INSERT,enterprise_portal_role:SELECT COMMENT Work item decided.
 enterprise.work_items.asset_id uuid COMMENT Asset concerned, if any (same site).
 enterprise.work_items.category text NOT NULL DEFAULT 'other'::text COMMENT Trade category.
 enterprise.work_items.company_id uuid NOT NULL COMMENT Tenant; always the site's company.
@@ -270,6 +271,18 @@ enterprise_api.walkthrough_logs.performed_at timestamp with time zone COMMENT -
 enterprise_api.walkthrough_logs.report text COMMENT -
 enterprise_api.walkthrough_logs.site_id uuid COMMENT -
 enterprise_api.walkthrough_logs.summary text COMMENT -
+enterprise_api.work_item_decisions.company_id uuid COMMENT Tenant; always the site's company.
+enterprise_api.work_item_decisions.decided_at timestamp with time zone COMMENT When the decision was recorded.
+enterprise_api.work_item_decisions.decided_by text COMMENT JWT "sub" of the decider; NULL when the decider is not a user of this company.
+enterprise_api.work_item_decisions.decided_by_name text COMMENT Display name of the decider; NULL when none is recorded or the decider is not a user of this company.
+enterprise_api.work_item_decisions.decision text COMMENT Decision requested: accept, defer or decline.
+enterprise_api.work_item_decisions.defer_until timestamp with time zone COMMENT For defer: until when.
+enterprise_api.work_item_decisions.id bigint COMMENT Audit row id (increasing).
+enterprise_api.work_item_decisions.new_state text COMMENT State after the decision.
+enterprise_api.work_item_decisions.note text COMMENT Note given by the decider.
+enterprise_api.work_item_decisions.previous_state text COMMENT State before the decision.
+enterprise_api.work_item_decisions.site_id uuid COMMENT Site of the work item.
+enterprise_api.work_item_decisions.work_item_id uuid COMMENT Work item decided.
 enterprise_api.work_items.asset_id uuid COMMENT -
 enterprise_api.work_items.category text COMMENT -
 enterprise_api.work_items.company_id uuid COMMENT -
@@ -496,7 +509,7 @@ enterprise.work_items work_items_title_not_null NOT NULL title
 enterprise.work_items work_items_updated_at_not_null NOT NULL updated_at
 enterprise.work_items work_items_walkthrough_id_site_id_fkey FOREIGN KEY (walkthrough_id, site_id) REFERENCES enterprise.walkthrough_logs(id, site_id)
 
--- indexes (46)
+-- indexes (47)
 CREATE INDEX assets_tenant_idx ON enterprise.assets USING btree (company_id, site_id, name)
 CREATE INDEX decision_idempotency_keys_created_idx ON enterprise.decision_idempotency_keys USING btree (created_at)
 CREATE INDEX decision_idempotency_keys_item_idx ON enterprise.decision_idempotency_keys USING btree (work_item_id)
@@ -518,6 +531,7 @@ CREATE INDEX upload_intent_idempotency_keys_created_idx ON enterprise.upload_int
 CREATE INDEX upload_intent_idempotency_keys_media_idx ON enterprise.upload_intent_idempotency_keys USING btree (media_id)
 CREATE INDEX walkthrough_logs_tenant_idx ON enterprise.walkthrough_logs USING btree (company_id, performed_at DESC, site_id)
 CREATE INDEX work_item_decisions_item_idx ON enterprise.work_item_decisions USING btree (work_item_id, decided_at)
+CREATE INDEX work_item_decisions_tenant_decided_idx ON enterprise.work_item_decisions USING btree (company_id, decided_at DESC, site_id)
 CREATE INDEX work_item_decisions_tenant_idx ON enterprise.work_item_decisions USING btree (company_id, site_id)
 CREATE INDEX work_items_asset_idx ON enterprise.work_items USING btree (asset_id) WHERE (asset_id IS NOT NULL)
 CREATE INDEX work_items_tenant_created_idx ON enterprise.work_items USING btree (company_id, created_at DESC, site_id)
@@ -555,7 +569,7 @@ CREATE TRIGGER walkthrough_logs_company BEFORE INSERT OR UPDATE OF site_id, comp
 CREATE TRIGGER work_item_decisions_company BEFORE INSERT OR UPDATE OF site_id, company_id ON enterprise.work_item_decisions FOR EACH ROW EXECUTE FUNCTION enterprise.set_company_from_site()
 CREATE TRIGGER work_items_company BEFORE INSERT OR UPDATE OF site_id, company_id ON enterprise.work_items FOR EACH ROW EXECUTE FUNCTION enterprise.set_company_from_site()
 
--- row-level security policies (27)
+-- row-level security policies (29)
 enterprise.assets api_reads_assets PERMISSIVE SELECT TO enterprise_api_role USING ((company_id = ( SELECT COALESCE((NULLIF(current_setting('enterprise.company_hint'::text, true), ''::text))::uuid, enterprise_api.authorized_company_id()) AS "coalesce")) AND (site_id = ANY (( SELECT
         CASE
             WHEN (current_setting('enterprise.company_hint'::text, true) = '00000000-0000-0000-0000-000000000000'::text) THEN '{}'::uuid[]
@@ -626,6 +640,8 @@ enterprise.principal_sites authz_reads_principal_sites PERMISSIVE SELECT TO ente
 
 enterprise.principals authz_reads_principals PERMISSIVE SELECT TO enterprise_authz USING true WITH CHECK -
 
+enterprise.principals portal_reads_own_company_names PERMISSIVE SELECT TO enterprise_portal_role USING (company_id = ( SELECT enterprise_api.authorized_company_id() AS authorized_company_id)) WITH CHECK -
+
 enterprise.service_records portal_reads_service_records PERMISSIVE SELECT TO enterprise_portal_role USING ((company_id = ( SELECT COALESCE((NULLIF(current_setting('enterprise.company_hint'::text, true), ''::text))::uuid, enterprise_api.authorized_company_id()) AS "coalesce")) AND (site_id = ANY (( SELECT
         CASE
             WHEN (current_setting('enterprise.company_hint'::text, true) = '00000000-0000-0000-0000-000000000000'::text) THEN '{}'::uuid[]
@@ -680,6 +696,12 @@ enterprise.work_item_decisions api_reads_work_item_decisions PERMISSIVE SELECT T
             ELSE enterprise_api.authorized_site_ids()
         END AS authorized_site_ids)::uuid[]))) WITH CHECK -
 
+enterprise.work_item_decisions portal_reads_work_item_decisions PERMISSIVE SELECT TO enterprise_portal_role USING ((company_id = ( SELECT COALESCE((NULLIF(current_setting('enterprise.company_hint'::text, true), ''::text))::uuid, enterprise_api.authorized_company_id()) AS "coalesce")) AND (site_id = ANY (( SELECT
+        CASE
+            WHEN (current_setting('enterprise.company_hint'::text, true) = '00000000-0000-0000-0000-000000000000'::text) THEN '{}'::uuid[]
+            ELSE enterprise_api.authorized_site_ids()
+        END AS authorized_site_ids)::uuid[]))) WITH CHECK -
+
 enterprise.work_items api_decides_work_items PERMISSIVE UPDATE TO enterprise_api_role USING ((company_id = ( SELECT COALESCE((NULLIF(current_setting('enterprise.company_hint'::text, true), ''::text))::uuid, enterprise_api.authorized_company_id()) AS "coalesce")) AND (site_id = ANY (( SELECT
         CASE
             WHEN (current_setting('enterprise.company_hint'::text, true) = '00000000-0000-0000-0000-000000000000'::text) THEN '{}'::uuid[]
@@ -702,7 +724,7 @@ enterprise.work_items portal_reads_work_items PERMISSIVE SELECT TO enterprise_po
             ELSE enterprise_api.authorized_site_ids()
         END AS authorized_site_ids)::uuid[]))) WITH CHECK -
 
--- view definitions (7)
+-- view definitions (8)
 enterprise_api.assets AS
  SELECT id,
     site_id,
@@ -803,6 +825,22 @@ enterprise_api.walkthrough_logs AS
     report,
     created_at
    FROM enterprise.walkthrough_logs;
+
+enterprise_api.work_item_decisions AS
+ SELECT d.id,
+    d.work_item_id,
+    d.site_id,
+    d.company_id,
+    d.decision,
+    d.previous_state,
+    d.new_state,
+    d.note,
+    d.defer_until,
+    d.decided_at,
+    p.sub AS decided_by,
+    NULLIF(p.display_name, ''::text) AS decided_by_name
+   FROM (enterprise.work_item_decisions d
+     LEFT JOIN enterprise.principals p ON (((p.sub = d.decided_by) AND (p.company_id = d.company_id))));
 
 enterprise_api.work_items AS
  SELECT id,

@@ -403,21 +403,22 @@ describe('migration 0004 down and up again', () => {
 
   it('down() restores 0003 (same policy count, no stored company) and up() applies again', async () => {
     const migration = enterpriseMigrations.migrations['0004_company_hint'];
-    // 0005's and 0007's policies are written with the hint too: they come off first and go back last.
+    // 0005's, 0006's and 0007's policies are written with the hint too: they come off first and go back last.
     const later = [
-      enterpriseMigrations.migrations['0007_multipart_uploads'],
       enterpriseMigrations.migrations['0005_upload_intent_keys'],
+      enterpriseMigrations.migrations['0006_decision_history'],
+      enterpriseMigrations.migrations['0007_multipart_uploads'],
     ];
     const rollback = new Error('rollback');
     const seen: unknown[] = [];
     await expect(
       f.admin.transaction().execute(async (trx) => {
         seen.push(await state(trx));
-        for (const m of later) await m?.down?.(trx);
+        for (const m of [...later].reverse()) await m?.down?.(trx);
         await migration?.down?.(trx);
         seen.push(await state(trx));
         await migration?.up(trx);
-        for (const m of [...later].reverse()) await m?.up(trx);
+        for (const m of later) await m?.up(trx);
         seen.push(await state(trx));
         throw rollback;
       }),
@@ -427,7 +428,7 @@ describe('migration 0004 down and up again', () => {
       const { policy_text: _text, ...rest } = state ?? {};
       return rest;
     };
-    const applied = { policies_reading_it: '19', remember: '1', pre_request_stores: true, nil_check: '1' };
+    const applied = { policies_reading_it: '20', remember: '1', pre_request_stores: true, nil_check: '1' };
     expect(counts(before)).toEqual(applied);
     expect(counts(down)).toEqual({
       policies_reading_it: '0',

@@ -45,6 +45,7 @@ describe('catalog', () => {
         'enterprise_api.service_records',
         'enterprise_api.sites',
         'enterprise_api.walkthrough_logs',
+        'enterprise_api.work_item_decisions',
         'enterprise_api.work_items',
       ].sort(),
     );
@@ -113,16 +114,38 @@ describe('catalog', () => {
       `SELECT p.tablename || '.' || p.policyname AS policy, p.qual, p.with_check AS check
        FROM pg_policies p
        WHERE p.schemaname = 'enterprise' AND (p.roles && $1::name[] OR 'public' = ANY (p.roles))
-         AND p.tablename NOT IN ('companies')`,
+         AND p.tablename NOT IN ('companies', 'principals')`,
       [runtimeRoles],
     );
-    expect(rows).toHaveLength(19);
+    expect(rows).toHaveLength(20);
     const missing = rows.flatMap((r) =>
       [r.qual, r.check]
         .filter((e): e is string => e !== null && !e.includes('enterprise_api.authorized_site_ids()'))
         .map((e) => `${r.policy}: ${e}`),
     );
     expect(missing).toEqual([]);
+  });
+
+  it('the tables without sites (companies, principals) are decided by the access function, never the stored company', async () => {
+    // No site list backs the company up there, so a forged enterprise.company_hint would name another
+    // company's rows (design §4.2).
+    const { rows } = await f.adminPool.query<{ policy: string; qual: string | null; check: string | null }>(
+      `SELECT p.tablename || '.' || p.policyname AS policy, p.qual, p.with_check AS check
+       FROM pg_policies p
+       WHERE p.schemaname = 'enterprise' AND (p.roles && $1::name[] OR 'public' = ANY (p.roles))
+         AND p.tablename IN ('companies', 'principals')`,
+      [runtimeRoles],
+    );
+    expect(rows.map((r) => r.policy).sort()).toEqual([
+      'companies.portal_reads_own_company',
+      'principals.portal_reads_own_company_names',
+    ]);
+    for (const r of rows) {
+      expect(r.check).toBeNull();
+      expect(r.qual).toMatch(
+        /^\(\w+ = \( SELECT enterprise_api\.authorized_company_id\(\) AS authorized_company_id\)\)$/,
+      );
+    }
   });
 
   it('every SECURITY DEFINER function has a fixed search_path and a non-runtime owner', async () => {

@@ -16,6 +16,11 @@ const lists = [
   { view: 'service_records', orderBy: 'performed_on DESC', index: 'service_records_tenant_idx' },
   { view: 'maintenance_schedules', orderBy: 'next_due_on', index: 'maintenance_schedules_tenant_idx' },
   { view: 'assets', orderBy: 'name', index: 'assets_tenant_idx' },
+  {
+    view: 'work_item_decisions',
+    orderBy: 'decided_at DESC',
+    index: 'work_item_decisions_tenant_decided_idx',
+  },
 ] as const;
 
 interface PlanNode {

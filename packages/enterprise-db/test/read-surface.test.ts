@@ -1,8 +1,19 @@
 // The read surface as PostgREST serves it (design §4.3): every view x every demo user sees exactly
 // the rows of their sites; anonymous and badly issued tokens are refused; writes are denied.
-import { demoAccess, demoSites, demoUserSubs, PORTAL_ANON, PORTAL_ROLE } from '@platform/enterprise-db';
+import { randomUUID } from 'node:crypto';
+import { sql } from 'kysely';
+import {
+  demoAccess,
+  demoCompanies,
+  demoRowId,
+  demoSites,
+  demoUserSubs,
+  PORTAL_ANON,
+  PORTAL_ROLE,
+  withRequestClaims,
+} from '@platform/enterprise-db';
 import { withPostgrestRequest } from '@platform/testkit';
-import type { DemoUser } from '@platform/enterprise-db';
+import type { DemoSiteName, DemoUser } from '@platform/enterprise-db';
 import { claimsOf, setUp, sqlState } from './helpers.js';
 import type { Fixture } from './helpers.js';
 
@@ -14,16 +25,59 @@ const views = [
   { view: 'work_items', table: 'work_items', siteColumn: 'site_id' },
   { view: 'service_records', table: 'service_records', siteColumn: 'site_id' },
   { view: 'media_items', table: 'media_items', siteColumn: 'site_id' },
+  { view: 'work_item_decisions', table: 'work_item_decisions', siteColumn: 'site_id' },
 ] as const;
+/** Views over a join, which PostgreSQL refuses to write to before it checks privileges. */
+const joinViews: ReadonlySet<string> = new Set(['sites', 'work_item_decisions']);
 const users: DemoUser[] = ['alice', 'bob', 'carol', 'dave'];
 
 let f: Fixture;
 beforeAll(async () => {
   f = await setUp();
+  // Decision history beyond the seed's (one decision per decided demo item, by the company's admin),
+  // made through the workflow's write path: several deciders per company, an item decided twice.
+  await decide('bob', 'acmeHq', 1, 'defer');
+  await decide('alice', 'acmeHq', 1, 'accept');
+  await decide('alice', 'acmeLab', 2, 'decline');
+  await decide('carol', 'borealisTower', 1, 'decline');
 });
 afterAll(async () => {
   await f.close();
 });
+
+const newState = { accept: 'accepted', defer: 'deferred', decline: 'declined' } as const;
+
+/**
+ * A decision as the workflow records it (design §4.4): the item's change and its audit row in one
+ * statement, in a transaction of the workflow's login with the caller's claims.
+ */
+async function decide(
+  user: DemoUser | { sub: string },
+  site: DemoSiteName,
+  n: number,
+  decision: keyof typeof newState,
+): Promise<void> {
+  const claims = typeof user === 'string' ? { sub: demoUserSubs[user] } : user;
+  const decided = await withRequestClaims(f.api, claims, async (trx) => {
+    const r = await sql`
+      WITH decided AS (
+        UPDATE enterprise.work_items
+        SET state = ${newState[decision]}, decided_at = now(), decided_by = ${claims.sub},
+            defer_until = CASE WHEN ${decision} = 'defer' THEN now() + interval '90 days' END,
+            decision_note = ${`${decision}: ${site} #${n}`}, updated_at = now()
+        WHERE id = ${demoRowId('work_item', site, n)}::uuid AND state IN ('proposed', 'deferred')
+        RETURNING new.id, new.site_id, new.state, new.defer_until, new.decided_at, new.decided_by,
+          new.decision_note, old.state AS previous_state
+      )
+      INSERT INTO enterprise.work_item_decisions (work_item_id, site_id, decision, previous_state, new_state,
+        note, defer_until, decided_by, decided_at, request_id)
+      SELECT id, site_id, ${decision}, previous_state, state, decision_note, defer_until, decided_by,
+        decided_at, ${`test-${randomUUID()}`}
+      FROM decided`.execute(trx);
+    return Number(r.numAffectedRows);
+  });
+  expect(decided).toBe(1);
+}
 
 async function viewIds(user: DemoUser, view: string): Promise<string[]> {
   return withPostgrestRequest(f.authenticator, { claims: claimsOf(user), path: `/${view}` }, async (c) => {
@@ -63,7 +117,7 @@ describe.each(views)('view enterprise_api.$view', ({ view, table, siteColumn }) 
     'denies %s through the view, even for a user of the site',
     async (verb) => {
       const statement = {
-        INSERT: `INSERT INTO enterprise_api.${view} (id) VALUES (gen_random_uuid())`,
+        INSERT: `INSERT INTO enterprise_api.${view} DEFAULT VALUES`,
         UPDATE: `UPDATE enterprise_api.${view} SET id = id`,
         DELETE: `DELETE FROM enterprise_api.${view}`,
       }[verb]!;
@@ -72,12 +126,22 @@ describe.each(views)('view enterprise_api.$view', ({ view, table, siteColumn }) 
           c.query(statement),
         ),
       );
-      // The sites view joins companies, so PostgreSQL refuses it as not updatable (55000) before it
-      // checks privileges; the single-table views are updatable in principle and refused for lack of
-      // privileges (42501).
-      expect(code).toBe(view === 'sites' ? '55000' : '42501');
+      // The views over a join (sites and companies, decisions and deciders) PostgreSQL refuses as not
+      // updatable (55000) before it checks privileges; the single-table views are updatable in
+      // principle and refused for lack of privileges (42501).
+      expect(code).toBe(joinViews.has(view) ? '55000' : '42501');
     },
   );
+
+  it('grants the portal role SELECT and nothing else, the anonymous role nothing', async () => {
+    const { rows } = await f.adminPool.query<{ role: string; privilege: string }>(
+      `SELECT r.role, p.privilege FROM unnest($1::text[]) AS r(role)
+       CROSS JOIN unnest(ARRAY['SELECT', 'INSERT', 'UPDATE', 'DELETE', 'TRUNCATE', 'REFERENCES', 'TRIGGER']) AS p(privilege)
+       WHERE has_table_privilege(r.role, $2::regclass, p.privilege)`,
+      [[PORTAL_ROLE, PORTAL_ANON], `enterprise_api.${view}`],
+    );
+    expect(rows).toEqual([{ role: PORTAL_ROLE, privilege: 'SELECT' }]);
+  });
 });
 
 describe('db-pre-request (postgrest.pre_request)', () => {
@@ -222,5 +286,148 @@ describe('claims that are not an access grant', () => {
     expect(who).toBe(PORTAL_ROLE);
     expect(demoUserSubs.carol).toMatch(/^[0-9a-f-]{36}$/);
     expect(PORTAL_ANON).toBe('enterprise_portal_anon');
+  });
+});
+
+describe('decision history (enterprise_api.work_item_decisions)', () => {
+  interface HistoryRow {
+    id: string;
+    work_item_id: string;
+    site_id: string;
+    company_id: string;
+    decision: string;
+    previous_state: string;
+    new_state: string;
+    note: string | null;
+    decided_at: Date;
+    decided_by: string | null;
+    decided_by_name: string | null;
+  }
+
+  async function history(user: DemoUser, workItemId?: string): Promise<HistoryRow[]> {
+    return withPostgrestRequest(
+      f.authenticator,
+      { claims: claimsOf(user), path: '/work_item_decisions' },
+      async (c) => {
+        const { rows } = await c.query<HistoryRow>(
+          `SELECT * FROM enterprise_api.work_item_decisions
+           WHERE $1::uuid IS NULL OR work_item_id = $1::uuid ORDER BY decided_at, id`,
+          [workItemId ?? null],
+        );
+        return rows;
+      },
+    );
+  }
+
+  const who = (rows: HistoryRow[]) =>
+    rows.map((r) => [r.decision, r.previous_state, r.new_state, r.decided_by, r.decided_by_name]);
+
+  it('shows every user of the site who decided what and when, by display name', async () => {
+    const item = demoRowId('work_item', 'acmeHq', 1);
+    const expected = [
+      ['defer', 'proposed', 'deferred', demoUserSubs.bob, 'Bob Baker'],
+      ['accept', 'deferred', 'accepted', demoUserSubs.alice, 'Alice Archer'],
+    ];
+    for (const user of ['alice', 'bob'] as const) {
+      const rows = await history(user, item);
+      expect(who(rows)).toEqual(expected);
+      expect(rows.map((r) => [r.work_item_id, r.site_id, r.note])).toEqual([
+        [item, demoSites.acmeHq.id, 'defer: acmeHq #1'],
+        [item, demoSites.acmeHq.id, 'accept: acmeHq #1'],
+      ]);
+      expect(rows[0]!.decided_at).toBeInstanceOf(Date);
+      expect(rows[0]!.decided_at.getTime()).toBeLessThanOrEqual(rows[1]!.decided_at.getTime());
+    }
+    expect(await history('carol', item)).toEqual([]);
+    expect(await history('dave', item)).toEqual([]);
+    expect(who(await history('carol', demoRowId('work_item', 'borealisTower', 1)))).toEqual([
+      ['decline', 'proposed', 'declined', demoUserSubs.carol, 'Carol Chen'],
+    ]);
+    // The seed's decisions carry their deciders' names too.
+    const seeded = await history('alice', demoRowId('work_item', 'acmeWarehouse', 4));
+    expect(who(seeded)).toEqual([['accept', 'proposed', 'accepted', demoUserSubs.alice, 'Alice Archer']]);
+  });
+
+  it('does not show request ids (server log correlation)', async () => {
+    const columns = await withPostgrestRequest(f.authenticator, { claims: claimsOf('alice') }, async (c) => {
+      const r = await c.query('SELECT * FROM enterprise_api.work_item_decisions LIMIT 1');
+      return r.fields.map((x) => x.name);
+    });
+    expect(columns).not.toContain('request_id');
+    expect(columns).toEqual(expect.arrayContaining(['decided_by', 'decided_by_name', 'decided_at']));
+  });
+
+  it('never reveals a decider of another company to a caller, by name or by id', async () => {
+    // Erin decides at an Acme site, then moves to Borealis; an imported audit row names carol at Acme HQ.
+    const erin = { sub: '0b0a11ce-0000-4000-8000-0000000e0100', name: 'Erin Moved' };
+    await f.adminPool.query(
+      `INSERT INTO enterprise.principals (sub, company_id, all_sites, display_name) VALUES ($1, $2, true, $3)`,
+      [erin.sub, demoCompanies.acme.id, erin.name],
+    );
+    const item = demoRowId('work_item', 'acmeWarehouse', 1);
+    await decide({ sub: erin.sub }, 'acmeWarehouse', 1, 'accept');
+    // While she is Acme's, Acme sees her name: the view does join the names.
+    expect(who(await history('alice', item))).toEqual([
+      ['accept', 'proposed', 'accepted', erin.sub, erin.name],
+    ]);
+    await f.adminPool.query(`UPDATE enterprise.principals SET company_id = $2 WHERE sub = $1`, [
+      erin.sub,
+      demoCompanies.borealis.id,
+    ]);
+    await f.adminPool.query(
+      `INSERT INTO enterprise.work_item_decisions (work_item_id, site_id, decision, previous_state, new_state,
+         decided_by, request_id)
+       VALUES ($1, $2, 'defer', 'proposed', 'deferred', $3, 'imported-1')`,
+      [demoRowId('work_item', 'acmeHq', 2), demoSites.acmeHq.id, demoUserSubs.carol],
+    );
+
+    // Acme's history keeps the rows, without the decider.
+    expect(who(await history('alice', item))).toEqual([['accept', 'proposed', 'accepted', null, null]]);
+    const imported = await history('bob', demoRowId('work_item', 'acmeHq', 2));
+    expect(who(imported)).toEqual([['defer', 'proposed', 'deferred', null, null]]);
+    const foreign = [erin.sub, erin.name, demoUserSubs.carol, 'Carol Chen'];
+    for (const user of ['alice', 'bob'] as const) {
+      const everything = JSON.stringify(await history(user));
+      for (const text of foreign) expect(everything).not.toContain(text);
+    }
+    // Borealis, where both deciders now are, sees none of Acme's rows.
+    for (const row of await history('carol')) expect(row.company_id).toBe(demoCompanies.borealis.id);
+
+    // A forged stored company narrows the view to nothing and names nobody of that company.
+    const forged = await withPostgrestRequest(f.authenticator, { claims: claimsOf('alice') }, async (c) => {
+      await c.query(`SELECT set_config('enterprise.company_hint', $1, true)`, [demoCompanies.borealis.id]);
+      const names = await c.query<{ sub: string }>('SELECT sub FROM enterprise.principals');
+      const rows = await c.query('SELECT * FROM enterprise_api.work_item_decisions');
+      return { subs: names.rows.map((r) => r.sub).sort(), rows: rows.rows };
+    });
+    expect(forged.subs).toEqual([demoUserSubs.alice, demoUserSubs.bob].sort());
+    expect(forged.rows).toEqual([]);
+  });
+
+  it("portal users read only their own company's names, and nothing else of the access map", async () => {
+    const subs = await withPostgrestRequest(f.authenticator, { claims: claimsOf('carol') }, async (c) => {
+      const r = await c.query<{ sub: string }>(
+        'SELECT sub, company_id, display_name FROM enterprise.principals',
+      );
+      return r.rows.map((x) => x.sub);
+    });
+    expect(subs).not.toContain(demoUserSubs.alice);
+    expect(subs).toContain(demoUserSubs.carol);
+    for (const column of ['all_sites', 'active', 'created_at']) {
+      expect(
+        await sqlState(
+          withPostgrestRequest(f.authenticator, { claims: claimsOf('carol') }, (c) =>
+            c.query(`SELECT ${column} FROM enterprise.principals`),
+          ),
+        ),
+      ).toBe('42501');
+    }
+    expect(
+      await sqlState(
+        withPostgrestRequest(f.authenticator, { claims: claimsOf('alice') }, (c) =>
+          c.query('SELECT request_id FROM enterprise.work_item_decisions'),
+        ),
+      ),
+    ).toBe('42501');
   });
 });

@@ -103,6 +103,8 @@ it('uploads through the presigned URL, the event arrives, and the media download
     const res = await api(`/sites/${hq}/media/${mediaId}/download`, { token });
     return res.status === 200 ? res.body : undefined;
   });
+  // The item is available once recorded; the webhook answers the store after its housekeeping, a moment later.
+  await waitFor(() => Promise.resolve(h.forwarded.length > 0 ? true : undefined));
   expect(h.forwarded).toEqual([200]);
   expect(ready).toMatchObject({
     media_id: mediaId,

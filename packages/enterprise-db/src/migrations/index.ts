@@ -6,6 +6,7 @@ import { securityMigration } from './0002-security.js';
 import { cheaperAccessFunctionsMigration } from './0003-cheaper-access-functions.js';
 import { companyHintMigration } from './0004-company-hint.js';
 import { uploadIntentKeysMigration } from './0005-upload-intent-keys.js';
+import { decisionHistoryMigration } from './0006-decision-history.js';
 import { multipartUploadsMigration } from './0007-multipart-uploads.js';
 
 /**
@@ -23,7 +24,7 @@ export function enterpriseMigrationsWith(passwords: RolePasswords): MigrationSet
       '0003_cheaper_access_functions': cheaperAccessFunctionsMigration,
       '0004_company_hint': companyHintMigration,
       '0005_upload_intent_keys': uploadIntentKeysMigration,
-      // 0006 is taken by a parallel change.
+      '0006_decision_history': decisionHistoryMigration,
       '0007_multipart_uploads': multipartUploadsMigration,
     },
   };

@@ -60,7 +60,7 @@ export const defaultCoapOptions: Omit<CoapServerOptions, 'logger'> = {
   fanoutChunk: 256,
   maxInflight: 2048,
   maxRelationsPerEndpoint: 256,
-  // 200,000 relations: about 180 MB RSS at the measured 0.9 KB each, inside the gateway's 512 MiB container
+  // 200,000 relations: about 180 MB RSS at about 0.9 KB of RSS each (heap figures in docs/benchmarks.md), inside the gateway's 512 MiB container
   // limit (deploy/k8s) beside a 100k-device registry.
   maxRelations: 200_000,
   // 512 per address: a site behind one NAT address with 256 devices, each observing both of its resources,

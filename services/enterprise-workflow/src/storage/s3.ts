@@ -129,8 +129,8 @@ function presignTarget(endpoint: string, bucket: string, forcePathStyle: boolean
 
 /**
  * Presigning without the command pipeline. `getSignedUrl` resolves the endpoint ruleset, clones the
- * middleware stack and builds a new presigner on every call (about 1 ms of CPU per URL measured
- * here, the largest cost of an upload intent); with a fixed custom endpoint the request to sign is
+ * middleware stack and builds a new presigner on every call (the largest cost of an upload intent;
+ * figures in docs/benchmarks.md); with a fixed custom endpoint the request to sign is
  * known, so it is built directly and signed by the SDK's own S3RequestPresigner (SigV4, the client's
  * credential provider and hash). test/presign.test.ts checks the URLs equal `getSignedUrl`'s.
  */
