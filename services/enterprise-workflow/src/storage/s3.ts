@@ -15,6 +15,7 @@ import {
   S3ServiceException,
   UploadPartCommand,
 } from '@aws-sdk/client-s3';
+import { createHash, createHmac } from 'node:crypto';
 import { getSignedUrl, S3RequestPresigner } from '@aws-sdk/s3-request-presigner';
 import { StorageRefusedError, StorageUnavailableError } from '../domain/ports.js';
 import type { MediaStorage, StoredPart } from '../domain/ports.js';
@@ -178,6 +179,94 @@ function fastPresigner(client: S3Client, settings: S3Settings, endpoint: string)
   };
 }
 
+const hmac = (key: Buffer | string, data: string): Buffer => createHmac('sha256', key).update(data).digest();
+
+/** SigV4's basic ISO 8601 instant, e.g. 20261125T000000Z. */
+function amzDate(date: Date): string {
+  return date
+    .toISOString()
+    .replace(/[-:]/g, '')
+    .replace(/\.\d{3}/, '');
+}
+
+/**
+ * Part URLs signed without the SDK, for static credentials and a custom endpoint. A request for 100 part
+ * URLs spent about 8 ms of CPU in the SDK's presigner (request cloning, header and query bookkeeping, a
+ * promise per step: ~80 µs a URL); a part URL is one canonical request, one SHA-256 and one HMAC with the
+ * day's signing key, which this does directly (AWS Signature Version 4, "Authenticating requests: using
+ * query parameters"). test/presign.test.ts checks the URLs equal getSignedUrl's for UploadPart.
+ */
+function directPartSigner(settings: S3Settings, endpoint: string) {
+  const { accessKeyId, secretAccessKey } = settings;
+  if (accessKeyId === undefined || secretAccessKey === undefined) return undefined;
+  const target = presignTarget(endpoint, settings.bucket, settings.forcePathStyle);
+  const host = `${target.hostname}${target.port === undefined ? '' : `:${target.port}`}`;
+  const signingKeys = new Map<string, Buffer>();
+  const signingKey = (day: string): Buffer => {
+    let key = signingKeys.get(day);
+    if (key === undefined) {
+      key = hmac(hmac(hmac(hmac(`AWS4${secretAccessKey}`, day), settings.region), 's3'), 'aws4_request');
+      if (signingKeys.size > 4) signingKeys.clear();
+      signingKeys.set(day, key);
+    }
+    return key;
+  };
+  return (input: {
+    key: string;
+    uploadId: string;
+    partNumber: number;
+    sizeBytes: number;
+    checksumSha256: string | undefined;
+    expiresInS: number;
+    signingDate: Date;
+  }): string => {
+    const instant = amzDate(input.signingDate);
+    const day = instant.slice(0, 8);
+    const scope = `${day}/${settings.region}/s3/aws4_request`;
+    const path = `${target.prefix}/${input.key.split('/').map(encodeKeySegment).join('/')}`;
+    const headers: Array<[string, string]> = [
+      ['content-length', String(input.sizeBytes)],
+      ['host', host],
+      ...(input.checksumSha256 === undefined
+        ? []
+        : ([['x-amz-checksum-sha256', input.checksumSha256]] as Array<[string, string]>)),
+    ];
+    const signedHeaders = headers.map(([name]) => name).join(';');
+    const query: Array<[string, string]> = [
+      ['X-Amz-Algorithm', 'AWS4-HMAC-SHA256'],
+      ['X-Amz-Content-Sha256', 'UNSIGNED-PAYLOAD'],
+      ['X-Amz-Credential', `${accessKeyId}/${scope}`],
+      ['X-Amz-Date', instant],
+      ['X-Amz-Expires', String(input.expiresInS)],
+      ['X-Amz-SignedHeaders', signedHeaders],
+      ['partNumber', String(input.partNumber)],
+      ['uploadId', input.uploadId],
+      ['x-id', 'UploadPart'],
+    ];
+    const canonicalQuery = query
+      .map(([name, value]) => `${encodeQuery(name)}=${encodeQuery(value)}`)
+      .join('&');
+    const canonicalRequest = [
+      'PUT',
+      path,
+      canonicalQuery,
+      headers.map(([name, value]) => `${name}:${value}\n`).join(''),
+      signedHeaders,
+      'UNSIGNED-PAYLOAD',
+    ].join('\n');
+    const stringToSign = [
+      'AWS4-HMAC-SHA256',
+      instant,
+      scope,
+      createHash('sha256').update(canonicalRequest).digest('hex'),
+    ].join('\n');
+    const signature = createHmac('sha256', signingKey(day)).update(stringToSign).digest('hex');
+    // In sorted order, as the SDK's URL formatter writes them: X-Amz-Signature between Expires and SignedHeaders.
+    const all = [...query.slice(0, 5), ['X-Amz-Signature', signature], ...query.slice(5)];
+    return `${target.protocol}//${host}${path}?${all.map(([n, v]) => `${encodeQuery(n!)}=${encodeQuery(v!)}`).join('&')}`;
+  };
+}
+
 export function createS3Storage(settings: S3Settings): MediaStorage {
   const client = clientFor(settings, settings.endpoint);
   const signer =
@@ -188,6 +277,7 @@ export function createS3Storage(settings: S3Settings): MediaStorage {
   // On AWS itself (no endpoint configured) the SDK's endpoint rules decide host and region: keep
   // getSignedUrl there.
   const fast = signingEndpoint === undefined ? undefined : fastPresigner(signer, settings, signingEndpoint);
+  const partSigner = signingEndpoint === undefined ? undefined : directPartSigner(settings, signingEndpoint);
 
   return {
     bucket: settings.bucket,
@@ -327,31 +417,33 @@ export function createS3Storage(settings: S3Settings): MediaStorage {
       // As for a single PUT: the checksum stays a (signed) header, the length is signed.
       const unhoistableHeaders = new Set(['x-amz-checksum-sha256']);
       const url =
-        fast === undefined
-          ? await getSignedUrl(
-              signer,
-              new UploadPartCommand({
-                Bucket: settings.bucket,
-                Key: key,
-                UploadId: uploadId,
-                PartNumber: partNumber,
-                ContentLength: sizeBytes,
-                ...(checksumSha256 === undefined ? {} : { ChecksumSHA256: checksumSha256 }),
-              }),
-              { expiresIn: expiresInS, signingDate: now, unhoistableHeaders },
-            )
-          : await fast({
-              method: 'PUT',
-              key,
-              headers: {
-                'content-length': String(sizeBytes),
-                ...(checksumSha256 === undefined ? {} : { 'x-amz-checksum-sha256': checksumSha256 }),
-              },
-              query: { partNumber: String(partNumber), uploadId, 'x-id': 'UploadPart' },
-              expiresInS,
-              signingDate: now,
-              unhoistableHeaders,
-            });
+        partSigner !== undefined
+          ? partSigner({ key, uploadId, partNumber, sizeBytes, checksumSha256, expiresInS, signingDate: now })
+          : fast === undefined
+            ? await getSignedUrl(
+                signer,
+                new UploadPartCommand({
+                  Bucket: settings.bucket,
+                  Key: key,
+                  UploadId: uploadId,
+                  PartNumber: partNumber,
+                  ContentLength: sizeBytes,
+                  ...(checksumSha256 === undefined ? {} : { ChecksumSHA256: checksumSha256 }),
+                }),
+                { expiresIn: expiresInS, signingDate: now, unhoistableHeaders },
+              )
+            : await fast({
+                method: 'PUT',
+                key,
+                headers: {
+                  'content-length': String(sizeBytes),
+                  ...(checksumSha256 === undefined ? {} : { 'x-amz-checksum-sha256': checksumSha256 }),
+                },
+                query: { partNumber: String(partNumber), uploadId, 'x-id': 'UploadPart' },
+                expiresInS,
+                signingDate: now,
+                unhoistableHeaders,
+              });
       const headers: Record<string, string> = {};
       if (checksumSha256 !== undefined) headers['x-amz-checksum-sha256'] = checksumSha256;
       return { method: 'PUT', url, headers, expiresAt: new Date(now.getTime() + expiresInS * 1000) };
