@@ -69,11 +69,16 @@ export const uploadIntentRequestSchema = {
 
 export type UploadIntentRequest = FromSchema<typeof uploadIntentRequestSchema>;
 
-/** The answer for a file sent with one PUT. */
-const singleUploadAnswer = {
+/**
+ * The answer to an intent: `upload`, one presigned PUT, or for a file above the multipart threshold
+ * `multipart`, a plan of parts whose URLs are asked for later (design §4.4). Exactly one of the two.
+ */
+export const uploadIntentResponseSchema = {
+  $id: 'https://platform.example/schemas/upload-intent-response.json',
   type: 'object',
   additionalProperties: false,
-  required: ['media_id', 'status', 'upload'],
+  required: ['media_id', 'status'],
+  oneOf: [{ required: ['upload'] }, { required: ['multipart'] }],
   properties: {
     media_id: uuidProperty,
     status: { type: 'string', const: 'pending_upload' },
@@ -92,17 +97,6 @@ const singleUploadAnswer = {
         expires_at: { type: 'string', format: 'date-time' },
       },
     },
-  },
-} as const;
-
-/** The answer for a file above the multipart threshold: a plan of parts, whose URLs are asked for later. */
-const multipartUploadAnswer = {
-  type: 'object',
-  additionalProperties: false,
-  required: ['media_id', 'status', 'multipart'],
-  properties: {
-    media_id: uuidProperty,
-    status: { type: 'string', const: 'pending_upload' },
     multipart: {
       type: 'object',
       additionalProperties: false,
@@ -123,11 +117,6 @@ const multipartUploadAnswer = {
       },
     },
   },
-} as const;
-
-export const uploadIntentResponseSchema = {
-  $id: 'https://platform.example/schemas/upload-intent-response.json',
-  oneOf: [singleUploadAnswer, multipartUploadAnswer],
 } as const;
 
 export type UploadIntentResponse = FromSchema<typeof uploadIntentResponseSchema>;

@@ -139,6 +139,27 @@ describe('upload-intent response', () => {
   ])('rejects %j at %s', (change, path) => {
     expect(pathsOf(validateUploadIntentResponse({ ...response, ...change }))).toEqual([path]);
   });
+
+  const plan = {
+    upload_id: 'VXBsb2Fk',
+    part_size_bytes: 16777216,
+    part_count: 10,
+    expires_at: '2025-06-02T12:00:00.000Z',
+  };
+
+  it('accepts a plan of parts instead of the upload URL (design §4.4)', () => {
+    const { upload: _upload, ...rest } = response;
+    expect(validateUploadIntentResponse({ ...rest, multipart: plan }).ok).toBe(true);
+    expect(
+      pathsOf(validateUploadIntentResponse({ ...rest, multipart: { ...plan, part_count: 10001 } })),
+    ).toEqual(['/multipart/part_count']);
+  });
+
+  it('wants exactly one of upload and multipart', () => {
+    const { upload: _upload, ...neither } = response;
+    expect(validateUploadIntentResponse(neither).ok).toBe(false);
+    expect(validateUploadIntentResponse({ ...response, multipart: plan }).ok).toBe(false);
+  });
 });
 
 describe('download response', () => {
