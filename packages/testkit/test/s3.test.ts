@@ -1,5 +1,14 @@
 import { createHash } from 'node:crypto';
-import { GetObjectCommand, PutObjectCommand, S3Client } from '@aws-sdk/client-s3';
+import {
+  AbortMultipartUploadCommand,
+  CompleteMultipartUploadCommand,
+  CreateMultipartUploadCommand,
+  GetObjectCommand,
+  ListPartsCommand,
+  PutObjectCommand,
+  S3Client,
+  UploadPartCommand,
+} from '@aws-sdk/client-s3';
 import { decodeEventObjectKey, validateObjectCreatedEvent } from '@platform/contracts';
 import { startS3 } from '@platform/testkit';
 import type { S3EventRecord, S3Server } from '@platform/testkit';
@@ -12,6 +21,7 @@ describe('startS3', () => {
   beforeAll(async () => {
     s3 = await startS3({
       bucket: 'media-test',
+      corsOrigins: ['http://portal.test'],
       onObjectCreated: (record) => {
         delivered.push(record);
       },
@@ -49,6 +59,84 @@ describe('startS3', () => {
     // The workflow webhook's contract accepts it as a plain S3 event body.
     expect(validateObjectCreatedEvent({ Records: [record] }).ok).toBe(true);
     expect(delivered).toContain(record);
+  });
+
+  it('lists the parts of a multipart upload, completes it as CompleteMultipartUpload, and aborts another', async () => {
+    const key = 'uploads/walk.mp4';
+    const { UploadId } = await client.send(
+      new CreateMultipartUploadCommand({ Bucket: s3.bucket, Key: key, ContentType: 'video/mp4' }),
+    );
+    const first = Buffer.alloc(5 * 1024 * 1024, 1);
+    const second = Buffer.from('the rest');
+    const etags: string[] = [];
+    for (const [i, body] of [first, second].entries()) {
+      const out = await client.send(
+        new UploadPartCommand({ Bucket: s3.bucket, Key: key, UploadId, PartNumber: i + 1, Body: body }),
+      );
+      etags.push(out.ETag ?? '');
+    }
+    const listed = await client.send(new ListPartsCommand({ Bucket: s3.bucket, Key: key, UploadId }));
+    expect(listed.Parts?.map((p) => [p.PartNumber, p.Size, p.ETag])).toEqual([
+      [1, first.length, etags[0]],
+      [2, second.length, etags[1]],
+    ]);
+    expect(
+      s3.requests.filter((r) => r.method === 'PUT' && r.uploadId === UploadId).map((r) => r.partNumber),
+    ).toEqual([1, 2]);
+    await client.send(
+      new CompleteMultipartUploadCommand({
+        Bucket: s3.bucket,
+        Key: key,
+        UploadId,
+        MultipartUpload: { Parts: etags.map((ETag, i) => ({ ETag, PartNumber: i + 1 })) },
+      }),
+    );
+    const record = await s3.waitForObjectCreated(key);
+    expect(record.eventName).toBe('ObjectCreated:CompleteMultipartUpload');
+    expect(record.s3.object.size).toBe(first.length + second.length);
+    // Gone once completed: listing it is NoSuchUpload, as on S3.
+    await expect(
+      client.send(new ListPartsCommand({ Bucket: s3.bucket, Key: key, UploadId })),
+    ).rejects.toMatchObject({ name: 'NoSuchUpload' });
+
+    const other = await client.send(
+      new CreateMultipartUploadCommand({ Bucket: s3.bucket, Key: 'uploads/b.mp4' }),
+    );
+    await client.send(
+      new AbortMultipartUploadCommand({ Bucket: s3.bucket, Key: 'uploads/b.mp4', UploadId: other.UploadId }),
+    );
+    await expect(
+      client.send(
+        new UploadPartCommand({
+          Bucket: s3.bucket,
+          Key: 'uploads/b.mp4',
+          UploadId: other.UploadId,
+          PartNumber: 1,
+          Body: second,
+        }),
+      ),
+    ).rejects.toMatchObject({ name: 'NoSuchUpload' });
+  });
+
+  it('answers a browser preflight for the configured origin only, and exposes ETag', async () => {
+    const preflight = (origin: string) =>
+      fetch(`${s3.endpoint}/${s3.bucket}/x.jpg`, {
+        method: 'OPTIONS',
+        headers: {
+          Origin: origin,
+          'Access-Control-Request-Method': 'PUT',
+          'Access-Control-Request-Headers': 'content-type',
+        },
+      });
+    expect((await preflight('http://portal.test')).status).toBe(200);
+    expect((await preflight('http://elsewhere.test')).status).toBe(403);
+    const put = await fetch(`${s3.endpoint}/${s3.bucket}/x.jpg`, {
+      method: 'PUT',
+      headers: { Origin: 'http://portal.test', 'Content-Type': 'image/jpeg' },
+      body: 'x',
+    });
+    expect(put.headers.get('access-control-allow-origin')).toBe('http://portal.test');
+    expect(put.headers.get('access-control-expose-headers')).toBe('ETag');
   });
 
   it('times out waiting for an object nobody uploaded', async () => {

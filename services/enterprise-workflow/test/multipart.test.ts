@@ -15,7 +15,7 @@ import {
 import { demoSites } from '@platform/enterprise-db';
 import { createLogger } from '@platform/service-kit';
 import { sql } from 'kysely';
-import { sweepExpiredUploads } from '../src/domain/multipart.js';
+import { defaultMultipartSettings, planParts, sweepExpiredUploads } from '../src/domain/multipart.js';
 import { startHarness } from './support/harness.js';
 import type { Harness } from './support/harness.js';
 import { startVerifyingProxy } from './support/sigv4.js';
@@ -425,4 +425,95 @@ it('an intent retried with its Idempotency-Key replays the same plan and starts 
   const [a, b] = (await Promise.all([first.json(), again.json()])) as Array<{ multipart: Plan }>;
   expect(b).toEqual(a);
   expect(a?.multipart).toMatchObject({ part_size_bytes: 5 * MiB, part_count: 8 });
+});
+
+it('an expired upload the store completed in time is left to its event, not abandoned', async () => {
+  clockOffsetMs = -2 * 3600 * 1000;
+  let expired: { mediaId: string; plan: Plan };
+  try {
+    expired = await newUpload(7 * MiB);
+  } finally {
+    clockOffsetMs = 0;
+  }
+  const { rows } = await sql<{ object_key: string }>`
+    SELECT object_key FROM enterprise.media_items WHERE id = ${expired.mediaId}::uuid`.execute(h.admin);
+  const key = rows[0]!.object_key;
+  const direct = new S3Client({
+    endpoint: h.s3.endpoint,
+    region: h.s3.region,
+    forcePathStyle: true,
+    credentials: { accessKeyId: h.s3.accessKeyId, secretAccessKey: h.s3.secretAccessKey },
+  });
+  // Completed at the last moment, and its event not delivered yet.
+  h.setEventTarget(undefined);
+  try {
+    const parts = [];
+    for (const [n, size] of [
+      [1, 5 * MiB],
+      [2, 2 * MiB],
+    ] as const) {
+      const out = await direct.send(
+        new UploadPartCommand({
+          Bucket: h.s3.bucket,
+          Key: key,
+          UploadId: expired.plan.upload_id,
+          PartNumber: n,
+          Body: Buffer.alloc(size, n),
+        }),
+      );
+      parts.push({ partNumber: n, etag: out.ETag ?? '' });
+    }
+    expect(await h.storage.completeMultipartUpload({ key, uploadId: expired.plan.upload_id, parts })).toBe(
+      true,
+    );
+    const logger = createLogger({ service: 'sweep-test', level: 'error' });
+    const swept = await sweepExpiredUploads({ db: h.db, storage: h.storage, now: () => new Date() }, logger, {
+      graceS: 0,
+      limit: 100,
+    });
+    expect(swept).toMatchObject({ completed: 1, failed: 0 });
+    expect((await mediaRow(expired.mediaId))?.status).toBe('pending_upload');
+  } finally {
+    direct.destroy();
+    h.setEventTarget(`${base}/internal/media/object-created`);
+  }
+});
+
+it('an intent whose item cannot be recorded aborts the upload it started', async () => {
+  const before = h.s3.requests.length;
+  const res = await api('POST', `/sites/${hq}/media/upload-intents`, carol, {
+    filename: 'walk.mp4',
+    content_type: 'video/mp4',
+    size_bytes: 7 * MiB,
+  });
+  // Another tenant's site: 404, and the store's upload started for it is aborted again.
+  expect(res.status).toBe(404);
+  const aborts = h.s3.requests.slice(before).filter((r) => r.method === 'DELETE' && r.uploadId !== undefined);
+  expect(aborts.map((r) => r.status)).toEqual([204]);
+});
+
+describe('planParts', () => {
+  it('keeps files up to the threshold in one PUT and cuts larger ones into full parts and a rest', () => {
+    expect(planParts(64 * MiB, defaultMultipartSettings)).toBeUndefined();
+    expect(planParts(64 * MiB + 1, defaultMultipartSettings)).toEqual({
+      partSizeBytes: 16 * MiB,
+      partCount: 5,
+    });
+    expect(planParts(2048 * MiB, defaultMultipartSettings)).toEqual({
+      partSizeBytes: 16 * MiB,
+      partCount: 128,
+    });
+  });
+
+  it('raises the part size to whole MiB when the file would need more than 10,000 parts', () => {
+    const plan = planParts(200 * 1024 * MiB, defaultMultipartSettings);
+    expect(plan).toEqual({ partSizeBytes: 21 * MiB, partCount: 9753 });
+    expect(plan!.partCount).toBeLessThanOrEqual(10_000);
+  });
+
+  it("never plans parts below S3's 5 MiB minimum", () => {
+    expect(planParts(100 * MiB, { ...defaultMultipartSettings, partSizeBytes: 1 })?.partSizeBytes).toBe(
+      5 * MiB,
+    );
+  });
 });

@@ -38,8 +38,8 @@ export interface Harness {
   metrics: Registry;
   /** Every log line the app wrote, parsed. */
   logs: Array<Record<string, unknown>>;
-  /** Where forwarded events go (the listening app's webhook URL). */
-  setEventTarget(url: string): void;
+  /** Where forwarded events go (the listening app's webhook URL); undefined: nowhere (events are lost). */
+  setEventTarget(url: string | undefined): void;
   /** Webhook answers to forwarded events, in order. */
   forwarded: number[];
   close(): Promise<void>;
