@@ -14,6 +14,10 @@ import {
 } from '@platform/contracts';
 import { demoSites } from '@platform/enterprise-db';
 import { createLogger } from '@platform/service-kit';
+import { freePort } from '@platform/testkit';
+import request from 'supertest';
+import { buildApp } from '../src/app.js';
+import { createS3Storage } from '../src/storage/s3.js';
 import { sql } from 'kysely';
 import { defaultMultipartSettings, planParts, sweepExpiredUploads } from '../src/domain/multipart.js';
 import { startHarness } from './support/harness.js';
@@ -516,4 +520,58 @@ describe('planParts', () => {
       5 * MiB,
     );
   });
+});
+
+it('an unreachable store answers 503 with Retry-After to every call that needs it', async () => {
+  const { mediaId } = await newUpload(7 * MiB);
+  const storage = createS3Storage({
+    endpoint: `http://127.0.0.1:${await freePort('tcp')}`,
+    publicEndpoint: undefined,
+    region: 'us-east-1',
+    bucket: h.s3.bucket,
+    accessKeyId: 'x',
+    secretAccessKey: 'y',
+    forcePathStyle: true,
+    connectTimeoutMs: 200,
+    requestTimeoutMs: 500,
+  });
+  const app = buildApp({
+    config: {
+      media: { maxImageBytes: 1000, maxVideoBytes: 100 * MiB, uploadUrlTtlS: 900, downloadUrlTtlS: 300 },
+      multipart: { thresholdBytes: 6 * MiB, partSizeBytes: 5 * MiB, uploadTtlS: 3600 },
+      idempotencyTtlS: 60,
+      webhookTokens: ['t'],
+    },
+    logger: createLogger({ service: 'store-down-test', level: 'error' }),
+    db: h.db,
+    storage,
+    verifier: h.verifier,
+  });
+  try {
+    const bearer = { Authorization: `Bearer ${alice}` };
+    const calls = [
+      request(app)
+        .post(`/sites/${hq}/media/upload-intents`)
+        .set(bearer)
+        .send({ filename: 'w.mp4', content_type: 'video/mp4', size_bytes: 7 * MiB }),
+      request(app).get(`/sites/${hq}/media/${mediaId}/multipart/parts`).set(bearer),
+      request(app).delete(`/sites/${hq}/media/${mediaId}/multipart`).set(bearer),
+    ];
+    for (const res of await Promise.all(calls)) {
+      expect({ status: res.status, retryAfter: res.headers['retry-after'] }).toEqual({
+        status: 503,
+        retryAfter: expect.any(String),
+      });
+    }
+    // Part URLs are signed locally: they need no store.
+    const urls = await request(app)
+      .post(`/sites/${hq}/media/${mediaId}/multipart/part-urls`)
+      .set(bearer)
+      .send({ parts: [{ part_number: 1 }] });
+    expect(urls.status).toBe(200);
+    // Nothing changed: the item is still pending.
+    expect((await mediaRow(mediaId))?.status).toBe('pending_upload');
+  } finally {
+    storage.destroy();
+  }
 });
