@@ -19,7 +19,12 @@ import request from 'supertest';
 import { buildApp } from '../src/app.js';
 import { createS3Storage } from '../src/storage/s3.js';
 import { sql } from 'kysely';
-import { defaultMultipartSettings, planParts, sweepExpiredUploads } from '../src/domain/multipart.js';
+import {
+  defaultMultipartSettings,
+  planParts,
+  startExpiredUploadSweep,
+  sweepExpiredUploads,
+} from '../src/domain/multipart.js';
 import { startHarness } from './support/harness.js';
 import type { Harness } from './support/harness.js';
 import { startVerifyingProxy } from './support/sigv4.js';
@@ -573,5 +578,28 @@ it('an unreachable store answers 503 with Retry-After to every call that needs i
     expect((await mediaRow(mediaId))?.status).toBe('pending_upload');
   } finally {
     storage.destroy();
+  }
+});
+
+it("the service's periodic sweep (as main.ts starts it) abandons an expired upload and stops cleanly", async () => {
+  clockOffsetMs = -2 * 3600 * 1000;
+  let expired: { mediaId: string; plan: Plan };
+  try {
+    expired = await newUpload(7 * MiB);
+  } finally {
+    clockOffsetMs = 0;
+  }
+  const sweep = startExpiredUploadSweep(
+    { db: h.db, storage: h.storage, now: () => new Date() },
+    createLogger({ service: 'sweep-test', level: 'error' }),
+    { intervalS: 1, graceS: 0 },
+  );
+  try {
+    await waitFor(
+      async () => ((await mediaRow(expired.mediaId))?.status === 'abandoned' ? true : undefined),
+      5000,
+    );
+  } finally {
+    await sweep.stop();
   }
 });

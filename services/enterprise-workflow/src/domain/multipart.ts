@@ -43,11 +43,17 @@ export function startExpiredUploadSweep(
   options: { intervalS: number; graceS: number },
 ): { stop(): Promise<void> } {
   if (options.intervalS === 0) return { stop: () => Promise.resolve() };
-  let running: Promise<unknown> = Promise.resolve();
+  let running: Promise<unknown> | undefined;
   const timer = setInterval(() => {
-    running = sweepExpiredUploads(ctx, log, { graceS: options.graceS, limit: 100 }).catch((err: unknown) => {
-      log.warn('multipart sweep failed', { error: String(err) });
-    });
+    // A run slower than the interval (a slow store) is not overlapped by the next one.
+    if (running !== undefined) return;
+    running = sweepExpiredUploads(ctx, log, { graceS: options.graceS, limit: 100 })
+      .catch((err: unknown) => {
+        log.warn('multipart sweep failed', { error: String(err) });
+      })
+      .finally(() => {
+        running = undefined;
+      });
   }, options.intervalS * 1000);
   timer.unref();
   return {
