@@ -71,7 +71,8 @@ describe('RFC 6347 §4.2.1: no amplification towards unverified addresses', () =
   it('answers one ClientHello per datagram, however many records it carries', async () => {
     t = await startEchoServer();
     const c = await udpClient();
-    // 20 minimal ClientHellos (72 bytes each) in one datagram; each HelloVerifyRequest is its own datagram.
+    // 20 minimal ClientHellos (67-byte records) in one datagram; each HelloVerifyRequest (60 bytes) would
+    // be a datagram of its own, so more packets and, with UDP/IP headers, more bytes than came in.
     c.send(Buffer.concat(Array.from({ length: 20 }, (_, i) => clientHello({ recordSeq: i }))));
     await waitFor(() => t.server.stats.recordsReceived >= 20, 2000, 'the records');
     await waitFor(() => c.inbox.length >= 1, 2000, 'a HelloVerifyRequest');
