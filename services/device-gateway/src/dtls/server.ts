@@ -299,6 +299,8 @@ class Handshake {
   readonly window: ReplayWindow = newReplayWindow();
   /** Epoch 1 records that arrived before the ChangeCipherSpec (RFC 6347 §4.1: may be buffered). */
   early: DtlsRecord[] = [];
+  /** Bytes held in `early`. */
+  earlyBytes = 0;
   /** Our current flight, one handshake message per record when sent. */
   flight: Buffer[] = [];
   retransmitDelay: number;
@@ -450,20 +452,30 @@ export class DtlsServer {
 
   private onDatagram(msg: Buffer, address: string, port: number): void {
     this.stats.datagramsReceived++;
+    // RFC 768: source port 0 means the sender expects no reply, and no DTLS peer can receive on it. Nothing
+    // can be answered (dgram throws on a send to port 0), so such a datagram is dropped before any work.
+    if (port === 0) return this.drop('malformed');
     const { records, malformed } = parseRecords(msg);
     if (malformed) this.drop('malformed');
     if (records.length === 0) return;
     const key = `dtls|${port}|${address}`;
+    const datagram = { clientHellos: 0 };
     for (const rec of records) {
       this.stats.recordsReceived++;
-      if (rec.epoch === 0) this.onEpoch0(key, address, port, rec);
+      if (rec.epoch === 0) this.onEpoch0(key, address, port, rec, datagram);
       else if (rec.epoch === 1) this.onEpoch1(key, rec);
       // We never renegotiate, so no epoch above 1 exists (RFC 6347 §4.1: discard other epochs).
       else this.drop('epoch');
     }
   }
 
-  private onEpoch0(key: string, address: string, port: number, rec: DtlsRecord): void {
+  private onEpoch0(
+    key: string,
+    address: string,
+    port: number,
+    rec: DtlsRecord,
+    datagram: { clientHellos: number },
+  ): void {
     const hs = this.handshakes.get(key);
     switch (rec.type) {
       case ContentType.handshake: {
@@ -473,7 +485,7 @@ export class DtlsServer {
         if (first.msgType === HandshakeType.clientHello) {
           // A ClientHello travels alone (RFC 6347 §4.2.1 / §4.2.4: it is a flight of its own).
           if (frags.length !== 1) return this.drop('malformed');
-          return this.onClientHello(key, address, port, rec, first);
+          return this.onClientHello(key, address, port, rec, first, datagram);
         }
         if (rec.version !== DTLS_1_2) return this.drop('version');
         if (hs !== undefined) return this.feedHandshake(hs, frags, 0);
@@ -522,12 +534,17 @@ export class DtlsServer {
     port: number,
     rec: DtlsRecord,
     f: HandshakeFragment,
+    datagram: { clientHellos: number },
   ): void {
     // The stateless exchange cannot reassemble; a fragmented ClientHello is dropped. A PSK ClientHello is
     // a few hundred bytes and fits any path MTU.
     if (f.fragmentOffset !== 0 || f.body.length !== f.length) return this.drop('fragmented_client_hello');
     const hello = parseClientHello(f.body);
     if (hello === undefined) return this.drop('malformed');
+    // RFC 6347 §4.2.1: the answer to an unverified ClientHello must not amplify. A datagram may carry
+    // several records (§4.1.1), but a client sends one ClientHello per flight, so only the first of a
+    // datagram is answered; otherwise one spoofed datagram would draw hundreds of HelloVerifyRequests.
+    if (datagram.clientHellos++ > 0) return this.drop('malformed');
     const hs = this.handshakes.get(key);
     if (hs !== undefined && hs.clientRandom.equals(hello.random)) {
       // The client retransmitted its ClientHello: our flight was lost (RFC 6347 §4.2.4).
@@ -547,6 +564,10 @@ export class DtlsServer {
     // Our epoch 0 record numbers continue from the ClientHello's (below); a client starts near 0, so a
     // number near 2^48 is bogus and would leave us no numbers to send with (RFC 6347 §4.1: never wrap).
     if (rec.seq > 2 ** 32) return this.drop('malformed');
+    // Likewise message_seq (RFC 6347 §4.2.2, 16 bits, never wraps within a handshake): ServerHello takes the
+    // ClientHello's number and ServerHelloDone and both Finished messages the next two, so a ClientHello
+    // above 2^16 - 3 leaves the handshake no numbers to finish with.
+    if (f.messageSeq > 0xffff - 2) return this.drop('malformed');
     const neg = negotiate(hello);
     if (!neg.ok) {
       // The address is proven by the cookie, so a fatal alert is worth sending (RFC 5246 §7.4.1.3 /
@@ -573,8 +594,6 @@ export class DtlsServer {
         return this.drop('limit');
       }
     }
-    if (hs !== undefined) this.abandon(hs, 'superseded', true);
-
     const now = this.now();
     const serverRandom = randomBytes(32);
     // Our message_seq continues from the client's (RFC 6347 §4.2.2; a stateless server cannot know it
@@ -619,6 +638,9 @@ export class DtlsServer {
     next.transcript.update(sh);
     next.transcript.update(shd);
     next.flight = [sh, shd];
+    // The previous handshake of this peer goes only now, so that it keeps its address slot until its
+    // successor holds it.
+    if (hs !== undefined) this.abandon(hs, 'superseded', true);
     this.handshakes.set(key, next);
     if (!known) this.perAddress.set(address, (this.perAddress.get(address) ?? 0) + 1);
     this.stats.handshakesStarted++;
@@ -709,6 +731,7 @@ export class DtlsServer {
     hs.state = 'await_finished';
     const early = hs.early;
     hs.early = [];
+    hs.earlyBytes = 0;
     for (const r of early) {
       if (this.handshakes.get(hs.key) !== hs) return;
       this.onHandshakeEpoch1(hs, r);
@@ -717,8 +740,20 @@ export class DtlsServer {
 
   private onHandshakeEpoch1(hs: Handshake, rec: DtlsRecord): void {
     if (hs.state === 'await_ccs') {
-      if (hs.early.length >= 4) return this.drop('epoch');
-      hs.early.push(rec);
+      // These records are not authenticated yet: keep copies (a subarray would pin the whole datagram, up
+      // to 64 KB) and only within the peer's reassembly budget (RFC 6347 §4.2.3 bounds left to us). What
+      // legitimately arrives early is the client's Finished, a record of 40 bytes.
+      const n = rec.fragment.length;
+      if (
+        hs.early.length >= 4 ||
+        hs.earlyBytes + hs.reassembler.bufferedBytes + n > this.options.maxPendingBytesPerPeer
+      ) {
+        return this.drop('epoch');
+      }
+      const fragment = Buffer.alloc(n);
+      rec.fragment.copy(fragment);
+      hs.early.push({ ...rec, fragment });
+      hs.earlyBytes += n;
       return;
     }
     const keys = hs.keys!;
