@@ -12,7 +12,7 @@ import { DomainError, metricsHandler, requireValid } from '@platform/service-kit
 import type { RouteDefinition, SecretSet } from '@platform/service-kit';
 import type { Request, RequestHandler, Response } from 'express';
 import type { TokenVerifier } from '../auth/token-verifier.js';
-import type { WorkflowContext } from '../domain/context.js';
+import type { UserScope, WorkflowContext } from '../domain/context.js';
 import { decideWorkItem } from '../domain/work-item-decisions.js';
 import { getDownload } from '../domain/downloads.js';
 import { abortUpload, completeUpload, listStoredParts, presignParts } from '../domain/multipart.js';
@@ -50,6 +50,11 @@ function pathId(req: Request, name: 'site_id' | 'media_id' | 'item_id'): string 
   const value = req.params[name];
   if (!isUuid(value)) throw new DomainError('not_found', notFoundDetail[name]);
   return value.toLowerCase();
+}
+
+/** The caller of a portal route, for the domain: the user requireUser verified, the request's id and log. */
+function userScope(req: Request, res: Response): UserScope {
+  return { user: portalUser(res), requestId: req.id, log: req.log };
 }
 
 /** RFC draft "The Idempotency-Key HTTP Header Field": a quoted or bare string, kept short. */
@@ -112,7 +117,7 @@ export function workflowRoutes(deps: RouteDeps): RouteDefinition[] {
         const body = requireValid(validateUploadIntentRequest(req.body));
         const { intent, replayed } = await createUploadIntent(
           ctx,
-          { user: portalUser(res), requestId: req.id, log: req.log },
+          userScope(req, res),
           siteId,
           body,
           idempotencyKey(req),
@@ -128,8 +133,7 @@ export function workflowRoutes(deps: RouteDeps): RouteDefinition[] {
       handler: handle(async (req, res) => {
         const siteId = pathId(req, 'site_id');
         const mediaId = pathId(req, 'media_id');
-        const scope = { user: portalUser(res), requestId: req.id, log: req.log };
-        const download = await getDownload(ctx, scope, siteId, mediaId);
+        const download = await getDownload(ctx, userScope(req, res), siteId, mediaId);
         // The URL is a short-lived credential: keep it out of shared caches.
         res.setHeader('Cache-Control', 'no-store');
         res.json(download);
@@ -141,17 +145,10 @@ export function workflowRoutes(deps: RouteDeps): RouteDefinition[] {
       authenticate: user,
       body: 'json',
       handler: handle(async (req, res) => {
-        const caller = portalUser(res);
         const siteId = pathId(req, 'site_id');
         const mediaId = pathId(req, 'media_id');
         const body = requireValid(validatePartUrlsRequest(req.body));
-        const urls = await presignParts(
-          ctx,
-          { user: caller, requestId: req.id, log: req.log },
-          siteId,
-          mediaId,
-          body,
-        );
+        const urls = await presignParts(ctx, userScope(req, res), siteId, mediaId, body);
         // The URLs are short-lived credentials.
         res.setHeader('Cache-Control', 'no-store');
         res.json(urls);
@@ -162,15 +159,9 @@ export function workflowRoutes(deps: RouteDeps): RouteDefinition[] {
       path: '/sites/:site_id/media/:media_id/multipart/parts',
       authenticate: user,
       handler: handle(async (req, res) => {
-        const caller = portalUser(res);
         const siteId = pathId(req, 'site_id');
         const mediaId = pathId(req, 'media_id');
-        const parts = await listStoredParts(
-          ctx,
-          { user: caller, requestId: req.id, log: req.log },
-          siteId,
-          mediaId,
-        );
+        const parts = await listStoredParts(ctx, userScope(req, res), siteId, mediaId);
         res.setHeader('Cache-Control', 'no-store');
         res.json(parts);
       }),
@@ -181,17 +172,10 @@ export function workflowRoutes(deps: RouteDeps): RouteDefinition[] {
       authenticate: user,
       body: 'json',
       handler: handle(async (req, res) => {
-        const caller = portalUser(res);
         const siteId = pathId(req, 'site_id');
         const mediaId = pathId(req, 'media_id');
         const body = requireValid(validateCompleteUploadRequest(req.body));
-        const done = await completeUpload(
-          ctx,
-          { user: caller, requestId: req.id, log: req.log },
-          siteId,
-          mediaId,
-          body,
-        );
+        const done = await completeUpload(ctx, userScope(req, res), siteId, mediaId, body);
         // Accepted: the item becomes available when the store reports the assembled object.
         res.status(202).location(`/sites/${siteId}/media/${mediaId}/download`).json(done);
       }),
@@ -201,10 +185,9 @@ export function workflowRoutes(deps: RouteDeps): RouteDefinition[] {
       path: '/sites/:site_id/media/:media_id/multipart',
       authenticate: user,
       handler: handle(async (req, res) => {
-        const caller = portalUser(res);
         const siteId = pathId(req, 'site_id');
         const mediaId = pathId(req, 'media_id');
-        await abortUpload(ctx, { user: caller, requestId: req.id, log: req.log }, siteId, mediaId);
+        await abortUpload(ctx, userScope(req, res), siteId, mediaId);
         res.status(204).end();
       }),
     },
@@ -218,14 +201,7 @@ export function workflowRoutes(deps: RouteDeps): RouteDefinition[] {
         const itemId = pathId(req, 'item_id');
         const body = requireValid(validateDecisionRequest(req.body));
         const key = idempotencyKey(req);
-        const result = await decideWorkItem(
-          ctx,
-          { user: portalUser(res), requestId: req.id, log: req.log },
-          siteId,
-          itemId,
-          body,
-          key,
-        );
+        const result = await decideWorkItem(ctx, userScope(req, res), siteId, itemId, body, key);
         if (result.replayed) res.setHeader('Idempotent-Replayed', 'true');
         res.status(200).json(result.item);
       }),
