@@ -14,6 +14,7 @@ import { buildApp } from './app.js';
 import { createTokenVerifier } from './auth/token-verifier.js';
 import { loadWorkflowConfig } from './config.js';
 import type { WorkflowDb } from './db/database.js';
+import { createSweepMetrics } from './domain/metrics.js';
 import { startExpiredUploadSweep } from './domain/multipart.js';
 import { createS3Storage } from './storage/s3.js';
 
@@ -52,6 +53,7 @@ async function main(): Promise<void> {
   const sweep = startExpiredUploadSweep({ db, storage, now: () => new Date() }, logger, {
     intervalS: config.multipart.sweepIntervalS,
     graceS: config.multipart.sweepGraceS,
+    outcomes: createSweepMetrics(metrics),
   });
 
   const server = app.listen(config.http.port, config.http.host);

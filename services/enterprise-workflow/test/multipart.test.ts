@@ -13,7 +13,8 @@ import {
   validateUploadIntentResponse,
 } from '@platform/contracts';
 import { demoSites } from '@platform/enterprise-db';
-import { createLogger } from '@platform/service-kit';
+import { createLogger, createMetrics } from '@platform/service-kit';
+import type { Registry } from '@platform/service-kit';
 import { freePort } from '@platform/testkit';
 import request from 'supertest';
 import { buildApp } from '../src/app.js';
@@ -25,6 +26,7 @@ import {
   startExpiredUploadSweep,
   sweepExpiredUploads,
 } from '../src/domain/multipart.js';
+import { createSweepMetrics } from '../src/domain/metrics.js';
 import { startHarness } from './support/harness.js';
 import type { Harness } from './support/harness.js';
 import { startVerifyingProxy } from './support/sigv4.js';
@@ -181,6 +183,7 @@ it('uploads in parts, resumes from the stored parts, completes, and downloads th
 
   // Still pending until the store reports the assembled object.
   expect((await api('GET', `/sites/${hq}/media/${mediaId}/download`, alice)).status).toBe(409);
+  const completed = await outcomeCount(h.metrics, 'workflow_multipart_uploads_total', 'completed');
   const done = await api('POST', `/sites/${hq}/media/${mediaId}/multipart/complete`, alice, {
     parts: [
       { part_number: 1, etag: etag1 },
@@ -188,6 +191,7 @@ it('uploads in parts, resumes from the stored parts, completes, and downloads th
       { part_number: 3, etag: etag3 },
     ],
   });
+  expect(await outcomeCount(h.metrics, 'workflow_multipart_uploads_total', 'completed')).toBe(completed + 1);
   expect(done.status).toBe(202);
   expect(validateCompleteUploadResponse(done.body).ok).toBe(true);
   expect(done.headers.get('location')).toBe(`/sites/${hq}/media/${mediaId}/download`);
@@ -340,13 +344,27 @@ it('another tenant gets 404 on every call, no token 401', async () => {
   expect((await mediaRow(mediaId))?.status).toBe('pending_upload');
 });
 
+/** The current value of a counter with one `outcome` label on `registry`. */
+async function outcomeCount(registry: Registry, name: string, outcome: string): Promise<number> {
+  const metric = registry.getSingleMetric(name);
+  if (metric === undefined) return 0;
+  const { values } = await metric.get();
+  return values.find((v) => v.labels.outcome === outcome)?.value ?? 0;
+}
+
 it('abort discards the stored parts and the item says abandoned', async () => {
+  const planned = await outcomeCount(h.metrics, 'workflow_multipart_uploads_total', 'planned');
+  const abortedBefore = await outcomeCount(h.metrics, 'workflow_multipart_uploads_total', 'aborted');
   const file = randomBytes(7 * MiB);
   const { mediaId, plan } = await newUpload(file.length);
   const [first] = await partUrls(mediaId, [1]);
   await putPart(first!, file, plan.part_size_bytes);
   const aborted = await api('DELETE', `/sites/${hq}/media/${mediaId}/multipart`, alice);
   expect(aborted.status).toBe(204);
+  expect(await outcomeCount(h.metrics, 'workflow_multipart_uploads_total', 'planned')).toBe(planned + 1);
+  expect(await outcomeCount(h.metrics, 'workflow_multipart_uploads_total', 'aborted')).toBe(
+    abortedBefore + 1,
+  );
   expect(await mediaRow(mediaId)).toEqual({
     status: 'abandoned',
     rejection_reason: 'aborted by the uploader',
@@ -589,14 +607,21 @@ it("the service's periodic sweep (as main.ts starts it) abandons an expired uplo
   } finally {
     clockOffsetMs = 0;
   }
+  const registry = createMetrics({ service: 'sweep-test', defaultMetrics: false });
   const sweep = startExpiredUploadSweep(
     { db: h.db, storage: h.storage, now: () => new Date() },
     createLogger({ service: 'sweep-test', level: 'error' }),
-    { intervalS: 1, graceS: 0 },
+    { intervalS: 1, graceS: 0, outcomes: createSweepMetrics(registry) },
   );
   try {
     await waitFor(
       async () => ((await mediaRow(expired.mediaId))?.status === 'abandoned' ? true : undefined),
+      5000,
+    );
+    // Counted for operations once the run that abandoned it ends.
+    await waitFor(
+      async () =>
+        (await outcomeCount(registry, 'workflow_multipart_sweep_total', 'abandoned')) >= 1 ? true : undefined,
       5000,
     );
   } finally {

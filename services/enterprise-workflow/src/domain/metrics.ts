@@ -6,6 +6,17 @@ export interface WorkflowMetrics {
   intents: Counter<'content_kind'>;
   decisions: Counter<'decision' | 'outcome'>;
   webhookRecords: Counter<'outcome'>;
+  multipart: Counter<'outcome'>;
+}
+
+/** Outcomes of the sweep of expired uploads in parts (design §4.4); it runs beside the HTTP app. */
+export function createSweepMetrics(registry: Registry | undefined): Counter<'outcome'> {
+  return new Counter({
+    name: 'workflow_multipart_sweep_total',
+    help: 'Expired uploads in parts handled by the sweep, by outcome (abandoned, completed, failed).',
+    labelNames: ['outcome'],
+    registers: registry === undefined ? [] : [registry],
+  });
 }
 
 /** Counters registered on `registry`, or unregistered ones when metrics are off (tests). */
@@ -27,6 +38,12 @@ export function createWorkflowMetrics(registry: Registry | undefined): WorkflowM
     webhookRecords: new Counter({
       name: 'workflow_webhook_records_total',
       help: 'Object-store event records handled, by outcome (available, rejected, duplicate, unknown_key, ignored).',
+      labelNames: ['outcome'],
+      registers,
+    }),
+    multipart: new Counter({
+      name: 'workflow_multipart_uploads_total',
+      help: 'Uploads in parts, by outcome (planned, completed, aborted).',
       labelNames: ['outcome'],
       registers,
     }),

@@ -8,7 +8,7 @@ import type {
   StoredPartsResponse,
 } from '@platform/contracts';
 import { DomainError, mapDbError } from '@platform/service-kit';
-import type { Logger } from '@platform/service-kit';
+import type { Counter, Logger } from '@platform/service-kit';
 import { inUserTransaction } from '../db/database.js';
 import {
   expiredMultipartUploads,
@@ -40,7 +40,12 @@ export interface MultipartSettings {
 export function startExpiredUploadSweep(
   ctx: Pick<WorkflowContext, 'db' | 'storage' | 'now'>,
   log: Logger,
-  options: { intervalS: number; graceS: number },
+  options: {
+    intervalS: number;
+    graceS: number;
+    /** Counts each run's outcomes (`workflow_multipart_sweep_total`, see createSweepMetrics). */
+    outcomes?: Counter<'outcome'>;
+  },
 ): { stop(): Promise<void> } {
   if (options.intervalS === 0) return { stop: () => Promise.resolve() };
   let running: Promise<unknown> | undefined;
@@ -48,6 +53,10 @@ export function startExpiredUploadSweep(
     // A run slower than the interval (a slow store) is not overlapped by the next one.
     if (running !== undefined) return;
     running = sweepExpiredUploads(ctx, log, { graceS: options.graceS, limit: 100 })
+      .then((result) => {
+        for (const outcome of ['abandoned', 'completed', 'failed'] as const)
+          if (result[outcome] > 0) options.outcomes?.inc({ outcome }, result[outcome]);
+      })
       .catch((err: unknown) => {
         log.warn('multipart sweep failed', { error: String(err) });
       })
@@ -269,6 +278,7 @@ export async function completeUpload(
     }),
   );
   if (!completed) throw new DomainError('conflict', 'The upload no longer exists in the store.');
+  ctx.counters.multipart.inc({ outcome: 'completed' });
   scope.log.info('multipart upload completed', { media_id: item.id, site_id: siteId, parts: item.partCount });
   return { media_id: item.id, status: 'pending_upload' };
 }
@@ -295,6 +305,7 @@ export async function abortUpload(
     markAbandoned(trx, siteId, mediaId, 'aborted by the uploader'),
   );
   if (!changed) throw new DomainError('conflict', 'The upload is no longer pending.');
+  ctx.counters.multipart.inc({ outcome: 'aborted' });
   scope.log.info('multipart upload aborted', { media_id: item.id, site_id: siteId });
 }
 

@@ -205,6 +205,7 @@ async function createMultipartIntent(
     });
     throw err;
   }
+  ctx.counters.multipart.inc({ outcome: 'planned' });
   return multipartResponse(mediaId, uploadId, plan, expiresAt);
 }
 
