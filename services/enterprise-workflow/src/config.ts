@@ -76,10 +76,12 @@ export const configSchema = {
     S3_REQUEST_TIMEOUT_MS: { type: 'integer', minimum: 100, maximum: 300000, default: 3000 },
     WEBHOOK_TOKENS: { type: 'string', writeOnly: true },
     WEBHOOK_TOKENS_FILE: { type: 'string' },
-    /** Largest image upload, in bytes (default 25 MiB). */
-    MEDIA_MAX_IMAGE_BYTES: { type: 'integer', minimum: 1, default: 25 * MiB },
-    /** Largest video upload, in bytes (default 2 GiB). */
-    MEDIA_MAX_VIDEO_BYTES: { type: 'integer', minimum: 1, default: 2048 * MiB },
+    /**
+     * Largest image and video uploads, in bytes (defaults 25 MiB and 2 GiB). At most 5 GiB: an accepted upload
+     * is copied to its immutable key with one CopyObject (design §4.6), which S3 limits to 5 GiB.
+     */
+    MEDIA_MAX_IMAGE_BYTES: { type: 'integer', minimum: 1, maximum: 5 * 1024 * MiB, default: 25 * MiB },
+    MEDIA_MAX_VIDEO_BYTES: { type: 'integer', minimum: 1, maximum: 5 * 1024 * MiB, default: 2048 * MiB },
     /** Lifetime of a presigned PUT, in seconds (SigV4 allows at most 7 days). */
     UPLOAD_URL_TTL_S: { type: 'integer', minimum: 60, maximum: 604800, default: 900 },
     /** Lifetime of a presigned GET, in seconds. */

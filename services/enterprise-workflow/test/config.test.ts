@@ -83,6 +83,16 @@ describe('loadWorkflowConfig', () => {
     expect((error as Error).message).not.toContain('token with spaces');
   });
 
+  it('refuses a media limit above the 5 GiB that one CopyObject can secure', () => {
+    const fiveGiB = 5 * 1024 * 1024 * 1024;
+    expect(
+      loadWorkflowConfig({ ...minimal, MEDIA_MAX_VIDEO_BYTES: String(fiveGiB) }).media.maxVideoBytes,
+    ).toBe(fiveGiB);
+    expect(() => loadWorkflowConfig({ ...minimal, MEDIA_MAX_VIDEO_BYTES: String(fiveGiB + 1) })).toThrow(
+      /MEDIA_MAX_VIDEO_BYTES/,
+    );
+  });
+
   it('requires S3 credentials in pairs and a readable token file', () => {
     expect(() => loadWorkflowConfig({ ...minimal, S3_ACCESS_KEY_ID: 'a' })).toThrow(/S3_SECRET_ACCESS_KEY/);
     expect(() => loadWorkflowConfig({ ...minimal, WEBHOOK_TOKENS_FILE: '/nonexistent/tokens' })).toThrow(
