@@ -197,3 +197,26 @@ describe('RFC 768: source port 0', () => {
     expect(t.server.stats.cookiesSent).toBe(0);
   });
 });
+
+describe('record size (RFC 5246 §6.2.1)', () => {
+  it('drops an authentic record carrying more than 2^14 bytes; the session goes on', async () => {
+    t = await startEchoServer();
+    const c = await connectNodeClient(t.port);
+    try {
+      const before = t.server.stats.recordsDropped.malformed;
+      c.socket.send(Buffer.alloc(16_385, 0x61));
+      await waitFor(
+        () => t.server.stats.recordsDropped.malformed > before,
+        3000,
+        'the oversized record dropped',
+      );
+      expect(t.received).toHaveLength(0);
+      expect(t.server.stats.internalErrors).toBe(0);
+      // Exactly 2^14 is allowed, and the session still answers.
+      expect((await c.request(Buffer.alloc(16_379, 0x62))).length).toBe(16_384);
+      expect((await c.request(Buffer.from('after'))).toString()).toBe('echo:after');
+    } finally {
+      c.socket.close();
+    }
+  });
+});

@@ -859,6 +859,9 @@ export class DtlsServer {
     if (!replayCheck(s, rec.seq)) return this.drop('replay');
     const plaintext = this.open(s.keys, rec);
     if (plaintext === undefined) return this.drop('mac'); // silently (RFC 6347 §4.1.2.7)
+    // RFC 5246 §6.2.1: a record never carries more than 2^14 bytes; an authentic one that does is invalid,
+    // and RFC 6347 §4.1.2.7 lets DTLS discard invalid records silently instead of ending the session.
+    if (plaintext.length > MAX_PLAINTEXT_BYTES) return this.drop('malformed');
     replayAccept(s, rec.seq);
     s.lastRx = this.now();
     switch (rec.type) {
