@@ -430,13 +430,20 @@ async function floorLatency(mode: 'floor-http' | 'floor-express', rate = 1000) {
   };
   await openLoop(rate, rate, (i) => post(10 + i));
   samples.length = 0;
+  const serverCpu0 = await child.ask<{ cpuMs: number }>({ cmd: 'cpu' });
   await openLoop(rate, rate * 5, (i) => post(10 + rate + i));
   await new Promise((r) => setTimeout(r, 300));
+  const serverCpuMs = (await child.ask<{ cpuMs: number }>({ cmd: 'cpu' })).cpuMs - serverCpu0.cpuMs;
   samples.sort((a, b) => a - b);
   client.close();
   observer.close();
   await stopChild(child);
-  return { p50: percentile(samples, 50), p99: percentile(samples, 99), seen: samples.length };
+  return {
+    p50: percentile(samples, 50),
+    p99: percentile(samples, 99),
+    seen: samples.length,
+    cpuUsPerRequest: (1000 * serverCpuMs) / (rate * 5),
+  };
 }
 
 /** notify-settings over HTTP → device, then the floors under it; prints both and the ratio to the express floor. */
@@ -461,7 +468,7 @@ async function notifyRound(url: string, label: string) {
   ] as const) {
     const f = await floorLatency(mode);
     console.log(
-      `  floor, ${label.padEnd(29)} p50 ${f.p50.toFixed(3)} ms   p99 ${f.p99.toFixed(3)} ms   (${f.seen} of 5000)${mode === 'floor-express' ? `   gateway/floor p99 ${ratio(lat.p99, f.p99)}` : ''}`,
+      `  floor, ${label.padEnd(29)} p50 ${f.p50.toFixed(3)} ms   p99 ${f.p99.toFixed(3)} ms   (${f.seen} of 5000; ${f.cpuUsPerRequest.toFixed(0)} µs CPU each)${mode === 'floor-express' ? `   gateway/floor p99 ${ratio(lat.p99, f.p99)}` : ''}`,
     );
   }
   return lat;
