@@ -50,6 +50,8 @@ async function gateway(): Promise<void> {
     LOG_LEVEL: 'error',
     GATEWAY_HTTP_PORT: '0',
     GATEWAY_COAP_PORT: '0',
+    // One process (bench:gateway -- --replicas measures the bus): overrides apply here directly.
+    GATEWAY_CLUSTER_BUS: 'false',
     // Tuning under test, when given: the in-flight window and the fan-out chunk.
     COAP_MAX_INFLIGHT: process.env.COAP_MAX_INFLIGHT,
     COAP_FANOUT_CHUNK: process.env.COAP_FANOUT_CHUNK,

@@ -16,7 +16,11 @@ import { RawHttpClient } from './lib/raw-http-client.js';
 import { percentile } from './lib/wait.js';
 
 const SIZES = (process.env.BENCH_SIZES ?? '10000,100000').split(',').map(Number);
-const ROWS = Math.max(...SIZES);
+// BENCH_ONLY=notify: only notify-settings over HTTP → device and its floors (the fan-out sizes and DTLS are
+// skipped), BENCH_ROUNDS times (default 1), gateway and floor alternating so each ratio comes from one round.
+const ONLY_NOTIFY = process.env.BENCH_ONLY === 'notify';
+const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 1);
+const ROWS = ONLY_NOTIFY ? 1000 : Math.max(...SIZES);
 // Many sockets: real devices are one endpoint each, and the gateway caps relations per endpoint (256).
 const CLIENT_SOCKETS = Number(process.env.BENCH_CLIENT_SOCKETS ?? 1024);
 const serverJs = fileURLToPath(new URL('./bench-gateway-server.js', import.meta.url));
@@ -399,6 +403,7 @@ async function latency(databaseUrl: string, rate = 1000) {
     achievedRate: total / elapsed,
     clientCpuPct: (100 * clientCpuMs) / (elapsed * 1000),
     serverCpuPct: (100 * serverCpuMs) / (elapsed * 1000),
+    serverCpuUsPerNotify: (1000 * serverCpuMs) / total,
   };
 }
 
@@ -425,13 +430,48 @@ async function floorLatency(mode: 'floor-http' | 'floor-express', rate = 1000) {
   };
   await openLoop(rate, rate, (i) => post(10 + i));
   samples.length = 0;
+  const serverCpu0 = await child.ask<{ cpuMs: number }>({ cmd: 'cpu' });
   await openLoop(rate, rate * 5, (i) => post(10 + rate + i));
   await new Promise((r) => setTimeout(r, 300));
+  const serverCpuMs = (await child.ask<{ cpuMs: number }>({ cmd: 'cpu' })).cpuMs - serverCpu0.cpuMs;
   samples.sort((a, b) => a - b);
   client.close();
   observer.close();
   await stopChild(child);
-  return { p50: percentile(samples, 50), p99: percentile(samples, 99), seen: samples.length };
+  return {
+    p50: percentile(samples, 50),
+    p99: percentile(samples, 99),
+    seen: samples.length,
+    cpuUsPerRequest: (1000 * serverCpuMs) / (rate * 5),
+  };
+}
+
+/** notify-settings over HTTP → device, then the floors under it; prints both and the ratio to the express floor. */
+async function notifyRound(url: string, label: string) {
+  const lat = await latency(url);
+  console.log(
+    `\n== notify-settings over HTTP → device${label === '' ? '' : ` (${label})`} — load average ${loadavg()[0]!.toFixed(2)} ==`,
+  );
+  console.log(
+    `one at a time (closed loop, ${lat.single.n}): p50 ${lat.single.p50.toFixed(3)} ms   p99 ${lat.single.p99.toFixed(3)} ms`,
+  );
+  console.log(
+    `open loop ${lat.achievedRate.toFixed(0)}/s for 5 s: p50 ${lat.p50.toFixed(3)} ms   p99 ${lat.p99.toFixed(3)} ms   (${lat.seen}/${lat.sent} values delivered, the rest superseded per RFC 7641 4.5.2; ${lat.failed} non-200)`,
+  );
+  console.log(
+    `  CPU: gateway ${lat.serverCpuPct.toFixed(0)} % of a core (${lat.serverCpuUsPerNotify.toFixed(0)} µs per notify), client ${lat.clientCpuPct.toFixed(0)} % of a core`,
+  );
+  // The floor under that figure on this machine: the same load against servers that only parse and send.
+  for (const [mode, label] of [
+    ['floor-http', 'node:http alone'],
+    ['floor-express', 'express + express.json alone'],
+  ] as const) {
+    const f = await floorLatency(mode);
+    console.log(
+      `  floor, ${label.padEnd(29)} p50 ${f.p50.toFixed(3)} ms   p99 ${f.p99.toFixed(3)} ms   (${f.seen} of 5000; ${f.cpuUsPerRequest.toFixed(0)} µs CPU each)${mode === 'floor-express' ? `   gateway/floor p99 ${ratio(lat.p99, f.p99)}` : ''}`,
+    );
+  }
+  return lat;
 }
 
 async function main(): Promise<void> {
@@ -452,6 +492,11 @@ async function main(): Promise<void> {
         .map((l) => l.toFixed(2))
         .join(' ')} on ${cpus().length} cores`,
     );
+    if (ONLY_NOTIFY) {
+      for (let r = 1; r <= ROUNDS; r++) await notifyRound(url, `round ${r} of ${ROUNDS}`);
+      await owner.destroy();
+      return;
+    }
     let round = 0;
     const plainFanout = new Map<number, number>();
     for (const n of SIZES) {
@@ -494,27 +539,7 @@ async function main(): Promise<void> {
         `reload of ${ROWS} rows with ${n} observers kept: ${g.reloadMs.toFixed(0)} ms (DB read + swap; notifications follow)`,
       );
     }
-    const lat = await latency(url);
-    console.log(`\n== notify-settings over HTTP → device — load average ${loadavg()[0]!.toFixed(2)} ==`);
-    console.log(
-      `one at a time (closed loop, ${lat.single.n}): p50 ${lat.single.p50.toFixed(3)} ms   p99 ${lat.single.p99.toFixed(3)} ms`,
-    );
-    console.log(
-      `open loop ${lat.achievedRate.toFixed(0)}/s for 5 s: p50 ${lat.p50.toFixed(3)} ms   p99 ${lat.p99.toFixed(3)} ms   (${lat.seen}/${lat.sent} values delivered, the rest superseded per RFC 7641 4.5.2; ${lat.failed} non-200)`,
-    );
-    console.log(
-      `  CPU: gateway ${lat.serverCpuPct.toFixed(0)} % of a core, client ${lat.clientCpuPct.toFixed(0)} % of a core`,
-    );
-    // The floor under that figure on this machine: the same load against servers that only parse and send.
-    for (const [mode, label] of [
-      ['floor-http', 'node:http alone'],
-      ['floor-express', 'express + express.json alone'],
-    ] as const) {
-      const f = await floorLatency(mode);
-      console.log(
-        `  floor, ${label.padEnd(29)} p50 ${f.p50.toFixed(3)} ms   p99 ${f.p99.toFixed(3)} ms   (${f.seen} of 5000)`,
-      );
-    }
+    const lat = await notifyRound(url, '');
     // CoAP over DTLS (design §3.5), beside the plain figures above.
     const dtlsN = Number(process.env.BENCH_DTLS_OBSERVERS ?? 10_000);
     const ids = Array.from({ length: dtlsN }, (_, i) => deviceId(i));

@@ -24,6 +24,7 @@ import { DtlsServer } from './dtls/index.js';
 import { requireApiKey } from './http/auth.js';
 import { gatewayRoutes } from './http/routes.js';
 import { createReloadMetrics, registerDtlsMetrics, registerGatewayMetrics } from './metrics.js';
+import { RegistryLoader } from './registry-loader.js';
 import { GatewayService } from './service.js';
 
 export interface GatewayDeps {
@@ -44,8 +45,11 @@ export interface GatewayApp {
   dtls: DtlsServer | undefined;
   state: GatewayState;
   service: GatewayService;
-  /** Inert until `service.useCluster(bus)` and `bus.start()` (main.ts does both unless GATEWAY_CLUSTER_BUS=false). */
-  bus: ClusterBus;
+  /**
+   * The replica bus (design §3.6), unless GATEWAY_CLUSTER_BUS=false: overrides and requested reloads go through
+   * it from the start; it listens once `bus.start()` is called (main.ts).
+   */
+  bus: ClusterBus | undefined;
 }
 
 /** Wires the gateway without listening: tests drive `http` with supertest and bind `coap` to a free port. */
@@ -104,12 +108,9 @@ export function buildApp(deps: GatewayDeps): GatewayApp {
             ],
     },
   );
-  const service = new GatewayService({
-    config,
+  const registry = new RegistryLoader({
     db: deps.db,
     state,
-    coap,
-    apiKeys: deps.apiKeys,
     logger,
     credentials,
     ...(deps.metrics === undefined ? {} : { reloadMetrics: createReloadMetrics(deps.metrics) }),
@@ -117,23 +118,33 @@ export function buildApp(deps: GatewayDeps): GatewayApp {
   if (dtls !== undefined) {
     // A revoked, deleted or expired key ends its sessions at once (close_notify), and with them their Observe
     // relations (DtlsTransport reports each ended session to the message layer).
-    service.onCredentialsChanged((invalidated) => {
+    registry.onCredentialsChanged((invalidated) => {
       const ids = new Set(invalidated);
       const ended = dtls.endSessions((session) => ids.has(session.credentialId), 'revoked');
       if (ended > 0) logger.info('dtls sessions ended: key no longer valid', { sessions: ended });
     });
   }
-  const bus = new ClusterBus({
-    databaseUrl: config.DATABASE_URL,
-    db: deps.db,
+  const bus = config.GATEWAY_CLUSTER_BUS
+    ? new ClusterBus({
+        databaseUrl: config.DATABASE_URL,
+        db: deps.db,
+        state,
+        registry,
+        clock,
+        validateSettings: validateDesiredSettings,
+        logger,
+        reconnectMinMs: config.GATEWAY_BUS_RECONNECT_MIN_MS,
+        reconnectMaxMs: config.GATEWAY_BUS_RECONNECT_MAX_MS,
+        heartbeatMs: config.GATEWAY_BUS_HEARTBEAT_MS,
+      })
+    : undefined;
+  const service = new GatewayService({
+    config,
     state,
-    clock,
-    reload: () => service.reload(),
-    validateSettings: validateDesiredSettings,
-    logger,
-    reconnectMinMs: config.GATEWAY_BUS_RECONNECT_MIN_MS,
-    reconnectMaxMs: config.GATEWAY_BUS_RECONNECT_MAX_MS,
-    heartbeatMs: config.GATEWAY_BUS_HEARTBEAT_MS,
+    coap,
+    apiKeys: deps.apiKeys,
+    registry,
+    ...(bus === undefined ? {} : { cluster: bus }),
   });
   const apiKey = requireApiKey(deps.apiKeys);
   const http = createHttpApp({
@@ -149,7 +160,7 @@ export function buildApp(deps: GatewayDeps): GatewayApp {
         maxSessions: config.DTLS_MAX_SESSIONS,
         maxHandshakes: config.DTLS_MAX_HANDSHAKES,
       });
-    registerBusMetrics(deps.metrics, bus);
+    if (bus !== undefined) registerBusMetrics(deps.metrics, bus);
     addRoutes(http, [{ method: 'GET', path: '/metrics', handler: metricsHandler(deps.metrics) }]);
   }
   finishHttpApp(http, logger);

@@ -7,7 +7,6 @@ import {
   redactUrl,
   SecretSet,
 } from '@platform/service-kit';
-import type { LogLevel } from '@platform/service-kit';
 
 /** Every variable the gateway reads (design §5.1), validated once at boot; nothing else reads process.env. */
 export const gatewayConfigSchema = {
@@ -97,63 +96,22 @@ export const gatewayConfigSchema = {
   },
 } as const;
 
-/**
- * The validated configuration. Written out rather than derived with FromSchema: with this many properties
- * the derived type exceeds TypeScript's instantiation depth (TS2589). The schema above stays the one truth
- * at run time; this interface mirrors it (defaults make those properties always present).
- */
-export interface GatewayConfig {
-  readonly DATABASE_URL: string;
-  readonly GATEWAY_HTTP_PORT: number;
-  readonly GATEWAY_COAP_PORT: number;
-  readonly GATEWAY_COAP_HOST: string;
-  readonly GATEWAY_API_KEYS?: string;
-  readonly GATEWAY_API_KEYS_FILE?: string;
-  readonly GATEWAY_TRUST_PROXY: boolean;
-  readonly LOG_LEVEL: LogLevel;
-  readonly DB_POOL_MAX: number;
-  readonly DB_STATEMENT_TIMEOUT_MS: number;
-  readonly DB_QUERY_TIMEOUT_MS: number;
-  readonly DB_CONNECT_TIMEOUT_MS: number;
-  readonly COAP_ACK_TIMEOUT_MS: number;
-  readonly COAP_MAX_RETRANSMIT: number;
-  readonly COAP_CONFIRMABLE_REFRESH_S: number;
-  readonly COAP_MAX_AGE_S: number;
-  readonly COAP_MAX_TOKEN_LENGTH: number;
-  readonly COAP_SOCKET_BUFFER_BYTES: number;
-  readonly COAP_FANOUT_CHUNK: number;
-  readonly COAP_MAX_INFLIGHT: number;
-  readonly COAP_MAX_RELATIONS_PER_ENDPOINT: number;
-  readonly COAP_MAX_RELATIONS: number;
-  readonly COAP_MAX_RELATIONS_PER_ADDRESS: number;
-  readonly COAP_RELATION_RETRY_AFTER_S: number;
-  readonly SHUTDOWN_TIMEOUT_MS: number;
-  readonly NODE_ENV?: string;
-  /** Always set after loading (its default depends on NODE_ENV). */
-  readonly GATEWAY_COAP_SECURITY: CoapSecurity;
-  readonly GATEWAY_COAPS_PORT: number;
-  readonly DTLS_MAX_SESSIONS: number;
-  readonly DTLS_MAX_SESSIONS_PER_ADDRESS: number;
-  readonly DTLS_MAX_HANDSHAKES: number;
-  readonly DTLS_HANDSHAKE_TIMEOUT_MS: number;
-  /** Always set after loading (its default depends on COAP_CONFIRMABLE_REFRESH_S). */
-  readonly DTLS_IDLE_TIMEOUT_S: number;
-  readonly GATEWAY_CLUSTER_BUS: boolean;
-  readonly GATEWAY_BUS_RECONNECT_MIN_MS: number;
-  readonly GATEWAY_BUS_RECONNECT_MAX_MS: number;
-  readonly GATEWAY_BUS_HEARTBEAT_MS: number;
-}
-
-type UntypedLoadConfig = (schema: object, env: Record<string, string | undefined>) => unknown;
-
 export type CoapSecurity = 'dtls' | 'plain' | 'both';
 
+/**
+ * The validated configuration, derived from the schema (defaults make those properties always present). Two
+ * variables get defaults that depend on others, so they are always set after loading: GATEWAY_COAP_SECURITY
+ * (on NODE_ENV) and DTLS_IDLE_TIMEOUT_S (on COAP_CONFIRMABLE_REFRESH_S).
+ */
+export type GatewayConfig = Omit<LoadedConfig, 'GATEWAY_COAP_SECURITY' | 'DTLS_IDLE_TIMEOUT_S'> & {
+  readonly GATEWAY_COAP_SECURITY: CoapSecurity;
+  readonly DTLS_IDLE_TIMEOUT_S: number;
+};
+
+type LoadedConfig = ReturnType<typeof loadConfig<typeof gatewayConfigSchema>>;
+
 export function loadGatewayConfig(env: Record<string, string | undefined> = process.env): GatewayConfig {
-  const loaded = (loadConfig as unknown as UntypedLoadConfig)(gatewayConfigSchema, env) as Omit<
-    GatewayConfig,
-    'GATEWAY_COAP_SECURITY' | 'DTLS_IDLE_TIMEOUT_S'
-  > &
-    Partial<Pick<GatewayConfig, 'GATEWAY_COAP_SECURITY' | 'DTLS_IDLE_TIMEOUT_S'>>;
+  const loaded = loadConfig(gatewayConfigSchema, env);
   databaseDeadlines(loaded);
   return Object.freeze({
     ...loaded,

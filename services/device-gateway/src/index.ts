@@ -37,7 +37,7 @@ export {
   DeviceCredential,
   type CredentialRecord,
 } from './domain/credentials.js';
-export type { CredentialsChangedListener, GatewayReloadSummary } from './service.js';
+export type { CredentialsChangedListener, GatewayReloadSummary } from './registry-loader.js';
 export { CoapServer, defaultCoapOptions, type CoapServerOptions, type CoapStats } from './coap/server.js';
 export { VersionClock } from './domain/version-clock.js';
 export { ClusterBus, type BusStatus, type BusStats } from './cluster/bus.js';

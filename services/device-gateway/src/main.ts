@@ -100,15 +100,14 @@ async function main(): Promise<void> {
         },
       },
       { name: 'coap', close: () => app.coap.close(2000) },
-      { name: 'cluster bus', close: () => app.bus.stop() },
+      { name: 'cluster bus', close: () => app.bus?.stop() ?? Promise.resolve() },
       { name: 'db pool', close: () => db.destroy() },
     ],
   });
 
-  if (config.GATEWAY_CLUSTER_BUS) {
+  if (app.bus !== undefined) {
     // Replicas (design §3.6): the bus LISTENs, then loads the registry and the retained overrides (retrying with backoff
     // until the database answers); /api/ready is 503 until that first resync is done.
-    app.service.useCluster(app.bus);
     await app.bus.start();
     if (!stopping) logger.info('registry loaded; cluster bus listening', { origin: app.bus.origin });
     return;

@@ -74,7 +74,7 @@ describe('bus messages', () => {
       const candidate = { ...settings, thresholds: { ...thresholds } };
       const refusal = (() => {
         try {
-          state.checkOverride(id, candidate);
+          state.prepareOverride(id, candidate);
           return undefined;
         } catch (err) {
           return err;

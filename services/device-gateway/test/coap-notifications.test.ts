@@ -144,7 +144,7 @@ describe('CoAP notifications over a real UDP socket', () => {
       thresholds[`t${String(i).padStart(2, '0')}${'x'.repeat(28)}`] = { min: -1.5e-300, max: 1.5e300 };
       const candidate = { timezone: 'America/Argentina/ComodRivadavia', thresholds: { ...thresholds } };
       try {
-        state.checkOverride('dev-3', candidate);
+        state.prepareOverride('dev-3', candidate);
         largest = candidate;
       } catch (err) {
         refusal = err;

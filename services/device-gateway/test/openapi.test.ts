@@ -77,10 +77,9 @@ describe('openapi.yaml describes the management API exactly', () => {
       db,
       apiKeys: () => keys,
     });
-    // Clustered (design §3.6) with the registry it had before the database went away: a settings push is
-    // accepted only once the bus has committed it, so here it must answer 503, not pretend.
+    // Clustered (design §3.6, the default) with the registry it had before the database went away: a settings
+    // push is accepted only once the bus has committed it, so here it must answer 503, not pretend.
     offline.state.replaceRegistry(await loadRegistry(gw.reader));
-    offline.service.useCluster(offline.bus);
   });
 
   afterAll(async () => {

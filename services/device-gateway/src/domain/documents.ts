@@ -129,6 +129,30 @@ const SETTINGS_DOCUMENT_FRAME_BYTES = Buffer.byteLength('{"device_id":,"version"
 // cborSlack of that body: 1 per entry plus the slack of each value (string 1, number 8, string 1, settings).
 const SETTINGS_DOCUMENT_FRAME_SLACK = 1 + 1 + (1 + 8) + (1 + 1) + 1;
 
+/**
+ * The JSON length and CBOR slack of a settings document of `prepared` at `version`, without building it; both
+ * sources name 8 characters, so the size does not depend on the source.
+ */
+export function settingsDocumentSizes(
+  deviceId: string,
+  version: number,
+  prepared: PreparedSettings,
+): { jsonLength: number; cborSlack: number } {
+  return {
+    jsonLength:
+      SETTINGS_DOCUMENT_FRAME_BYTES +
+      Buffer.byteLength(JSON.stringify(deviceId)) +
+      String(version).length +
+      SOURCE_NAME_BYTES +
+      2 +
+      prepared.jsonLength,
+    cborSlack: SETTINGS_DOCUMENT_FRAME_SLACK + prepared.cborSlack,
+  };
+}
+
+/** 'override' and 'registry' alike. */
+const SOURCE_NAME_BYTES = 8;
+
 export function settingsDocument(
   deviceId: string,
   version: number,
@@ -137,20 +161,18 @@ export function settingsDocument(
   prepared: PreparedSettings = prepareSettings(settings),
 ): VisibleDocument {
   // JSON.stringify([source, value]) without walking the settings again: source is a plain word.
-  const contentKey = `["${source}",${prepared.json}]`;
-  const jsonLength =
-    SETTINGS_DOCUMENT_FRAME_BYTES +
-    Buffer.byteLength(JSON.stringify(deviceId)) +
-    String(version).length +
-    source.length +
-    2 +
-    prepared.jsonLength;
+  const contentKey = settingsContentKey(source, prepared);
   return new VisibleDocument(
     version,
     { device_id: deviceId, version, source, settings: prepared.value },
     contentKey,
-    { jsonLength, cborSlack: SETTINGS_DOCUMENT_FRAME_SLACK + prepared.cborSlack },
+    settingsDocumentSizes(deviceId, version, prepared),
   );
+}
+
+/** What two settings documents compare by (`VisibleDocument.contentKey`), from the prepared settings. */
+export function settingsContentKey(source: SettingsSource, prepared: PreparedSettings): string {
+  return `["${source}",${prepared.json}]`;
 }
 
 export function recordDocument(record: DeviceRecord, version: number): VisibleDocument {

@@ -2,7 +2,9 @@ import { isDeviceId } from '@platform/contracts';
 import {
   prepareSettings,
   recordDocument,
+  settingsContentKey,
   settingsDocument,
+  settingsDocumentSizes,
   type DeviceRecord,
   type PreparedSettings,
   type Settings,
@@ -56,6 +58,17 @@ export type SettingsValidator = (
   data: unknown,
 ) => { ok: true } | { ok: false; errors: { path: string; message: string }[] };
 
+/**
+ * An override checked once and prepared once (canonical settings, their JSON and size bounds): what the edge
+ * hands on after validation, and what replicas apply. Built by `GatewayState.prepareOverride`.
+ */
+export interface Override {
+  readonly deviceId: string;
+  readonly settings: PreparedSettings;
+  /** `contentKey` of every settings document of this override. */
+  readonly contentKey: string;
+}
+
 interface Entry {
   record: DeviceRecord;
   recordDoc: VisibleDocument;
@@ -76,7 +89,7 @@ export interface GatewayStateOptions {
  */
 export class GatewayState {
   private entries = new Map<string, Entry>();
-  private readonly overrides = new Map<string, Settings>();
+  private readonly overrides = new Map<string, Override>();
   private readonly listeners: ((changes: DeviceChange[]) => void)[] = [];
   private loadedOnce = false;
   /**
@@ -156,7 +169,7 @@ export class GatewayState {
       }
       const override = this.overrides.get(record.deviceId);
       const source: SettingsSource = override === undefined ? 'registry' : 'override';
-      const settings = override ?? record.desiredSettings;
+      const settings = override?.settings.value ?? record.desiredSettings;
       const recordChanged = previous === undefined || !samePublicRecord(previous.record, record);
       const settingsChanged =
         previous === undefined ||
@@ -172,7 +185,7 @@ export class GatewayState {
             this.options.clock.next(),
             source,
             settings,
-            override === undefined ? this.factsOf(settings).prepared : undefined,
+            override?.settings ?? this.factsOf(settings).prepared,
           )
         : previous.settingsDoc;
       const problem = this.checkRecord(
@@ -212,13 +225,29 @@ export class GatewayState {
     };
   }
 
+  hasDevice(deviceId: string): boolean {
+    return this.entries.has(deviceId);
+  }
+
+  /**
+   * Checks an override's size (it must fit one datagram, design §3.3) and prepares it: the only place its
+   * settings are canonicalised. The settings must be valid Device Settings already (checked at the edge, or on
+   * arrival from another replica). Does not look at the registry: see `hasDevice`, `applyOverride`.
+   */
+  prepareOverride(deviceId: string, settings: Settings): Override {
+    const prepared = prepareSettings(settings);
+    const size = this.widestSettingsDocument(deviceId, prepared);
+    if (size > this.options.maxDocumentBytes)
+      throw new DocumentTooLargeError(size, this.options.maxDocumentBytes);
+    return { deviceId, settings: prepared, contentKey: settingsContentKey('override', prepared) };
+  }
+
   /**
    * Stores an in-memory override that replaces (never merges with) the registry settings. Returns whether
    * anything visible changed; an identical override issues no new version and no notification.
    */
-  setOverride(
-    deviceId: string,
-    settings: Settings,
+  applyOverride(
+    override: Override,
     /**
      * A version stamped by the replica that accepted the override (design §3.6): used as is when it is above the
      * device's current version, so every replica shows the same version for the same override; otherwise
@@ -226,30 +255,33 @@ export class GatewayState {
      */
     stampedVersion?: number,
   ): { changed: boolean; document: VisibleDocument } {
+    const deviceId = override.deviceId;
     const entry = this.entries.get(deviceId);
     if (entry === undefined) throw new UnknownDeviceError(deviceId);
-    this.assertFits(deviceId, 'override', settings);
-    const candidate = settingsDocument(deviceId, 0, 'override', settings);
-    if (candidate.contentKey === entry.settingsDoc.contentKey) {
-      this.overrides.set(deviceId, settings);
+    this.overrides.set(deviceId, override);
+    if (override.contentKey === entry.settingsDoc.contentKey)
       return { changed: false, document: entry.settingsDoc };
-    }
     let version: number;
     if (stampedVersion !== undefined && stampedVersion > entry.settingsDoc.version) {
       this.options.clock.observe(stampedVersion);
       version = stampedVersion;
     } else version = this.options.clock.next();
-    const document = settingsDocument(deviceId, version, 'override', settings);
-    this.overrides.set(deviceId, settings);
+    const document = settingsDocument(
+      deviceId,
+      version,
+      'override',
+      override.settings.value,
+      override.settings,
+    );
     entry.settingsDoc = document;
     this.emit([{ deviceId, settings: true, record: false, removed: false }]);
     return { changed: true, document };
   }
 
-  /** Throws what setOverride would throw (unknown device, too large) without changing anything. */
-  checkOverride(deviceId: string, settings: Settings): void {
-    if (!this.entries.has(deviceId)) throw new UnknownDeviceError(deviceId);
-    this.assertFits(deviceId, 'override', settings);
+  /** `prepareOverride` then `applyOverride`: an override accepted by this process alone. */
+  setOverride(deviceId: string, settings: Settings): { changed: boolean; document: VisibleDocument } {
+    if (!this.hasDevice(deviceId)) throw new UnknownDeviceError(deviceId);
+    return this.applyOverride(this.prepareOverride(deviceId, settings));
   }
 
   /**
@@ -268,8 +300,10 @@ export class GatewayState {
     if (facts.problem !== undefined) return facts.problem;
     const limit = this.options.maxDocumentBytes;
     try {
-      if (registrySettingsDoc === undefined) this.assertFits(record.deviceId, 'override', settings);
-      else {
+      if (registrySettingsDoc === undefined) {
+        const size = this.widestSettingsDocument(record.deviceId, facts.prepared);
+        if (size > limit) throw new DocumentTooLargeError(size, limit);
+      } else {
         // 'registry' and 'override' are both 8 characters: the document's size does not depend on its source.
         const size = widestWithin(registrySettingsDoc, limit, () =>
           settingsDocument(record.deviceId, Number.MAX_SAFE_INTEGER, 'override', settings, facts.prepared),
@@ -289,12 +323,15 @@ export class GatewayState {
     return undefined;
   }
 
-  /** Checks the widest form of the settings document ('override' is the longer source name). */
-  private assertFits(deviceId: string, source: SettingsSource, settings: Settings): void {
-    const probe = settingsDocument(deviceId, Number.MAX_SAFE_INTEGER, source, settings);
-    const size = widestWithin(probe, this.options.maxDocumentBytes, () => probe);
-    if (size > this.options.maxDocumentBytes)
-      throw new DocumentTooLargeError(size, this.options.maxDocumentBytes);
+  /**
+   * `widestWithin` for a settings document of `prepared` at the largest version, from the sizes alone: a
+   * document is built only when the bound comes near the limit.
+   */
+  private widestSettingsDocument(deviceId: string, prepared: PreparedSettings): number {
+    const limit = this.options.maxDocumentBytes;
+    const sizes = settingsDocumentSizes(deviceId, Number.MAX_SAFE_INTEGER, prepared);
+    if (sizes.jsonLength + sizes.cborSlack <= limit) return sizes.jsonLength;
+    return widest(settingsDocument(deviceId, Number.MAX_SAFE_INTEGER, 'override', prepared.value, prepared));
   }
 
   private emit(changes: DeviceChange[]): void {

@@ -1,8 +1,21 @@
 import { validateNotifySettingsRequest } from '@platform/contracts';
-import { DomainError, requireValid, type RouteDefinition } from '@platform/service-kit';
+import { DomainError, mapDbError, requireValid, type RouteDefinition } from '@platform/service-kit';
 import type { RequestHandler } from 'express';
+import { BusMessageTooLargeError, BusPublishError } from '../cluster/bus.js';
 import { DocumentTooLargeError, UnknownDeviceError } from '../domain/gateway-state.js';
 import type { GatewayService } from '../service.js';
+
+/** The replica bus's failures as problems (design §3.6): the bus itself knows nothing of HTTP. */
+function asProblem(err: unknown): never {
+  if (err instanceof BusPublishError) throw mapDbError(err.cause);
+  if (err instanceof BusMessageTooLargeError) {
+    throw new DomainError(
+      'payload_too_large',
+      `The message would take ${err.bytes} bytes; PostgreSQL NOTIFY carries at most ${err.limitBytes}.`,
+    );
+  }
+  throw err;
+}
 
 /**
  * The management API (design §3.1). Aliases are the same handler object registered under a second path:
@@ -24,11 +37,12 @@ export function gatewayRoutes(service: GatewayService, auth: RequestHandler): Ro
     res.json(service.publicConfig());
   };
   const reload: RequestHandler = async (req, res) => {
-    const summary = await service.reloadEverywhere();
+    const summary = await service.reloadEverywhere().catch(asProblem);
     req.log.info('registry reloaded', { ...summary, rejected: summary.rejected.length });
     res.json({ status: 'reloaded' });
   };
   const notify: RequestHandler = async (req, res) => {
+    // The one validation of the request (Device Settings included); below this nothing checks it again.
     const body = requireValid(validateNotifySettingsRequest(req.body));
     try {
       await service.notifySettings(body.device_id, body.settings);
@@ -46,7 +60,7 @@ export function gatewayRoutes(service: GatewayService, auth: RequestHandler): Ro
           ],
         });
       }
-      throw err;
+      asProblem(err);
     }
     res.json({ status: 'updated' });
   };

@@ -38,6 +38,8 @@ export async function startGateway(
     DATABASE_URL: loginUrl(database.url),
     GATEWAY_API_KEYS: API_KEYS.join(','),
     COAP_ACK_TIMEOUT_MS: '200',
+    // One process: overrides apply here directly (the replica tests run real processes with the bus).
+    GATEWAY_CLUSTER_BUS: 'false',
     ...options.env,
   });
   const reader = createDb<GatewayDatabase>(config.DATABASE_URL, {

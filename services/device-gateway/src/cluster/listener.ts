@@ -1,0 +1,154 @@
+// The replica bus's PostgreSQL LISTEN connection (design §3.6): one dedicated pg.Client (a pooled connection
+// cannot LISTEN: the pool hands it to other queries and may close it), reconnected forever with backoff, with a
+// heartbeat that finds a silently dead connection. What the notifications mean is bus.ts's business.
+import { errorMessage, isConnectionError, type Logger } from '@platform/service-kit';
+import pg from 'pg';
+
+export type ListenerStatus = 'stopped' | 'connecting' | 'resyncing' | 'listening';
+
+export interface ListenerOptions {
+  databaseUrl: string;
+  channel: string;
+  logger: Logger;
+  /** The session's `application_name` for the next connection. */
+  applicationName: () => string;
+  /** Reconnect backoff: first delay and cap, in ms (doubling, with ±20 % jitter). */
+  reconnectMinMs: number;
+  reconnectMaxMs: number;
+  /** A `SELECT 1` on the connection this often (ms) finds a silently dead connection. */
+  heartbeatMs: number;
+  onNotification: (payload: string) => void;
+  /**
+   * Runs after every LISTEN (status `resyncing`); the connection counts as listening once it resolves. A
+   * rejection drops the connection and reconnects.
+   */
+  onListening: (client: pg.Client) => Promise<void>;
+}
+
+export class ListenConnection {
+  private statusValue: ListenerStatus = 'stopped';
+  /** The last connect attempt failed because PostgreSQL could not be reached. */
+  private unreachableValue = false;
+  private stopping = false;
+  private client: pg.Client | undefined;
+  private backendPid: number | undefined;
+  private running: Promise<void> | undefined;
+  private wake: (() => void) | undefined;
+  reconnects = 0;
+
+  constructor(private readonly options: ListenerOptions) {}
+
+  get status(): ListenerStatus {
+    return this.statusValue;
+  }
+
+  get unreachable(): boolean {
+    return this.unreachableValue;
+  }
+
+  /** The connection's backend process id (pg_stat_activity.pid), while connected. */
+  get pid(): number | undefined {
+    return this.backendPid;
+  }
+
+  start(): void {
+    this.stopping = false;
+    this.running ??= this.run();
+  }
+
+  async stop(): Promise<void> {
+    this.stopping = true;
+    this.wake?.();
+    const client = this.client;
+    if (client !== undefined) await client.end().catch(() => undefined);
+    await this.running;
+    this.running = undefined;
+    this.statusValue = 'stopped';
+  }
+
+  private async run(): Promise<void> {
+    let delayMs = this.options.reconnectMinMs;
+    while (!this.stopping) {
+      this.statusValue = 'connecting';
+      let connected = false;
+      try {
+        const { client, closed } = await this.connect();
+        connected = true;
+        this.unreachableValue = false;
+        this.statusValue = 'resyncing';
+        await this.options.onListening(client);
+        if (this.stopping) break;
+        this.statusValue = 'listening';
+        delayMs = this.options.reconnectMinMs;
+        const reason = await closed;
+        if (this.stopping) break;
+        this.options.logger.warn('listener connection lost; reconnecting', { error: reason });
+      } catch (err) {
+        if (this.stopping) break;
+        if (!connected) this.unreachableValue = isConnectionError(err);
+        this.options.logger.warn('cluster bus connect or resync failed; retrying', {
+          error: errorMessage(err),
+          retry_in_ms: delayMs,
+        });
+      }
+      await this.dropClient();
+      if (this.stopping) break;
+      this.statusValue = 'connecting';
+      this.reconnects++;
+      await new Promise<void>((resolve) => {
+        const timer = setTimeout(resolve, delayMs * (0.8 + 0.4 * Math.random()));
+        this.wake = () => {
+          clearTimeout(timer);
+          resolve();
+        };
+      });
+      this.wake = undefined;
+      delayMs = Math.min(delayMs * 2, this.options.reconnectMaxMs);
+    }
+    await this.dropClient();
+  }
+
+  /** Connects and LISTENs; `closed` settles when the connection is gone (wrapped: an async function would adopt it). */
+  private async connect(): Promise<{ client: pg.Client; closed: Promise<string> }> {
+    const client = new pg.Client({
+      connectionString: this.options.databaseUrl,
+      application_name: this.options.applicationName(),
+      // Server-side TCP keepalives (about 1 min): the session of a replica that vanished without closing
+      // its connection (a lost node) leaves pg_stat_activity soon, instead of after the kernel's 2 h
+      // default, so it neither keeps counting as up in bus_join() nor holds a backend.
+      options: '-c tcp_keepalives_idle=30 -c tcp_keepalives_interval=10 -c tcp_keepalives_count=3',
+      connectionTimeoutMillis: 5000,
+      keepAlive: true,
+      query_timeout: Math.max(1000, this.options.heartbeatMs),
+    });
+    this.client = client;
+    let signal: (reason: string) => void = () => undefined;
+    const closed = new Promise<string>((resolve) => (signal = resolve));
+    client.on('error', (err) => signal(err.message));
+    client.on('end', () => signal('connection ended'));
+    client.on('notification', (n) => {
+      if (n.channel === this.options.channel) this.options.onNotification(n.payload ?? '');
+    });
+    await client.connect();
+    this.backendPid = (client as unknown as { processID?: number }).processID;
+    // The channel is a fixed identifier (BUS_CHANNEL), never input.
+    await client.query(`LISTEN ${this.options.channel}`);
+    const heartbeat = setInterval(() => {
+      client.query('SELECT 1').catch((err: unknown) => {
+        signal(`heartbeat failed: ${errorMessage(err)}`);
+        // A connection that does not answer is ended so the loop can replace it.
+        void client.end().catch(() => undefined);
+      });
+    }, this.options.heartbeatMs);
+    heartbeat.unref();
+    void closed.then(() => clearInterval(heartbeat));
+    return { client, closed };
+  }
+
+  private async dropClient(): Promise<void> {
+    const client = this.client;
+    this.client = undefined;
+    this.backendPid = undefined;
+    if (client !== undefined) await client.end().catch(() => undefined);
+  }
+}

@@ -1,0 +1,160 @@
+import { errorMessage, type Logger, mapDbError } from '@platform/service-kit';
+import type { Kysely } from 'kysely';
+import { loadCredentials } from './db/credential-repository.js';
+import { loadRegistry } from './db/registry-repository.js';
+import type { GatewayDatabase } from './db/tables.js';
+import { CredentialSnapshot, CredentialStore } from './domain/credentials.js';
+import type { GatewayState, ReloadSummary } from './domain/gateway-state.js';
+import type { ReloadMetrics } from './metrics.js';
+
+/** What a reload did: the registry's summary, and the PSK identities it loaded and invalidated. */
+export interface GatewayReloadSummary extends ReloadSummary {
+  /** Credentials in the new snapshot (valid now or later). */
+  pskIdentities: number;
+  /** Credentials of the previous snapshot that this reload invalidated (their sessions must end). */
+  pskInvalidated: number;
+}
+
+/** Called with the ids (`PskCredential.credentialId`) of credentials whose sessions must end now. */
+export type CredentialsChangedListener = (invalidatedIds: string[]) => void;
+
+/**
+ * Longest wait between two expiry checks, in ms. The check is scheduled for the next `not_after`; the cap
+ * bounds how late it runs after a wall-clock step (timers run on the monotonic clock, `not_after` is wall
+ * time). Handshakes are not affected: a lookup compares with the clock at the moment it runs.
+ */
+const MAX_EXPIRY_CHECK_DELAY_MS = 60_000;
+
+/**
+ * Loads the registry and its device keys from PostgreSQL into this process: the one place reloads run and
+ * are coalesced, whoever asks (HTTP, another replica over the bus, the bus's resync).
+ */
+export class RegistryLoader {
+  /** The reload running now, and the one that runs after it for the requests that arrived meanwhile. */
+  private running: Promise<GatewayReloadSummary> | undefined;
+  private queued: Promise<GatewayReloadSummary> | undefined;
+  /** The DTLS pre-shared keys of the loaded registry (design §3.5); the DTLS server looks identities up here. */
+  readonly credentials: CredentialStore;
+  private readonly credentialListeners: CredentialsChangedListener[] = [];
+  private expiryTimer: NodeJS.Timeout | undefined;
+
+  constructor(
+    private readonly deps: {
+      db: Kysely<GatewayDatabase>;
+      state: GatewayState;
+      reloadMetrics?: ReloadMetrics;
+      credentials?: CredentialStore;
+      /** Where a failing credentials listener is reported (it never fails the reload). */
+      logger?: Pick<Logger, 'error'>;
+    },
+  ) {
+    this.credentials = deps.credentials ?? new CredentialStore();
+  }
+
+  /**
+   * `listener` learns which credentials stopped being valid: after a reload (revoked, deleted, expired,
+   * device disabled) and when a `not_after` passes between reloads. Never called with an empty list.
+   */
+  onCredentialsChanged(listener: CredentialsChangedListener): void {
+    this.credentialListeners.push(listener);
+  }
+
+  /**
+   * Reads the whole registry and its credentials and swaps both in. Both are read in one REPEATABLE READ
+   * transaction, so the keys match the registry they are loaded with (a device disabled in the same commit
+   * loses its keys in the same reload). One reload runs at a time, and every request is served by a reload
+   * that starts after it: requests that arrive while one runs share the next one, so a reload requested
+   * after a database change always sees it and a burst of requests costs two reads, not one each. When the
+   * database cannot be reached the previous registry and credentials keep serving and the caller gets 503
+   * with Retry-After (mapDbError).
+   */
+  reload(): Promise<GatewayReloadSummary> {
+    if (this.running === undefined) return this.start();
+    this.queued ??= this.running
+      .catch(() => undefined)
+      .then(() => {
+        this.queued = undefined;
+        // A request that came in between started a reload after every queued request: join it.
+        return this.running ?? this.start();
+      });
+    return this.queued;
+  }
+
+  private start(): Promise<GatewayReloadSummary> {
+    const run = this.readAndSwap();
+    this.running = run;
+    const done = (): void => {
+      if (this.running === run) this.running = undefined;
+    };
+    run.then(done, done);
+    return run;
+  }
+
+  private async readAndSwap(): Promise<GatewayReloadSummary> {
+    const timer = this.deps.reloadMetrics?.duration.startTimer();
+    let records;
+    let snapshot;
+    try {
+      const loaded = await this.deps.db
+        .transaction()
+        .setIsolationLevel('repeatable read')
+        .setAccessMode('read only')
+        .execute(async (trx) => ({
+          records: await loadRegistry(trx),
+          credentials: await loadCredentials(trx),
+        }));
+      records = loaded.records;
+      snapshot = CredentialSnapshot.from(loaded.credentials);
+    } catch (err) {
+      timer?.({ outcome: 'failed' });
+      throw mapDbError(err);
+    }
+    const summary = this.deps.state.replaceRegistry(records);
+    const invalidated = this.credentials.replace(snapshot, Date.now());
+    timer?.({ outcome: 'ok' });
+    this.credentialsChanged(invalidated);
+    this.scheduleExpiryCheck();
+    return { ...summary, pskIdentities: snapshot.size, pskInvalidated: invalidated.length };
+  }
+
+  /**
+   * Reports the credentials whose `not_after` passed since the last report (each once) to the listeners;
+   * returns them. Runs by itself at each `not_after` once a reload has loaded credentials.
+   */
+  checkCredentialExpiry(nowMs: number = Date.now()): string[] {
+    const expired = this.credentials.expiredSince(nowMs);
+    this.credentialsChanged(expired);
+    return expired;
+  }
+
+  /** One timer at a time, for the next `not_after`; unref'd, so it never keeps a stopping process alive. */
+  private scheduleExpiryCheck(): void {
+    if (this.expiryTimer !== undefined) clearTimeout(this.expiryTimer);
+    this.expiryTimer = undefined;
+    const now = Date.now();
+    const next = this.credentials.nextExpiryMs(now);
+    if (next === undefined) return;
+    // +1 ms: a credential expires at `not_after` itself (valid while now < not_after).
+    const delay = Math.min(next - now + 1, MAX_EXPIRY_CHECK_DELAY_MS);
+    this.expiryTimer = setTimeout(() => {
+      this.expiryTimer = undefined;
+      this.checkCredentialExpiry();
+      this.scheduleExpiryCheck();
+    }, delay);
+    this.expiryTimer.unref();
+  }
+
+  private credentialsChanged(invalidatedIds: string[]): void {
+    if (invalidatedIds.length === 0) return;
+    for (const listener of this.credentialListeners) {
+      try {
+        listener(invalidatedIds);
+      } catch (err) {
+        // A listener's bug must not undo or fail a reload that already swapped the registry in.
+        this.deps.logger?.error('credentials listener failed', {
+          error: errorMessage(err),
+        });
+      }
+    }
+  }
+}
