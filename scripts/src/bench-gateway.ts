@@ -330,10 +330,12 @@ async function measure(
  * request is written, and with enough sockets that the client never queues requests. The observer registered
  * with CON, so it gets CON notifications and ACKs each; a value superseded while a notification awaits its ACK
  * is replaced by the newer one (RFC 7641 4.5.2), so "matched" can be below "sent" without anything being lost.
+ * With `confirmable` false the observer registers with NON and gets NON notifications, one datagram per value
+ * like the floors: the like-for-like comparison of what the gateway adds.
  */
-async function latency(databaseUrl: string, rate = 1000) {
+async function latency(databaseUrl: string, rate = 1000, confirmable = true) {
   const child = await startChild('gateway', databaseUrl);
-  const obs = new Observers(child.coapPort, 1);
+  const obs = new Observers(child.coapPort, 1, confirmable);
   await obs.open();
   await obs.registerAll();
   obs.mark(-1);
@@ -449,6 +451,7 @@ async function floorLatency(mode: 'floor-http' | 'floor-express', rate = 1000) {
 /** notify-settings over HTTP → device, then the floors under it; prints both and the ratio to the express floor. */
 async function notifyRound(url: string, label: string) {
   const lat = await latency(url);
+  const non = await latency(url, 1000, false);
   console.log(
     `\n== notify-settings over HTTP → device${label === '' ? '' : ` (${label})`} — load average ${loadavg()[0]!.toFixed(2)} ==`,
   );
@@ -461,6 +464,9 @@ async function notifyRound(url: string, label: string) {
   console.log(
     `  CPU: gateway ${lat.serverCpuPct.toFixed(0)} % of a core (${lat.serverCpuUsPerNotify.toFixed(0)} µs per notify), client ${lat.clientCpuPct.toFixed(0)} % of a core`,
   );
+  console.log(
+    `NON observer, open loop ${non.achievedRate.toFixed(0)}/s: p50 ${non.p50.toFixed(3)} ms   p99 ${non.p99.toFixed(3)} ms   (${non.seen}/${non.sent} delivered; ${non.serverCpuUsPerNotify.toFixed(0)} µs CPU per notify)`,
+  );
   // The floor under that figure on this machine: the same load against servers that only parse and send.
   for (const [mode, label] of [
     ['floor-http', 'node:http alone'],
@@ -468,7 +474,7 @@ async function notifyRound(url: string, label: string) {
   ] as const) {
     const f = await floorLatency(mode);
     console.log(
-      `  floor, ${label.padEnd(29)} p50 ${f.p50.toFixed(3)} ms   p99 ${f.p99.toFixed(3)} ms   (${f.seen} of 5000; ${f.cpuUsPerRequest.toFixed(0)} µs CPU each)${mode === 'floor-express' ? `   gateway/floor p99 ${ratio(lat.p99, f.p99)}` : ''}`,
+      `  floor, ${label.padEnd(29)} p50 ${f.p50.toFixed(3)} ms   p99 ${f.p99.toFixed(3)} ms   (${f.seen} of 5000; ${f.cpuUsPerRequest.toFixed(0)} µs CPU each)${mode === 'floor-express' ? `   gateway/floor p99 ${ratio(lat.p99, f.p99)} (CON), ${ratio(non.p99, f.p99)} (NON)` : ''}`,
     );
   }
   return lat;
