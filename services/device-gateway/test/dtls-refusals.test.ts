@@ -20,6 +20,7 @@ import {
   sleep,
   startEchoServer,
   waitFor,
+  clientHello,
 } from './support/dtls.js';
 import type { TestServer } from './support/dtls.js';
 
@@ -28,36 +29,6 @@ let t: TestServer;
 afterEach(async () => {
   await t.server.close();
 });
-
-/** A ClientHello record as a minimal PSK client would send it. */
-function clientHello(opts: {
-  cookie?: Buffer;
-  random?: Buffer;
-  recordSeq?: number;
-  messageSeq?: number;
-  suites?: number[];
-}): Buffer {
-  const suites = opts.suites ?? [0xc0a8];
-  const cookie = opts.cookie ?? Buffer.alloc(0);
-  const suiteBytes = Buffer.alloc(2 + 2 * suites.length);
-  suiteBytes.writeUInt16BE(2 * suites.length, 0);
-  suites.forEach((s, i) => suiteBytes.writeUInt16BE(s, 2 + 2 * i));
-  const body = Buffer.concat([
-    Buffer.from([0xfe, 0xfd]),
-    opts.random ?? randomBytes(32),
-    Buffer.from([0, cookie.length]),
-    cookie,
-    suiteBytes,
-    Buffer.from([1, 0]),
-  ]);
-  return encodeRecord(
-    ContentType.handshake,
-    0xfefd,
-    0,
-    opts.recordSeq ?? 0,
-    encodeHandshake(HandshakeType.clientHello, opts.messageSeq ?? 0, body),
-  );
-}
 
 /** The cookie of a HelloVerifyRequest datagram (RFC 6347 §4.2.1), with its record fields. */
 function parseHvr(d: Buffer): { cookie: Buffer; version: number; seq: number } {

@@ -8,7 +8,15 @@ import { ContentType, HandshakeType } from '../src/dtls/constants.js';
 import { encodeHandshake } from '../src/dtls/handshake.js';
 import { encodeRecord, parseRecords } from '../src/dtls/record.js';
 import type { DtlsRecord } from '../src/dtls/record.js';
-import { IDENTITY, Relay, connectNodeClient, sleep, startEchoServer, waitFor } from './support/dtls.js';
+import {
+  IDENTITY,
+  Relay,
+  clientHello,
+  connectNodeClient,
+  sleep,
+  startEchoServer,
+  waitFor,
+} from './support/dtls.js';
 import type { TestServer } from './support/dtls.js';
 
 let t: TestServer;
@@ -20,30 +28,6 @@ afterEach(async () => {
   sockets = [];
   await t.server.close();
 });
-
-/** A minimal PSK ClientHello record (RFC 6347 §4.2.1). */
-function clientHello(opts: {
-  cookie?: Buffer;
-  random?: Buffer;
-  recordSeq?: number;
-  messageSeq?: number;
-}): Buffer {
-  const cookie = opts.cookie ?? Buffer.alloc(0);
-  const body = Buffer.concat([
-    Buffer.from([0xfe, 0xfd]),
-    opts.random ?? randomBytes(32),
-    Buffer.from([0, cookie.length]),
-    cookie,
-    Buffer.from([0, 2, 0xc0, 0xa8, 1, 0]),
-  ]);
-  return encodeRecord(
-    ContentType.handshake,
-    0xfefd,
-    0,
-    opts.recordSeq ?? 0,
-    encodeHandshake(HandshakeType.clientHello, opts.messageSeq ?? 0, body),
-  );
-}
 
 function hvrCookie(d: Buffer): Buffer {
   const rec = parseRecords(d).records[0]!;

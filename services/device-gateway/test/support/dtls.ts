@@ -1,9 +1,13 @@
 // Shared pieces of the DTLS tests: a server with an echo callback, a recording UDP relay (the attacker on
 // the path), external client runs, and a seeded PRNG.
 import { spawn } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
 import dgram from 'node:dgram';
 import { dtls } from 'node-dtls-client';
+import { ContentType, HandshakeType } from '../../src/dtls/constants.js';
+import { encodeHandshake } from '../../src/dtls/handshake.js';
 import { DtlsServer } from '../../src/dtls/index.js';
+import { encodeRecord } from '../../src/dtls/record.js';
 import type {
   DtlsServerInit,
   DtlsSession,
@@ -257,4 +261,34 @@ export function prng(seed: number): () => number {
     t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
     return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
   };
+}
+
+/** A ClientHello record as a minimal PSK client would send it (RFC 6347 §4.2.1; TLS_PSK_WITH_AES_128_CCM_8). */
+export function clientHello(opts: {
+  cookie?: Buffer;
+  random?: Buffer;
+  recordSeq?: number;
+  messageSeq?: number;
+  suites?: number[];
+}): Buffer {
+  const suites = opts.suites ?? [0xc0a8];
+  const cookie = opts.cookie ?? Buffer.alloc(0);
+  const suiteBytes = Buffer.alloc(2 + 2 * suites.length);
+  suiteBytes.writeUInt16BE(2 * suites.length, 0);
+  suites.forEach((s, i) => suiteBytes.writeUInt16BE(s, 2 + 2 * i));
+  const body = Buffer.concat([
+    Buffer.from([0xfe, 0xfd]),
+    opts.random ?? randomBytes(32),
+    Buffer.from([0, cookie.length]),
+    cookie,
+    suiteBytes,
+    Buffer.from([1, 0]),
+  ]);
+  return encodeRecord(
+    ContentType.handshake,
+    0xfefd,
+    0,
+    opts.recordSeq ?? 0,
+    encodeHandshake(HandshakeType.clientHello, opts.messageSeq ?? 0, body),
+  );
 }
