@@ -65,7 +65,7 @@ async function gateway(): Promise<void> {
     DTLS_MAX_SESSIONS: '1000000',
   });
   const logger = createLogger({ service: 'bench-gateway', level: 'error' });
-  const db = createDb<GatewayDatabase>(config.DATABASE_URL, { max: 2 });
+  const db = createDb<GatewayDatabase>(config.database.url, { max: 2 });
   const keys = new SecretSet(['bench-key']);
   const app = buildApp({ config, logger, db, apiKeys: () => keys });
   await app.coap.listen(0, '127.0.0.1');

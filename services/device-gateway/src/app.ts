@@ -58,7 +58,7 @@ export function buildApp(deps: GatewayDeps): GatewayApp {
   const clock = deps.clock ?? new VersionClock();
   const state = new GatewayState({
     clock,
-    maxDocumentBytes: maxDocumentBytes(config.COAP_MAX_TOKEN_LENGTH),
+    maxDocumentBytes: maxDocumentBytes(config.coap.maxTokenLength),
     validateSettings: validateDesiredSettings,
   });
   // Device keys (design §3.5): loaded with the registry by every reload; the DTLS server looks identities up here
@@ -68,31 +68,31 @@ export function buildApp(deps: GatewayDeps): GatewayApp {
     ? new DtlsServer({
         lookupPsk: credentials.lookupPsk,
         logger: logger.child({ component: 'dtls' }),
-        maxSessions: config.DTLS_MAX_SESSIONS,
-        maxSessionsPerAddress: config.DTLS_MAX_SESSIONS_PER_ADDRESS,
-        maxHandshakes: config.DTLS_MAX_HANDSHAKES,
-        handshakeTimeoutMs: config.DTLS_HANDSHAKE_TIMEOUT_MS,
-        idleTimeoutMs: config.DTLS_IDLE_TIMEOUT_S * 1000,
-        socketBufferBytes: config.COAP_SOCKET_BUFFER_BYTES,
+        maxSessions: config.dtls.maxSessions,
+        maxSessionsPerAddress: config.dtls.maxSessionsPerAddress,
+        maxHandshakes: config.dtls.maxHandshakes,
+        handshakeTimeoutMs: config.dtls.handshakeTimeoutMs,
+        idleTimeoutMs: config.dtls.idleTimeoutS * 1000,
+        socketBufferBytes: config.coap.socketBufferBytes,
       })
     : undefined;
   const coap = new CoapServer(
     state,
     {
       logger: logger.child({ component: 'coap' }),
-      maxTokenLength: config.COAP_MAX_TOKEN_LENGTH,
-      socketBufferBytes: config.COAP_SOCKET_BUFFER_BYTES,
-      ackTimeoutMs: config.COAP_ACK_TIMEOUT_MS,
+      maxTokenLength: config.coap.maxTokenLength,
+      socketBufferBytes: config.coap.socketBufferBytes,
+      ackTimeoutMs: config.coap.ackTimeoutMs,
       ackRandomFactor: 1.5,
-      maxRetransmit: config.COAP_MAX_RETRANSMIT,
-      confirmableRefreshMs: config.COAP_CONFIRMABLE_REFRESH_S * 1000,
-      maxAgeS: config.COAP_MAX_AGE_S,
-      fanoutChunk: config.COAP_FANOUT_CHUNK,
-      maxInflight: config.COAP_MAX_INFLIGHT,
-      maxRelationsPerEndpoint: config.COAP_MAX_RELATIONS_PER_ENDPOINT,
-      maxRelations: config.COAP_MAX_RELATIONS,
-      maxRelationsPerAddress: config.COAP_MAX_RELATIONS_PER_ADDRESS,
-      relationRetryAfterS: config.COAP_RELATION_RETRY_AFTER_S,
+      maxRetransmit: config.coap.maxRetransmit,
+      confirmableRefreshMs: config.coap.confirmableRefreshS * 1000,
+      maxAgeS: config.coap.maxAgeS,
+      fanoutChunk: config.coap.fanoutChunk,
+      maxInflight: config.coap.maxInflight,
+      maxRelationsPerEndpoint: config.coap.maxRelationsPerEndpoint,
+      maxRelations: config.coap.maxRelations,
+      maxRelationsPerAddress: config.coap.maxRelationsPerAddress,
+      relationRetryAfterS: config.coap.relationRetryAfterS,
     },
     {
       plain: servesPlainCoap(config),
@@ -102,8 +102,8 @@ export function buildApp(deps: GatewayDeps): GatewayApp {
           : [
               {
                 transport: new DtlsTransport(dtls),
-                port: config.GATEWAY_COAPS_PORT,
-                host: config.GATEWAY_COAP_HOST,
+                port: config.coap.coapsPort,
+                host: config.coap.host,
               },
             ],
     },
@@ -124,18 +124,18 @@ export function buildApp(deps: GatewayDeps): GatewayApp {
       if (ended > 0) logger.info('dtls sessions ended: key no longer valid', { sessions: ended });
     });
   }
-  const bus = config.GATEWAY_CLUSTER_BUS
+  const bus = config.cluster.enabled
     ? new ClusterBus({
-        databaseUrl: config.DATABASE_URL,
+        databaseUrl: config.database.url,
         db: deps.db,
         state,
         registry,
         clock,
         validateSettings: validateDesiredSettings,
         logger,
-        reconnectMinMs: config.GATEWAY_BUS_RECONNECT_MIN_MS,
-        reconnectMaxMs: config.GATEWAY_BUS_RECONNECT_MAX_MS,
-        heartbeatMs: config.GATEWAY_BUS_HEARTBEAT_MS,
+        reconnectMinMs: config.cluster.reconnectMinMs,
+        reconnectMaxMs: config.cluster.reconnectMaxMs,
+        heartbeatMs: config.cluster.heartbeatMs,
       })
     : undefined;
   const service = new GatewayService({
@@ -149,16 +149,16 @@ export function buildApp(deps: GatewayDeps): GatewayApp {
   const apiKey = requireApiKey(deps.apiKeys);
   const http = createHttpApp({
     logger,
-    trustProxy: config.GATEWAY_TRUST_PROXY,
+    trustProxy: config.http.trustProxy,
     ...(deps.metrics === undefined ? {} : { metrics: deps.metrics }),
   });
   addRoutes(http, gatewayRoutes(service, apiKey));
   if (deps.metrics !== undefined) {
-    registerGatewayMetrics(deps.metrics, state, coap, { maxRelations: config.COAP_MAX_RELATIONS });
+    registerGatewayMetrics(deps.metrics, state, coap, { maxRelations: config.coap.maxRelations });
     if (dtls !== undefined)
       registerDtlsMetrics(deps.metrics, dtls, {
-        maxSessions: config.DTLS_MAX_SESSIONS,
-        maxHandshakes: config.DTLS_MAX_HANDSHAKES,
+        maxSessions: config.dtls.maxSessions,
+        maxHandshakes: config.dtls.maxHandshakes,
       });
     if (bus !== undefined) registerBusMetrics(deps.metrics, bus);
     addRoutes(http, [{ method: 'GET', path: '/metrics', handler: metricsHandler(deps.metrics) }]);

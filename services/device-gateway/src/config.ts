@@ -1,6 +1,7 @@
 import {
   countNonBearerSecrets,
   databaseDeadlines,
+  deepFreeze,
   loadConfig,
   LOG_LEVELS,
   readSecretList,
@@ -99,39 +100,71 @@ export const gatewayConfigSchema = {
 export type CoapSecurity = 'dtls' | 'plain' | 'both';
 
 /**
- * The validated configuration, derived from the schema (defaults make those properties always present). Two
- * variables get defaults that depend on others, so they are always set after loading: GATEWAY_COAP_SECURITY
- * (on NODE_ENV) and DTLS_IDLE_TIMEOUT_S (on COAP_CONFIRMABLE_REFRESH_S).
+ * Loads and checks the environment once and returns the gateway's configuration, grouped by concern like the
+ * workflow's (design §5.1); its type is derived from this function, so nothing is copied from the schema by
+ * hand. Two values get defaults that depend on others: the CoAP security mode (on NODE_ENV) and the DTLS idle
+ * timeout (on the confirmable refresh period).
  */
-export type GatewayConfig = Omit<LoadedConfig, 'GATEWAY_COAP_SECURITY' | 'DTLS_IDLE_TIMEOUT_S'> & {
-  readonly GATEWAY_COAP_SECURITY: CoapSecurity;
-  readonly DTLS_IDLE_TIMEOUT_S: number;
-};
-
-type LoadedConfig = ReturnType<typeof loadConfig<typeof gatewayConfigSchema>>;
-
-export function loadGatewayConfig(env: Record<string, string | undefined> = process.env): GatewayConfig {
-  const loaded = loadConfig(gatewayConfigSchema, env);
-  databaseDeadlines(loaded);
-  return Object.freeze({
-    ...loaded,
-    GATEWAY_COAP_SECURITY:
-      loaded.GATEWAY_COAP_SECURITY ?? (loaded.NODE_ENV === 'production' ? 'dtls' : 'plain'),
-    DTLS_IDLE_TIMEOUT_S: loaded.DTLS_IDLE_TIMEOUT_S ?? loaded.COAP_CONFIRMABLE_REFRESH_S + 3600,
+export function loadGatewayConfig(env: Record<string, string | undefined> = process.env) {
+  const raw = loadConfig(gatewayConfigSchema, env);
+  const security: CoapSecurity =
+    raw.GATEWAY_COAP_SECURITY ?? (raw.NODE_ENV === 'production' ? 'dtls' : 'plain');
+  return deepFreeze({
+    nodeEnv: raw.NODE_ENV,
+    logLevel: raw.LOG_LEVEL,
+    http: { port: raw.GATEWAY_HTTP_PORT, trustProxy: raw.GATEWAY_TRUST_PROXY },
+    /** The API keys as configured (value and/or file); `readApiKeys` turns them into a SecretSet. */
+    apiKeys: { value: raw.GATEWAY_API_KEYS, file: raw.GATEWAY_API_KEYS_FILE },
+    database: { url: raw.DATABASE_URL, poolMax: raw.DB_POOL_MAX, ...databaseDeadlines(raw) },
+    coap: {
+      security,
+      host: raw.GATEWAY_COAP_HOST,
+      port: raw.GATEWAY_COAP_PORT,
+      coapsPort: raw.GATEWAY_COAPS_PORT,
+      ackTimeoutMs: raw.COAP_ACK_TIMEOUT_MS,
+      maxRetransmit: raw.COAP_MAX_RETRANSMIT,
+      confirmableRefreshS: raw.COAP_CONFIRMABLE_REFRESH_S,
+      maxAgeS: raw.COAP_MAX_AGE_S,
+      maxTokenLength: raw.COAP_MAX_TOKEN_LENGTH,
+      socketBufferBytes: raw.COAP_SOCKET_BUFFER_BYTES,
+      fanoutChunk: raw.COAP_FANOUT_CHUNK,
+      maxInflight: raw.COAP_MAX_INFLIGHT,
+      maxRelationsPerEndpoint: raw.COAP_MAX_RELATIONS_PER_ENDPOINT,
+      maxRelations: raw.COAP_MAX_RELATIONS,
+      maxRelationsPerAddress: raw.COAP_MAX_RELATIONS_PER_ADDRESS,
+      relationRetryAfterS: raw.COAP_RELATION_RETRY_AFTER_S,
+    },
+    dtls: {
+      maxSessions: raw.DTLS_MAX_SESSIONS,
+      maxSessionsPerAddress: raw.DTLS_MAX_SESSIONS_PER_ADDRESS,
+      maxHandshakes: raw.DTLS_MAX_HANDSHAKES,
+      handshakeTimeoutMs: raw.DTLS_HANDSHAKE_TIMEOUT_MS,
+      idleTimeoutS: raw.DTLS_IDLE_TIMEOUT_S ?? raw.COAP_CONFIRMABLE_REFRESH_S + 3600,
+    },
+    cluster: {
+      enabled: raw.GATEWAY_CLUSTER_BUS,
+      reconnectMinMs: raw.GATEWAY_BUS_RECONNECT_MIN_MS,
+      reconnectMaxMs: raw.GATEWAY_BUS_RECONNECT_MAX_MS,
+      heartbeatMs: raw.GATEWAY_BUS_HEARTBEAT_MS,
+    },
+    shutdownTimeoutMs: raw.SHUTDOWN_TIMEOUT_MS,
   });
 }
 
+/** The validated configuration (see loadGatewayConfig). */
+export type GatewayConfig = ReturnType<typeof loadGatewayConfig>;
+
 /** Whether plain CoAP (no device authentication) listens. */
-export const servesPlainCoap = (config: GatewayConfig): boolean => config.GATEWAY_COAP_SECURITY !== 'dtls';
+export const servesPlainCoap = (config: GatewayConfig): boolean => config.coap.security !== 'dtls';
 /** Whether CoAP over DTLS listens. */
-export const servesCoaps = (config: GatewayConfig): boolean => config.GATEWAY_COAP_SECURITY !== 'plain';
+export const servesCoaps = (config: GatewayConfig): boolean => config.coap.security !== 'plain';
 
 /**
  * The API keys from `GATEWAY_API_KEYS` and `GATEWAY_API_KEYS_FILE` together (rotation: old and new both
  * listed). Throws when there is none: the gateway refuses to start without a key.
  */
 export function readApiKeys(config: GatewayConfig): SecretSet {
-  const keys = readSecretList({ value: config.GATEWAY_API_KEYS, file: config.GATEWAY_API_KEYS_FILE });
+  const keys = readSecretList({ value: config.apiKeys.value, file: config.apiKeys.file });
   if (keys.length === 0) {
     throw new Error('no API key configured: set GATEWAY_API_KEYS or GATEWAY_API_KEYS_FILE');
   }
@@ -147,47 +180,47 @@ export function readApiKeys(config: GatewayConfig): SecretSet {
 /** `/api/config`: the effective configuration, secrets shown only as a count and fingerprints. */
 export function publicConfig(config: GatewayConfig, apiKeys: SecretSet): Record<string, unknown> {
   return {
-    http_port: config.GATEWAY_HTTP_PORT,
-    coap_port: config.GATEWAY_COAP_PORT,
-    coap_host: config.GATEWAY_COAP_HOST,
-    database_url: redactUrl(config.DATABASE_URL),
+    http_port: config.http.port,
+    coap_port: config.coap.port,
+    coap_host: config.coap.host,
+    database_url: redactUrl(config.database.url),
     api_keys: { count: apiKeys.size, fingerprints: apiKeys.fingerprints() },
-    api_keys_file: config.GATEWAY_API_KEYS_FILE ?? null,
-    trust_proxy: config.GATEWAY_TRUST_PROXY,
-    log_level: config.LOG_LEVEL,
-    db_pool_max: config.DB_POOL_MAX,
-    db_statement_timeout_ms: config.DB_STATEMENT_TIMEOUT_MS,
-    db_query_timeout_ms: config.DB_QUERY_TIMEOUT_MS,
-    db_connect_timeout_ms: config.DB_CONNECT_TIMEOUT_MS,
-    coap_security: config.GATEWAY_COAP_SECURITY,
-    coaps_port: config.GATEWAY_COAPS_PORT,
+    api_keys_file: config.apiKeys.file ?? null,
+    trust_proxy: config.http.trustProxy,
+    log_level: config.logLevel,
+    db_pool_max: config.database.poolMax,
+    db_statement_timeout_ms: config.database.statementTimeoutMs,
+    db_query_timeout_ms: config.database.queryTimeoutMs,
+    db_connect_timeout_ms: config.database.connectionTimeoutMs,
+    coap_security: config.coap.security,
+    coaps_port: config.coap.coapsPort,
     dtls: {
-      max_sessions: config.DTLS_MAX_SESSIONS,
-      max_sessions_per_address: config.DTLS_MAX_SESSIONS_PER_ADDRESS,
-      max_handshakes: config.DTLS_MAX_HANDSHAKES,
-      handshake_timeout_ms: config.DTLS_HANDSHAKE_TIMEOUT_MS,
-      idle_timeout_s: config.DTLS_IDLE_TIMEOUT_S,
+      max_sessions: config.dtls.maxSessions,
+      max_sessions_per_address: config.dtls.maxSessionsPerAddress,
+      max_handshakes: config.dtls.maxHandshakes,
+      handshake_timeout_ms: config.dtls.handshakeTimeoutMs,
+      idle_timeout_s: config.dtls.idleTimeoutS,
     },
     coap: {
-      ack_timeout_ms: config.COAP_ACK_TIMEOUT_MS,
-      max_retransmit: config.COAP_MAX_RETRANSMIT,
-      confirmable_refresh_s: config.COAP_CONFIRMABLE_REFRESH_S,
-      max_age_s: config.COAP_MAX_AGE_S,
-      max_token_length: config.COAP_MAX_TOKEN_LENGTH,
-      socket_buffer_bytes: config.COAP_SOCKET_BUFFER_BYTES,
-      fanout_chunk: config.COAP_FANOUT_CHUNK,
-      max_inflight: config.COAP_MAX_INFLIGHT,
-      max_relations_per_endpoint: config.COAP_MAX_RELATIONS_PER_ENDPOINT,
-      max_relations: config.COAP_MAX_RELATIONS,
-      max_relations_per_address: config.COAP_MAX_RELATIONS_PER_ADDRESS,
-      relation_retry_after_s: config.COAP_RELATION_RETRY_AFTER_S,
+      ack_timeout_ms: config.coap.ackTimeoutMs,
+      max_retransmit: config.coap.maxRetransmit,
+      confirmable_refresh_s: config.coap.confirmableRefreshS,
+      max_age_s: config.coap.maxAgeS,
+      max_token_length: config.coap.maxTokenLength,
+      socket_buffer_bytes: config.coap.socketBufferBytes,
+      fanout_chunk: config.coap.fanoutChunk,
+      max_inflight: config.coap.maxInflight,
+      max_relations_per_endpoint: config.coap.maxRelationsPerEndpoint,
+      max_relations: config.coap.maxRelations,
+      max_relations_per_address: config.coap.maxRelationsPerAddress,
+      relation_retry_after_s: config.coap.relationRetryAfterS,
     },
-    shutdown_timeout_ms: config.SHUTDOWN_TIMEOUT_MS,
+    shutdown_timeout_ms: config.shutdownTimeoutMs,
     cluster_bus: {
-      enabled: config.GATEWAY_CLUSTER_BUS,
-      reconnect_min_ms: config.GATEWAY_BUS_RECONNECT_MIN_MS,
-      reconnect_max_ms: config.GATEWAY_BUS_RECONNECT_MAX_MS,
-      heartbeat_ms: config.GATEWAY_BUS_HEARTBEAT_MS,
+      enabled: config.cluster.enabled,
+      reconnect_min_ms: config.cluster.reconnectMinMs,
+      reconnect_max_ms: config.cluster.reconnectMaxMs,
+      heartbeat_ms: config.cluster.heartbeatMs,
     },
   };
 }

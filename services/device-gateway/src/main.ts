@@ -24,7 +24,7 @@ async function main(): Promise<void> {
     process.stderr.write(`${err instanceof ConfigError ? err.message : String(err)}\n`);
     process.exit(1);
   }
-  const logger = createLogger({ service: 'device-gateway', level: config.LOG_LEVEL });
+  const logger = createLogger({ service: 'device-gateway', level: config.logLevel });
   let apiKeys: SecretSet;
   try {
     apiKeys = readApiKeys(config);
@@ -49,12 +49,12 @@ async function main(): Promise<void> {
   });
 
   const metrics = createMetrics({ service: 'device-gateway' });
-  const db = createDb<GatewayDatabase>(config.DATABASE_URL, {
-    max: config.DB_POOL_MAX,
+  const db = createDb<GatewayDatabase>(config.database.url, {
+    max: config.database.poolMax,
     applicationName: 'device-gateway',
-    statementTimeoutMs: config.DB_STATEMENT_TIMEOUT_MS,
-    queryTimeoutMs: config.DB_QUERY_TIMEOUT_MS,
-    connectionTimeoutMs: config.DB_CONNECT_TIMEOUT_MS,
+    statementTimeoutMs: config.database.statementTimeoutMs,
+    queryTimeoutMs: config.database.queryTimeoutMs,
+    connectionTimeoutMs: config.database.connectionTimeoutMs,
     // The login's only writes are replica-bus messages (design §3.6). notify-settings answers `updated` once
     // the message is committed: visible to every replica's resync and NOTIFYed, both at commit. It need
     // not survive a PostgreSQL crash: the override it carries is memory-only state by design, which a
@@ -66,20 +66,20 @@ async function main(): Promise<void> {
   });
   const app = buildApp({ config, logger, db, apiKeys: () => apiKeys, metrics });
 
-  if (config.GATEWAY_COAP_SECURITY !== 'dtls' && config.NODE_ENV === 'production') {
+  if (config.coap.security !== 'dtls' && config.nodeEnv === 'production') {
     // Chosen explicitly (production's default is dtls): say so at every start, where on-call will look.
     logger.warn(
       'PLAIN CoAP IS ON: devices on port GATEWAY_COAP_PORT are not authenticated and anyone on the device network can read any device and forge notifications; keep the port on a closed device network or set GATEWAY_COAP_SECURITY=dtls',
-      { coap_security: config.GATEWAY_COAP_SECURITY, coap_port: config.GATEWAY_COAP_PORT },
+      { coap_security: config.coap.security, coap_port: config.coap.port },
     );
   }
-  await app.coap.listen(config.GATEWAY_COAP_PORT, config.GATEWAY_COAP_HOST);
+  await app.coap.listen(config.coap.port, config.coap.host);
   logger.info('coap transports listening', {
-    coap_security: config.GATEWAY_COAP_SECURITY,
+    coap_security: config.coap.security,
     transports: app.coap.transports.map((t) => ({ kind: t.kind, port: t.address().port })),
   });
   const server: Server = await new Promise((resolve, reject) => {
-    const s = app.http.listen(config.GATEWAY_HTTP_PORT, () => resolve(s));
+    const s = app.http.listen(config.http.port, () => resolve(s));
     s.once('error', reject);
   });
   const address = server.address();
@@ -90,7 +90,7 @@ async function main(): Promise<void> {
   let stopping = false;
   installShutdown({
     logger,
-    timeoutMs: config.SHUTDOWN_TIMEOUT_MS,
+    timeoutMs: config.shutdownTimeoutMs,
     steps: [
       {
         name: 'http',

@@ -64,7 +64,7 @@ describe('openapi.yaml describes the management API exactly', () => {
       DATABASE_URL: `postgres://u:p@127.0.0.1:${await freePort('tcp')}/x`,
       GATEWAY_API_KEYS: API_KEYS.join(','),
     });
-    const db = createDb<GatewayDatabase>(config.DATABASE_URL, {
+    const db = createDb<GatewayDatabase>(config.database.url, {
       max: 1,
       connectionTimeoutMs: 1000,
       logger: { warn: () => undefined },

@@ -42,7 +42,7 @@ export async function startGateway(
     GATEWAY_CLUSTER_BUS: 'false',
     ...options.env,
   });
-  const reader = createDb<GatewayDatabase>(config.DATABASE_URL, {
+  const reader = createDb<GatewayDatabase>(config.database.url, {
     max: 2,
     connectionTimeoutMs: 2000,
     logger: quiet,
