@@ -117,7 +117,6 @@ export default tseslint.config(
     ignores: [
       '**/src/config.ts',
       'packages/testkit/src/**',
-      'services/device-gateway/src/cli/device-key.ts',
       'deploy/src/*-main.ts',
       'deploy/src/jwks-sync.ts',
       'deploy/src/validate/**',

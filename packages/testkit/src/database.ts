@@ -1,6 +1,6 @@
 import { createHash, randomBytes } from 'node:crypto';
 import pg from 'pg';
-import { createDb, migrateToLatest } from '@platform/service-kit';
+import { createDb, databaseUrl, migrateToLatest } from '@platform/service-kit';
 import type { MigrationSet } from '@platform/service-kit';
 import { testDatabaseAdminUrl } from './config.js';
 
@@ -25,13 +25,6 @@ export interface TestDatabase {
 /** Quotes an identifier for SQL (names here are generated, but stay safe anyway). */
 function ident(name: string): string {
   return `"${name.replaceAll('"', '""')}"`;
-}
-
-/** The same server and credentials, another database. */
-export function databaseUrl(baseUrl: string, database: string): string {
-  const url = new URL(baseUrl);
-  url.pathname = `/${encodeURIComponent(database)}`;
-  return url.toString();
 }
 
 /**

@@ -1,7 +1,7 @@
 export { freePort } from './ports.js';
 export { startPostgres } from './postgres.js';
 export type { PostgresServer, StartPostgresOptions } from './postgres.js';
-export { createTestDatabase, databaseUrl, migrationFingerprint } from './database.js';
+export { createTestDatabase, migrationFingerprint } from './database.js';
 export type { CreateTestDatabaseOptions, TestDatabase } from './database.js';
 export { encodeEventKey, startS3 } from './s3.js';
 export type { S3EventRecord, S3Request, S3Server, StartS3Options } from './s3.js';

@@ -1,7 +1,7 @@
 // The local stack's database (npm start): the migrations and seed themselves live in @platform/deploy
 // (deploy/src/platform-database.ts), the runtime code of the operations image.
 import pg from 'pg';
-import { databaseUrl } from '@platform/testkit';
+import { databaseUrl } from '@platform/service-kit';
 
 /** Creates `database` on the cluster of `adminUrl` unless it exists (the local stack's first start). */
 export async function ensureDatabase(adminUrl: string, database: string): Promise<string> {

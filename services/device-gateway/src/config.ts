@@ -151,6 +151,16 @@ export function loadGatewayConfig(env: Record<string, string | undefined> = proc
   });
 }
 
+/** What `npm run device-key` needs: the owner login of the platform database (checked by the command). */
+export interface DeviceKeyConfig {
+  databaseUrl: string | undefined;
+}
+
+/** The device-key command's configuration from the environment (design §5.1: read here, passed in). */
+export function deviceKeyConfig(env: Record<string, string | undefined> = process.env): DeviceKeyConfig {
+  return { databaseUrl: env.DATABASE_URL };
+}
+
 /** The validated configuration (see loadGatewayConfig). */
 export type GatewayConfig = ReturnType<typeof loadGatewayConfig>;
 

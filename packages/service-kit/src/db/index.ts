@@ -3,3 +3,4 @@ export type { CreateDbOptions, DbLogger } from './create-db.js';
 export { MigrationError, migrateToLatest, withGeneratedSql } from './migrate.js';
 export type { AppliedMigration, MigrationSet } from './migrate.js';
 export { isConnectionError, isRetryableTransactionError, mapDbError, sqlState } from './errors.js';
+export { databaseUrl } from './url.js';

@@ -17,6 +17,7 @@ import {
   type RevokeResult,
 } from '../db/credential-repository.js';
 import type { GatewayDatabase } from '../db/tables.js';
+import type { DeviceKeyConfig } from '../config.js';
 
 /** Exit codes: 0 done, 1 refused or failed (unknown device, database error), 2 wrong usage. */
 export const EXIT_OK = 0;
@@ -227,17 +228,17 @@ function describeFailure(err: unknown): string {
   return `failed: ${redactString(message)}`;
 }
 
-/** Runs one command; returns the process exit code. `env` supplies DATABASE_URL (read nowhere else). */
+/** Runs one command; returns the process exit code. The database comes from `config` (deviceKeyConfig). */
 export async function runDeviceKey(
   argv: readonly string[],
-  env: Readonly<Record<string, string | undefined>>,
+  config: DeviceKeyConfig,
   io: CommandIo,
 ): Promise<number> {
   if (argv.includes('--help') || argv.includes('-h')) {
     io.out(USAGE);
     return EXIT_OK;
   }
-  const url = env.DATABASE_URL;
+  const url = config.databaseUrl;
   if (url === undefined || url === '') {
     io.err('device-key: DATABASE_URL must be set (the owner login of the platform database)');
     return EXIT_USAGE;

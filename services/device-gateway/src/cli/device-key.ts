@@ -1,7 +1,8 @@
-// Entry point of `npm run device-key -- …` (see device-key-command.ts). The one place it reads process.env.
+// Entry point of `npm run device-key -- …` (see device-key-command.ts); its configuration comes from config.ts.
+import { deviceKeyConfig } from '../config.js';
 import { runDeviceKey } from './device-key-command.js';
 
-process.exitCode = await runDeviceKey(process.argv.slice(2), process.env, {
+process.exitCode = await runDeviceKey(process.argv.slice(2), deviceKeyConfig(), {
   out: (text) => process.stdout.write(`${text}\n`),
   err: (text) => process.stderr.write(`${text}\n`),
 });
