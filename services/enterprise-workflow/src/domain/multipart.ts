@@ -17,7 +17,7 @@ import {
   recordUploadAbandoned,
 } from '../db/multipart.js';
 import type { MultipartMedia } from '../db/multipart.js';
-import { StorageRefusedError, StorageUnavailableError } from './ports.js';
+import { storeCall } from './store-call.js';
 import type { StoredPart } from './ports.js';
 import type { UserScope, WorkflowContext } from './context.js';
 import { normaliseEtag } from './media.js';
@@ -98,23 +98,6 @@ export function partLength(
   n: number,
 ): number {
   return Math.min(item.partSizeBytes, item.declaredSizeBytes - (n - 1) * item.partSizeBytes);
-}
-
-/** A store call of a user request: an outage or a refusal of our own access is 503 (the edge adds Retry-After). */
-export async function storeCall<T>(log: Logger, what: string, call: () => Promise<T>): Promise<T> {
-  try {
-    return await call();
-  } catch (err) {
-    if (err instanceof StorageRefusedError) {
-      log.error(`object store refused ${what}`, { store_status: err.status, error: err.message });
-    }
-    if (err instanceof StorageUnavailableError || err instanceof StorageRefusedError) {
-      throw new DomainError('backend_unavailable', 'The object store is unavailable; retry later.', {
-        cause: err,
-      });
-    }
-    throw err;
-  }
 }
 
 const notFound = () => new DomainError('not_found', 'No such media item.');

@@ -3,7 +3,7 @@ import type { ObjectCreatedEvent } from '@platform/contracts';
 import { recordObjectCreated } from '@platform/enterprise-db';
 import { DomainError, mapDbError } from '@platform/service-kit';
 import type { ServiceScope, WorkflowContext } from './context.js';
-import { StorageRefusedError, StorageUnavailableError } from './ports.js';
+import { storeCall } from './store-call.js';
 import { ACCEPTED_PREFIX, acceptedObjectKey, isMediaObjectKey, normaliseEtag } from './media.js';
 import { readRecord } from './object-events.js';
 import type { ObjectCreated } from './object-events.js';
@@ -21,45 +21,11 @@ export interface WebhookResult {
  * not there. Undefined when the object is gone.
  */
 async function observe(ctx: WorkflowContext, scope: ServiceScope, event: ObjectCreated) {
-  const head = await askStore(scope, event.key, 'HEAD', () => ctx.storage.head(event.key));
+  const head = await storeCall(scope.log, 'HEAD for an object event', () => ctx.storage.head(event.key), {
+    object_key: event.key,
+  });
   if (head === undefined) return undefined;
   return { sizeBytes: head.sizeBytes, contentType: head.contentType, etag: normaliseEtag(head.etag) };
-}
-
-/**
- * A call to the store on behalf of an event; failures become 503 (the edge adds Retry-After), so the store redelivers
- * the event from its queue.
- */
-async function askStore<T>(
-  scope: ServiceScope,
-  key: string,
-  what: string,
-  call: () => Promise<T>,
-): Promise<T> {
-  try {
-    return await call();
-  } catch (err) {
-    if (err instanceof StorageUnavailableError) {
-      throw new DomainError('backend_unavailable', 'The object store is unreachable; retry later.', {
-        cause: err,
-      });
-    }
-    if (err instanceof StorageRefusedError) {
-      // The store refused our own HEAD (typically 403: this service's credentials or bucket policy
-      // lack s3:GetObject). The event is sound; we could not judge it. Acknowledging would lose it
-      // for good, so answer as for an outage and let the store redeliver from its queue once an
-      // operator has fixed the access this line reports.
-      scope.log.error(`object store refused ${what} for an object event`, {
-        object_key: key,
-        store_status: err.status,
-        error: err.message,
-      });
-      throw new DomainError('backend_unavailable', 'The object store refused a lookup; retry later.', {
-        cause: err,
-      });
-    }
-    throw err;
-  }
 }
 
 /**
@@ -127,8 +93,11 @@ export async function handleObjectCreated(
     // Secured before it is recorded: once the item says available, the bytes it names are already where no
     // upload URL can reach. Only the version just inspected is copied (if-match its ETag).
     const secured = acceptedObjectKey(event.key, observed.etag);
-    const copyEtag = await askStore(scope, event.key, 'COPY', () =>
-      ctx.storage.copy({ source: event.key, destination: secured, etag: observed.etag as string }),
+    const copyEtag = await storeCall(
+      scope.log,
+      'COPY for an object event',
+      () => ctx.storage.copy({ source: event.key, destination: secured, etag: observed.etag as string }),
+      { object_key: event.key },
     );
     if (normaliseEtag(copyEtag) !== observed.etag) {
       // Replaced or deleted since the HEAD (another PUT to the same URL): that PUT's own event decides.

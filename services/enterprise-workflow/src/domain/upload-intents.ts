@@ -17,7 +17,8 @@ import { siteIsVisible } from '../db/sites.js';
 import type { UserScope, WorkflowContext } from './context.js';
 import type { PresignedUpload } from './ports.js';
 import { checkIntent, newObjectKey } from './media.js';
-import { planParts, storeCall } from './multipart.js';
+import { planParts } from './multipart.js';
+import { storeCall } from './store-call.js';
 import type { PartPlan } from './multipart.js';
 
 const siteNotFound = () => new DomainError('not_found', 'No such site.');
