@@ -8,6 +8,7 @@ import { demoSites } from '@platform/enterprise-db';
 import { startHarness } from './support/harness.js';
 import type { Harness } from './support/harness.js';
 import { startVerifyingProxy } from './support/sigv4.js';
+import { waitFor } from './support/wait.js';
 
 let h: Harness;
 let proxy: Awaited<ReturnType<typeof startVerifyingProxy>>;
@@ -54,16 +55,6 @@ interface Upload {
   url: string;
   headers: Record<string, string>;
   expires_at: string;
-}
-
-async function waitFor<T>(probe: () => Promise<T | undefined>, timeoutMs = 5000): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const value = await probe();
-    if (value !== undefined) return value;
-    if (Date.now() > deadline) throw new Error('timed out');
-    await new Promise((resolve) => setTimeout(resolve, 50));
-  }
 }
 
 it('uploads through the presigned URL, the event arrives, and the media downloads', async () => {

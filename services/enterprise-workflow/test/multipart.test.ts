@@ -30,6 +30,7 @@ import { createSweepMetrics } from '../src/domain/metrics.js';
 import { startHarness } from './support/harness.js';
 import type { Harness } from './support/harness.js';
 import { startVerifyingProxy } from './support/sigv4.js';
+import { waitFor } from './support/wait.js';
 
 const MiB = 1024 * 1024;
 let h: Harness;
@@ -143,16 +144,6 @@ async function mediaRow(mediaId: string) {
   return rows[0];
 }
 
-async function waitFor<T>(probe: () => Promise<T | undefined>, timeoutMs = 10_000): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const value = await probe();
-    if (value !== undefined) return value;
-    if (Date.now() > deadline) throw new Error('timed out');
-    await new Promise((resolve) => setTimeout(resolve, 50));
-  }
-}
-
 it('uploads in parts, resumes from the stored parts, completes, and downloads the same bytes', async () => {
   const file = randomBytes(12 * MiB + 3);
   const { mediaId, plan } = await newUpload(file.length);
@@ -199,7 +190,7 @@ it('uploads in parts, resumes from the stored parts, completes, and downloads th
   const ready = await waitFor(async () => {
     const res = await api('GET', `/sites/${hq}/media/${mediaId}/download`, alice);
     return res.status === 200 ? res.body : undefined;
-  });
+  }, 10_000);
   expect(ready).toMatchObject({ media_id: mediaId, size_bytes: file.length, content_type: 'video/mp4' });
   // Served from the accepted copy (design §4.6), which no upload URL can write.
   expect(new URL(ready.url as string).pathname).toContain('/accepted/');
@@ -294,7 +285,7 @@ it('completion checks the parts against the intent before the store assembles th
       ])
     ).status,
   ).toBe(202);
-  await waitFor(async () => ((await mediaRow(mediaId))?.status === 'available' ? true : undefined));
+  await waitFor(async () => ((await mediaRow(mediaId))?.status === 'available' ? true : undefined), 10_000);
 });
 
 it('part numbers beyond the plan are refused, and small files still get one PUT', async () => {
