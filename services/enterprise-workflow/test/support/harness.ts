@@ -88,12 +88,25 @@ export async function startHarness(options: HarnessOptions = {}): Promise<Harnes
             eventPrefix: 'sites/',
             onObjectCreated: async (record) => {
               if (eventTarget === undefined) return;
-              const res = await fetch(eventTarget, {
-                method: 'POST',
-                headers: { 'Content-Type': 'application/json', Authorization: `Bearer ${WEBHOOK_TOKENS[0]}` },
-                body: JSON.stringify({ Records: [record] }),
-              });
-              forwarded.push(res.status);
+              // As MinIO with a queue_dir: an event whose delivery failed on the way (a keep-alive
+              // connection the app closed just then) is sent again; every answer counts, 503s included.
+              for (let attempt = 1; ; attempt++) {
+                try {
+                  const res = await fetch(eventTarget, {
+                    method: 'POST',
+                    headers: {
+                      'Content-Type': 'application/json',
+                      Authorization: `Bearer ${WEBHOOK_TOKENS[0]}`,
+                    },
+                    body: JSON.stringify({ Records: [record] }),
+                  });
+                  forwarded.push(res.status);
+                  return;
+                } catch (err) {
+                  if (attempt >= 3) throw err;
+                  await new Promise((resolve) => setTimeout(resolve, 50 * attempt));
+                }
+              }
             },
           }
         : {}),
