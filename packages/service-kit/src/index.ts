@@ -18,5 +18,5 @@ export type { HttpAppOptions } from './http/app.js';
 export { addRoutes } from './http/routes.js';
 export type { AddRoutesOptions, HttpMethod, RouteDefinition, RouteTarget } from './http/routes.js';
 export { PROBLEM_CONTENT_TYPE, problemErrorHandler, sendProblem } from './http/problem.js';
-export { REQUEST_ID_HEADER, REQUEST_ID_PATTERN, requestContext } from './http/request-context.js';
+export { REQUEST_ID_HEADER, REQUEST_ID_PATTERN, installRequestContext } from './http/request-context.js';
 export * from './db/index.js';

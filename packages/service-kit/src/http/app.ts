@@ -6,7 +6,7 @@ import { DomainError } from '../errors.js';
 import { httpMetrics } from '../metrics.js';
 import { UNSTORABLE_TEXT_MESSAGE, unstorableTextPaths } from '../text.js';
 import { problemErrorHandler } from './problem.js';
-import { requestContext } from './request-context.js';
+import { installRequestContext } from './request-context.js';
 
 /** design §3.1: JSON bodies over 64 KiB are refused with 413. */
 export const DEFAULT_BODY_LIMIT_BYTES = 64 * 1024;
@@ -39,8 +39,8 @@ export function createHttpApp(options: HttpAppOptions): Express {
   const hops = options.trustProxy === true ? 1 : options.trustProxy === false ? 0 : (options.trustProxy ?? 0);
   app.set('trust proxy', hops);
 
-  app.use(requestContext(options.logger));
-  app.use(observeRequests(options.metrics));
+  installRequestContext(app, options.logger);
+  app.use(observeRequests(options.logger, options.metrics));
   return app;
 }
 
@@ -51,7 +51,9 @@ export function createHttpApp(options: HttpAppOptions): Express {
  * requests pass with `req.body` undefined.
  */
 export function readJsonBody(limitBytes: number = DEFAULT_BODY_LIMIT_BYTES): RequestHandler[] {
-  return [requireJsonBody, express.json({ limit: limitBytes, type: JSON_TYPES }), requireStorableText];
+  // requireJsonBody has checked the media type of any request with a body: the parser need not parse the
+  // Content-Type header a second time (it still skips bodiless requests itself).
+  return [requireJsonBody, express.json({ limit: limitBytes, type: parseCheckedBody }), requireStorableText];
 }
 
 /**
@@ -83,6 +85,8 @@ const notFound: RequestHandler = (_req, _res, next) => {
   next(new DomainError('not_found', 'No resource matches this path.'));
 };
 
+const parseCheckedBody = (): boolean => true;
+
 /** A request with a body must declare a JSON media type; bodiless requests pass untouched. */
 const requireJsonBody: RequestHandler = (req, _res, next) => {
   if (!hasBody(req) || req.is(JSON_TYPES) !== false) {
@@ -109,14 +113,13 @@ function routeLabel(req: Request, res: Response): string {
 
 const STANDARD_METHODS = new Set(['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS']);
 
-function observeRequests(registry: Registry | undefined): RequestHandler {
+function observeRequests(logger: Logger, registry: Registry | undefined): RequestHandler {
   const metrics = registry === undefined ? undefined : httpMetrics(registry);
   return (req, res, next) => {
     const started = process.hrtime.bigint();
-    let done = false;
-    const record = (aborted: boolean): void => {
-      if (done) return;
-      done = true;
+    // 'close' comes after 'finish' on a completed response, and alone when the client went away first.
+    res.once('close', () => {
+      const aborted = !res.writableFinished;
       const seconds = Number(process.hrtime.bigint() - started) / 1e9;
       const route = routeLabel(req, res);
       const status = res.statusCode;
@@ -129,9 +132,10 @@ function observeRequests(registry: Registry | undefined): RequestHandler {
         metrics.requests.inc(labels);
         metrics.duration.observe(labels, seconds);
       }
-      // Winston formats a line before its transports drop it by level; a disabled level must cost nothing.
+      // Winston formats a line before its transports drop it by level; a disabled level must cost nothing,
+      // not even the request's child logger.
       const level = status >= 500 ? 'warn' : 'info';
-      if (!req.log.isLevelEnabled(level)) return;
+      if (!logger.isLevelEnabled(level)) return;
       req.log[level]('http request', {
         method: req.method,
         route,
@@ -142,10 +146,7 @@ function observeRequests(registry: Registry | undefined): RequestHandler {
         ...(typeof res.locals.errorCode === 'string' ? { code: res.locals.errorCode } : {}),
         ...(aborted ? { aborted: true } : {}),
       });
-    };
-    res.once('finish', () => record(false));
-    // 'close' without 'finish': the client went away before the response was complete.
-    res.once('close', () => record(!res.writableFinished));
+    });
     next();
   };
 }
