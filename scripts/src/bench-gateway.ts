@@ -331,7 +331,8 @@ async function measure(
 
 /**
  * notify-settings over HTTP → the observing device. First closed loop (one request at a time: the latency of a
- * single notify with no queueing), then open loop at `rate`/s for 5 s with each send time taken when the
+ * single notify with no queueing), then, after the same 1 s warm-up as the floors get, open loop at `rate`/s
+ * for 5 s with each send time taken when the
  * request is written, and with enough sockets that the client never queues requests. The observer registered
  * with CON, so it gets CON notifications and ACKs each; a value superseded while a notification awaits its ACK
  * is replaced by the newer one (RFC 7641 4.5.2), so "matched" can be below "sent" without anything being lost.
@@ -384,6 +385,10 @@ async function latency(databaseUrl: string, rate = 1000, confirmable = true) {
   }
   notified = undefined;
   const single = [...samples].sort((a, b) => a - b);
+  // The floors' warm-up: 1 s of the open loop, not counted (the JIT and the heap settle as they do there).
+  await openLoop(rate, rate, (i) => post(value + i));
+  value += rate;
+  await new Promise((r) => setTimeout(r, 100));
   samples.length = 0;
   // Open loop at `rate`/s for 5 s.
   const total = rate * 5;
@@ -402,6 +407,8 @@ async function latency(databaseUrl: string, rate = 1000, confirmable = true) {
   await stopChild(child);
   return {
     single: { p50: percentile(single, 50), p99: percentile(single, 99), n: single.length },
+    samples,
+    serverCpuMs,
     p50: percentile(samples, 50),
     p99: percentile(samples, 99),
     sent: total,
@@ -446,6 +453,8 @@ async function floorLatency(mode: 'floor-http' | 'floor-express', rate = 1000) {
   observer.close();
   await stopChild(child);
   return {
+    samples,
+    serverCpuMs,
     p50: percentile(samples, 50),
     p99: percentile(samples, 99),
     seen: samples.length,
@@ -453,12 +462,38 @@ async function floorLatency(mode: 'floor-http' | 'floor-express', rate = 1000) {
   };
 }
 
-/** notify-settings over HTTP → device, then the floors under it; prints both and the ratio to the express floor. */
-async function notifyRound(url: string, label: string) {
-  const lat = await latency(url);
-  const non = await latency(url, 1000, false);
+type GatewayLatency = Awaited<ReturnType<typeof latency>>;
+type FloorLatency = Awaited<ReturnType<typeof floorLatency>>;
+
+interface NotifyRound {
+  con: GatewayLatency;
+  non: GatewayLatency;
+  floorHttp: FloorLatency;
+  floorExpress: FloorLatency;
+}
+
+/**
+ * notify-settings over HTTP → device (CON and NON observers) and the floors under it; prints the four and the
+ * ratios to the express floor. `floorsFirst` reverses the order, so that rounds alternate (ABBA) and a drift of
+ * the machine's speed during a round does not favour whichever runs first.
+ */
+async function notifyRound(url: string, label: string, floorsFirst = false): Promise<NotifyRound> {
+  const gateway = async () => ({ con: await latency(url), non: await latency(url, 1000, false) });
+  const floors = async () => ({
+    floorHttp: await floorLatency('floor-http'),
+    floorExpress: await floorLatency('floor-express'),
+  });
+  let round: NotifyRound;
+  if (floorsFirst) {
+    const f = await floors();
+    round = { ...(await gateway()), ...f };
+  } else {
+    const g = await gateway();
+    round = { ...g, ...(await floors()) };
+  }
+  const { con: lat, non, floorHttp, floorExpress } = round;
   console.log(
-    `\n== notify-settings over HTTP → device${label === '' ? '' : ` (${label})`} — load average ${loadavg()[0]!.toFixed(2)} ==`,
+    `\n== notify-settings over HTTP → device${label === '' ? '' : ` (${label}${floorsFirst ? ', floors first' : ''})`} — load average ${loadavg()[0]!.toFixed(2)} ==`,
   );
   console.log(
     `one at a time (closed loop, ${lat.single.n}): p50 ${lat.single.p50.toFixed(3)} ms   p99 ${lat.single.p99.toFixed(3)} ms`,
@@ -473,16 +508,76 @@ async function notifyRound(url: string, label: string) {
     `NON observer, open loop ${non.achievedRate.toFixed(0)}/s: p50 ${non.p50.toFixed(3)} ms   p99 ${non.p99.toFixed(3)} ms   (${non.seen}/${non.sent} delivered; ${non.serverCpuUsPerNotify.toFixed(0)} µs CPU per notify)`,
   );
   // The floor under that figure on this machine: the same load against servers that only parse and send.
-  for (const [mode, label] of [
-    ['floor-http', 'node:http alone'],
-    ['floor-express', 'express + express.json alone'],
+  for (const [f, name] of [
+    [floorHttp, 'node:http alone'],
+    [floorExpress, 'express + express.json alone'],
   ] as const) {
-    const f = await floorLatency(mode);
     console.log(
-      `  floor, ${label.padEnd(29)} p50 ${f.p50.toFixed(3)} ms   p99 ${f.p99.toFixed(3)} ms   (${f.seen} of 5000; ${f.cpuUsPerRequest.toFixed(0)} µs CPU each)${mode === 'floor-express' ? `   gateway/floor p99 ${ratio(lat.p99, f.p99)} (CON), ${ratio(non.p99, f.p99)} (NON)` : ''}`,
+      `  floor, ${name.padEnd(29)} p50 ${f.p50.toFixed(3)} ms   p99 ${f.p99.toFixed(3)} ms   (${f.seen} of 5000; ${f.cpuUsPerRequest.toFixed(0)} µs CPU each)${f === floorExpress ? `   gateway/floor p99 ${ratio(lat.p99, f.p99)} (CON), ${ratio(non.p99, f.p99)} (NON)` : ''}`,
     );
   }
-  return lat;
+  return round;
+}
+
+/**
+ * The rounds together: each system's samples pooled over all rounds (5,000 per round), so the p99 rests on
+ * 50 samples per round instead of 50 in all; a round's p99 moves by half whenever the machine happens to
+ * stall a few more times in those 5 s (the stalls are the host's: docs/benchmarks.md).
+ */
+function printPooled(rounds: readonly NotifyRound[]): void {
+  const pool = (pick: (r: NotifyRound) => { samples: number[] }): number[] =>
+    rounds.flatMap((r) => pick(r).samples).sort((a, b) => a - b);
+  const cpu = (pick: (r: NotifyRound) => { serverCpuMs: number }): number =>
+    (1000 * rounds.reduce((sum, r) => sum + pick(r).serverCpuMs, 0)) / (rounds.length * 5000);
+  const con = pool((r) => r.con);
+  const non = pool((r) => r.non);
+  const http = pool((r) => r.floorHttp);
+  const exp = pool((r) => r.floorExpress);
+  const median = (values: number[]): number => {
+    const sorted = [...values].sort((a, b) => a - b);
+    const mid = Math.floor(sorted.length / 2);
+    return sorted.length % 2 === 1 ? sorted[mid]! : (sorted[mid - 1]! + sorted[mid]!) / 2;
+  };
+  const perRound = (pick: (r: NotifyRound) => { p99: number }): string =>
+    `median of rounds ${median(rounds.map((r) => pick(r).p99 / r.floorExpress.p99)).toFixed(2)}x`;
+  console.log(
+    `\n== notify-settings, ${rounds.length} rounds pooled (${con.length} CON, ${non.length} NON samples) ==`,
+  );
+  const line = (name: string, sorted: number[], cpuUs: number, extra = ''): void =>
+    console.log(
+      `${name.padEnd(32)} p50 ${percentile(sorted, 50).toFixed(3)} ms   p99 ${percentile(sorted, 99).toFixed(3)} ms   ${cpuUs.toFixed(0)} µs CPU each${extra}`,
+    );
+  line(
+    'gateway, CON observer',
+    con,
+    cpu((r) => r.con),
+    `   p99/floor ${ratio(percentile(con, 99), percentile(exp, 99))} (${perRound((r) => r.con)})`,
+  );
+  line(
+    'gateway, NON observer',
+    non,
+    cpu((r) => r.non),
+    `   p99/floor ${ratio(percentile(non, 99), percentile(exp, 99))} (${perRound((r) => r.non)})`,
+  );
+  line(
+    'floor, node:http alone',
+    http,
+    cpu((r) => r.floorHttp),
+  );
+  line(
+    'floor, express + express.json',
+    exp,
+    cpu((r) => r.floorExpress),
+  );
+  console.log(
+    `CPU per notify, gateway/express floor: ${ratio(
+      cpu((r) => r.con),
+      cpu((r) => r.floorExpress),
+    )} (CON), ${ratio(
+      cpu((r) => r.non),
+      cpu((r) => r.floorExpress),
+    )} (NON)`,
+  );
 }
 
 async function main(): Promise<void> {
@@ -504,7 +599,10 @@ async function main(): Promise<void> {
         .join(' ')} on ${cpus().length} cores`,
     );
     if (ONLY_NOTIFY) {
-      for (let r = 1; r <= ROUNDS; r++) await notifyRound(url, `round ${r} of ${ROUNDS}`);
+      const rounds: NotifyRound[] = [];
+      for (let r = 1; r <= ROUNDS; r++)
+        rounds.push(await notifyRound(url, `round ${r} of ${ROUNDS}`, r % 2 === 0));
+      if (ROUNDS > 1) printPooled(rounds);
       await owner.destroy();
       return;
     }
@@ -550,7 +648,7 @@ async function main(): Promise<void> {
         `reload of ${ROWS} rows with ${n} observers kept: ${g.reloadMs.toFixed(0)} ms (DB read + swap; notifications follow)`,
       );
     }
-    const lat = await notifyRound(url, '');
+    const { con: lat } = await notifyRound(url, '');
     // CoAP over DTLS (design §3.5), beside the plain figures above.
     const dtlsN = Number(process.env.BENCH_DTLS_OBSERVERS ?? 10_000);
     const ids = Array.from({ length: dtlsN }, (_, i) => deviceId(i));

@@ -15,35 +15,43 @@ const pointerToken = (key: string): string => key.replace(/~/g, '~0').replace(/\
  * JSON Pointers (RFC 6901) of every string in `value` (object keys included: the key's own pointer) that
  * PostgreSQL could not store, in document order; empty when all can be stored. `depthLimit` bounds the walk
  * (express.json's body limit already bounds the size). Every request body passes through here, so a clean
- * document costs one test per string and builds no pointer: a pointer is built from the keys on the way down
- * only for a string that fails.
+ * document is checked by a walk that allocates nothing; pointers are built only when something failed.
  */
 export function unstorableTextPaths(value: unknown, path = '', depthLimit = 64): string[] {
+  if (!holdsUnstorable(value, 0, depthLimit)) return [];
   const found: string[] = [];
-  const keys: string[] = [];
-  const pointer = (): string => path + keys.map((key) => `/${pointerToken(key)}`).join('');
-  const walk = (v: unknown, depth: number): void => {
+  const walk = (v: unknown, at: string, depth: number): void => {
     if (typeof v === 'string') {
-      if (UNSTORABLE.test(v)) found.push(pointer());
+      if (UNSTORABLE.test(v)) found.push(at);
       return;
     }
     if (v === null || typeof v !== 'object' || depth > depthLimit) return;
     if (Array.isArray(v)) {
-      for (let i = 0; i < v.length; i++) {
-        keys.push(String(i));
-        walk(v[i], depth + 1);
-        keys.pop();
-      }
+      v.forEach((item, i) => walk(item, `${at}/${i}`, depth + 1));
       return;
     }
-    for (const key in v) {
-      if (!Object.hasOwn(v, key)) continue;
-      keys.push(key);
-      if (UNSTORABLE.test(key)) found.push(pointer());
-      walk((v as Record<string, unknown>)[key], depth + 1);
-      keys.pop();
+    for (const [key, item] of Object.entries(v)) {
+      const child = `${at}/${pointerToken(key)}`;
+      if (UNSTORABLE.test(key)) found.push(child);
+      walk(item, child, depth + 1);
     }
   };
-  walk(value, 0);
+  walk(value, path, 0);
   return found;
+}
+
+/** Whether `unstorableTextPaths` would find anything, without building a pointer or an array. */
+function holdsUnstorable(v: unknown, depth: number, depthLimit: number): boolean {
+  if (typeof v === 'string') return UNSTORABLE.test(v);
+  if (v === null || typeof v !== 'object' || depth > depthLimit) return false;
+  if (Array.isArray(v)) {
+    for (const item of v) if (holdsUnstorable(item, depth + 1, depthLimit)) return true;
+    return false;
+  }
+  for (const key in v) {
+    if (!Object.hasOwn(v, key)) continue;
+    if (UNSTORABLE.test(key)) return true;
+    if (holdsUnstorable((v as Record<string, unknown>)[key], depth + 1, depthLimit)) return true;
+  }
+  return false;
 }

@@ -76,10 +76,13 @@ describe('settings documents: sizes known without encoding', () => {
       { timezone: 'Europe/Zürich', a: { z: [1, 2.5, -3e300], b: 'ü€' } },
     ],
     ['longest id', 'd'.repeat(128), 'override', { maintenance_mode: true, firmware_channel: 'beta' }],
+    ['id JSON must escape', 'a"b\\c', 'registry', { note: 'line\nbreak "quoted"' }],
   ] as const)('%s', (_name, deviceId, source, settings) => {
     for (const version of [1, 1_700_000_000_000_123, Number.MAX_SAFE_INTEGER]) {
       const doc = settingsDocument(deviceId, version, source, settings);
       expect(doc.jsonLength).toBe(Buffer.byteLength(JSON.stringify(doc.body)));
+      // Assembled from the settings' JSON, the text is JSON.stringify's, byte for byte.
+      expect(doc.jsonText()).toBe(JSON.stringify(doc.body));
       expect(doc.cborSlack).toBe(cborSlack(doc.body));
       expect(doc.contentKey).toBe(JSON.stringify([source, canonical(settings)]));
       // The cached encoding, once built, is what jsonLength reports.

@@ -1,9 +1,8 @@
 import express from 'express';
-import type { Express, Request, RequestHandler, Response } from 'express';
+import type { Express, Request, RequestHandler } from 'express';
 import type { Registry } from 'prom-client';
 import type { Logger } from 'winston';
 import { DomainError } from '../errors.js';
-import { httpMetrics } from '../metrics.js';
 import { UNSTORABLE_TEXT_MESSAGE, unstorableTextPaths } from '../text.js';
 import { problemErrorHandler } from './problem.js';
 import { installRequestContext } from './request-context.js';
@@ -39,8 +38,7 @@ export function createHttpApp(options: HttpAppOptions): Express {
   const hops = options.trustProxy === true ? 1 : options.trustProxy === false ? 0 : (options.trustProxy ?? 0);
   app.set('trust proxy', hops);
 
-  installRequestContext(app, options.logger);
-  app.use(observeRequests(options.logger, options.metrics));
+  installRequestContext(app, options.logger, options.metrics);
   return app;
 }
 
@@ -87,9 +85,12 @@ const notFound: RequestHandler = (_req, _res, next) => {
 
 const parseCheckedBody = (): boolean => true;
 
-/** A request with a body must declare a JSON media type; bodiless requests pass untouched. */
+/**
+ * A request with a body must declare a JSON media type; bodiless requests pass untouched. The header nearly
+ * every client sends, exactly `application/json`, is accepted without parsing it.
+ */
 const requireJsonBody: RequestHandler = (req, _res, next) => {
-  if (!hasBody(req) || req.is(JSON_TYPES) !== false) {
+  if (!hasBody(req) || req.headers['content-type'] === 'application/json' || req.is(JSON_TYPES) !== false) {
     next();
     return;
   }
@@ -100,53 +101,4 @@ function hasBody(req: Request): boolean {
   if (req.headers['transfer-encoding'] !== undefined) return true;
   const length = Number(req.headers['content-length'] ?? 0);
   return Number.isFinite(length) && length > 0;
-}
-
-/** The matched route pattern (`/sites/:site_id/...`), never the raw URL, so labels stay bounded. */
-function routeLabel(req: Request, res: Response): string {
-  const tagged = res.locals.route as string | undefined;
-  if (tagged !== undefined) return tagged;
-  const path = (req.route as { path?: unknown } | undefined)?.path;
-  if (typeof path === 'string' || path instanceof RegExp) return `${req.baseUrl}${path.toString()}`;
-  return 'unmatched';
-}
-
-const STANDARD_METHODS = new Set(['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS']);
-
-function observeRequests(logger: Logger, registry: Registry | undefined): RequestHandler {
-  const metrics = registry === undefined ? undefined : httpMetrics(registry);
-  return (req, res, next) => {
-    const started = process.hrtime.bigint();
-    // 'close' comes after 'finish' on a completed response, and alone when the client went away first.
-    res.once('close', () => {
-      const aborted = !res.writableFinished;
-      const seconds = Number(process.hrtime.bigint() - started) / 1e9;
-      const route = routeLabel(req, res);
-      const status = res.statusCode;
-      if (metrics !== undefined) {
-        const labels = {
-          method: STANDARD_METHODS.has(req.method) ? req.method : 'OTHER',
-          route,
-          status: String(status),
-        };
-        metrics.requests.inc(labels);
-        metrics.duration.observe(labels, seconds);
-      }
-      // Winston formats a line before its transports drop it by level; a disabled level must cost nothing,
-      // not even the request's child logger.
-      const level = status >= 500 ? 'warn' : 'info';
-      if (!logger.isLevelEnabled(level)) return;
-      req.log[level]('http request', {
-        method: req.method,
-        route,
-        path: req.path,
-        status,
-        duration_ms: Math.round(seconds * 1e6) / 1e3,
-        ip: req.ip,
-        ...(typeof res.locals.errorCode === 'string' ? { code: res.locals.errorCode } : {}),
-        ...(aborted ? { aborted: true } : {}),
-      });
-    });
-    next();
-  };
 }

@@ -57,23 +57,38 @@ export const OBSERVE_FORM_SPLIT = 1 + ETAG_BYTES;
  */
 export function observeForm(doc: VisibleDocument, format: DocumentFormat, observeMaxAgeS: number): Buffer {
   // JSON is serialised here rather than through doc.json, which would keep a second copy of the payload (and a
-  // Buffer object) in the document for as long as it lives.
-  const payload = format === ContentFormat.json ? Buffer.from(JSON.stringify(doc.body)) : doc.cbor;
-  const etag = versionEtag(doc.version, format);
-  const opts = encodeOptions(
-    [
-      { number: Opt.ContentFormat, value: uintBytes(format) },
-      { number: Opt.MaxAge, value: uintBytes(observeMaxAgeS) },
-    ],
-    Opt.Observe,
-  );
-  const out = Buffer.allocUnsafe(OBSERVE_FORM_SPLIT + opts.length + 1 + payload.length);
+  // Buffer object) in the document for as long as it lives; it is written straight into the form.
+  const json = format === ContentFormat.json ? doc.jsonText() : undefined;
+  const cbor = json === undefined ? doc.cbor : undefined;
+  const opts = observeFormOptions(format, observeMaxAgeS);
+  const payloadAt = OBSERVE_FORM_SPLIT + opts.length + 1;
+  const out = Buffer.allocUnsafe(payloadAt + (cbor === undefined ? Buffer.byteLength(json!) : cbor.length));
   out[0] = (Opt.ETag << 4) | ETAG_BYTES;
-  etag.copy(out, 1);
+  writeVersionEtag(out, 1, doc.version, format);
   opts.copy(out, OBSERVE_FORM_SPLIT);
-  out[OBSERVE_FORM_SPLIT + opts.length] = 0xff;
-  payload.copy(out, OBSERVE_FORM_SPLIT + opts.length + 1);
+  out[payloadAt - 1] = 0xff;
+  if (cbor === undefined) out.write(json!, payloadAt);
+  else cbor.copy(out, payloadAt);
   return out;
+}
+
+/** Content-Format and Max-Age encoded after Observe: the same bytes for every form of a format and Max-Age. */
+const observeFormOptionCache = new Map<number, Buffer>();
+
+function observeFormOptions(format: DocumentFormat, observeMaxAgeS: number): Buffer {
+  const key = format * 0x100000000 + observeMaxAgeS;
+  let opts = observeFormOptionCache.get(key);
+  if (opts === undefined) {
+    opts = encodeOptions(
+      [
+        { number: Opt.ContentFormat, value: uintBytes(format) },
+        { number: Opt.MaxAge, value: uintBytes(observeMaxAgeS) },
+      ],
+      Opt.Observe,
+    );
+    observeFormOptionCache.set(key, opts);
+  }
+  return opts;
 }
 
 /** Whether a client's ETag option value names the version an observe form carries. */
@@ -87,10 +102,14 @@ export function formEtagEquals(form: Buffer, etag: Buffer): boolean {
  */
 export function versionEtag(version: number, format: number): Buffer {
   const etag = Buffer.alloc(ETAG_BYTES);
-  etag.writeUIntBE(Math.floor(version / 0x100), 0, 6);
-  etag[6] = version % 0x100;
-  etag[7] = format;
+  writeVersionEtag(etag, 0, version, format);
   return etag;
+}
+
+function writeVersionEtag(out: Buffer, at: number, version: number, format: number): void {
+  out.writeUIntBE(Math.floor(version / 0x100), at, 6);
+  out[at + 6] = version % 0x100;
+  out[at + 7] = format;
 }
 
 /** ETag of a computed representation (link format): a hash prefix of the payload. */

@@ -33,12 +33,27 @@ export class VisibleDocument {
     readonly body: Readonly<Record<string, unknown>>,
     /** Canonical JSON of everything visible except `version`: two documents are the same change iff equal. */
     readonly contentKey: string,
-    /** Sizes known without serialising the body (settings documents); see `jsonLength` and `cborSlack`. */
-    private readonly sizes?: { jsonLength: number; cborSlack: number },
+    /**
+     * What is known without serialising the body (settings documents): sizes (see `jsonLength` and `cborSlack`)
+     * and the settings' JSON text, from which `jsonText` assembles the document's.
+     */
+    private readonly known?: { jsonLength: number; cborSlack: number; settingsJson?: string },
   ) {}
 
   get json(): Buffer {
-    return (this.jsonBytes ??= Buffer.from(JSON.stringify(this.body)));
+    return (this.jsonBytes ??= Buffer.from(this.jsonText()));
+  }
+
+  /**
+   * `JSON.stringify(body)`, not kept: for a settings document it is assembled from the settings' JSON text, which
+   * was produced once when the settings were prepared (every notify builds one notification from it).
+   */
+  jsonText(): string {
+    const settingsJson = this.known?.settingsJson;
+    if (settingsJson === undefined) return JSON.stringify(this.body);
+    const body = this.body as { device_id: string; source: SettingsSource };
+    // The keys in the body's order, as JSON.stringify writes them (the sizes test checks the bytes are equal).
+    return `{"device_id":${jsonString(body.device_id)},"version":${this.version},"source":"${body.source}","settings":${settingsJson}}`;
   }
 
   get cbor(): Buffer {
@@ -47,12 +62,12 @@ export class VisibleDocument {
 
   /** Bytes of the JSON encoding, without encoding it when the size is known. */
   get jsonLength(): number {
-    return this.jsonBytes?.length ?? this.sizes?.jsonLength ?? Buffer.byteLength(JSON.stringify(this.body));
+    return this.jsonBytes?.length ?? this.known?.jsonLength ?? Buffer.byteLength(JSON.stringify(this.body));
   }
 
   /** `cborSlack(body)`: how much longer than the JSON the CBOR encoding can be. */
   get cborSlack(): number {
-    return this.sizes?.cborSlack ?? cborSlack(this.body);
+    return this.known?.cborSlack ?? cborSlack(this.body);
   }
 }
 
@@ -77,7 +92,10 @@ export function cborSlack(value: unknown): number {
         for (const item of value) slack += cborSlack(item);
         return slack;
       }
-      for (const [, item] of Object.entries(value)) slack += 1 + cborSlack(item);
+      // for…in rather than Object.entries: this runs for every override, and JSON data has no inherited keys.
+      for (const key in value) {
+        if (Object.hasOwn(value, key)) slack += 1 + cborSlack((value as Record<string, unknown>)[key]);
+      }
       return slack;
     }
     case 'boolean':
@@ -131,14 +149,16 @@ const SETTINGS_DOCUMENT_FRAME_SLACK = 1 + 1 + (1 + 8) + (1 + 1) + 1;
 
 /**
  * The JSON length and CBOR slack of a settings document of `prepared` at `version`, without building it; both
- * sources name 8 characters, so the size does not depend on the source.
+ * sources name 8 characters, so the size does not depend on the source. With the settings' JSON text: what a
+ * settings document knows without serialising its body.
  */
 export function settingsDocumentSizes(
   deviceId: string,
   version: number,
   prepared: PreparedSettings,
-): { jsonLength: number; cborSlack: number } {
+): { jsonLength: number; cborSlack: number; settingsJson: string } {
   return {
+    settingsJson: prepared.json,
     jsonLength:
       SETTINGS_DOCUMENT_FRAME_BYTES +
       jsonStringBytes(deviceId) +
@@ -162,6 +182,11 @@ const PLAIN_JSON_STRING = /^[\x20\x21\x23-\x5b\x5d-\x7e]*$/;
  */
 function jsonStringBytes(text: string): number {
   return PLAIN_JSON_STRING.test(text) ? text.length + 2 : Buffer.byteLength(JSON.stringify(text));
+}
+
+/** `JSON.stringify(text)`, without the call for the common plain string. */
+function jsonString(text: string): string {
+  return PLAIN_JSON_STRING.test(text) ? `"${text}"` : JSON.stringify(text);
 }
 
 /** `String(n).length` for a non-negative safe integer, without formatting it. */
