@@ -75,6 +75,12 @@ function buildTestApp() {
         throw new DomainError('backend_unavailable', 'The database is unreachable.');
       },
     },
+    { method: 'GET', path: '/no-content', handler: (_req, res) => void res.status(204).json({ a: 1 }) },
+    {
+      method: 'GET',
+      path: '/typed',
+      handler: (_req, res) => void res.type('application/vnd.example+json').json({ typed: true }),
+    },
     {
       method: 'POST',
       path: '/decisions',
@@ -115,6 +121,36 @@ async function waitFor<T>(probe: () => T | undefined, timeoutMs = 2000): Promise
     await new Promise((resolve) => setTimeout(resolve, 5));
   }
 }
+
+describe('JSON answers (res.json)', () => {
+  const { app } = buildTestApp();
+
+  it('sends the JSON text with its UTF-8 type and byte length', async () => {
+    const res = await request(app).get('/items/%C3%BC%E2%82%AC');
+    expect(res.status).toBe(200);
+    expect(res.headers['content-type']).toBe('application/json; charset=utf-8');
+    expect(res.text).toBe('{"id":"ü€"}');
+    expect(res.headers['content-length']).toBe(String(Buffer.byteLength('{"id":"ü€"}')));
+  });
+
+  it('answers HEAD with the headers and no body', async () => {
+    const res = await request(app).head('/items/abc');
+    expect(res.status).toBe(200);
+    expect(res.headers['content-type']).toBe('application/json; charset=utf-8');
+    expect(res.headers['content-length']).toBe(String('{"id":"abc"}'.length));
+    expect(res.text).toBeUndefined();
+  });
+
+  it('keeps a type the route chose, and sends no body with a 204', async () => {
+    const typed = await request(app).get('/typed');
+    expect(typed.headers['content-type']).toBe('application/vnd.example+json');
+    expect(typed.text).toBe('{"typed":true}');
+    const empty = await request(app).get('/no-content');
+    expect(empty.status).toBe(204);
+    expect(empty.headers['content-type']).toBeUndefined();
+    expect(empty.text).toBe('');
+  });
+});
 
 describe('createHttpApp body handling', () => {
   const { app } = buildTestApp();

@@ -12,6 +12,7 @@ export const REQUEST_ID_PATTERN = new RegExp(REQUEST_ID_SOURCE);
 export const REQUEST_ID_HEADER = 'X-Request-Id';
 
 const childLogger = Symbol('childLogger');
+const startedAt = Symbol('startedAt');
 
 type RequestWithLogger = Express.Request & { [childLogger]?: Logger };
 
@@ -34,39 +35,42 @@ export function installRequestContext(app: Express, logger: Logger, registry?: R
   });
   const metrics = registry === undefined ? undefined : httpMetrics(registry);
   const enabled = levelGate(logger);
-  app.use((req, res, next) => {
-    const started = performance.now();
+  // One listener for every response of the app (no closure per request): 'close' comes after 'finish' on a
+  // completed response, and alone when the client went away first; either way once.
+  function recordResponse(this: Response & { [startedAt]?: number }): void {
+    const req = this.req;
+    const seconds = (performance.now() - (this[startedAt] ?? 0)) / 1000;
+    const route = routeLabel(req, this);
+    const status = this.statusCode;
+    if (metrics !== undefined) {
+      const labels = {
+        method: STANDARD_METHODS.has(req.method) ? req.method : 'OTHER',
+        route,
+        status: String(status),
+      };
+      metrics.requests.inc(labels);
+      metrics.duration.observe(labels, seconds);
+    }
+    const level = status >= 500 ? 'warn' : 'info';
+    if (!enabled(level)) return;
+    req.log[level]('http request', {
+      method: req.method,
+      route,
+      path: req.path,
+      status,
+      duration_ms: Math.round(seconds * 1e6) / 1e3,
+      ip: req.ip,
+      ...(typeof this.locals.errorCode === 'string' ? { code: this.locals.errorCode } : {}),
+      ...(this.writableFinished ? {} : { aborted: true }),
+    });
+  }
+  app.use((req, res: Response & { [startedAt]?: number }, next) => {
+    res[startedAt] = performance.now();
     const incoming = req.headers['x-request-id'];
     const id = typeof incoming === 'string' && REQUEST_ID_PATTERN.test(incoming) ? incoming : randomUUID();
     req.id = id;
     res.setHeader(REQUEST_ID_HEADER, id);
-    // 'close' comes after 'finish' on a completed response, and alone when the client went away first.
-    res.once('close', () => {
-      const seconds = (performance.now() - started) / 1000;
-      const route = routeLabel(req, res);
-      const status = res.statusCode;
-      if (metrics !== undefined) {
-        const labels = {
-          method: STANDARD_METHODS.has(req.method) ? req.method : 'OTHER',
-          route,
-          status: String(status),
-        };
-        metrics.requests.inc(labels);
-        metrics.duration.observe(labels, seconds);
-      }
-      const level = status >= 500 ? 'warn' : 'info';
-      if (!enabled(level)) return;
-      req.log[level]('http request', {
-        method: req.method,
-        route,
-        path: req.path,
-        status,
-        duration_ms: Math.round(seconds * 1e6) / 1e3,
-        ip: req.ip,
-        ...(typeof res.locals.errorCode === 'string' ? { code: res.locals.errorCode } : {}),
-        ...(res.writableFinished ? {} : { aborted: true }),
-      });
-    });
+    res.on('close', recordResponse);
     next();
   });
 }
