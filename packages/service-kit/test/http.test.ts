@@ -141,9 +141,16 @@ describe('JSON answers (res.json)', () => {
     expect(res.text).toBeUndefined();
   });
 
+  it('answers a conditional GET for any representation (If-None-Match: *) with 304, as express does', async () => {
+    // RFC 9110 §13.1.2: "*" matches any current representation; a GET then gets 304 Not Modified.
+    const res = await request(app).get('/items/abc').set('If-None-Match', '*');
+    expect(res.status).toBe(304);
+    expect(res.text).toBe('');
+  });
+
   it('keeps a type the route chose, and sends no body with a 204', async () => {
     const typed = await request(app).get('/typed');
-    expect(typed.headers['content-type']).toBe('application/vnd.example+json');
+    expect(typed.headers['content-type']).toBe('application/vnd.example+json; charset=utf-8');
     expect(typed.text).toBe('{"typed":true}');
     const empty = await request(app).get('/no-content');
     expect(empty.status).toBe(204);
@@ -154,6 +161,18 @@ describe('JSON answers (res.json)', () => {
 
 describe('createHttpApp body handling', () => {
   const { app } = buildTestApp();
+
+  it.each([
+    ['no Content-Type', {}],
+    ['a non-JSON type with a charset', { 'Content-Type': 'text/plain; charset=latin1' }],
+    ['a Content-Encoding', { 'Content-Encoding': 'gzip' }],
+  ])('reads no body from a request with Content-Length: 0 and %s', async (_name, headers) => {
+    const res = await request(app)
+      .post('/echo')
+      .set({ ...headers, 'Content-Length': '0' });
+    expect(res.status).toBe(200);
+    expect(res.body).toEqual({});
+  });
 
   it('parses a JSON body and answers 2xx', async () => {
     const res = await request(app).post('/echo').send({ a: 1 });

@@ -39,30 +39,39 @@ export function createHttpApp(options: HttpAppOptions): Express {
   app.set('trust proxy', hops);
 
   installRequestContext(app, options.logger, options.metrics);
-  app.response.json = sendJson;
+  app.response.json = jsonAnswer(app.response.json);
   return app;
 }
 
 /**
- * `res.json` for these services: JSON text with `application/json; charset=utf-8` (unless the route chose a
- * type) and its length, and nothing else. Express's own goes through `res.send`, which parses and re-formats
- * the Content-Type, looks the charset up in the MIME database and considers ETags (disabled here) on every
- * answer: about a tenth of the gateway's CPU per notify (docs/benchmarks.md). No JSON setting of express
- * (`json spaces`, `json replacer`, `json escape`) is used by either service. Bodies of HEAD requests are
- * dropped by node:http itself; 204 and 304 carry none (RFC 9110 §15.3.5, §15.4.5).
+ * `res.json` with a short path for the answer nearly every route gives: a 2xx or other plain status, no
+ * Content-Type chosen, no conditional GET, a value with a JSON text. It writes that text with
+ * `application/json; charset=utf-8` and its length; node:http drops the body of a HEAD. Express's own goes
+ * through `res.send`, which parses and formats the Content-Type again, looks the charset up in the MIME
+ * database and runs its ETag logic on every answer: about a tenth of the gateway's CPU per notify
+ * (docs/benchmarks.md). Everything else (a type the route set, `If-None-Match: *` on a GET, 204/205/304,
+ * `undefined`) goes to express's own, unchanged. Neither service sets express's JSON settings (`json spaces`,
+ * `json replacer`, `json escape`), which the short path would not honour.
  */
-function sendJson(this: Response, value: unknown): Response {
-  if (this.statusCode === 204 || this.statusCode === 304) {
-    this.removeHeader('Content-Type');
-    this.removeHeader('Content-Length');
-    this.end();
+function jsonAnswer(expressJson: Response['json']): Response['json'] {
+  return function json(this: Response, value: unknown): Response {
+    const status = this.statusCode;
+    if (
+      this.hasHeader('Content-Type') ||
+      status === 204 ||
+      status === 205 ||
+      status === 304 ||
+      this.req.fresh
+    ) {
+      return expressJson.call(this, value);
+    }
+    const text: string | undefined = JSON.stringify(value);
+    if (text === undefined) return expressJson.call(this, value);
+    this.setHeader('Content-Type', 'application/json; charset=utf-8');
+    this.setHeader('Content-Length', Buffer.byteLength(text));
+    this.end(text);
     return this;
-  }
-  const text = JSON.stringify(value) ?? '';
-  if (!this.hasHeader('Content-Type')) this.setHeader('Content-Type', 'application/json; charset=utf-8');
-  this.setHeader('Content-Length', Buffer.byteLength(text));
-  this.end(text);
-  return this;
+  };
 }
 
 /**
@@ -72,9 +81,12 @@ function sendJson(this: Response, value: unknown): Response {
  * requests pass with `req.body` undefined.
  */
 export function readJsonBody(limitBytes: number = DEFAULT_BODY_LIMIT_BYTES): RequestHandler[] {
-  // requireJsonBody has checked the media type of any request with a body: the parser need not parse the
-  // Content-Type header a second time (it still skips bodiless requests itself).
-  return [requireJsonBody, express.json({ limit: limitBytes, type: parseCheckedBody }), requireStorableText];
+  return [
+    requireJsonBody,
+    // body-parser is handed express's request; its types only promise the IncomingMessage underneath.
+    express.json({ limit: limitBytes, type: (req) => isJsonRequest(req as Request) }),
+    requireStorableText,
+  ];
 }
 
 /**
@@ -106,14 +118,18 @@ const notFound: RequestHandler = (_req, _res, next) => {
   next(new DomainError('not_found', 'No resource matches this path.'));
 };
 
-const parseCheckedBody = (): boolean => true;
-
 /**
- * A request with a body must declare a JSON media type; bodiless requests pass untouched. The header nearly
- * every client sends, exactly `application/json`, is accepted without parsing it.
+ * Whether the request declares a JSON media type, `req.is(JSON_TYPES)`, without parsing the header nearly every
+ * client sends, exactly `application/json`. (type-is also counts a `Content-Length: 0` as a body; this answers
+ * as it does for those, so the parser reads exactly what it read with `type: JSON_TYPES`.)
  */
+function isJsonRequest(req: Request): boolean {
+  return req.headers['content-type'] === 'application/json' || Boolean(req.is(JSON_TYPES));
+}
+
+/** A request with a body must declare a JSON media type; bodiless requests pass untouched. */
 const requireJsonBody: RequestHandler = (req, _res, next) => {
-  if (!hasBody(req) || req.headers['content-type'] === 'application/json' || req.is(JSON_TYPES) !== false) {
+  if (!hasBody(req) || isJsonRequest(req)) {
     next();
     return;
   }

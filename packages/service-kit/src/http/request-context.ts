@@ -77,7 +77,8 @@ export function installRequestContext(app: Express, logger: Logger, registry?: R
 
 /**
  * `logger.isLevelEnabled(level)`, asked again only when the logger's level changes: winston's builds an array
- * of its transports on every call, on every request.
+ * of its transports on every call, on every request. Transports (and their own levels) are fixed when
+ * `createLogger` makes the logger; one added later would not be seen here.
  */
 function levelGate(logger: Logger): (level: 'info' | 'warn') => boolean {
   let at: string | undefined;
