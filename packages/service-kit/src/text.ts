@@ -14,44 +14,46 @@ const pointerToken = (key: string): string => key.replace(/~/g, '~0').replace(/\
 /**
  * JSON Pointers (RFC 6901) of every string in `value` (object keys included: the key's own pointer) that
  * PostgreSQL could not store, in document order; empty when all can be stored. `depthLimit` bounds the walk
- * (express.json's body limit already bounds the size). Every request body passes through here, so a clean
- * document is checked by a walk that allocates nothing; pointers are built only when something failed.
+ * (express.json's body limit already bounds the size). Every request body passes through here, so the walk
+ * keeps the keys on its way down and builds a pointer only for a string that fails.
  */
 export function unstorableTextPaths(value: unknown, path = '', depthLimit = 64): string[] {
-  if (!holdsUnstorable(value, 0, depthLimit)) return [];
   const found: string[] = [];
-  const walk = (v: unknown, at: string, depth: number): void => {
-    if (typeof v === 'string') {
-      if (UNSTORABLE.test(v)) found.push(at);
-      return;
-    }
-    if (v === null || typeof v !== 'object' || depth > depthLimit) return;
-    if (Array.isArray(v)) {
-      v.forEach((item, i) => walk(item, `${at}/${i}`, depth + 1));
-      return;
-    }
-    for (const [key, item] of Object.entries(v)) {
-      const child = `${at}/${pointerToken(key)}`;
-      if (UNSTORABLE.test(key)) found.push(child);
-      walk(item, child, depth + 1);
-    }
-  };
-  walk(value, path, 0);
+  collect(value, 0, { path, depthLimit, keys: [], found });
   return found;
 }
 
-/** Whether `unstorableTextPaths` would find anything, without building a pointer or an array. */
-function holdsUnstorable(v: unknown, depth: number, depthLimit: number): boolean {
-  if (typeof v === 'string') return UNSTORABLE.test(v);
-  if (v === null || typeof v !== 'object' || depth > depthLimit) return false;
+interface Walk {
+  path: string;
+  depthLimit: number;
+  /** The keys from `value` down to the current node. */
+  keys: string[];
+  found: string[];
+}
+
+function collect(v: unknown, depth: number, walk: Walk): void {
+  if (typeof v === 'string') {
+    if (UNSTORABLE.test(v)) walk.found.push(pointer(walk));
+    return;
+  }
+  if (v === null || typeof v !== 'object' || depth > walk.depthLimit) return;
   if (Array.isArray(v)) {
-    for (const item of v) if (holdsUnstorable(item, depth + 1, depthLimit)) return true;
-    return false;
+    for (let i = 0; i < v.length; i++) {
+      walk.keys.push(String(i));
+      collect(v[i], depth + 1, walk);
+      walk.keys.pop();
+    }
+    return;
   }
   for (const key in v) {
     if (!Object.hasOwn(v, key)) continue;
-    if (UNSTORABLE.test(key)) return true;
-    if (holdsUnstorable((v as Record<string, unknown>)[key], depth + 1, depthLimit)) return true;
+    walk.keys.push(key);
+    if (UNSTORABLE.test(key)) walk.found.push(pointer(walk));
+    collect((v as Record<string, unknown>)[key], depth + 1, walk);
+    walk.keys.pop();
   }
-  return false;
+}
+
+function pointer(walk: Walk): string {
+  return walk.path + walk.keys.map((key) => `/${pointerToken(key)}`).join('');
 }

@@ -44,6 +44,8 @@ export interface GatewayApp {
   /** The coaps endpoint's DTLS server; undefined when GATEWAY_COAP_SECURITY is `plain`. */
   dtls: DtlsServer | undefined;
   state: GatewayState;
+  /** The registry and its device keys, loaded from PostgreSQL (design §3.2, §3.5). */
+  registry: RegistryLoader;
   service: GatewayService;
   /**
    * The replica bus (design §3.6), unless GATEWAY_CLUSTER_BUS=false: overrides and requested reloads go through
@@ -164,5 +166,5 @@ export function buildApp(deps: GatewayDeps): GatewayApp {
     addRoutes(http, [{ method: 'GET', path: '/metrics', handler: metricsHandler(deps.metrics) }]);
   }
   finishHttpApp(http, logger);
-  return { http, coap, dtls, state, service, bus };
+  return { http, coap, dtls, state, registry, service, bus };
 }

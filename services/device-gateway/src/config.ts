@@ -174,7 +174,7 @@ export const servesCoaps = (config: GatewayConfig): boolean => config.coap.secur
  * listed). Throws when there is none: the gateway refuses to start without a key.
  */
 export function readApiKeys(config: GatewayConfig): SecretSet {
-  const keys = readSecretList({ value: config.apiKeys.value, file: config.apiKeys.file });
+  const keys = readSecretList(config.apiKeys);
   if (keys.length === 0) {
     throw new Error('no API key configured: set GATEWAY_API_KEYS or GATEWAY_API_KEYS_FILE');
   }

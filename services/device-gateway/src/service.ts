@@ -1,10 +1,9 @@
 import type { SecretSet } from '@platform/service-kit';
 import type { CoapServer } from './coap/server.js';
 import { publicConfig, type GatewayConfig } from './config.js';
-import type { CredentialStore } from './domain/credentials.js';
 import type { Settings } from './domain/documents.js';
 import { UnknownDeviceError, type GatewayState, type Override } from './domain/gateway-state.js';
-import type { CredentialsChangedListener, GatewayReloadSummary, RegistryLoader } from './registry-loader.js';
+import type { GatewayReloadSummary, RegistryLoader } from './registry-loader.js';
 
 /** The replica bus as the service uses it (design §3.6; implemented by cluster/bus.ts). */
 export interface ClusterLink {
@@ -31,16 +30,6 @@ export class GatewayService {
       cluster?: ClusterLink;
     },
   ) {}
-
-  /** The DTLS pre-shared keys of the loaded registry (design §3.5). */
-  get credentials(): CredentialStore {
-    return this.deps.registry.credentials;
-  }
-
-  /** See RegistryLoader.onCredentialsChanged. */
-  onCredentialsChanged(listener: CredentialsChangedListener): void {
-    this.deps.registry.onCredentialsChanged(listener);
-  }
 
   /** This replica's registry and keys from PostgreSQL (RegistryLoader.reload). */
   reload(): Promise<GatewayReloadSummary> {

@@ -164,7 +164,7 @@ describe('credentials load with the registry', () => {
 
   beforeAll(async () => {
     gw = await startGateway({ load: false });
-    gw.app.service.onCredentialsChanged((ids) => invalidations.push(ids));
+    gw.app.registry.onCredentialsChanged((ids) => invalidations.push(ids));
   });
 
   afterAll(async () => {
@@ -175,7 +175,7 @@ describe('credentials load with the registry', () => {
     invalidations.length = 0;
   });
 
-  const store = () => gw.app.service.credentials;
+  const store = () => gw.app.registry.credentials;
 
   it('a key issued before startup works after the first load, as the UTF-8 bytes of its text', async () => {
     const issued = await issueCredential(gw.owner, DEVICE, { validDays: 30 });
@@ -248,7 +248,7 @@ describe('credentials load with the registry', () => {
       .executeTakeFirstOrThrow();
     await gw.app.service.reload();
     expect(store().lookupPsk('short-lived-1')?.deviceId).toBe(DEVICE);
-    const reported = new Promise<string[]>((resolve) => gw.app.service.onCredentialsChanged(resolve));
+    const reported = new Promise<string[]>((resolve) => gw.app.registry.onCredentialsChanged(resolve));
     expect(await reported).toEqual([row.credential_id]);
     expect(Date.now()).toBeGreaterThanOrEqual(row.not_after!.getTime());
     expect(store().lookupPsk('short-lived-1')).toBeUndefined();

@@ -64,9 +64,9 @@ describe('npm run device-key (a real process against a real PostgreSQL)', () => 
     expect(identity).not.toBe(DEVICE);
     expect(run.stdout).toContain(`-psk ${hex}`);
 
-    expect(gw.app.service.credentials.lookupPsk(identity)).toBeUndefined();
+    expect(gw.app.registry.credentials.lookupPsk(identity)).toBeUndefined();
     await gw.app.service.reload();
-    const credential = gw.app.service.credentials.lookupPsk(identity);
+    const credential = gw.app.registry.credentials.lookupPsk(identity);
     expect(credential?.deviceId).toBe(DEVICE);
     expect(credential?.key.equals(Buffer.from(key, 'utf8'))).toBe(true);
     const stored = await gw.owner
@@ -81,13 +81,13 @@ describe('npm run device-key (a real process against a real PostgreSQL)', () => 
   it('revoke makes the key invalid at the next reload; revoking again changes nothing', async () => {
     const issued = issuedFrom((await deviceKey(['issue', DEVICE], env)).stdout);
     await gw.app.service.reload();
-    expect(gw.app.service.credentials.lookupPsk(issued.identity)?.deviceId).toBe(DEVICE);
+    expect(gw.app.registry.credentials.lookupPsk(issued.identity)?.deviceId).toBe(DEVICE);
 
     const revoke = await deviceKey(['revoke', issued.identity], env);
     expect(revoke.code).toBe(0);
     expect(revoke.stdout).toContain(`revoked ${issued.identity}`);
     await gw.app.service.reload();
-    expect(gw.app.service.credentials.lookupPsk(issued.identity)).toBeUndefined();
+    expect(gw.app.registry.credentials.lookupPsk(issued.identity)).toBeUndefined();
 
     const again = await deviceKey(['revoke', issued.identity], env);
     expect(again.code).toBe(0);
@@ -103,8 +103,8 @@ describe('npm run device-key (a real process against a real PostgreSQL)', () => 
     expect(run.stdout).toContain(`revoked ${a.identity}`);
     expect(run.stdout).toContain(`revoked ${b.identity}`);
     await gw.app.service.reload();
-    expect(gw.app.service.credentials.lookupPsk(a.identity)).toBeUndefined();
-    expect(gw.app.service.credentials.lookupPsk(b.identity)).toBeUndefined();
+    expect(gw.app.registry.credentials.lookupPsk(a.identity)).toBeUndefined();
+    expect(gw.app.registry.credentials.lookupPsk(b.identity)).toBeUndefined();
   });
 
   it('list shows identities and status, never key material', async () => {
@@ -149,7 +149,7 @@ describe('npm run device-key (a real process against a real PostgreSQL)', () => 
     expect(new Set(issued.map((i) => i.key)).size).toBe(50);
     await gw.app.service.reload();
     for (const { identity, key } of issued)
-      expect(gw.app.service.credentials.lookupPsk(identity)?.key.toString('utf8')).toBe(key);
+      expect(gw.app.registry.credentials.lookupPsk(identity)?.key.toString('utf8')).toBe(key);
   }, 120_000);
 
   it.each([

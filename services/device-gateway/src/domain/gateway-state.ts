@@ -236,9 +236,7 @@ export class GatewayState {
    */
   prepareOverride(deviceId: string, settings: Settings): Override {
     const prepared = prepareSettings(settings);
-    const size = this.widestSettingsDocument(deviceId, prepared);
-    if (size > this.options.maxDocumentBytes)
-      throw new DocumentTooLargeError(size, this.options.maxDocumentBytes);
+    this.assertSettingsFit(deviceId, prepared);
     return { deviceId, settings: prepared, contentKey: settingsContentKey('override', prepared) };
   }
 
@@ -300,10 +298,8 @@ export class GatewayState {
     if (facts.problem !== undefined) return facts.problem;
     const limit = this.options.maxDocumentBytes;
     try {
-      if (registrySettingsDoc === undefined) {
-        const size = this.widestSettingsDocument(record.deviceId, facts.prepared);
-        if (size > limit) throw new DocumentTooLargeError(size, limit);
-      } else {
+      if (registrySettingsDoc === undefined) this.assertSettingsFit(record.deviceId, facts.prepared);
+      else {
         // 'registry' and 'override' are both 8 characters: the document's size does not depend on its source.
         const size = widestWithin(registrySettingsDoc, limit, () =>
           settingsDocument(record.deviceId, Number.MAX_SAFE_INTEGER, 'override', settings, facts.prepared),
@@ -324,14 +320,18 @@ export class GatewayState {
   }
 
   /**
-   * `widestWithin` for a settings document of `prepared` at the largest version, from the sizes alone: a
-   * document is built only when the bound comes near the limit.
+   * Throws DocumentTooLargeError unless every settings document of `prepared` (at the largest version, in
+   * either format) fits one datagram. Decided from the sizes alone: a document is built only when the bound
+   * comes near the limit.
    */
-  private widestSettingsDocument(deviceId: string, prepared: PreparedSettings): number {
+  private assertSettingsFit(deviceId: string, prepared: PreparedSettings): void {
     const limit = this.options.maxDocumentBytes;
     const sizes = settingsDocumentSizes(deviceId, Number.MAX_SAFE_INTEGER, prepared);
-    if (sizes.jsonLength + sizes.cborSlack <= limit) return sizes.jsonLength;
-    return widest(settingsDocument(deviceId, Number.MAX_SAFE_INTEGER, 'override', prepared.value, prepared));
+    if (sizes.jsonLength + sizes.cborSlack <= limit) return;
+    const size = widest(
+      settingsDocument(deviceId, Number.MAX_SAFE_INTEGER, 'override', prepared.value, prepared),
+    );
+    if (size > limit) throw new DocumentTooLargeError(size, limit);
   }
 
   private emit(changes: DeviceChange[]): void {

@@ -299,8 +299,6 @@ class Handshake {
   readonly window: ReplayWindow = newReplayWindow();
   /** Epoch 1 records that arrived before the ChangeCipherSpec (RFC 6347 §4.1: may be buffered). */
   early: DtlsRecord[] = [];
-  /** Bytes held in `early`. */
-  earlyBytes = 0;
   /** Our current flight, one handshake message per record when sent. */
   flight: Buffer[] = [];
   retransmitDelay: number;
@@ -731,7 +729,6 @@ export class DtlsServer {
     hs.state = 'await_finished';
     const early = hs.early;
     hs.early = [];
-    hs.earlyBytes = 0;
     for (const r of early) {
       if (this.handshakes.get(hs.key) !== hs) return;
       this.onHandshakeEpoch1(hs, r);
@@ -743,17 +740,17 @@ export class DtlsServer {
       // These records are not authenticated yet: keep copies (a subarray would pin the whole datagram, up
       // to 64 KB) and only within the peer's reassembly budget (RFC 6347 §4.2.3 bounds left to us). What
       // legitimately arrives early is the client's Finished, a record of 40 bytes.
-      const n = rec.fragment.length;
+      const held = hs.early.reduce((bytes, r) => bytes + r.fragment.length, 0);
       if (
         hs.early.length >= 4 ||
-        hs.earlyBytes + hs.reassembler.bufferedBytes + n > this.options.maxPendingBytesPerPeer
+        held + hs.reassembler.bufferedBytes + rec.fragment.length > this.options.maxPendingBytesPerPeer
       ) {
         return this.drop('epoch');
       }
-      const fragment = Buffer.alloc(n);
+      // Buffer.alloc, not Buffer.from: a small Buffer.from comes out of node's shared 8 KB pool and pins it.
+      const fragment = Buffer.alloc(rec.fragment.length);
       rec.fragment.copy(fragment);
       hs.early.push({ ...rec, fragment });
-      hs.earlyBytes += n;
       return;
     }
     const keys = hs.keys!;

@@ -7,7 +7,7 @@ import type {
   PartUrlsResponse,
   StoredPartsResponse,
 } from '@platform/contracts';
-import { DomainError, mapDbError } from '@platform/service-kit';
+import { DomainError, errorMessage, mapDbError } from '@platform/service-kit';
 import type { Counter, Logger } from '@platform/service-kit';
 import { inUserTransaction } from '../db/database.js';
 import {
@@ -58,7 +58,7 @@ export function startExpiredUploadSweep(
           if (result[outcome] > 0) options.outcomes?.inc({ outcome }, result[outcome]);
       })
       .catch((err: unknown) => {
-        log.warn('multipart sweep failed', { error: String(err) });
+        log.warn('multipart sweep failed', { error: errorMessage(err) });
       })
       .finally(() => {
         running = undefined;
@@ -338,7 +338,7 @@ export async function sweepExpiredUploads(
       result.failed += 1;
       log.warn('could not sweep an expired multipart upload', {
         media_id: upload.mediaId,
-        error: String(err),
+        error: errorMessage(err),
       });
     }
   }
