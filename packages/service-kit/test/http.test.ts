@@ -496,6 +496,24 @@ describe('request ids', () => {
   });
 });
 
+describe('request log line and the log level', () => {
+  it('follows a change of the level made after the app was built', async () => {
+    const { app, logs } = buildTestApp();
+    const lines = (id: string) =>
+      logs.entries().filter((e) => e.request_id === id && e.message === 'http request');
+    // First requests at warn: the info line is not written, a 5xx's warn line is.
+    logs.logger.level = 'warn';
+    await request(app).get('/items/1').set('X-Request-Id', 'level-warn');
+    await request(app).get('/down').set('X-Request-Id', 'level-warn-503');
+    await waitFor(() => (lines('level-warn-503').length > 0 ? true : undefined));
+    expect(lines('level-warn')).toHaveLength(0);
+    // Back to info: the next request's line is written (the level is not read once and kept).
+    logs.logger.level = 'info';
+    await request(app).get('/items/2').set('X-Request-Id', 'level-info');
+    await waitFor(() => (lines('level-info').length > 0 ? true : undefined));
+  });
+});
+
 describe('request log line of a rejected request', () => {
   it('names the problem code and the unmatched route', async () => {
     const { app, logs } = buildTestApp();

@@ -117,6 +117,33 @@ async function newUpload(size: number, token = alice): Promise<{ mediaId: string
   return { mediaId: res.body.media_id as string, plan: res.body.multipart as Plan };
 }
 
+/** An upload in parts created two hours ago with a one-hour lifetime: its intent expired an hour ago. */
+async function expiredUpload(size: number): Promise<{ mediaId: string; plan: Plan }> {
+  clockOffsetMs = -2 * 3600 * 1000;
+  try {
+    return await newUpload(size);
+  } finally {
+    clockOffsetMs = 0;
+  }
+}
+
+/** A client of the store itself, around the service (what a client with its own credentials could do). */
+function directStore(): S3Client {
+  return new S3Client({
+    endpoint: h.s3.endpoint,
+    region: h.s3.region,
+    forcePathStyle: true,
+    credentials: { accessKeyId: h.s3.accessKeyId, secretAccessKey: h.s3.secretAccessKey },
+  });
+}
+
+/** The store key an item's upload goes to. */
+async function objectKey(mediaId: string): Promise<string> {
+  const { rows } = await sql<{ object_key: string }>`
+    SELECT object_key FROM enterprise.media_items WHERE id = ${mediaId}::uuid`.execute(h.admin);
+  return rows[0]!.object_key;
+}
+
 async function partUrls(mediaId: string, numbers: number[], token = alice): Promise<PartUrl[]> {
   const res = await api('POST', `/sites/${hq}/media/${mediaId}/multipart/part-urls`, token, {
     parts: numbers.map((n) => ({ part_number: n })),
@@ -242,18 +269,11 @@ it('completion checks the parts against the intent before the store assembles th
   expect(missing.body.detail).toContain('part 3 is not stored');
 
   // A part of the wrong length, written around the signed URLs (straight to the store): refused.
-  const direct = new S3Client({
-    endpoint: h.s3.endpoint,
-    region: h.s3.region,
-    forcePathStyle: true,
-    credentials: { accessKeyId: h.s3.accessKeyId, secretAccessKey: h.s3.secretAccessKey },
-  });
-  const { rows } = await sql<{ object_key: string }>`
-    SELECT object_key FROM enterprise.media_items WHERE id = ${mediaId}::uuid`.execute(h.admin);
+  const direct = directStore();
   const short = await direct.send(
     new UploadPartCommand({
       Bucket: h.s3.bucket,
-      Key: rows[0]!.object_key,
+      Key: await objectKey(mediaId),
       UploadId: plan.upload_id,
       PartNumber: 3,
       Body: file.subarray(10 * MiB, 10 * MiB + 10),
@@ -360,9 +380,9 @@ it('abort discards the stored parts and the item says abandoned', async () => {
     status: 'abandoned',
     rejection_reason: 'aborted by the uploader',
   });
-  const { rows } = await sql<{ object_key: string }>`
-    SELECT object_key FROM enterprise.media_items WHERE id = ${mediaId}::uuid`.execute(h.admin);
-  expect(await h.storage.listParts({ key: rows[0]!.object_key, uploadId: plan.upload_id })).toBeUndefined();
+  expect(
+    await h.storage.listParts({ key: await objectKey(mediaId), uploadId: plan.upload_id }),
+  ).toBeUndefined();
   for (const [method, path] of [
     ['GET', `/sites/${hq}/media/${mediaId}/multipart/parts`],
     ['DELETE', `/sites/${hq}/media/${mediaId}/multipart`],
@@ -376,14 +396,7 @@ it('abort discards the stored parts and the item says abandoned', async () => {
 
 it('the sweep aborts uploads whose intent expired and marks their items abandoned', async () => {
   const size = 7 * MiB;
-  // Created two hours ago with a one-hour lifetime: expired an hour ago.
-  clockOffsetMs = -2 * 3600 * 1000;
-  let expired: { mediaId: string; plan: Plan };
-  try {
-    expired = await newUpload(size);
-  } finally {
-    clockOffsetMs = 0;
-  }
+  const expired = await expiredUpload(size);
   const live = await newUpload(size);
   // The expired intent answers 409 to its uploader.
   const late = await api('POST', `/sites/${hq}/media/${expired.mediaId}/multipart/part-urls`, alice, {
@@ -408,10 +421,8 @@ it('the sweep aborts uploads whose intent expired and marks their items abandone
     rejection_reason: 'the upload intent expired before completion',
   });
   expect((await mediaRow(live.mediaId))?.status).toBe('pending_upload');
-  const { rows } = await sql<{ object_key: string }>`
-    SELECT object_key FROM enterprise.media_items WHERE id = ${expired.mediaId}::uuid`.execute(h.admin);
   expect(
-    await h.storage.listParts({ key: rows[0]!.object_key, uploadId: expired.plan.upload_id }),
+    await h.storage.listParts({ key: await objectKey(expired.mediaId), uploadId: expired.plan.upload_id }),
   ).toBeUndefined();
   // A second run finds nothing left to do.
   expect((await sweepExpiredUploads(ctx, logger, { graceS: 0, limit: 100 })).abandoned).toBe(0);
@@ -446,22 +457,9 @@ it('an intent retried with its Idempotency-Key replays the same plan and starts 
 });
 
 it('an expired upload the store completed in time is left to its event, not abandoned', async () => {
-  clockOffsetMs = -2 * 3600 * 1000;
-  let expired: { mediaId: string; plan: Plan };
-  try {
-    expired = await newUpload(7 * MiB);
-  } finally {
-    clockOffsetMs = 0;
-  }
-  const { rows } = await sql<{ object_key: string }>`
-    SELECT object_key FROM enterprise.media_items WHERE id = ${expired.mediaId}::uuid`.execute(h.admin);
-  const key = rows[0]!.object_key;
-  const direct = new S3Client({
-    endpoint: h.s3.endpoint,
-    region: h.s3.region,
-    forcePathStyle: true,
-    credentials: { accessKeyId: h.s3.accessKeyId, secretAccessKey: h.s3.secretAccessKey },
-  });
+  const expired = await expiredUpload(7 * MiB);
+  const key = await objectKey(expired.mediaId);
+  const direct = directStore();
   // Completed at the last moment, and its event not delivered yet.
   h.setEventTarget(undefined);
   try {
@@ -591,13 +589,7 @@ it('an unreachable store answers 503 with Retry-After to every call that needs i
 });
 
 it("the service's periodic sweep (as main.ts starts it) abandons an expired upload and stops cleanly", async () => {
-  clockOffsetMs = -2 * 3600 * 1000;
-  let expired: { mediaId: string; plan: Plan };
-  try {
-    expired = await newUpload(7 * MiB);
-  } finally {
-    clockOffsetMs = 0;
-  }
+  const expired = await expiredUpload(7 * MiB);
   const registry = createMetrics({ service: 'sweep-test', defaultMetrics: false });
   const sweep = startExpiredUploadSweep(
     { db: h.db, storage: h.storage, now: () => new Date() },
