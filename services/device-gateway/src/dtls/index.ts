@@ -6,15 +6,8 @@
 // state (Observe relations); send(session, data) sends one record and is a no-op once the session ended.
 // endSessions(predicate, 'revoked') ends sessions of revoked or expired credentials with close_notify.
 // stats (counters) and snapshot() (gauges) are plain numbers for /metrics. Nothing here logs key material.
-export { DtlsServer, defaultDtlsOptions } from './server.js';
-export type {
-  DtlsDropReason,
-  DtlsHandshakeFailure,
-  DtlsLogger,
-  DtlsServerInit,
-  DtlsServerOptions,
-  DtlsSession,
-  DtlsSessionEndReason,
-  DtlsStats,
-  PskCredential,
-} from './server.js';
+export { DtlsServer } from './connector.js';
+export { defaultDtlsOptions } from './options.js';
+export type { DtlsLogger, DtlsServerInit, DtlsServerOptions, PskCredential } from './options.js';
+export type { DtlsSession } from './session.js';
+export type { DtlsDropReason, DtlsHandshakeFailure, DtlsSessionEndReason, DtlsStats } from './stats.js';

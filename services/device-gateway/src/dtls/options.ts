@@ -1,0 +1,75 @@
+// What the DTLS server is given: the credential lookup, a logger, and the limits and timers it runs with.
+export interface PskCredential {
+  readonly credentialId: string;
+  readonly identity: string;
+  readonly key: Buffer;
+  readonly deviceId: string;
+}
+
+export interface DtlsLogger {
+  info(message: string, meta?: Record<string, unknown>): unknown;
+  warn(message: string, meta?: Record<string, unknown>): unknown;
+  error(message: string, meta?: Record<string, unknown>): unknown;
+  debug(message: string, meta?: Record<string, unknown>): unknown;
+}
+
+export interface DtlsServerOptions {
+  /**
+   * Synchronous: the current valid credential for this identity (not revoked, within
+   * not_before..not_after), else undefined. Called once per handshake, at ClientKeyExchange.
+   */
+  lookupPsk(identity: string): PskCredential | undefined;
+  logger: DtlsLogger;
+  /** Established sessions plus handshakes in progress, in all. */
+  maxSessions: number;
+  /** Established sessions plus handshakes in progress from one source IP address. */
+  maxSessionsPerAddress: number;
+  /** Handshakes in progress (a cookie-verified ClientHello starts one). */
+  maxHandshakes: number;
+  /** A session that has received no authenticated record for this long is ended ('idle'), ms. */
+  idleTimeoutMs: number;
+  /** A handshake not finished this long after its ClientHello is abandoned, ms. */
+  handshakeTimeoutMs: number;
+  /** The cookie secret is replaced this often; the previous one stays valid for one more period, ms. */
+  cookieSecretRotationMs: number;
+  /** SO_RCVBUF / SO_SNDBUF request, bytes; undefined leaves the OS default. */
+  socketBufferBytes?: number;
+  /** First retransmission timeout of our flight, ms (RFC 6347 §4.2.4.1: 1 s). */
+  retransmitInitialMs: number;
+  /**
+   * Upper bound of the doubling retransmission timeout, ms (RFC 6347 §4.2.4.1: "up to no less than" 60 s;
+   * handshakeTimeoutMs ends the handshake first with the defaults).
+   */
+  retransmitMaxMs: number;
+  /** Largest handshake message body reassembled, bytes. */
+  maxHandshakeMessageBytes: number;
+  /** Most fragments accepted for one handshake message. */
+  maxFragmentsPerMessage: number;
+  /** Most handshake bytes buffered for one peer during reassembly, bytes. */
+  maxPendingBytesPerPeer: number;
+  /** How often timers (retransmission, handshake deadline, cookie rotation) are checked, ms. */
+  timerResolutionMs: number;
+  /** How often idle sessions are looked for, ms. */
+  idleSweepIntervalMs: number;
+  /** How often one session resends its final flight when the client retransmits its Finished. */
+  maxFinalFlightResends: number;
+}
+
+export const defaultDtlsOptions = {
+  maxSessions: 20_000,
+  maxSessionsPerAddress: 64,
+  maxHandshakes: 2_000,
+  idleTimeoutMs: 600_000,
+  handshakeTimeoutMs: 30_000,
+  cookieSecretRotationMs: 300_000,
+  retransmitInitialMs: 1_000,
+  retransmitMaxMs: 60_000,
+  maxHandshakeMessageBytes: 4_096,
+  maxFragmentsPerMessage: 16,
+  maxPendingBytesPerPeer: 8_192,
+  timerResolutionMs: 100,
+  idleSweepIntervalMs: 5_000,
+  maxFinalFlightResends: 8,
+} as const satisfies Omit<DtlsServerOptions, 'lookupPsk' | 'logger'>;
+
+export type DtlsServerInit = Pick<DtlsServerOptions, 'lookupPsk' | 'logger'> & Partial<DtlsServerOptions>;

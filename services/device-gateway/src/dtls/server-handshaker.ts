@@ -1,0 +1,310 @@
+// The server side of one DTLS 1.2 PSK handshake in progress (RFC 6347 §4.2, RFC 5246 §7.4, RFC 4279 §2),
+// from the ClientHello that carried a valid cookie to the client's Finished:
+//
+//   ClientHello + cookie   -> ServerHello, ServerHelloDone              (flight 4, retransmitted on a timer)
+//   ClientKeyExchange, ChangeCipherSpec, Finished -> ChangeCipherSpec, Finished   (flight 6, sent by the
+//                                                     connector when the handshake completes)
+//
+// The stateless cookie exchange before it is the connector's (no state exists before a valid cookie,
+// RFC 6347 §4.2.1). What the handshake cannot decide alone (credentials, sending, ending) goes through its host.
+import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
+import type { Hash } from 'node:crypto';
+import { AlertDescription, AlertLevel, ContentType, HandshakeType, VERIFY_DATA_BYTES } from './constants.js';
+import type { AlertName } from './constants.js';
+import { extendedMasterSecret, finishedVerifyData, keyBlock, masterSecret, pskPremaster } from './crypto.js';
+import { Flight } from './flight.js';
+import {
+  Reassembler,
+  encodeHandshake,
+  parseHandshakeFragments,
+  parsePskClientKeyExchange,
+  serverHelloBody,
+} from './handshake.js';
+import type { ClientHello, HandshakeFragment, ReassemblyResult } from './handshake.js';
+import type { DtlsServerOptions, PskCredential } from './options.js';
+import type { DtlsRecord } from './record.js';
+import { ConnectionState } from './record-layer.js';
+import type { DtlsDropReason, DtlsHandshakeFailure } from './stats.js';
+
+/** What a handshake needs from the connector that runs it. */
+export interface HandshakeHost {
+  readonly options: DtlsServerOptions;
+  /** The credential currently valid for an identity; undefined for none (or if the lookup threw). */
+  lookupPsk(identity: string): PskCredential | undefined;
+  /** Whether `hs` is still its peer's handshake (a callback may have ended it). */
+  isCurrent(hs: ServerHandshake): boolean;
+  /** Sends a fatal alert in epoch 0 and abandons the handshake. */
+  fail(hs: ServerHandshake, alert: AlertName): void;
+  abandon(hs: ServerHandshake, reason: DtlsHandshakeFailure): void;
+  drop(reason: DtlsDropReason): void;
+  /** The client's Finished verified: make the session and send our final flight. */
+  establish(
+    hs: ServerHandshake,
+    credential: PskCredential,
+    serverVerify: Buffer,
+    clientFinishedSeq: number,
+  ): void;
+}
+
+export type HandshakeState = 'await_cke' | 'await_ccs' | 'await_finished';
+
+/** A handshake in progress: exists only after a ClientHello with a valid cookie (RFC 6347 §4.2.1). */
+export class ServerHandshake {
+  state: HandshakeState = 'await_cke';
+  /** Epoch 1 records that arrived before the ChangeCipherSpec (RFC 6347 §4.1: may be buffered). */
+  early: DtlsRecord[] = [];
+  /** Next record sequence number in epoch 0 (ours). */
+  epoch0Seq: number;
+  /** Next message_seq of ours. */
+  nextSeq: number;
+  readonly flight: Flight;
+  readonly clientRandom: Buffer;
+  readonly serverRandom: Buffer;
+  /** message_seq of the client's ClientHello (its retransmission means our flight was lost). */
+  readonly clientHelloSeq: number;
+  /** Server clock (ms) at which the handshake is abandoned if not finished. */
+  readonly deadline: number;
+  private readonly transcript: Hash = createHash('sha256');
+  private readonly reassembler: Reassembler;
+  private master?: Buffer;
+  /** Epoch 1, once ClientKeyExchange gave us the keys; it becomes the session's. */
+  private connection?: ConnectionState;
+  private expectedClientVerify?: Buffer;
+  private credential?: PskCredential;
+
+  /**
+   * Starts from a cookie-verified ClientHello whose parameters `negotiate` accepted, and builds flight 4:
+   * ServerHello and ServerHelloDone. No ServerKeyExchange: a psk_identity_hint is optional (RFC 4279 §2) and
+   * RFC 7925 §4.2 advises against it.
+   */
+  constructor(
+    private readonly host: HandshakeHost,
+    readonly key: string,
+    readonly address: string,
+    readonly port: number,
+    hello: ClientHello,
+    helloFragment: HandshakeFragment,
+    /** Record sequence number of the ClientHello. */
+    helloRecordSeq: number,
+    readonly ems: boolean,
+    secureRenegotiation: boolean,
+    now: number,
+  ) {
+    const options = host.options;
+    this.clientRandom = Buffer.from(hello.random);
+    this.serverRandom = randomBytes(32);
+    this.clientHelloSeq = helloFragment.messageSeq;
+    this.deadline = now + options.handshakeTimeoutMs;
+    // Our epoch 0 record numbers start above the HelloVerifyRequest's (which reused an earlier ClientHello's
+    // number), as RFC 6347 §4.2.1 intends.
+    this.epoch0Seq = helloRecordSeq;
+    this.reassembler = new Reassembler(
+      {
+        maxMessageBytes: options.maxHandshakeMessageBytes,
+        maxFragmentsPerMessage: options.maxFragmentsPerMessage,
+        maxPendingBytes: options.maxPendingBytesPerPeer,
+        maxMessagesAhead: 2,
+      },
+      helloFragment.messageSeq + 1,
+    );
+    // Our message_seq continues from the client's (RFC 6347 §4.2.2; a stateless server cannot know it sent a
+    // HelloVerifyRequest, so it takes the ClientHello's): ServerHello = ClientHello's seq.
+    const shSeq = helloFragment.messageSeq;
+    this.nextSeq = shSeq + 2;
+    // RFC 6347 §4.2.6: the transcript starts at the ClientHello that carried the cookie; the first ClientHello
+    // and the HelloVerifyRequest are not part of it.
+    this.transcript.update(encodeHandshake(HandshakeType.clientHello, shSeq, helloFragment.body));
+    const sh = encodeHandshake(
+      HandshakeType.serverHello,
+      shSeq,
+      serverHelloBody(this.serverRandom, ems, secureRenegotiation),
+    );
+    const shd = encodeHandshake(HandshakeType.serverHelloDone, shSeq + 1, Buffer.alloc(0));
+    this.transcript.update(sh);
+    this.transcript.update(shd);
+    this.flight = new Flight([sh, shd], options.retransmitInitialMs, now);
+  }
+
+  get reassemblyBytes(): number {
+    return this.reassembler.bufferedBytes;
+  }
+
+  /** The connection state of epoch 1, handed to the session when the handshake completes. */
+  takeConnection(): ConnectionState {
+    const connection = this.connection!;
+    this.connection = undefined;
+    return connection;
+  }
+
+  /** Overwrites the secrets held (on abandonment, or after the session took the connection state). */
+  wipe(): void {
+    this.master?.fill(0);
+    this.connection?.wipe();
+    this.expectedClientVerify?.fill(0);
+  }
+
+  /** Epoch 0 handshake fragments (everything before the client's ChangeCipherSpec). */
+  onEpoch0Fragments(frags: HandshakeFragment[]): void {
+    this.feed(frags, 0);
+  }
+
+  /** RFC 5246 §7.1: ChangeCipherSpec is the single byte 1; after it the client writes epoch 1. */
+  onChangeCipherSpec(rec: DtlsRecord): void {
+    if (rec.fragment.length !== 1 || rec.fragment[0] !== 1) return this.host.drop('malformed');
+    // Before ClientKeyExchange (it was lost or is late) the CCS cannot be used: drop it, the client
+    // retransmits its whole flight (RFC 6347 §4.2.4). Once past it, a second CCS is a duplicate.
+    if (this.state !== 'await_ccs') return this.host.drop('unexpected');
+    this.state = 'await_finished';
+    const early = this.early;
+    this.early = [];
+    for (const r of early) {
+      if (!this.host.isCurrent(this)) return;
+      this.onEpoch1(r);
+    }
+  }
+
+  /** An alert from the peer during the handshake ends it (RFC 5246 §7.2: close_notify or fatal). */
+  onAlert(alert: Buffer): void {
+    const level = alert[0];
+    const description = alert[1];
+    if (level === AlertLevel.fatal || description === AlertDescription.closeNotify) {
+      this.host.abandon(this, 'peer_alert');
+    }
+  }
+
+  /** An epoch 1 record addressed to this handshake (its Finished, or an alert under the new keys). */
+  onEpoch1(rec: DtlsRecord): void {
+    if (this.state === 'await_ccs') return this.holdEarly(rec);
+    const opened = this.connection!.open(rec);
+    if (opened === 'replay') return this.host.drop('replay');
+    if (opened === 'mac') {
+      if (rec.type === ContentType.handshake) {
+        // The client's Finished did not authenticate: with a wrong or unknown PSK its keys differ from
+        // ours, so this is how both show. RFC 4279 §2 names decrypt_error for "the key was incorrect"
+        // and RFC 5246 §7.2.2 for a Finished that cannot be verified; we follow them here rather than
+        // RFC 6347 §4.1.2.7 (drop, or bad_record_mac), which is about records of an established
+        // connection. Cost: an attacker who can spoof this client's address and port during the
+        // handshake can end it, which an on-path attacker can do anyway by dropping datagrams.
+        // The alert goes in epoch 0: we have not sent our ChangeCipherSpec.
+        return this.host.fail(this, 'decryptError');
+      }
+      return this.host.drop('mac');
+    }
+    switch (rec.type) {
+      case ContentType.handshake: {
+        const frags = parseHandshakeFragments(opened);
+        if (frags === undefined || frags.length === 0) return this.host.fail(this, 'decodeError');
+        return this.feed(frags, 1);
+      }
+      case ContentType.alert:
+        if (opened.length !== 2) return this.host.drop('malformed');
+        return this.onAlert(opened);
+      default:
+        return this.host.drop('unexpected');
+    }
+  }
+
+  /**
+   * Epoch 1 records before the ChangeCipherSpec are not authenticated yet: keep copies (a subarray would pin
+   * the whole datagram, up to 64 KB) and only within the peer's reassembly budget (RFC 6347 §4.2.3 bounds
+   * left to us). What legitimately arrives early is the client's Finished, a record of 40 bytes.
+   */
+  private holdEarly(rec: DtlsRecord): void {
+    const held = this.early.reduce((bytes, r) => bytes + r.fragment.length, 0);
+    if (
+      this.early.length >= 4 ||
+      held + this.reassembler.bufferedBytes + rec.fragment.length > this.host.options.maxPendingBytesPerPeer
+    ) {
+      return this.host.drop('epoch');
+    }
+    // Buffer.alloc, not Buffer.from: a small Buffer.from comes out of node's shared 8 KB pool and pins it.
+    const fragment = Buffer.alloc(rec.fragment.length);
+    rec.fragment.copy(fragment);
+    this.early.push({ ...rec, fragment });
+  }
+
+  private feed(frags: HandshakeFragment[], epoch: number): void {
+    for (const f of frags) {
+      let r: ReassemblyResult = this.reassembler.add(f, epoch);
+      for (;;) {
+        if (r.kind === 'rejected') {
+          this.host.drop('reassembly');
+          break;
+        }
+        if (r.kind !== 'message') break;
+        if (!this.onMessage(r.msgType, r.messageSeq, r.epoch, r.body)) return;
+        r = this.reassembler.drain();
+      }
+    }
+  }
+
+  /** Processes one complete message in order. Returns false if the handshake ended. */
+  private onMessage(msgType: number, seq: number, epoch: number, body: Buffer): boolean {
+    if (this.state === 'await_cke' && msgType === HandshakeType.clientKeyExchange && epoch === 0) {
+      return this.onClientKeyExchange(seq, body);
+    }
+    if (this.state === 'await_finished' && msgType === HandshakeType.finished && epoch === 1) {
+      this.onFinished(seq, body);
+      return false;
+    }
+    // Anything else out of order is a protocol violation (RFC 5246 §7.4: "unexpected_message").
+    this.host.fail(this, 'unexpectedMessage');
+    return false;
+  }
+
+  /**
+   * RFC 4279 §2: the ClientKeyExchange names the PSK identity. An identity we do not know (or one that is
+   * not a valid UTF-8 string of at most 128 bytes, RFC 4279 §5.1/§5.3) continues with a random key, so
+   * that the Finished check fails exactly as it does for a wrong key: both end in decrypt_error (RFC 4279
+   * §2 allows this instead of unknown_psk_identity) and a prober learns nothing.
+   */
+  private onClientKeyExchange(seq: number, body: Buffer): boolean {
+    const identityBytes = parsePskClientKeyExchange(body);
+    if (identityBytes === undefined) {
+      this.host.fail(this, 'decodeError');
+      return false;
+    }
+    const identity = identityBytes.toString('utf8');
+    const credential =
+      identityBytes.length <= 128 && Buffer.from(identity, 'utf8').equals(identityBytes)
+        ? this.host.lookupPsk(identity)
+        : undefined;
+    // The fake key has the length of a typical real one, so the PRF work below is the same.
+    const psk = credential?.key ?? randomBytes(32);
+    this.credential = credential;
+    this.transcript.update(encodeHandshake(HandshakeType.clientKeyExchange, seq, body));
+    // RFC 7627 §3: session_hash = Hash(handshake messages up to and including ClientKeyExchange). The
+    // client's Finished (RFC 5246 §7.4.9) covers the same messages, so the one digest serves both.
+    const transcriptHash = this.transcript.copy().digest();
+    const premaster = pskPremaster(psk);
+    const master = this.ems
+      ? extendedMasterSecret(premaster, transcriptHash)
+      : masterSecret(premaster, this.clientRandom, this.serverRandom);
+    premaster.fill(0);
+    this.master = master;
+    const block = keyBlock(master, this.clientRandom, this.serverRandom);
+    this.connection = new ConnectionState(block);
+    block.fill(0);
+    this.expectedClientVerify = finishedVerifyData(master, 'client', transcriptHash);
+    this.state = 'await_ccs';
+    return true;
+  }
+
+  /** RFC 5246 §7.4.9: check the client's Finished; the host answers ChangeCipherSpec + Finished and goes live. */
+  private onFinished(seq: number, body: Buffer): void {
+    const expected = this.expectedClientVerify!;
+    const credential = this.credential;
+    if (
+      body.length !== VERIFY_DATA_BYTES ||
+      !timingSafeEqual(body, expected) ||
+      // An unknown identity cannot get here (its random key cannot produce this Finished); belt and braces.
+      credential === undefined
+    ) {
+      return this.host.fail(this, 'decryptError');
+    }
+    this.transcript.update(encodeHandshake(HandshakeType.finished, seq, body));
+    const serverVerify = finishedVerifyData(this.master!, 'server', this.transcript.digest());
+    this.master!.fill(0);
+    this.host.establish(this, credential, serverVerify, seq);
+  }
+}
