@@ -72,8 +72,12 @@ export function buildApp(deps: GatewayDeps): GatewayApp {
         logger: logger.child({ component: 'dtls' }),
         maxSessions: config.dtls.maxSessions,
         maxSessionsPerAddress: config.dtls.maxSessionsPerAddress,
+        maxSessionsPerCredential: config.dtls.maxSessionsPerCredential,
         maxHandshakes: config.dtls.maxHandshakes,
+        maxHandshakesPerAddress: config.dtls.maxHandshakesPerAddress,
         handshakeTimeoutMs: config.dtls.handshakeTimeoutMs,
+        unauthenticatedTimeoutMs: config.dtls.unauthenticatedTimeoutMs,
+        credentialCheckIntervalMs: config.dtls.credentialCheckIntervalS * 1000,
         idleTimeoutMs: config.dtls.idleTimeoutS * 1000,
         socketBufferBytes: config.coap.socketBufferBytes,
       })
@@ -119,10 +123,10 @@ export function buildApp(deps: GatewayDeps): GatewayApp {
   });
   if (dtls !== undefined) {
     // A revoked, deleted or expired key ends its sessions at once (close_notify), and with them their Observe
-    // relations (DtlsTransport reports each ended session to the message layer).
+    // relations (DtlsTransport reports each ended session to the message layer), and abandons its handshakes
+    // in progress. The DTLS server also checks every session's key periodically, should an event be missed.
     registry.onCredentialsChanged((invalidated) => {
-      const ids = new Set(invalidated);
-      const ended = dtls.endSessions((session) => ids.has(session.credentialId), 'revoked');
+      const ended = dtls.invalidateCredentials(invalidated);
       if (ended > 0) logger.info('dtls sessions ended: key no longer valid', { sessions: ended });
     });
   }

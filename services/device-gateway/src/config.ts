@@ -79,8 +79,16 @@ export const gatewayConfigSchema = {
      * (512, two resources per device) allows.
      */
     DTLS_MAX_SESSIONS_PER_ADDRESS: { type: 'integer', minimum: 1, maximum: 1000000, default: 256 },
+    /** One key's sessions: a device needs one; a few more cover a reboot whose old session has not ended yet. */
+    DTLS_MAX_SESSIONS_PER_CREDENTIAL: { type: 'integer', minimum: 1, maximum: 100000, default: 4 },
     DTLS_MAX_HANDSHAKES: { type: 'integer', minimum: 1, maximum: 1000000, default: 2000 },
+    /** Handshakes in progress from one source IP, apart from its sessions (a site rebooting at once retries). */
+    DTLS_MAX_HANDSHAKES_PER_ADDRESS: { type: 'integer', minimum: 1, maximum: 1000000, default: 16 },
     DTLS_HANDSHAKE_TIMEOUT_MS: { type: 'integer', minimum: 1000, maximum: 600000, default: 30000 },
+    /** A handshake with no ClientKeyExchange this long after its cookie-verified ClientHello ends (ms). */
+    DTLS_UNAUTHENTICATED_TIMEOUT_MS: { type: 'integer', minimum: 500, maximum: 600000, default: 5000 },
+    /** Every session's key is checked again this often (seconds), whatever revocation event was missed. */
+    DTLS_CREDENTIAL_CHECK_INTERVAL_S: { type: 'integer', minimum: 1, maximum: 86400, default: 10 },
     /**
      * A session with no authenticated record from its device for this long ends (seconds). Default: the
      * confirmable refresh period plus an hour, so an observer whose device acknowledges the periodic
@@ -137,8 +145,12 @@ export function loadGatewayConfig(env: Record<string, string | undefined> = proc
     dtls: {
       maxSessions: raw.DTLS_MAX_SESSIONS,
       maxSessionsPerAddress: raw.DTLS_MAX_SESSIONS_PER_ADDRESS,
+      maxSessionsPerCredential: raw.DTLS_MAX_SESSIONS_PER_CREDENTIAL,
       maxHandshakes: raw.DTLS_MAX_HANDSHAKES,
+      maxHandshakesPerAddress: raw.DTLS_MAX_HANDSHAKES_PER_ADDRESS,
       handshakeTimeoutMs: raw.DTLS_HANDSHAKE_TIMEOUT_MS,
+      unauthenticatedTimeoutMs: raw.DTLS_UNAUTHENTICATED_TIMEOUT_MS,
+      credentialCheckIntervalS: raw.DTLS_CREDENTIAL_CHECK_INTERVAL_S,
       idleTimeoutS: raw.DTLS_IDLE_TIMEOUT_S ?? raw.COAP_CONFIRMABLE_REFRESH_S + 3600,
     },
     cluster: {
@@ -207,8 +219,12 @@ export function publicConfig(config: GatewayConfig, apiKeys: SecretSet): Record<
     dtls: {
       max_sessions: config.dtls.maxSessions,
       max_sessions_per_address: config.dtls.maxSessionsPerAddress,
+      max_sessions_per_credential: config.dtls.maxSessionsPerCredential,
       max_handshakes: config.dtls.maxHandshakes,
+      max_handshakes_per_address: config.dtls.maxHandshakesPerAddress,
       handshake_timeout_ms: config.dtls.handshakeTimeoutMs,
+      unauthenticated_timeout_ms: config.dtls.unauthenticatedTimeoutMs,
+      credential_check_interval_s: config.dtls.credentialCheckIntervalS,
       idle_timeout_s: config.dtls.idleTimeoutS,
     },
     coap: {

@@ -170,14 +170,14 @@ export function registerDtlsMetrics(
   counterFrom(
     registry,
     'gateway_dtls_limit_rejections_total',
-    'Cookie-verified ClientHellos refused by a limit',
+    'Cookie-verified ClientHellos refused by a handshake limit (every slot held by a handshake that named a known key)',
     'limit',
     () => ({ ...s.limitRejections }),
   );
   counterFrom(
     registry,
     'gateway_dtls_sessions_ended_total',
-    'DTLS sessions ended, by reason (close_notify, idle, replaced, revoked, fatal_alert, server_close)',
+    'DTLS sessions ended, by reason (close_notify, idle, replaced, revoked, evicted: a session cap made room for a newer one, fatal_alert, server_close)',
     'reason',
     () => ({ ...s.sessionsEnded }),
   );

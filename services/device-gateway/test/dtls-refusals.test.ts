@@ -356,20 +356,30 @@ describe('sessions and limits', () => {
     b.socket.close();
   });
 
-  it('refuses handshakes over the per-address and total caps, and closes all sessions on close()', async () => {
-    t = await startEchoServer({ maxSessionsPerAddress: 2, maxSessions: 3 });
+  it('past a session cap the least recently active session ends (close_notify, evicted), and close() ends all', async () => {
+    t = await startEchoServer({ maxSessionsPerAddress: 2, maxSessions: 3, maxSessionsPerCredential: 10 });
     const one = await connectNodeClient(t.port);
     const two = await connectNodeClient(t.port);
-    await expect(connectNodeClient(t.port, { timeout: 700 })).rejects.toThrow(/timed out/);
-    expect(t.server.stats.limitRejections.sessionsPerAddress).toBeGreaterThanOrEqual(1);
+    // `one` talks after `two` connected: `two` is now the least recently active of this address.
+    await sleep(20);
+    expect((await one.request(Buffer.from('still here'))).toString()).toBe('echo:still here');
+    const three = await connectNodeClient(t.port);
+    await waitFor(() => two.closed, 2000, 'close_notify to the evicted session');
+    expect(t.ended.map((e) => [e.session, e.reason])).toEqual([[t.started[1], 'evicted']]);
+    expect((await one.request(Buffer.from('a'))).toString()).toBe('echo:a');
+    expect((await three.request(Buffer.from('b'))).toString()).toBe('echo:b');
+    expect(t.server.stats.sessionsEnded.evicted).toBe(1);
     expect(t.server.snapshot()).toMatchObject({ sessions: 2, handshakes: 0, addresses: 1 });
     await t.server.close();
-    await waitFor(() => one.closed && two.closed, 2000, 'close_notify to every client');
-    expect(t.ended.map((e) => e.reason)).toEqual(['server_close', 'server_close']);
+    await waitFor(() => one.closed && three.closed, 2000, 'close_notify to every client');
+    expect(t.ended.map((e) => e.reason)).toEqual(['evicted', 'server_close', 'server_close']);
 
     t = await startEchoServer({ maxSessionsPerAddress: 10, maxSessions: 1 });
-    await connectNodeClient(t.port);
-    await expect(connectNodeClient(t.port, { timeout: 700 })).rejects.toThrow(/timed out/);
-    expect(t.server.stats.limitRejections.sessions).toBeGreaterThanOrEqual(1);
+    const first = await connectNodeClient(t.port);
+    const second = await connectNodeClient(t.port);
+    await waitFor(() => first.closed, 2000, 'the total cap evicts the older session');
+    expect((await second.request(Buffer.from('c'))).toString()).toBe('echo:c');
+    expect(t.server.stats.sessionsEnded.evicted).toBe(1);
+    second.socket.close();
   });
 });

@@ -1,48 +1,83 @@
 // Every peer the server holds state for: established sessions and handshakes in progress, each keyed by the
-// peer's address and port (RFC 6347 §4.2.8: one association per address and port), with the limits that
-// bound them.
+// peer's address and port (RFC 6347 §4.2.8: one association per address and port), and the limits that
+// bound them (RFC 6347 §4.2.1 asks a server to bound what an attacker can make it keep).
+//
+// Handshakes and sessions are counted apart, in all and per source address, so that unauthenticated
+// handshakes can never lock authenticated devices out, and the two kinds of limit act differently:
+// - a handshake has authenticated nothing, so a full table (or a full share of one address) evicts its
+//   oldest handshake that has not got past ClientKeyExchange with a known identity, and refuses only when
+//   every slot holds one that has (those still end at the handshake deadline);
+// - a session cap is checked when a handshake completes, that is for a newcomer that proved its key: the
+//   least recently active session of the full group (the credential's, the address's, all) ends.
 import type { DtlsServerOptions } from './options.js';
 import type { ServerHandshake } from './server-handshaker.js';
 import type { Session } from './session.js';
 
-export type LimitRefusal = 'sessions' | 'sessionsPerAddress' | 'handshakes';
+export type HandshakeRefusal = 'handshakes' | 'handshakesPerAddress';
+
+type Limits = Pick<
+  DtlsServerOptions,
+  | 'maxSessions'
+  | 'maxSessionsPerAddress'
+  | 'maxSessionsPerCredential'
+  | 'maxHandshakes'
+  | 'maxHandshakesPerAddress'
+>;
+
+/** What the store asks its owner to end when it must make room (the owner removes them from the store). */
+export interface Evictor {
+  evictHandshake(hs: ServerHandshake): void;
+  evictSession(s: Session): void;
+}
 
 export class ConnectionStore {
+  /** By peer key; a Map iterates in insertion order, so the first entries are the oldest handshakes. */
   readonly sessions = new Map<string, Session>();
   readonly handshakes = new Map<string, ServerHandshake>();
-  /** Peers (address:port) holding a session or a handshake, per source IP address. */
-  private readonly perAddress = new Map<string, number>();
+  private readonly handshakesByAddress = new Map<string, Set<ServerHandshake>>();
+  private readonly sessionsByAddress = new Map<string, Set<Session>>();
+  private readonly sessionsByCredential = new Map<string, Set<Session>>();
 
   constructor(
-    private readonly limits: Pick<
-      DtlsServerOptions,
-      'maxSessions' | 'maxSessionsPerAddress' | 'maxHandshakes'
-    >,
+    private readonly limits: Limits,
+    private readonly evictor: Evictor,
   ) {}
 
+  /** Source addresses holding a session or a handshake. */
   get addresses(): number {
-    return this.perAddress.size;
+    let n = this.sessionsByAddress.size;
+    for (const address of this.handshakesByAddress.keys()) if (!this.sessionsByAddress.has(address)) n++;
+    return n;
   }
 
   /**
-   * Whether a cookie-verified ClientHello of `key` may start a handshake. Limits count peers that hold a
-   * session or a handshake; a peer already known replaces its own state and takes no new slot.
+   * Makes room for a new handshake of peer `key` (a cookie-verified ClientHello), evicting as above; returns
+   * the limit that refuses it, if any. A peer that already has a handshake replaces it and needs no room.
    */
-  refusal(key: string, address: string): LimitRefusal | undefined {
-    const handshaking = this.handshakes.has(key);
-    if (!handshaking && this.handshakes.size >= this.limits.maxHandshakes) return 'handshakes';
-    if (handshaking || this.sessions.has(key)) return undefined;
-    if (this.sessions.size + this.handshakes.size >= this.limits.maxSessions) return 'sessions';
-    if ((this.perAddress.get(address) ?? 0) >= this.limits.maxSessionsPerAddress) return 'sessionsPerAddress';
+  admitHandshake(key: string, address: string): HandshakeRefusal | undefined {
+    if (this.handshakes.has(key)) return undefined;
+    const atAddress = this.handshakesByAddress.get(address);
+    if (atAddress !== undefined && atAddress.size >= this.limits.maxHandshakesPerAddress) {
+      const victim = oldestEvictable(atAddress.values());
+      if (victim === undefined) return 'handshakesPerAddress';
+      this.evictor.evictHandshake(victim);
+    }
+    if (this.handshakes.size >= this.limits.maxHandshakes) {
+      const victim = oldestEvictable(this.handshakes.values());
+      if (victim === undefined) return 'handshakes';
+      this.evictor.evictHandshake(victim);
+    }
     return undefined;
   }
 
   /** Adds a handshake; returns the one of the same peer it replaces, if any (the caller ends that one). */
   addHandshake(hs: ServerHandshake): ServerHandshake | undefined {
     const previous = this.handshakes.get(hs.key);
-    const known = previous !== undefined || this.sessions.has(hs.key);
+    if (previous !== undefined) this.unindexHandshake(previous);
+    // Delete first: a replacing handshake is the newest, so it goes to the end of the iteration order.
+    this.handshakes.delete(hs.key);
     this.handshakes.set(hs.key, hs);
-    if (!known) this.perAddress.set(hs.address, (this.perAddress.get(hs.address) ?? 0) + 1);
+    addTo(this.handshakesByAddress, hs.address, hs);
     return previous;
   }
 
@@ -50,18 +85,33 @@ export class ConnectionStore {
   deleteHandshake(hs: ServerHandshake): boolean {
     if (this.handshakes.get(hs.key) !== hs) return false;
     this.handshakes.delete(hs.key);
-    if (!this.sessions.has(hs.key)) this.release(hs.address);
+    this.unindexHandshake(hs);
     return true;
   }
 
   /**
-   * The handshake completed: its session takes the peer's place. Returns the session it replaces (RFC 6347
-   * §4.2.8), which the caller ends; the peer's address slot carries over.
+   * The handshake completed: its session takes the peer's place, after the session caps made room. Returns
+   * the session of the same peer it replaces (RFC 6347 §4.2.8), which the caller ends.
    */
   establish(hs: ServerHandshake, session: Session): Session | undefined {
-    this.handshakes.delete(hs.key);
+    this.deleteHandshake(hs);
     const previous = this.sessions.get(hs.key);
+    if (previous !== undefined) {
+      this.sessions.delete(hs.key);
+      this.unindexSession(previous);
+    }
+    const ofCredential = this.sessionsByCredential.get(session.pub.credentialId);
+    if (ofCredential !== undefined && ofCredential.size >= this.limits.maxSessionsPerCredential)
+      this.evictor.evictSession(leastRecentlyActive(ofCredential.values())!);
+    const atAddress = this.sessionsByAddress.get(session.pub.address);
+    if (atAddress !== undefined && atAddress.size >= this.limits.maxSessionsPerAddress)
+      this.evictor.evictSession(leastRecentlyActive(atAddress.values())!);
+    // A scan of every session, only when the whole table is full (and only for an authenticated newcomer).
+    if (this.sessions.size >= this.limits.maxSessions)
+      this.evictor.evictSession(leastRecentlyActive(this.sessions.values())!);
     this.sessions.set(hs.key, session);
+    addTo(this.sessionsByAddress, session.pub.address, session);
+    addTo(this.sessionsByCredential, session.pub.credentialId, session);
     return previous;
   }
 
@@ -69,13 +119,46 @@ export class ConnectionStore {
   deleteSession(s: Session): boolean {
     if (this.sessions.get(s.pub.key) !== s) return false;
     this.sessions.delete(s.pub.key);
-    if (!this.handshakes.has(s.pub.key)) this.release(s.pub.address);
+    this.unindexSession(s);
     return true;
   }
 
-  private release(address: string): void {
-    const n = (this.perAddress.get(address) ?? 1) - 1;
-    if (n <= 0) this.perAddress.delete(address);
-    else this.perAddress.set(address, n);
+  private unindexHandshake(hs: ServerHandshake): void {
+    removeFrom(this.handshakesByAddress, hs.address, hs);
   }
+
+  private unindexSession(s: Session): void {
+    removeFrom(this.sessionsByAddress, s.pub.address, s);
+    removeFrom(this.sessionsByCredential, s.pub.credentialId, s);
+  }
+}
+
+/** The oldest handshake that authenticated nothing: none past ClientKeyExchange first, then unknown identities. */
+function oldestEvictable(handshakes: Iterable<ServerHandshake>): ServerHandshake | undefined {
+  let unknownIdentity: ServerHandshake | undefined;
+  for (const hs of handshakes) {
+    const stage = hs.evictable;
+    if (stage === 'before_key_exchange') return hs;
+    if (stage === 'unknown_identity') unknownIdentity ??= hs;
+  }
+  return unknownIdentity;
+}
+
+function leastRecentlyActive(sessions: Iterable<Session>): Session | undefined {
+  let lru: Session | undefined;
+  for (const s of sessions) if (lru === undefined || s.lastRx < lru.lastRx) lru = s;
+  return lru;
+}
+
+function addTo<K, V>(index: Map<K, Set<V>>, key: K, value: V): void {
+  const set = index.get(key);
+  if (set === undefined) index.set(key, new Set([value]));
+  else set.add(value);
+}
+
+function removeFrom<K, V>(index: Map<K, Set<V>>, key: K, value: V): void {
+  const set = index.get(key);
+  if (set === undefined) return;
+  set.delete(value);
+  if (set.size === 0) index.delete(key);
 }

@@ -22,6 +22,7 @@ import {
 } from './constants.js';
 import type { AlertName } from './constants.js';
 import { ConnectionStore } from './connection-store.js';
+import type { Evictor } from './connection-store.js';
 import {
   CookieJar,
   encodeHandshake,
@@ -43,7 +44,7 @@ import { failureOfAlert, newStats } from './stats.js';
 import type { DtlsDropReason, DtlsHandshakeFailure, DtlsSessionEndReason, DtlsStats } from './stats.js';
 
 /** A DTLS 1.2 PSK server on one UDP socket. See the file header for how it is put together. */
-export class DtlsServer implements HandshakeHost {
+export class DtlsServer implements HandshakeHost, Evictor {
   onApplicationData: (session: DtlsSession, data: Buffer) => void = () => undefined;
   onSessionEnd: (session: DtlsSession, reason: DtlsSessionEndReason) => void = () => undefined;
   onSessionStart?: (session: DtlsSession) => void;
@@ -56,12 +57,19 @@ export class DtlsServer implements HandshakeHost {
   private socket?: dgram.Socket;
   private timer?: NodeJS.Timeout;
   private nextIdleSweep = 0;
+  /** Where the periodic credential check goes on at the next tick (it checks a share of sessions per tick). */
+  private credentialCursor?: Iterator<Session>;
   private isBound = false;
+  datagramNumber = 0;
 
   constructor(options: DtlsServerInit) {
     this.options = { ...defaultDtlsOptions, ...options };
-    this.store = new ConnectionStore(this.options);
-    this.cookies = new CookieJar(this.options.cookieSecretRotationMs, this.now());
+    this.store = new ConnectionStore(this.options, this);
+    this.cookies = new CookieJar(
+      this.options.cookieSecretRotationMs,
+      this.now(),
+      this.options.cookieLifetimeMs,
+    );
   }
 
   get bound(): boolean {
@@ -142,6 +150,35 @@ export class DtlsServer implements HandshakeHost {
     return n;
   }
 
+  /**
+   * Checks every session and handshake in progress against lookupPsk, which must still return the same
+   * credential: those whose credential was revoked, deleted, changed or expired end ('revoked', with
+   * close_notify; handshakes 'credential_invalid'). The timer does the same every credentialCheckIntervalMs,
+   * a share per tick; call this after an event that invalidated credentials. Returns how many ended.
+   */
+  revalidate(): number {
+    let n = 0;
+    for (const s of [...this.store.sessions.values()]) if (this.checkSession(s)) n++;
+    for (const hs of [...this.store.handshakes.values()]) {
+      if (hs.credentialStillValid()) continue;
+      this.abandon(hs, 'credential_invalid');
+      n++;
+    }
+    return n;
+  }
+
+  /** Ends the sessions and handshakes in progress of these credentials (revoked, deleted, changed, expired). */
+  invalidateCredentials(credentialIds: Iterable<string>): number {
+    const ids = new Set(credentialIds);
+    let n = this.endSessions((s) => ids.has(s.credentialId), 'revoked');
+    for (const hs of [...this.store.handshakes.values()]) {
+      if (hs.credentialId === undefined || !ids.has(hs.credentialId)) continue;
+      this.abandon(hs, 'credential_invalid');
+      n++;
+    }
+    return n;
+  }
+
   /** Sends close_notify to every session, ends them ('server_close'), abandons handshakes, closes the socket. */
   async close(): Promise<void> {
     if (this.timer) clearInterval(this.timer);
@@ -164,6 +201,7 @@ export class DtlsServer implements HandshakeHost {
 
   private onDatagram(msg: Buffer, address: string, port: number): void {
     this.stats.datagramsReceived++;
+    this.datagramNumber++;
     // RFC 768: source port 0 means the sender expects no reply, and no DTLS peer can receive on it. Nothing
     // can be answered (dgram throws on a send to port 0), so such a datagram is dropped before any work.
     if (port === 0) return this.drop('malformed');
@@ -209,10 +247,9 @@ export class DtlsServer implements HandshakeHost {
         if (hs === undefined) return this.drop(this.store.sessions.has(key) ? 'unexpected' : 'no_state');
         return hs.onChangeCipherSpec(rec);
       case ContentType.alert:
-        // An unauthenticated alert may only end a handshake, never an established session.
-        if (hs === undefined) return this.drop(this.store.sessions.has(key) ? 'unexpected' : 'no_state');
-        if (rec.fragment.length !== 2) return this.drop('malformed');
-        return hs.onAlert(rec.fragment);
+        // An unauthenticated alert ends nothing: anyone who can put this peer's address on a datagram could
+        // forge it (RFC 6347 §4.1.2.7). A handshake it was meant for ends at its deadline.
+        return this.drop(hs !== undefined || this.store.sessions.has(key) ? 'unexpected' : 'no_state');
       default:
         // Application data is never sent unprotected (RFC 5246 §7.4.9: only after Finished).
         return this.drop('epoch');
@@ -263,6 +300,10 @@ export class DtlsServer implements HandshakeHost {
       if (hs.state === 'await_cke' && f.messageSeq === hs.clientHelloSeq) this.resendFlight(hs);
       return;
     }
+    // The ClientHello that made this peer's live session, again: a client starting a new handshake makes a
+    // new random (RFC 5246 §7.4.1.2), so this is a replay, possibly meant to replace the session with one of
+    // the replayer's (RFC 6347 §4.2.8). Ignored.
+    if (this.store.sessions.get(key)?.clientRandom.equals(hello.random) === true) return this.drop('replay');
     if (hello.cookie.length === 0 || !this.cookies.verify(address, port, f.body, hello)) {
       if (hello.cookie.length > 0) this.stats.badCookies++;
       const cookie = this.cookies.make(address, port, f.body, hello);
@@ -289,7 +330,7 @@ export class DtlsServer implements HandshakeHost {
       this.options.logger.debug('dtls handshake refused', { peer: key, alert: neg.alert });
       return;
     }
-    const refusal = this.store.refusal(key, address);
+    const refusal = this.store.admitHandshake(key, address);
     if (refusal !== undefined) {
       this.stats.limitRejections[refusal]++;
       return this.drop('limit');
@@ -388,10 +429,10 @@ export class DtlsServer implements HandshakeHost {
   }
 
   /** Ends a handshake with a fatal alert in epoch 0 (we have not changed our write state yet). */
-  fail(hs: ServerHandshake, alert: AlertName): void {
+  fail(hs: ServerHandshake, alert: AlertName, reason?: DtlsHandshakeFailure): void {
     if (!this.isCurrent(hs)) return;
     this.sendAlertRaw(alert, hs.address, hs.port, hs.epoch0Seq++);
-    this.abandon(hs, failureOfAlert[alert] ?? 'handshake_failure');
+    this.abandon(hs, reason ?? failureOfAlert[alert] ?? 'handshake_failure');
   }
 
   abandon(hs: ServerHandshake, reason: DtlsHandshakeFailure): void {
@@ -420,6 +461,7 @@ export class DtlsServer implements HandshakeHost {
       pub,
       hs.takeConnection(),
       serverVerify,
+      hs.clientRandom,
       this.now(),
       hs.epoch0Seq,
       hs.nextSeq,
@@ -445,6 +487,16 @@ export class DtlsServer implements HandshakeHost {
         this.options.logger.error('dtls: onSessionStart threw', { error: errorMessage(err) });
       }
     }
+  }
+
+  // The connection store's evictions (connection-store.ts)
+
+  evictHandshake(hs: ServerHandshake): void {
+    this.abandon(hs, 'evicted');
+  }
+
+  evictSession(s: Session): void {
+    this.endSession(s, 'evicted', true);
   }
 
   // ---------------------------------------------------------------------------------------------
@@ -515,6 +567,13 @@ export class DtlsServer implements HandshakeHost {
     this.notifyEnd(s, reason);
   }
 
+  /** Ends `s` ('revoked') unless lookupPsk still returns its credential. Returns whether it ended. */
+  private checkSession(s: Session): boolean {
+    if (this.lookupPsk(s.pub.identity)?.credentialId === s.pub.credentialId) return false;
+    this.endSession(s, 'revoked', true);
+    return true;
+  }
+
   private notifyEnd(s: Session, reason: DtlsSessionEndReason): void {
     this.stats.sessionsEnded[reason]++;
     try {
@@ -533,15 +592,42 @@ export class DtlsServer implements HandshakeHost {
     return Date.now() - this.started;
   }
 
+  /**
+   * The periodic credential check: each tick checks the share of sessions that makes one pass per
+   * credentialCheckIntervalMs, so a large table costs a little every tick, never a long pause. Whatever
+   * event was missed (a reload that failed, a notification lost, an expiry between reloads), a session whose
+   * credential is no longer valid ends within about one interval.
+   */
+  private checkCredentials(): void {
+    const sessions = this.store.sessions;
+    if (sessions.size === 0) return;
+    const share = Math.ceil(
+      (sessions.size * this.options.timerResolutionMs) / this.options.credentialCheckIntervalMs,
+    );
+    // A Map iterator stays valid while entries are added and deleted (ECMA-262 §24.1.3.5).
+    this.credentialCursor ??= sessions.values();
+    for (let i = 0; i < share; i++) {
+      const next = this.credentialCursor.next();
+      if (next.done === true) {
+        this.credentialCursor = undefined;
+        return;
+      }
+      this.checkSession(next.value);
+    }
+  }
+
   private tick(): void {
     try {
       const now = this.now();
       this.cookies.maybeRotate(now);
       for (const hs of [...this.store.handshakes.values()]) {
         if (now >= hs.deadline) this.abandon(hs, 'timeout');
+        else if (hs.state === 'await_cke' && now >= hs.keyExchangeDeadline)
+          this.abandon(hs, 'unauthenticated_timeout');
         // RFC 6347 §4.2.4.1: resend on expiry, doubling the timer each time up to a bound.
         else if (hs.flight.due(now, this.options.retransmitMaxMs)) this.resendFlight(hs);
       }
+      this.checkCredentials();
       if (now >= this.nextIdleSweep) {
         this.nextIdleSweep = now + this.options.idleSweepIntervalMs;
         const cutoff = now - this.options.idleTimeoutMs;

@@ -1,6 +1,5 @@
-// DTLS 1.2 handshake messages (RFC 6347 §4.2-4.3, RFC 5246 §7.4), the stateless cookie (RFC 6347
-// §4.2.1) and bounded fragment reassembly (RFC 6347 §4.2.3).
-import { createHmac, randomBytes, timingSafeEqual } from 'node:crypto';
+// DTLS 1.2 handshake messages (RFC 6347 §4.2-4.3, RFC 5246 §7.4) and bounded fragment reassembly
+// (RFC 6347 §4.2.3). The stateless cookie is in cookie.ts.
 import {
   DTLS_1_0,
   DTLS_1_2,
@@ -223,54 +222,6 @@ export function parsePskClientKeyExchange(body: Buffer): Buffer | undefined {
   return body.subarray(2);
 }
 
-/**
- * The stateless cookie of RFC 6347 §4.2.1: Cookie = HMAC(Secret, Client-IP, Client-Parameters), here
- * HMAC-SHA256 over the source address and port and every byte of the ClientHello body except the cookie
- * vector. The secret rotates every `rotationMs`; a cookie made with the previous secret is still
- * accepted, so a client that got its HelloVerifyRequest just before a rotation is not refused.
- */
-export class CookieJar {
-  private current = randomBytes(32);
-  private previous = randomBytes(32);
-  private rotatedAt: number;
-
-  constructor(
-    private readonly rotationMs: number,
-    now: number,
-  ) {
-    this.rotatedAt = now;
-  }
-
-  /** Rotates when the current secret is older than rotationMs. */
-  maybeRotate(now: number): void {
-    if (now - this.rotatedAt < this.rotationMs) return;
-    this.previous = this.current;
-    this.current = randomBytes(32);
-    this.rotatedAt = now;
-  }
-
-  make(address: string, port: number, helloBody: Buffer, hello: ClientHello): Buffer {
-    return this.mac(this.current, address, port, helloBody, hello);
-  }
-
-  verify(address: string, port: number, helloBody: Buffer, hello: ClientHello): boolean {
-    if (hello.cookie.length !== 32) return false;
-    return (
-      timingSafeEqual(hello.cookie, this.mac(this.current, address, port, helloBody, hello)) ||
-      timingSafeEqual(hello.cookie, this.mac(this.previous, address, port, helloBody, hello))
-    );
-  }
-
-  private mac(secret: Buffer, address: string, port: number, helloBody: Buffer, hello: ClientHello): Buffer {
-    const peer = Buffer.from(`${address}|${port}|`, 'utf8');
-    return createHmac('sha256', secret)
-      .update(peer)
-      .update(helloBody.subarray(0, hello.cookieStart))
-      .update(helloBody.subarray(hello.cookieEnd))
-      .digest();
-  }
-}
-
 /** Bounds for reassembly (RFC 6347 §4.2.3 leaves them to the implementation). */
 export interface ReassemblyLimits {
   /** Largest handshake message body accepted, bytes. */
@@ -392,3 +343,4 @@ function mergeRange(ranges: [number, number][], start: number, end: number): [nu
 }
 
 export { HandshakeType };
+export { CookieJar } from './cookie.js';

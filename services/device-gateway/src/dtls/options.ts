@@ -16,20 +16,40 @@ export interface DtlsLogger {
 export interface DtlsServerOptions {
   /**
    * Synchronous: the current valid credential for this identity (not revoked, within
-   * not_before..not_after), else undefined. Called once per handshake, at ClientKeyExchange.
+   * not_before..not_after), else undefined. Called at ClientKeyExchange, again when the handshake completes
+   * (the credential must still be the same one), and for every session every `credentialCheckIntervalMs`.
    */
   lookupPsk(identity: string): PskCredential | undefined;
   logger: DtlsLogger;
-  /** Established sessions plus handshakes in progress, in all. */
+  /**
+   * Established sessions in all. The sessions caps are checked when a handshake completes, that is for an
+   * authenticated newcomer: past a cap, the least recently active session of the group ends ('evicted').
+   */
   maxSessions: number;
-  /** Established sessions plus handshakes in progress from one source IP address. */
+  /** Established sessions from one source IP address (devices behind one NAT address share it). */
   maxSessionsPerAddress: number;
-  /** Handshakes in progress (a cookie-verified ClientHello starts one). */
+  /** Established sessions of one credential (one key cannot crowd out its neighbours). */
+  maxSessionsPerCredential: number;
+  /**
+   * Handshakes in progress (a cookie-verified ClientHello starts one), in all. When full, the oldest
+   * handshake that has not authenticated anything yet makes room (see ServerHandshake.evictable).
+   */
   maxHandshakes: number;
+  /** Handshakes in progress from one source IP address, counted apart from its sessions. */
+  maxHandshakesPerAddress: number;
   /** A session that has received no authenticated record for this long is ended ('idle'), ms. */
   idleTimeoutMs: number;
   /** A handshake not finished this long after its ClientHello is abandoned, ms. */
   handshakeTimeoutMs: number;
+  /**
+   * A handshake that has not received a ClientKeyExchange this long after its ClientHello is abandoned, ms:
+   * a slot costs an attacker one cookie round trip, so it must not hold one for the whole handshakeTimeoutMs.
+   */
+  unauthenticatedTimeoutMs: number;
+  /** How often every session's credential is checked again with lookupPsk, ms (whatever event was missed). */
+  credentialCheckIntervalMs: number;
+  /** A cookie is accepted this long after it was made, ms (it names its own time, RFC 6347 §4.2.1). */
+  cookieLifetimeMs: number;
   /** The cookie secret is replaced this often; the previous one stays valid for one more period, ms. */
   cookieSecretRotationMs: number;
   /** SO_RCVBUF / SO_SNDBUF request, bytes; undefined leaves the OS default. */
@@ -58,9 +78,14 @@ export interface DtlsServerOptions {
 export const defaultDtlsOptions = {
   maxSessions: 20_000,
   maxSessionsPerAddress: 64,
+  maxSessionsPerCredential: 4,
   maxHandshakes: 2_000,
+  maxHandshakesPerAddress: 16,
   idleTimeoutMs: 600_000,
   handshakeTimeoutMs: 30_000,
+  unauthenticatedTimeoutMs: 5_000,
+  credentialCheckIntervalMs: 10_000,
+  cookieLifetimeMs: 60_000,
   cookieSecretRotationMs: 300_000,
   retransmitInitialMs: 1_000,
   retransmitMaxMs: 60_000,

@@ -33,8 +33,10 @@ export interface HandshakeHost {
   lookupPsk(identity: string): PskCredential | undefined;
   /** Whether `hs` is still its peer's handshake (a callback may have ended it). */
   isCurrent(hs: ServerHandshake): boolean;
-  /** Sends a fatal alert in epoch 0 and abandons the handshake. */
-  fail(hs: ServerHandshake, alert: AlertName): void;
+  /** Counts the datagrams received; tells which records arrived together. */
+  readonly datagramNumber: number;
+  /** Sends a fatal alert in epoch 0 and abandons the handshake (counted as `reason`, else by the alert). */
+  fail(hs: ServerHandshake, alert: AlertName, reason?: DtlsHandshakeFailure): void;
   abandon(hs: ServerHandshake, reason: DtlsHandshakeFailure): void;
   drop(reason: DtlsDropReason): void;
   /** The client's Finished verified: make the session and send our final flight. */
@@ -47,6 +49,12 @@ export interface HandshakeHost {
 }
 
 export type HandshakeState = 'await_cke' | 'await_ccs' | 'await_finished';
+
+/**
+ * Whether a full table may evict this handshake (connection-store.ts): one that has not had a
+ * ClientKeyExchange costs an attacker one cookie round trip; one whose identity is unknown cannot complete.
+ */
+export type Evictability = 'before_key_exchange' | 'unknown_identity' | 'no';
 
 /** A handshake in progress: exists only after a ClientHello with a valid cookie (RFC 6347 §4.2.1). */
 export class ServerHandshake {
@@ -64,6 +72,14 @@ export class ServerHandshake {
   readonly clientHelloSeq: number;
   /** Server clock (ms) at which the handshake is abandoned if not finished. */
   readonly deadline: number;
+  /** Server clock (ms) at which it is abandoned if no ClientKeyExchange came (options.unauthenticatedTimeoutMs). */
+  readonly keyExchangeDeadline: number;
+  /** The ClientKeyExchange body as processed: its retransmission is recognised byte for byte. */
+  private keyExchange?: Buffer;
+  /** The datagram that carried the ClientKeyExchange (host.datagramNumber). */
+  private keyExchangeDatagram = -1;
+  /** Epoch 1 records that failed authentication (dropped silently, RFC 6347 §4.1.2.7). */
+  private authFailures = 0;
   private readonly transcript: Hash = createHash('sha256');
   private readonly reassembler: Reassembler;
   private master?: Buffer;
@@ -95,6 +111,7 @@ export class ServerHandshake {
     this.serverRandom = randomBytes(32);
     this.clientHelloSeq = helloFragment.messageSeq;
     this.deadline = now + options.handshakeTimeoutMs;
+    this.keyExchangeDeadline = now + options.unauthenticatedTimeoutMs;
     // Our epoch 0 record numbers start above the HelloVerifyRequest's (which reused an earlier ClientHello's
     // number), as RFC 6347 §4.2.1 intends.
     this.epoch0Seq = helloRecordSeq;
@@ -129,6 +146,25 @@ export class ServerHandshake {
     return this.reassembler.bufferedBytes;
   }
 
+  get evictable(): Evictability {
+    if (this.state === 'await_cke') return 'before_key_exchange';
+    return this.credential === undefined ? 'unknown_identity' : 'no';
+  }
+
+  /** The credential named by the ClientKeyExchange, once it came and named a known one. */
+  get credentialId(): string | undefined {
+    return this.credential?.credentialId;
+  }
+
+  /** Whether the credential named by the ClientKeyExchange (if any) is still the valid one for its identity. */
+  credentialStillValid(): boolean {
+    const credential = this.credential;
+    return (
+      credential === undefined ||
+      this.host.lookupPsk(credential.identity)?.credentialId === credential.credentialId
+    );
+  }
+
   /** The connection state of epoch 1, handed to the session when the handshake completes. */
   takeConnection(): ConnectionState {
     const connection = this.connection!;
@@ -143,9 +179,24 @@ export class ServerHandshake {
     this.expectedClientVerify?.fill(0);
   }
 
-  /** Epoch 0 handshake fragments (everything before the client's ChangeCipherSpec). */
+  /**
+   * Epoch 0 handshake fragments. After the ClientHello, the only message a client sends in epoch 0 is its
+   * ClientKeyExchange (RFC 6347 §4.2.4 flight 5; its Finished follows the ChangeCipherSpec, in epoch 1), so
+   * nothing else unauthenticated may take a message_seq, least of all the one the Finished must use. Older
+   * numbers are the client's retransmissions.
+   */
   onEpoch0Fragments(frags: HandshakeFragment[]): void {
-    this.feed(frags, 0);
+    for (const f of frags) {
+      if (!this.host.isCurrent(this)) return;
+      if (f.messageSeq < this.reassembler.nextSeq) this.onRetransmitted(f);
+      else if (
+        this.state !== 'await_cke' ||
+        f.msgType !== HandshakeType.clientKeyExchange ||
+        f.messageSeq !== this.reassembler.nextSeq
+      )
+        this.host.drop('unexpected');
+      else this.feed(f, 0);
+    }
   }
 
   /** RFC 5246 §7.1: ChangeCipherSpec is the single byte 1; after it the client writes epoch 1. */
@@ -163,8 +214,11 @@ export class ServerHandshake {
     }
   }
 
-  /** An alert from the peer during the handshake ends it (RFC 5246 §7.2: close_notify or fatal). */
-  onAlert(alert: Buffer): void {
+  /**
+   * An authenticated alert from the peer during the handshake ends it (RFC 5246 §7.2: close_notify or fatal).
+   * Unauthenticated (epoch 0) alerts never reach here: anyone could forge one (RFC 6347 §4.1.2.7).
+   */
+  private onAlert(alert: Buffer): void {
     const level = alert[0];
     const description = alert[1];
     if (level === AlertLevel.fatal || description === AlertDescription.closeNotify) {
@@ -178,14 +232,15 @@ export class ServerHandshake {
     const opened = this.connection!.open(rec);
     if (opened === 'replay') return this.host.drop('replay');
     if (opened === 'mac') {
-      if (rec.type === ContentType.handshake) {
-        // The client's Finished did not authenticate: with a wrong or unknown PSK its keys differ from
-        // ours, so this is how both show. RFC 4279 §2 names decrypt_error for "the key was incorrect"
-        // and RFC 5246 §7.2.2 for a Finished that cannot be verified; we follow them here rather than
-        // RFC 6347 §4.1.2.7 (drop, or bad_record_mac), which is about records of an established
-        // connection. Cost: an attacker who can spoof this client's address and port during the
-        // handshake can end it, which an on-path attacker can do anyway by dropping datagrams.
-        // The alert goes in epoch 0: we have not sent our ChangeCipherSpec.
+      // RFC 6347 §4.1.2.7: a record that fails authentication is dropped silently, so that one forged
+      // datagram cannot end the handshake. A client whose key is wrong (or whose identity is unknown) shows
+      // the same way, and RFC 4279 §2 / RFC 5246 §7.2.2 answer it decrypt_error: we do so once the failure
+      // cannot be a third party's, that is when the failing record came in the datagram that carried the
+      // ClientKeyExchange that made these keys (whoever sent that owns the handshake anyway), or when the
+      // client retransmits that very ClientKeyExchange after a failure (onRetransmitted).
+      this.authFailures++;
+      if (rec.type === ContentType.handshake && this.host.datagramNumber === this.keyExchangeDatagram) {
+        // In epoch 0: we have not sent our ChangeCipherSpec.
         return this.host.fail(this, 'decryptError');
       }
       return this.host.drop('mac');
@@ -194,7 +249,11 @@ export class ServerHandshake {
       case ContentType.handshake: {
         const frags = parseHandshakeFragments(opened);
         if (frags === undefined || frags.length === 0) return this.host.fail(this, 'decodeError');
-        return this.feed(frags, 1);
+        for (const f of frags) {
+          if (!this.host.isCurrent(this)) return;
+          this.feed(f, 1);
+        }
+        return;
       }
       case ContentType.alert:
         if (opened.length !== 2) return this.host.drop('malformed');
@@ -223,18 +282,32 @@ export class ServerHandshake {
     this.early.push({ ...rec, fragment });
   }
 
-  private feed(frags: HandshakeFragment[], epoch: number): void {
-    for (const f of frags) {
-      let r: ReassemblyResult = this.reassembler.add(f, epoch);
-      for (;;) {
-        if (r.kind === 'rejected') {
-          this.host.drop('reassembly');
-          break;
-        }
-        if (r.kind !== 'message') break;
-        if (!this.onMessage(r.msgType, r.messageSeq, r.epoch, r.body)) return;
-        r = this.reassembler.drain();
-      }
+  /**
+   * A client retransmits its flight when ours did not come (RFC 6347 §4.2.4). A ClientKeyExchange identical
+   * to the one processed, after an epoch 1 record failed authentication, is the client itself telling us that
+   * its Finished is the one that failed: a third party that cannot see the handshake cannot forge it.
+   */
+  private onRetransmitted(f: HandshakeFragment): void {
+    const processed = this.keyExchange;
+    if (
+      f.msgType === HandshakeType.clientKeyExchange &&
+      this.authFailures > 0 &&
+      processed !== undefined &&
+      f.fragmentOffset + f.body.length <= processed.length &&
+      processed.subarray(f.fragmentOffset, f.fragmentOffset + f.body.length).equals(f.body)
+    ) {
+      return this.host.fail(this, 'decryptError');
+    }
+    this.host.drop('unexpected');
+  }
+
+  private feed(f: HandshakeFragment, epoch: number): void {
+    let r: ReassemblyResult = this.reassembler.add(f, epoch);
+    for (;;) {
+      if (r.kind === 'rejected') return this.host.drop('reassembly');
+      if (r.kind !== 'message') return;
+      if (!this.onMessage(r.msgType, r.messageSeq, r.epoch, r.body)) return;
+      r = this.reassembler.drain();
     }
   }
 
@@ -272,6 +345,8 @@ export class ServerHandshake {
     // The fake key has the length of a typical real one, so the PRF work below is the same.
     const psk = credential?.key ?? randomBytes(32);
     this.credential = credential;
+    this.keyExchange = Buffer.from(body);
+    this.keyExchangeDatagram = this.host.datagramNumber;
     this.transcript.update(encodeHandshake(HandshakeType.clientKeyExchange, seq, body));
     // RFC 7627 §3: session_hash = Hash(handshake messages up to and including ClientKeyExchange). The
     // client's Finished (RFC 5246 §7.4.9) covers the same messages, so the one digest serves both.
@@ -302,6 +377,10 @@ export class ServerHandshake {
     ) {
       return this.host.fail(this, 'decryptError');
     }
+    // The credential must still be valid as the handshake completes, not only at ClientKeyExchange: a
+    // handshake can be held open after it, and the key revoked or expired meanwhile. The same answer as a
+    // wrong key: the holder of a dead key learns nothing else.
+    if (!this.credentialStillValid()) return this.host.fail(this, 'decryptError', 'credential_invalid');
     this.transcript.update(encodeHandshake(HandshakeType.finished, seq, body));
     const serverVerify = finishedVerifyData(this.master!, 'server', this.transcript.digest());
     this.master!.fill(0);

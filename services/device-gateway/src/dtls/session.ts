@@ -26,6 +26,8 @@ export class Session {
     readonly state: ConnectionState,
     /** Our Finished verify_data (RFC 5246 §7.4.9), kept to resend the final flight. */
     readonly serverVerify: Buffer,
+    /** The ClientHello.random of the handshake that made it: a replay of that ClientHello is ignored. */
+    readonly clientRandom: Buffer,
     now: number,
     /** Next record sequence number in epoch 0 (ours), for the ChangeCipherSpec of a resent final flight. */
     public epoch0Seq: number,

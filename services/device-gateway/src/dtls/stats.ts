@@ -3,7 +3,7 @@ import { AlertDescription } from './constants.js';
 import type { AlertName } from './constants.js';
 
 export type DtlsSessionEndReason =
-  'close_notify' | 'idle' | 'replaced' | 'ended' | 'revoked' | 'fatal_alert' | 'server_close';
+  'close_notify' | 'idle' | 'replaced' | 'ended' | 'revoked' | 'evicted' | 'fatal_alert' | 'server_close';
 
 export type DtlsHandshakeFailure =
   | 'decrypt_error'
@@ -14,6 +14,12 @@ export type DtlsHandshakeFailure =
   | 'unexpected_message'
   | 'peer_alert'
   | 'timeout'
+  /** A ClientKeyExchange never came within unauthenticatedTimeoutMs. */
+  | 'unauthenticated_timeout'
+  /** Made room for a newer handshake in a full table (it had authenticated nothing). */
+  | 'evicted'
+  /** Its credential stopped being valid (revoked, expired, deleted) before the handshake completed. */
+  | 'credential_invalid'
   | 'superseded'
   | 'server_close';
 
@@ -39,8 +45,11 @@ export interface DtlsStats {
   handshakesStarted: number;
   handshakesCompleted: number;
   handshakeFailures: Record<DtlsHandshakeFailure, number>;
-  /** Cookie-verified ClientHellos refused by a limit. */
-  limitRejections: { sessions: number; sessionsPerAddress: number; handshakes: number };
+  /**
+   * Cookie-verified ClientHellos refused by a handshake limit: the table (or the address's share of it) is
+   * full of handshakes that cannot be evicted. Session limits never refuse; they evict ('evicted').
+   */
+  limitRejections: { handshakes: number; handshakesPerAddress: number };
   recordsDropped: Record<DtlsDropReason, number>;
   alertsSent: Record<AlertName, number>;
   sessionsEnded: Record<DtlsSessionEndReason, number>;
@@ -76,10 +85,13 @@ export function newStats(): DtlsStats {
       'unexpected_message',
       'peer_alert',
       'timeout',
+      'unauthenticated_timeout',
+      'evicted',
+      'credential_invalid',
       'superseded',
       'server_close',
     ]),
-    limitRejections: { sessions: 0, sessionsPerAddress: 0, handshakes: 0 },
+    limitRejections: { handshakes: 0, handshakesPerAddress: 0 },
     recordsDropped: zeroRecord<DtlsDropReason>([
       'malformed',
       'mac',
@@ -99,6 +111,7 @@ export function newStats(): DtlsStats {
       'replaced',
       'ended',
       'revoked',
+      'evicted',
       'fatal_alert',
       'server_close',
     ]),
