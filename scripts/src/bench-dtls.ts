@@ -20,6 +20,7 @@ const KEY = Buffer.from('bench-key-0123456789abcdefghijkl');
 const IDENTITY = 'bench-device';
 
 interface ServerReport {
+  rss: number;
   heapUsed: number;
   external: number;
   arrayBuffers: number;
@@ -39,7 +40,11 @@ async function runDtlsBenchServer(): Promise<void> {
     logger: { info: silent, warn: silent, error: silent, debug: silent },
     maxSessions: 100_000,
     maxSessionsPerAddress: 100_000,
+    // Every client is on 127.0.0.1 with the one bench key (node-dtls-client never retransmits, so an evicted
+    // handshake would only time out).
+    maxSessionsPerCredential: 100_000,
     maxHandshakes: 10_000,
+    maxHandshakesPerAddress: 10_000,
     socketBufferBytes: 4 * 1024 * 1024,
   });
   server.onApplicationData = (session, data) => server.send(session, data);
@@ -52,6 +57,7 @@ async function runDtlsBenchServer(): Promise<void> {
       const m = process.memoryUsage();
       const snap = server.snapshot();
       const report: ServerReport = {
+        rss: m.rss,
         heapUsed: m.heapUsed,
         external: m.external,
         arrayBuffers: m.arrayBuffers,
@@ -93,6 +99,7 @@ export interface DtlsBenchResult {
   sessions: number;
   heapBytesPerSession: number;
   externalBytesPerSession: number;
+  rssBytesPerSession: number;
   /** Refused handshakes: median time to the alert seen by the client, and server CPU per refusal. */
   refusals: { kind: string; count: number; medianMs: number; p90Ms: number; serverCpuMs: number }[];
 }
@@ -139,7 +146,12 @@ export async function runDtlsBench(
   const concurrency = opts.concurrency ?? Number(process.env.DTLS_BENCH_CONCURRENCY ?? 64);
   const sessions = opts.sessions ?? Number(process.env.DTLS_BENCH_SESSIONS ?? 10_000);
   const child = fork(fileURLToPath(import.meta.url), ['server'], {
-    execArgv: ['--expose-gc', ...benchNodeArgs()],
+    // BENCH_PROFILE=<dir> writes a CPU profile of the server child (node --cpu-prof), as bench:gateway does.
+    execArgv: [
+      '--expose-gc',
+      ...(process.env.BENCH_PROFILE ? ['--cpu-prof', `--cpu-prof-dir=${process.env.BENCH_PROFILE}`] : []),
+      ...benchNodeArgs(),
+    ],
     stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
   });
   const { port } = await new Promise<{ port: number }>((resolve) =>
@@ -216,6 +228,7 @@ export async function runDtlsBench(
     sessions: n,
     heapBytesPerSession: n > 0 ? (after.heapUsed - before.heapUsed) / n : NaN,
     externalBytesPerSession: n > 0 ? (after.external - before.external) / n : NaN,
+    rssBytesPerSession: n > 0 ? (after.rss - before.rss) / n : NaN,
     refusals: refused,
   };
 }
@@ -237,6 +250,7 @@ async function main(): Promise<void> {
   console.log(
     `  external per session:     ${r.externalBytesPerSession.toFixed(0)} bytes (Buffer backing stores)`,
   );
+  console.log(`  RSS per idle session:     ${r.rssBytesPerSession.toFixed(0)} bytes (process RSS after gc)`);
   for (const f of r.refusals) {
     console.log(
       `  refused (${f.kind.padEnd(16)}): ${f.count} x decrypt_error, client-side median ${f.medianMs.toFixed(2)} ms, ` +

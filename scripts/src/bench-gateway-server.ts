@@ -63,6 +63,8 @@ async function gateway(): Promise<void> {
     GATEWAY_COAPS_PORT: '0',
     DTLS_MAX_SESSIONS_PER_ADDRESS: '1000000',
     DTLS_MAX_SESSIONS: '1000000',
+    // Every simulated device shares 127.0.0.1; 100 connect at once (node-dtls-client never retransmits).
+    DTLS_MAX_HANDSHAKES_PER_ADDRESS: '1000000',
   });
   const logger = createLogger({ service: 'bench-gateway', level: 'error' });
   const db = createDb<GatewayDatabase>(config.database.url, { max: 2 });

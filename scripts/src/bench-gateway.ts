@@ -675,7 +675,7 @@ async function main(): Promise<void> {
       `PSK handshakes/s with the cookie exchange ${hs.handshakesPerSecond.toFixed(0)} (server CPU ${hs.serverCpuPerHandshakeMs.toFixed(3)} ms, client CPU ${hs.clientCpuPerHandshakeMs.toFixed(3)} ms per handshake; ${hs.handshakeErrors} errors)`,
     );
     console.log(
-      `heap per idle established session at ${hs.sessions} sessions: ${hs.heapBytesPerSession.toFixed(0)} B (+ ${hs.externalBytesPerSession.toFixed(0)} B outside the heap)`,
+      `heap per idle established session at ${hs.sessions} sessions: ${hs.heapBytesPerSession.toFixed(0)} B (+ ${hs.externalBytesPerSession.toFixed(0)} B outside the heap); RSS ${hs.rssBytesPerSession.toFixed(0)} B`,
     );
     await owner.destroy();
   } finally {

@@ -588,7 +588,7 @@ export class DtlsServer implements HandshakeHost, Evictor {
   // Time: one interval timer for every handshake and session (no per-session timers).
 
   /** Milliseconds since the server was made: small integers, so V8 keeps them unboxed. */
-  private now(): number {
+  now(): number {
     return Date.now() - this.started;
   }
 
@@ -624,6 +624,7 @@ export class DtlsServer implements HandshakeHost, Evictor {
         if (now >= hs.deadline) this.abandon(hs, 'timeout');
         else if (hs.state === 'await_cke' && now >= hs.keyExchangeDeadline)
           this.abandon(hs, 'unauthenticated_timeout');
+        else if (now >= hs.decryptErrorAt) this.fail(hs, 'decryptError');
         // RFC 6347 §4.2.4.1: resend on expiry, doubling the timer each time up to a bound.
         else if (hs.flight.due(now, this.options.retransmitMaxMs)) this.resendFlight(hs);
       }

@@ -46,6 +46,11 @@ export interface DtlsServerOptions {
    * a slot costs an attacker one cookie round trip, so it must not hold one for the whole handshakeTimeoutMs.
    */
   unauthenticatedTimeoutMs: number;
+  /**
+   * A handshake record that fails authentication is dropped silently; if no authentic Finished follows
+   * within this time, the handshake ends with decrypt_error (the client's key is wrong), ms.
+   */
+  authFailureGraceMs: number;
   /** How often every session's credential is checked again with lookupPsk, ms (whatever event was missed). */
   credentialCheckIntervalMs: number;
   /** A cookie is accepted this long after it was made, ms (it names its own time, RFC 6347 §4.2.1). */
@@ -84,6 +89,7 @@ export const defaultDtlsOptions = {
   idleTimeoutMs: 600_000,
   handshakeTimeoutMs: 30_000,
   unauthenticatedTimeoutMs: 5_000,
+  authFailureGraceMs: 300,
   credentialCheckIntervalMs: 10_000,
   cookieLifetimeMs: 60_000,
   cookieSecretRotationMs: 300_000,

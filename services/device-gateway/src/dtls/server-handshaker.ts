@@ -35,6 +35,8 @@ export interface HandshakeHost {
   isCurrent(hs: ServerHandshake): boolean;
   /** Counts the datagrams received; tells which records arrived together. */
   readonly datagramNumber: number;
+  /** The server clock, ms. */
+  now(): number;
   /** Sends a fatal alert in epoch 0 and abandons the handshake (counted as `reason`, else by the alert). */
   fail(hs: ServerHandshake, alert: AlertName, reason?: DtlsHandshakeFailure): void;
   abandon(hs: ServerHandshake, reason: DtlsHandshakeFailure): void;
@@ -80,6 +82,8 @@ export class ServerHandshake {
   private keyExchangeDatagram = -1;
   /** Epoch 1 records that failed authentication (dropped silently, RFC 6347 §4.1.2.7). */
   private authFailures = 0;
+  /** Server clock (ms) at which a failed authentication with no authentic Finished since is answered. */
+  decryptErrorAt = Infinity;
   private readonly transcript: Hash = createHash('sha256');
   private readonly reassembler: Reassembler;
   private master?: Buffer;
@@ -234,15 +238,20 @@ export class ServerHandshake {
     if (opened === 'mac') {
       // RFC 6347 §4.1.2.7: a record that fails authentication is dropped silently, so that one forged
       // datagram cannot end the handshake. A client whose key is wrong (or whose identity is unknown) shows
-      // the same way, and RFC 4279 §2 / RFC 5246 §7.2.2 answer it decrypt_error: we do so once the failure
-      // cannot be a third party's, that is when the failing record came in the datagram that carried the
-      // ClientKeyExchange that made these keys (whoever sent that owns the handshake anyway), or when the
-      // client retransmits that very ClientKeyExchange after a failure (onRetransmitted).
+      // the same way, and RFC 4279 §2 / RFC 5246 §7.2.2 answer it decrypt_error (in epoch 0: we have not
+      // sent our ChangeCipherSpec). We do so at once when the failure cannot be a third party's: the failing
+      // record came in the datagram that carried the ClientKeyExchange that made these keys (whoever sent
+      // that owns the handshake anyway), or the client retransmits that very ClientKeyExchange after a
+      // failure (onRetransmitted). Otherwise (a client that sends each record of its flight alone, such as
+      // node-dtls-client) only if no authentic Finished follows within authFailureGraceMs: a client sends
+      // its Finished right after its ChangeCipherSpec, so a forged record can end a handshake only when the
+      // real Finished is lost as well.
       this.authFailures++;
       if (rec.type === ContentType.handshake && this.host.datagramNumber === this.keyExchangeDatagram) {
-        // In epoch 0: we have not sent our ChangeCipherSpec.
         return this.host.fail(this, 'decryptError');
       }
+      if (rec.type === ContentType.handshake && this.decryptErrorAt === Infinity)
+        this.decryptErrorAt = this.host.now() + this.host.options.authFailureGraceMs;
       return this.host.drop('mac');
     }
     switch (rec.type) {
