@@ -204,3 +204,26 @@ describe('record size (RFC 5246 §6.2.1)', () => {
     }
   });
 });
+
+describe('key objects of quiet sessions (record-layer.ts)', () => {
+  it('a session quiet for two idle sweeps drops its key objects and makes them again on its next record', async () => {
+    t = await startEchoServer({ idleSweepIntervalMs: 50 });
+    const c = await connectNodeClient(t.port);
+    try {
+      expect((await c.request(Buffer.from('one'))).toString()).toBe('echo:one');
+      // White box: the key objects are not observable from outside, only their memory is (bench:dtls).
+      const state = (): { keys?: unknown } =>
+        (
+          t.server as unknown as { store: { sessions: Map<string, { state: { keys?: unknown } }> } }
+        ).store.sessions
+          .values()
+          .next().value!.state;
+      expect(state().keys).toBeDefined();
+      await waitFor(() => state().keys === undefined, 2000, 'the key objects released');
+      expect((await c.request(Buffer.from('two'))).toString()).toBe('echo:two');
+      expect(state().keys).toBeDefined();
+    } finally {
+      c.socket.close();
+    }
+  });
+});

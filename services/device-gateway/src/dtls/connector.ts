@@ -303,7 +303,7 @@ export class DtlsServer implements HandshakeHost, Evictor {
     // The ClientHello that made this peer's live session, again: a client starting a new handshake makes a
     // new random (RFC 5246 §7.4.1.2), so this is a replay, possibly meant to replace the session with one of
     // the replayer's (RFC 6347 §4.2.8). Ignored.
-    if (this.store.sessions.get(key)?.clientRandom.equals(hello.random) === true) return this.drop('replay');
+    if (this.store.sessions.get(key)?.isClientRandom(hello.random) === true) return this.drop('replay');
     if (hello.cookie.length === 0 || !this.cookies.verify(address, port, f.body, hello)) {
       if (hello.cookie.length > 0) this.stats.badCookies++;
       const cookie = this.cookies.make(address, port, f.body, hello);
@@ -535,9 +535,8 @@ export class DtlsServer implements HandshakeHost, Evictor {
   private sendRaw(datagram: Buffer, address: string, port: number): void {
     const socket = this.socket;
     if (socket === undefined) return;
-    socket.send(datagram, port, address, (err) => {
-      if (err) this.stats.sendErrors++;
-    });
+    // No callback (a closure per send): a failed send surfaces as the socket's 'error' event, which counts it.
+    socket.send(datagram, port, address);
   }
 
   // ---------------------------------------------------------------------------------------------
@@ -635,6 +634,7 @@ export class DtlsServer implements HandshakeHost, Evictor {
         // Deleting the current entry while iterating a Map is well defined (ECMA-262 Map.prototype.forEach).
         for (const s of this.store.sessions.values()) {
           if (s.lastRx < cutoff) this.endSession(s, 'idle', true);
+          else s.state.releaseIfUnused();
         }
       }
     } catch (err) {
