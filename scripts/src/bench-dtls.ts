@@ -214,7 +214,7 @@ export async function runDtlsBench(
   );
   const active = await report();
   // Idle: quiet for longer than two sweeps, so the sessions hold only what an idle session holds.
-  await new Promise((r) => setTimeout(r, 1500));
+  await new Promise((r) => setTimeout(r, Number(process.env.DTLS_BENCH_IDLE_WAIT_MS ?? 1500)));
   const after = await report();
   const n = after.sessions - before.sessions;
   for (const s of held) s.close();

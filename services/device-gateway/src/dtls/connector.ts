@@ -478,6 +478,8 @@ export class DtlsServer implements HandshakeHost, Evictor {
     }
     this.stats.handshakesCompleted++;
     this.sendFinalFlight(session);
+    // Until its first record the session is as quiet as an idle one: it need not hold key objects meanwhile.
+    session.state.release();
     this.options.logger.debug('dtls session established', { peer: hs.key, identity: credential.identity });
     if (this.onSessionStart) {
       try {
@@ -519,7 +521,7 @@ export class DtlsServer implements HandshakeHost, Evictor {
     const ccs = encodeRecord(ContentType.changeCipherSpec, DTLS_1_2, 0, s.epoch0Seq++, Buffer.from([1]));
     const finished = s.state.seal(
       ContentType.handshake,
-      encodeHandshake(HandshakeType.finished, s.finishedSeq, s.serverVerify),
+      encodeHandshake(HandshakeType.finished, s.finishedSeq, s.serverVerify()),
     );
     if (finished === undefined) return;
     this.sendRaw(Buffer.concat([ccs, finished]), s.pub.address, s.pub.port);

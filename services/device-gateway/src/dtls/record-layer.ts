@@ -94,6 +94,12 @@ export class ConnectionState implements ReplayWindow {
     this.used = false;
   }
 
+  /** Drops the key objects now (they are made again by the next record). */
+  release(): void {
+    this.keys = undefined;
+    this.used = false;
+  }
+
   /** Overwrites the key block (key objects cannot be wiped; they are dropped with this object). */
   wipe(): void {
     this.block.fill(0);

@@ -24,12 +24,15 @@ export class Session {
   /** Server clock (ms since the server started) of the last authenticated record from the client. */
   lastRx: number;
   finalResends = 0;
-  /**
-   * Our Finished verify_data (RFC 5246 §7.4.9, 12 bytes), kept to resend the final flight, then the
-   * ClientHello.random of the handshake that made the session (32 bytes): a replay of that ClientHello is
-   * ignored. One buffer of its own (Buffer.alloc): pooled slices would keep 8 KB pool slabs alive.
-   */
-  private readonly memo: Buffer;
+  // Our Finished verify_data (RFC 5246 §7.4.9, 12 bytes), kept to resend the final flight, and the first and
+  // last 4 bytes of the ClientHello.random of the handshake that made the session (a replay of that
+  // ClientHello is ignored; 64 bits of a random tell it from a new client's with odds of 2^-64). As int32
+  // fields, not Buffers: a Buffer costs two objects and a malloc'ed store, and the fleet holds many sessions.
+  private readonly verify0: number;
+  private readonly verify1: number;
+  private readonly verify2: number;
+  private readonly randomHead: number;
+  private readonly randomTail: number;
 
   constructor(
     readonly pub: DtlsSession,
@@ -45,23 +48,31 @@ export class Session {
     readonly clientFinishedSeq: number,
   ) {
     this.lastRx = now;
-    this.memo = Buffer.alloc(VERIFY_DATA_BYTES + RANDOM_BYTES);
-    serverVerify.copy(this.memo, 0, 0, VERIFY_DATA_BYTES);
-    clientRandom.copy(this.memo, VERIFY_DATA_BYTES, 0, RANDOM_BYTES);
+    this.verify0 = serverVerify.readInt32BE(0);
+    this.verify1 = serverVerify.readInt32BE(4);
+    this.verify2 = serverVerify.readInt32BE(8);
+    this.randomHead = clientRandom.readInt32BE(0);
+    this.randomTail = clientRandom.readInt32BE(RANDOM_BYTES - 4);
   }
 
-  get serverVerify(): Buffer {
-    return this.memo.subarray(0, VERIFY_DATA_BYTES);
+  /** Our Finished verify_data, for a resent final flight (rare: a new buffer each time). */
+  serverVerify(): Buffer {
+    const out = Buffer.alloc(VERIFY_DATA_BYTES);
+    out.writeInt32BE(this.verify0, 0);
+    out.writeInt32BE(this.verify1, 4);
+    out.writeInt32BE(this.verify2, 8);
+    return out;
   }
 
   isClientRandom(random: Buffer): boolean {
     return (
-      random.length === RANDOM_BYTES && this.memo.compare(random, 0, RANDOM_BYTES, VERIFY_DATA_BYTES) === 0
+      random.length === RANDOM_BYTES &&
+      random.readInt32BE(0) === this.randomHead &&
+      random.readInt32BE(RANDOM_BYTES - 4) === this.randomTail
     );
   }
 
   wipe(): void {
     this.state.wipe();
-    this.memo.fill(0);
   }
 }
