@@ -605,9 +605,11 @@ async function main(): Promise<void> {
     }
     let round = 0;
     const plainFanout = new Map<number, number>();
+    const plainFanoutCpuMs = new Map<number, number>();
     for (const n of SIZES) {
       const g = await measure('gateway', n, url, owner, round++);
       plainFanout.set(n, g.fanoutPerS);
+      plainFanoutCpuMs.set(n, g.serverCpuMs);
       const c = await measure('nodecoap', n, url, owner, round++);
       const pct = (x: number): string => `${((100 * x) / n).toFixed(2)} %`;
       console.log(`\n== ${n} observe relations (CON) — load average ${loadavg()[0]!.toFixed(2)} ==`);
@@ -670,6 +672,11 @@ async function main(): Promise<void> {
     console.log(
       `  lost ${fan.lost}   duplicated ${fan.duplicates}   server CPU ${fan.serverCpuMs.toFixed(0)} ms (incl. a 3 s tail)`,
     );
+    const plainCpu = plainFanoutCpuMs.get(dtlsN);
+    if (plainCpu !== undefined)
+      console.log(
+        `  server CPU per notification (its ACK included): dtls ${((1000 * fan.serverCpuMs) / dtlsN).toFixed(1)} µs   plain ${((1000 * plainCpu) / dtlsN).toFixed(1)} µs   capacity dtls/plain ${ratio(plainCpu, fan.serverCpuMs)}`,
+      );
     console.log(
       `notify → device over DTLS, open loop 1,000/s for 5 s: p50 ${dlat.p50.toFixed(3)} ms   p99 ${dlat.p99.toFixed(3)} ms   (${dlat.seen}/${dlat.sent} delivered, the rest superseded)   plain p99 (same run) ${lat.p99.toFixed(3)} ms   dtls/plain p99 ${ratio(dlat.p99, lat.p99)}`,
     );
