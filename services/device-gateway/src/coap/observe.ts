@@ -23,6 +23,7 @@ import {
 } from './messages.js';
 import { now, type CoapServerOptions, type CoapStats } from './options.js';
 import { OBSERVE_FORM_SPLIT, formEtagEquals, observeForm, type DocumentFormat } from './wire.js';
+import type { Peer } from './transport.js';
 
 /**
  * The observe layer (RFC 7641; aiocoap's `ObservableResource`, Californium's `ObserveLayer`/`ObserveManager`):
@@ -123,8 +124,13 @@ export class ObserveLayer implements ExchangeHandler<Relation> {
   private readonly settingsResources = new Map<string, ObservedResource>();
   private readonly recordResources = new Map<string, ObservedResource>();
   private relations = 0;
-  /** Relations per source address (the IP, any port, any transport): maxRelationsPerAddress. */
-  private readonly byAddress = new Map<string, number>();
+  /**
+   * The caps' counts, kept apart for authenticated peers (DTLS sessions: the peer has a device id) and
+   * unauthenticated ones (plain CoAP), so that plain traffic, whose source address anyone can forge, can
+   * never use up the budget of authenticated devices (GATEWAY_COAP_SECURITY=both). Each budget has
+   * maxRelations in all and maxRelationsPerAddress per source address (the IP, any port).
+   */
+  private readonly budgets = { authenticated: new RelationBudget(), unauthenticated: new RelationBudget() };
   /** Max-Age of notifications, seconds (see the constructor). */
   readonly observeMaxAgeS: number;
   private queue: Relation[] = [];
@@ -215,17 +221,17 @@ export class ObserveLayer implements ExchangeHandler<Relation> {
         return 'endpoint_cap';
       }
     }
-    if (this.relations >= this.options.maxRelations) {
+    const budget = this.budgetOf(req.peer);
+    if (budget.total >= this.options.maxRelations) {
       this.stats.registrationsOverTotalCap++;
       return 'total_cap';
     }
     const address = req.peer.address;
-    const held = this.byAddress.get(address) ?? 0;
-    if (held >= this.options.maxRelationsPerAddress) {
+    if (budget.at(address) >= this.options.maxRelationsPerAddress) {
       this.stats.registrationsOverAddressCap++;
       return 'address_cap';
     }
-    this.byAddress.set(address, held + 1);
+    budget.take(address);
     // removeRelation drops an endpoint with its last relation: then it is created again (one map lookup saved
     // when the peer keeps other relations, the common case of a device observing two resources).
     const endpoint =
@@ -519,9 +525,32 @@ export class ObserveLayer implements ExchangeHandler<Relation> {
     this.messages.end(rel);
     this.detachFromResource(rel);
     this.relations--;
-    const address = rel.endpoint.peer.address;
-    const held = this.byAddress.get(address)! - 1;
-    if (held === 0) this.byAddress.delete(address);
+    this.budgetOf(rel.endpoint.peer).release(rel.endpoint.peer.address);
+  }
+
+  private budgetOf(peer: Peer): RelationBudget {
+    return peer.deviceId === null ? this.budgets.unauthenticated : this.budgets.authenticated;
+  }
+}
+
+/** Relations counted in all and per source address, for one kind of peer (see ObserveLayer.budgets). */
+class RelationBudget {
+  total = 0;
+  private readonly byAddress = new Map<string, number>();
+
+  at(address: string): number {
+    return this.byAddress.get(address) ?? 0;
+  }
+
+  take(address: string): void {
+    this.total++;
+    this.byAddress.set(address, this.at(address) + 1);
+  }
+
+  release(address: string): void {
+    this.total--;
+    const held = this.at(address) - 1;
+    if (held <= 0) this.byAddress.delete(address);
     else this.byAddress.set(address, held);
   }
 }
