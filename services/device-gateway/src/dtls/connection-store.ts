@@ -34,9 +34,9 @@ export class ConnectionStore {
   /** By peer key; a Map iterates in insertion order, so the first entries are the oldest handshakes. */
   readonly sessions = new Map<string, Session>();
   readonly handshakes = new Map<string, ServerHandshake>();
-  private readonly handshakesByAddress = new Map<string, Set<ServerHandshake>>();
-  private readonly sessionsByAddress = new Map<string, Set<Session>>();
-  private readonly sessionsByCredential = new Map<string, Set<Session>>();
+  private readonly handshakesByAddress = new GroupIndex<ServerHandshake>();
+  private readonly sessionsByAddress = new GroupIndex<Session>();
+  private readonly sessionsByCredential = new GroupIndex<Session>();
 
   constructor(
     private readonly limits: Limits,
@@ -45,8 +45,9 @@ export class ConnectionStore {
 
   /** Source addresses holding a session or a handshake. */
   get addresses(): number {
-    let n = this.sessionsByAddress.size;
-    for (const address of this.handshakesByAddress.keys()) if (!this.sessionsByAddress.has(address)) n++;
+    let n = this.sessionsByAddress.groups;
+    for (const address of this.handshakesByAddress.keys())
+      if (this.sessionsByAddress.size(address) === 0) n++;
     return n;
   }
 
@@ -56,9 +57,8 @@ export class ConnectionStore {
    */
   admitHandshake(key: string, address: string): HandshakeRefusal | undefined {
     if (this.handshakes.has(key)) return undefined;
-    const atAddress = this.handshakesByAddress.get(address);
-    if (atAddress !== undefined && atAddress.size >= this.limits.maxHandshakesPerAddress) {
-      const victim = oldestEvictable(atAddress.values());
+    if (this.handshakesByAddress.size(address) >= this.limits.maxHandshakesPerAddress) {
+      const victim = oldestEvictable(this.handshakesByAddress.values(address));
       if (victim === undefined) return 'handshakesPerAddress';
       this.evictor.evictHandshake(victim);
     }
@@ -77,7 +77,7 @@ export class ConnectionStore {
     // Delete first: a replacing handshake is the newest, so it goes to the end of the iteration order.
     this.handshakes.delete(hs.key);
     this.handshakes.set(hs.key, hs);
-    addTo(this.handshakesByAddress, hs.address, hs);
+    this.handshakesByAddress.add(hs.address, hs);
     return previous;
   }
 
@@ -100,18 +100,17 @@ export class ConnectionStore {
       this.sessions.delete(hs.key);
       this.unindexSession(previous);
     }
-    const ofCredential = this.sessionsByCredential.get(session.pub.credentialId);
-    if (ofCredential !== undefined && ofCredential.size >= this.limits.maxSessionsPerCredential)
-      this.evictor.evictSession(leastRecentlyActive(ofCredential.values())!);
-    const atAddress = this.sessionsByAddress.get(session.pub.address);
-    if (atAddress !== undefined && atAddress.size >= this.limits.maxSessionsPerAddress)
-      this.evictor.evictSession(leastRecentlyActive(atAddress.values())!);
+    const { credentialId, address } = session.pub;
+    if (this.sessionsByCredential.size(credentialId) >= this.limits.maxSessionsPerCredential)
+      this.evictor.evictSession(leastRecentlyActive(this.sessionsByCredential.values(credentialId))!);
+    if (this.sessionsByAddress.size(address) >= this.limits.maxSessionsPerAddress)
+      this.evictor.evictSession(leastRecentlyActive(this.sessionsByAddress.values(address))!);
     // A scan of every session, only when the whole table is full (and only for an authenticated newcomer).
     if (this.sessions.size >= this.limits.maxSessions)
       this.evictor.evictSession(leastRecentlyActive(this.sessions.values())!);
     this.sessions.set(hs.key, session);
-    addTo(this.sessionsByAddress, session.pub.address, session);
-    addTo(this.sessionsByCredential, session.pub.credentialId, session);
+    this.sessionsByAddress.add(address, session);
+    this.sessionsByCredential.add(credentialId, session);
     return previous;
   }
 
@@ -124,12 +123,12 @@ export class ConnectionStore {
   }
 
   private unindexHandshake(hs: ServerHandshake): void {
-    removeFrom(this.handshakesByAddress, hs.address, hs);
+    this.handshakesByAddress.remove(hs.address, hs);
   }
 
   private unindexSession(s: Session): void {
-    removeFrom(this.sessionsByAddress, s.pub.address, s);
-    removeFrom(this.sessionsByCredential, s.pub.credentialId, s);
+    this.sessionsByAddress.remove(s.pub.address, s);
+    this.sessionsByCredential.remove(s.pub.credentialId, s);
   }
 }
 
@@ -150,15 +149,45 @@ function leastRecentlyActive(sessions: Iterable<Session>): Session | undefined {
   return lru;
 }
 
-function addTo<K, V>(index: Map<K, Set<V>>, key: K, value: V): void {
-  const set = index.get(key);
-  if (set === undefined) index.set(key, new Set([value]));
-  else set.add(value);
-}
+/**
+ * Members grouped by a key (an address, a credential id). Most groups have one member (a device per address, a
+ * session per key), so a lone member is stored as itself and a Set is made only for the second: a Set per
+ * session would cost more than the session's keys.
+ */
+class GroupIndex<V extends object> {
+  private readonly byKey = new Map<string, V | Set<V>>();
 
-function removeFrom<K, V>(index: Map<K, Set<V>>, key: K, value: V): void {
-  const set = index.get(key);
-  if (set === undefined) return;
-  set.delete(value);
-  if (set.size === 0) index.delete(key);
+  get groups(): number {
+    return this.byKey.size;
+  }
+
+  keys(): IterableIterator<string> {
+    return this.byKey.keys();
+  }
+
+  size(key: string): number {
+    const group = this.byKey.get(key);
+    return group === undefined ? 0 : group instanceof Set ? group.size : 1;
+  }
+
+  values(key: string): Iterable<V> {
+    const group = this.byKey.get(key);
+    return group === undefined ? [] : group instanceof Set ? group : [group];
+  }
+
+  add(key: string, value: V): void {
+    const group = this.byKey.get(key);
+    if (group === undefined) this.byKey.set(key, value);
+    else if (group instanceof Set) group.add(value);
+    else if (group !== value) this.byKey.set(key, new Set([group, value]));
+  }
+
+  remove(key: string, value: V): void {
+    const group = this.byKey.get(key);
+    if (group === value) this.byKey.delete(key);
+    else if (group instanceof Set) {
+      group.delete(value);
+      if (group.size === 1) this.byKey.set(key, group.values().next().value!);
+    }
+  }
 }

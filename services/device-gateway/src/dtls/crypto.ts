@@ -111,12 +111,13 @@ export function additionalData(
 }
 
 /**
- * RFC 6655 §3: nonce = the 4-byte implicit salt (client/server_write_IV, at `saltOffset` in `salt`) + the
- * record's 8-byte explicit nonce.
+ * RFC 6655 §3: nonce = the 4-byte implicit salt (client/server_write_IV: 4 bytes, or the same as a big-endian
+ * int32) + the record's 8-byte explicit nonce.
  */
-function ccmNonce(salt: Buffer, explicit: Buffer, saltOffset = 0): Buffer {
+function ccmNonce(salt: Buffer | number, explicit: Buffer): Buffer {
   const nonce = Buffer.allocUnsafe(FIXED_IV_BYTES + EXPLICIT_NONCE_BYTES);
-  salt.copy(nonce, 0, saltOffset, saltOffset + FIXED_IV_BYTES);
+  if (typeof salt === 'number') nonce.writeInt32BE(salt, 0);
+  else salt.copy(nonce, 0, 0, FIXED_IV_BYTES);
   explicit.copy(nonce, FIXED_IV_BYTES, 0, EXPLICIT_NONCE_BYTES);
   return nonce;
 }
@@ -160,18 +161,16 @@ export function sealCcm8(
  */
 export function openCcm8(
   key: Buffer | KeyObject,
-  salt: Buffer,
+  salt: Buffer | number,
   epoch: number,
   seq: number,
   type: number,
   version: number,
   fragment: Buffer,
-  /** Where the salt starts in `salt` (a key block may be passed whole). */
-  saltOffset = 0,
 ): Buffer | undefined {
   const plaintextLength = fragment.length - EXPLICIT_NONCE_BYTES - TAG_BYTES;
   if (plaintextLength < 0) return undefined;
-  const nonce = ccmNonce(salt, fragment, saltOffset);
+  const nonce = ccmNonce(salt, fragment);
   const decipher = createDecipheriv('aes-128-ccm', key, nonce, { authTagLength: TAG_BYTES });
   decipher.setAuthTag(fragment.subarray(fragment.length - TAG_BYTES));
   decipher.setAAD(additionalData(epoch, seq, type, version, plaintextLength), { plaintextLength });
@@ -194,8 +193,7 @@ export function openCcm8(
  */
 export function sealCcm8Record(
   key: KeyObject,
-  salt: Buffer,
-  saltOffset: number,
+  salt: Buffer | number,
   epoch: number,
   seq: number,
   type: number,
@@ -211,7 +209,7 @@ export function sealCcm8Record(
   out.writeUInt16BE(fragmentLength, 11);
   // The explicit nonce is epoch + sequence_number, the last 8 bytes of the header (RFC 6655 §3 allows it).
   out.copy(out, RECORD_HEADER_BYTES, 3, RECORD_HEADER_BYTES - 2);
-  const nonce = ccmNonce(salt, out.subarray(RECORD_HEADER_BYTES), saltOffset);
+  const nonce = ccmNonce(salt, out.subarray(RECORD_HEADER_BYTES));
   const cipher = createCipheriv('aes-128-ccm', key, nonce, { authTagLength: TAG_BYTES });
   cipher.setAAD(additionalData(epoch, seq, type, version, plaintext.length), {
     plaintextLength: plaintext.length,
