@@ -172,143 +172,147 @@ afterAll(async () => {
   await t.server.close();
 });
 
-it('survives 20,000+ random and mutated datagrams; real clients still work afterwards', async () => {
-  t = await startEchoServer({ handshakeTimeoutMs: 3000, retransmitInitialMs: 500 });
-  const port = t.port;
+it(
+  'survives 20,000+ random and mutated datagrams; real clients still work afterwards',
+  async () => {
+    t = await startEchoServer({ handshakeTimeoutMs: 3000, retransmitInitialMs: 500 });
+    const port = t.port;
 
-  // 1. Capture real flights: OpenSSL (with the extended master secret extension) and node-dtls-client.
-  const capRelay = new Relay(port);
-  const capPort = await capRelay.start();
-  const run = await runTool(
-    'openssl',
-    opensslArgs(capPort, IDENTITY, KEY_HEX),
-    'captured\n',
-    /echo:captured/,
-  );
-  expect(run.output).toContain('echo:captured');
-  await waitFor(() => t.ended.length === 1, 3000, 'openssl close');
-  capRelay.close();
-  const captured = [...capRelay.clientToServer];
-  const opensslCh1 = captured[0]!;
-  expect(parseRecords(opensslCh1).records[0]!.fragment[0]).toBe(HandshakeType.clientHello);
-  const flight3 = captured.find((d) =>
-    parseRecords(d).records.some((r) => r.type === ContentType.changeCipherSpec),
-  )!;
-  expect(flight3).toBeDefined();
-
-  // A live session behind a relay: the fuzzer also injects from its address.
-  const relay = new Relay(port);
-  const relayPort = await relay.start();
-  const live = await connectNodeClient(relayPort);
-  expect((await live.request(Buffer.from('before'))).toString()).toBe('echo:before');
-  captured.push(...relay.clientToServer);
-  const liveSession = t.started.at(-1)!;
-
-  const sockets = await Promise.all(Array.from({ length: 8 }, () => fuzzSocket()));
-  try {
-    let sent = 0;
-    const send = (d: Buffer): void => {
-      pick(sockets).socket.send(d, port, '127.0.0.1');
-      sent++;
-    };
-    const pace = async (): Promise<void> => {
-      // The server shares this thread: yield often enough that the kernel's receive buffer never fills.
-      if (sent % 50 === 0) await sleep(1);
-    };
-
-    // 2. Stateless fuzz: random datagrams, random records, mutated and fragmented captured datagrams.
-    for (let i = 0; i < 13_000 * SCALE; i++) {
-      const r = rnd();
-      if (r < 0.15) send(bytes(int(300)));
-      else if (r < 0.35) send(randomRecord());
-      else if (r < 0.5) send(fragmentRecord(pick(captured)));
-      else send(mutate(pick(captured)));
-      await pace();
-    }
-
-    // 3. Into the live session, from its own address and port.
-    for (let i = 0; i < 4_000 * SCALE; i++) {
-      const r = rnd();
-      relay.inject(
-        r < 0.1 ? randomRecord() : r < 0.2 ? fragmentRecord(pick(captured)) : mutate(pick(captured)),
-      );
-      sent++;
-      await pace();
-    }
-
-    // 4. Into handshakes past a real cookie exchange: mutated copies of OpenSSL's third flight.
-    let handshakes = 0;
-    await Promise.all(
-      sockets.map(async (s) => {
-        for (let round = 0; round < 25; round++) {
-          const random = bytes(32);
-          const before = s.inbox.length;
-          s.socket.send(withCookie(opensslCh1, Buffer.alloc(0), random), port, '127.0.0.1');
-          sent++;
-          // Earlier rounds' alerts and retransmissions share the inbox: look for the message we wait for.
-          const hvr = await awaitHandshakeMessage(s.inbox, before, HandshakeType.helloVerifyRequest);
-          if (!hvr) continue;
-          const cookie = hvr.subarray(15, 15 + hvr[14]!);
-          const started = s.inbox.length;
-          s.socket.send(withCookie(opensslCh1, cookie, random), port, '127.0.0.1');
-          sent++;
-          if (!(await awaitHandshakeMessage(s.inbox, started, HandshakeType.serverHello))) continue;
-          handshakes++;
-          for (let k = 0; k < 30; k++) {
-            if (k % 10 === 9) await sleep(1);
-            const r = rnd();
-            s.socket.send(
-              r < 0.3 ? fragmentRecord(flight3) : r < 0.4 ? randomRecord() : mutate(flight3),
-              port,
-              '127.0.0.1',
-            );
-            sent++;
-          }
-          await sleep(1);
-        }
-      }),
-    );
-
-    // A loaded machine may drop some datagrams between two sockets of this one thread; top up with random
-    // records until the server has taken 20,000, so the count below is what it survived, not what was sent.
-    const topUpUntil = Date.now() + 20_000;
-    while (t.server.stats.datagramsReceived < 20_000 && Date.now() < topUpUntil) {
-      send(randomRecord());
-      await pace();
-      if (sent % 500 === 0) await sleep(20);
-    }
-    await sleep(300);
-    const stats = t.server.stats;
-    if (process.env.DTLS_FUZZ_STATS) console.log(JSON.stringify({ sent, handshakes, stats }));
-    expect(sent).toBeGreaterThanOrEqual(20_000);
-    expect(stats.datagramsReceived).toBeGreaterThanOrEqual(20_000);
-    expect(handshakes).toBeGreaterThan(100);
-    expect(stats.handshakesStarted).toBeGreaterThan(100);
-    // Nothing reached the socket handler's catch, and no callback failed.
-    expect(stats.internalErrors).toBe(0);
-    expect(stats.callbackErrors).toBe(0);
-    // Reassembly memory stays within its bound.
-    const snap = t.server.snapshot();
-    expect(snap.reassemblyBytes).toBeLessThanOrEqual(snap.handshakes * 8192);
-
-    // 5. The live session still works and is the same session; a new real client completes a handshake.
-    expect((await live.request(Buffer.from('after'))).toString()).toBe('echo:after');
-    expect(t.received.at(-1)!.session).toBe(liveSession);
-    expect(t.ended.some((e) => e.session === liveSession)).toBe(false);
-    const after = await runTool(
+    // 1. Capture real flights: OpenSSL (with the extended master secret extension) and node-dtls-client.
+    const capRelay = new Relay(port);
+    const capPort = await capRelay.start();
+    const run = await runTool(
       'openssl',
-      opensslArgs(port, IDENTITY, KEY_HEX),
-      'still here\n',
-      /echo:still here/,
+      opensslArgs(capPort, IDENTITY, KEY_HEX),
+      'captured\n',
+      /echo:captured/,
     );
-    expect(after.output).toContain('echo:still here');
-    const fresh = await connectNodeClient(port);
-    expect((await fresh.request(Buffer.from('fresh'))).toString()).toBe('echo:fresh');
+    expect(run.output).toContain('echo:captured');
+    await waitFor(() => t.ended.length === 1, 3000, 'openssl close');
+    capRelay.close();
+    const captured = [...capRelay.clientToServer];
+    const opensslCh1 = captured[0]!;
+    expect(parseRecords(opensslCh1).records[0]!.fragment[0]).toBe(HandshakeType.clientHello);
+    const flight3 = captured.find((d) =>
+      parseRecords(d).records.some((r) => r.type === ContentType.changeCipherSpec),
+    )!;
+    expect(flight3).toBeDefined();
 
-    fresh.socket.close();
-  } finally {
-    live.socket.close();
-    relay.close();
-    for (const s of sockets) s.socket.close();
-  }
-}, 60_000 * SCALE);
+    // A live session behind a relay: the fuzzer also injects from its address.
+    const relay = new Relay(port);
+    const relayPort = await relay.start();
+    const live = await connectNodeClient(relayPort);
+    expect((await live.request(Buffer.from('before'))).toString()).toBe('echo:before');
+    captured.push(...relay.clientToServer);
+    const liveSession = t.started.at(-1)!;
+
+    const sockets = await Promise.all(Array.from({ length: 8 }, () => fuzzSocket()));
+    try {
+      let sent = 0;
+      const send = (d: Buffer): void => {
+        pick(sockets).socket.send(d, port, '127.0.0.1');
+        sent++;
+      };
+      const pace = async (): Promise<void> => {
+        // The server shares this thread: yield often enough that the kernel's receive buffer never fills.
+        if (sent % 50 === 0) await sleep(1);
+      };
+
+      // 2. Stateless fuzz: random datagrams, random records, mutated and fragmented captured datagrams.
+      for (let i = 0; i < 13_000 * SCALE; i++) {
+        const r = rnd();
+        if (r < 0.15) send(bytes(int(300)));
+        else if (r < 0.35) send(randomRecord());
+        else if (r < 0.5) send(fragmentRecord(pick(captured)));
+        else send(mutate(pick(captured)));
+        await pace();
+      }
+
+      // 3. Into the live session, from its own address and port.
+      for (let i = 0; i < 4_000 * SCALE; i++) {
+        const r = rnd();
+        relay.inject(
+          r < 0.1 ? randomRecord() : r < 0.2 ? fragmentRecord(pick(captured)) : mutate(pick(captured)),
+        );
+        sent++;
+        await pace();
+      }
+
+      // 4. Into handshakes past a real cookie exchange: mutated copies of OpenSSL's third flight.
+      let handshakes = 0;
+      await Promise.all(
+        sockets.map(async (s) => {
+          for (let round = 0; round < 25; round++) {
+            const random = bytes(32);
+            const before = s.inbox.length;
+            s.socket.send(withCookie(opensslCh1, Buffer.alloc(0), random), port, '127.0.0.1');
+            sent++;
+            // Earlier rounds' alerts and retransmissions share the inbox: look for the message we wait for.
+            const hvr = await awaitHandshakeMessage(s.inbox, before, HandshakeType.helloVerifyRequest);
+            if (!hvr) continue;
+            const cookie = hvr.subarray(15, 15 + hvr[14]!);
+            const started = s.inbox.length;
+            s.socket.send(withCookie(opensslCh1, cookie, random), port, '127.0.0.1');
+            sent++;
+            if (!(await awaitHandshakeMessage(s.inbox, started, HandshakeType.serverHello))) continue;
+            handshakes++;
+            for (let k = 0; k < 30; k++) {
+              if (k % 10 === 9) await sleep(1);
+              const r = rnd();
+              s.socket.send(
+                r < 0.3 ? fragmentRecord(flight3) : r < 0.4 ? randomRecord() : mutate(flight3),
+                port,
+                '127.0.0.1',
+              );
+              sent++;
+            }
+            await sleep(1);
+          }
+        }),
+      );
+
+      // A loaded machine may drop some datagrams between two sockets of this one thread; top up with random
+      // records until the server has taken 20,000, so the count below is what it survived, not what was sent.
+      const topUpUntil = Date.now() + 20_000;
+      while (t.server.stats.datagramsReceived < 20_000 && Date.now() < topUpUntil) {
+        send(randomRecord());
+        await pace();
+        if (sent % 500 === 0) await sleep(20);
+      }
+      await sleep(300);
+      const stats = t.server.stats;
+      if (process.env.DTLS_FUZZ_STATS) console.log(JSON.stringify({ sent, handshakes, stats }));
+      expect(sent).toBeGreaterThanOrEqual(20_000);
+      expect(stats.datagramsReceived).toBeGreaterThanOrEqual(20_000);
+      expect(handshakes).toBeGreaterThan(100);
+      expect(stats.handshakesStarted).toBeGreaterThan(100);
+      // Nothing reached the socket handler's catch, and no callback failed.
+      expect(stats.internalErrors).toBe(0);
+      expect(stats.callbackErrors).toBe(0);
+      // Reassembly memory stays within its bound.
+      const snap = t.server.snapshot();
+      expect(snap.reassemblyBytes).toBeLessThanOrEqual(snap.handshakes * 8192);
+
+      // 5. The live session still works and is the same session; a new real client completes a handshake.
+      expect((await live.request(Buffer.from('after'))).toString()).toBe('echo:after');
+      expect(t.received.at(-1)!.session).toBe(liveSession);
+      expect(t.ended.some((e) => e.session === liveSession)).toBe(false);
+      const after = await runTool(
+        'openssl',
+        opensslArgs(port, IDENTITY, KEY_HEX),
+        'still here\n',
+        /echo:still here/,
+      );
+      expect(after.output).toContain('echo:still here');
+      const fresh = await connectNodeClient(port);
+      expect((await fresh.request(Buffer.from('fresh'))).toString()).toBe('echo:fresh');
+
+      fresh.socket.close();
+    } finally {
+      live.socket.close();
+      relay.close();
+      for (const s of sockets) s.socket.close();
+    }
+  },
+  60_000 * SCALE,
+);
