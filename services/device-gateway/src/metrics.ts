@@ -170,7 +170,7 @@ export function registerDtlsMetrics(
   counterFrom(
     registry,
     'gateway_dtls_limit_rejections_total',
-    'Cookie-verified ClientHellos refused by a handshake limit (every slot held by a handshake that named a known key)',
+    'Cookie-verified ClientHellos refused by a handshake limit (none while a full table can evict; see handshake_failures_total{reason="evicted"})',
     'limit',
     () => ({ ...s.limitRejections }),
   );

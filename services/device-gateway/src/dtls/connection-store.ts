@@ -4,9 +4,12 @@
 //
 // Handshakes and sessions are counted apart, in all and per source address, so that unauthenticated
 // handshakes can never lock authenticated devices out, and the two kinds of limit act differently:
-// - a handshake has authenticated nothing, so a full table (or a full share of one address) evicts its
-//   oldest handshake that has not got past ClientKeyExchange with a known identity, and refuses only when
-//   every slot holds one that has (those still end at the handshake deadline);
+// - a handshake has authenticated nothing until its Finished verifies (a ClientKeyExchange only names an
+//   identity, and identities travel in clear), so every handshake is alike to the limits, whatever identity it
+//   named (which an eviction order must not reveal either). A full share of one address evicts that address's
+//   oldest handshake; a full table evicts the oldest handshake of the address holding the most, so that a
+//   flood from few addresses evicts itself and one spread over many addresses evicts its own oldest slots
+//   before a device's, which completes in one round trip;
 // - a session cap is checked when a handshake completes, that is for a newcomer that proved its key: the
 //   least recently active session of the full group (the credential's, the address's, all) ends.
 import type { DtlsServerOptions } from './options.js';
@@ -58,12 +61,12 @@ export class ConnectionStore {
   admitHandshake(key: string, address: string): HandshakeRefusal | undefined {
     if (this.handshakes.has(key)) return undefined;
     if (this.handshakesByAddress.size(address) >= this.limits.maxHandshakesPerAddress) {
-      const victim = oldestEvictable(this.handshakesByAddress.values(address));
+      const victim = first(this.handshakesByAddress.values(address));
       if (victim === undefined) return 'handshakesPerAddress';
       this.evictor.evictHandshake(victim);
     }
     if (this.handshakes.size >= this.limits.maxHandshakes) {
-      const victim = oldestEvictable(this.handshakes.values());
+      const victim = this.oldestOfBusiestAddress();
       if (victim === undefined) return 'handshakes';
       this.evictor.evictHandshake(victim);
     }
@@ -104,10 +107,12 @@ export class ConnectionStore {
     if (this.sessionsByCredential.size(credentialId) >= this.limits.maxSessionsPerCredential)
       this.evictor.evictSession(leastRecentlyActive(this.sessionsByCredential.values(credentialId))!);
     if (this.sessionsByAddress.size(address) >= this.limits.maxSessionsPerAddress)
-      this.evictor.evictSession(leastRecentlyActive(this.sessionsByAddress.values(address))!);
+      this.evictor.evictSession(
+        this.evictionCandidate(this.sessionsByAddress.values(address), credentialId)!,
+      );
     // A scan of every session, only when the whole table is full (and only for an authenticated newcomer).
     if (this.sessions.size >= this.limits.maxSessions)
-      this.evictor.evictSession(leastRecentlyActive(this.sessions.values())!);
+      this.evictor.evictSession(this.evictionCandidate(this.sessions.values(), credentialId)!);
     this.sessions.set(hs.key, session);
     this.sessionsByAddress.add(address, session);
     this.sessionsByCredential.add(credentialId, session);
@@ -122,6 +127,43 @@ export class ConnectionStore {
     return true;
   }
 
+  /**
+   * Which session of a full group makes room: the least recently active of those whose key holds more than
+   * one session (the newcomer's included), if any, else the least recently active of all. A key that opens sessions to push its
+   * neighbours out so displaces its own first (observers that only listen look idle, and would go first).
+   */
+  private evictionCandidate(group: Iterable<Session>, newcomer: string): Session | undefined {
+    let shared: Session | undefined;
+    let any: Session | undefined;
+    for (const s of group) {
+      if (any === undefined || s.lastRx < any.lastRx) any = s;
+      const cid = s.pub.credentialId;
+      if (
+        this.sessionsByCredential.size(cid) + (cid === newcomer ? 1 : 0) > 1 &&
+        (shared === undefined || s.lastRx < shared.lastRx)
+      )
+        shared = s;
+    }
+    return shared ?? any;
+  }
+
+  /**
+   * The oldest handshake (the handshakes Map iterates oldest first) of the address holding the most; a scan of
+   * the table, only when it is full (at most maxHandshakes entries).
+   */
+  private oldestOfBusiestAddress(): ServerHandshake | undefined {
+    let victim: ServerHandshake | undefined;
+    let most = 0;
+    for (const hs of this.handshakes.values()) {
+      const n = this.handshakesByAddress.size(hs.address);
+      if (n > most) {
+        most = n;
+        victim = hs;
+      }
+    }
+    return victim;
+  }
+
   private unindexHandshake(hs: ServerHandshake): void {
     this.handshakesByAddress.remove(hs.address, hs);
   }
@@ -132,15 +174,9 @@ export class ConnectionStore {
   }
 }
 
-/** The oldest handshake that authenticated nothing: none past ClientKeyExchange first, then unknown identities. */
-function oldestEvictable(handshakes: Iterable<ServerHandshake>): ServerHandshake | undefined {
-  let unknownIdentity: ServerHandshake | undefined;
-  for (const hs of handshakes) {
-    const stage = hs.evictable;
-    if (stage === 'before_key_exchange') return hs;
-    if (stage === 'unknown_identity') unknownIdentity ??= hs;
-  }
-  return unknownIdentity;
+function first<V>(values: Iterable<V>): V | undefined {
+  for (const v of values) return v;
+  return undefined;
 }
 
 function leastRecentlyActive(sessions: Iterable<Session>): Session | undefined {

@@ -160,7 +160,9 @@ export class DtlsServer implements HandshakeHost, Evictor {
     let n = 0;
     for (const s of [...this.store.sessions.values()]) if (this.checkSession(s)) n++;
     for (const hs of [...this.store.handshakes.values()]) {
-      if (hs.credentialStillValid()) continue;
+      const valid = (c: PskCredential): boolean =>
+        this.lookupPsk(c.identity)?.credentialId === c.credentialId;
+      if (hs.keepCredentials(valid)) continue;
       this.abandon(hs, 'credential_invalid');
       n++;
     }
@@ -172,7 +174,7 @@ export class DtlsServer implements HandshakeHost, Evictor {
     const ids = new Set(credentialIds);
     let n = this.endSessions((s) => ids.has(s.credentialId), 'revoked');
     for (const hs of [...this.store.handshakes.values()]) {
-      if (hs.credentialId === undefined || !ids.has(hs.credentialId)) continue;
+      if (hs.keepCredentials((c) => !ids.has(c.credentialId))) continue;
       this.abandon(hs, 'credential_invalid');
       n++;
     }
@@ -623,8 +625,7 @@ export class DtlsServer implements HandshakeHost, Evictor {
       this.cookies.maybeRotate(now);
       for (const hs of [...this.store.handshakes.values()]) {
         if (now >= hs.deadline) this.abandon(hs, 'timeout');
-        else if (hs.state === 'await_cke' && now >= hs.keyExchangeDeadline)
-          this.abandon(hs, 'unauthenticated_timeout');
+        else if (now >= hs.stepDeadline) this.abandon(hs, 'unauthenticated_timeout');
         else if (now >= hs.decryptErrorAt) this.fail(hs, 'decryptError');
         // RFC 6347 §4.2.4.1: resend on expiry, doubling the timer each time up to a bound.
         else if (hs.flight.due(now, this.options.retransmitMaxMs)) this.resendFlight(hs);

@@ -277,13 +277,16 @@ export class Reassembler {
     if (f.messageSeq > this.nextSeq + this.limits.maxMessagesAhead)
       return { kind: 'rejected', reason: 'too_far_ahead' };
     if (f.length > this.limits.maxMessageBytes) return { kind: 'rejected', reason: 'too_large' };
+    // Unfragmented and in order: the common case needs no copy. A whole message needs none of the fragments
+    // held for its number either, so fragments that disagree with it (a forged first fragment of another
+    // length, RFC 6347 §4.2.3) cannot keep it out.
+    if (f.fragmentOffset === 0 && f.body.length === f.length && f.messageSeq === this.nextSeq) {
+      this.drop(f.messageSeq);
+      this.nextSeq++;
+      return { kind: 'message', msgType: f.msgType, messageSeq: f.messageSeq, epoch, body: f.body };
+    }
     let p = this.pending.get(f.messageSeq);
     if (!p) {
-      // Unfragmented and in order: the common case needs no copy.
-      if (f.fragmentOffset === 0 && f.body.length === f.length && f.messageSeq === this.nextSeq) {
-        this.nextSeq++;
-        return { kind: 'message', msgType: f.msgType, messageSeq: f.messageSeq, epoch, body: f.body };
-      }
       if (this.pendingBytes + f.length > this.limits.maxPendingBytes)
         return { kind: 'rejected', reason: 'pending_bytes' };
       p = { msgType: f.msgType, epoch, body: Buffer.alloc(f.length), ranges: [], fragments: 0 };

@@ -31,8 +31,8 @@ export interface DtlsServerOptions {
   /** Established sessions of one credential (one key cannot crowd out its neighbours). */
   maxSessionsPerCredential: number;
   /**
-   * Handshakes in progress (a cookie-verified ClientHello starts one), in all. When full, the oldest
-   * handshake that has not authenticated anything yet makes room (see ServerHandshake.evictable).
+   * Handshakes in progress (a cookie-verified ClientHello starts one), in all. When full, the oldest handshake
+   * of the source address holding the most makes room (connection-store.ts).
    */
   maxHandshakes: number;
   /** Handshakes in progress from one source IP address, counted apart from its sessions. */
@@ -42,8 +42,10 @@ export interface DtlsServerOptions {
   /** A handshake not finished this long after its ClientHello is abandoned, ms. */
   handshakeTimeoutMs: number;
   /**
-   * A handshake that has not received a ClientKeyExchange this long after its ClientHello is abandoned, ms:
-   * a slot costs an attacker one cookie round trip, so it must not hold one for the whole handshakeTimeoutMs.
+   * A handshake that has not received a ClientKeyExchange this long after its ClientHello, or an authentic
+   * Finished this long after its ClientKeyExchange, is abandoned, ms: a slot costs an attacker one cookie
+   * round trip (and a ClientKeyExchange names an identity anyone can read), so it must not hold one for the
+   * whole handshakeTimeoutMs.
    */
   unauthenticatedTimeoutMs: number;
   /**

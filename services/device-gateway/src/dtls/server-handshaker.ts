@@ -24,6 +24,7 @@ import type { ClientHello, HandshakeFragment, ReassemblyResult } from './handsha
 import type { DtlsServerOptions, PskCredential } from './options.js';
 import type { DtlsRecord } from './record.js';
 import { ConnectionState } from './record-layer.js';
+import type { OpenFailure } from './record-layer.js';
 import type { DtlsDropReason, DtlsHandshakeFailure } from './stats.js';
 
 /** What a handshake needs from the connector that runs it. */
@@ -52,12 +53,6 @@ export interface HandshakeHost {
 
 export type HandshakeState = 'await_cke' | 'await_ccs' | 'await_finished';
 
-/**
- * Whether a full table may evict this handshake (connection-store.ts): one that has not had a
- * ClientKeyExchange costs an attacker one cookie round trip; one whose identity is unknown cannot complete.
- */
-export type Evictability = 'before_key_exchange' | 'unknown_identity' | 'no';
-
 /** A handshake in progress: exists only after a ClientHello with a valid cookie (RFC 6347 §4.2.1). */
 export class ServerHandshake {
   state: HandshakeState = 'await_cke';
@@ -74,23 +69,30 @@ export class ServerHandshake {
   readonly clientHelloSeq: number;
   /** Server clock (ms) at which the handshake is abandoned if not finished. */
   readonly deadline: number;
-  /** Server clock (ms) at which it is abandoned if no ClientKeyExchange came (options.unauthenticatedTimeoutMs). */
-  readonly keyExchangeDeadline: number;
-  /** The ClientKeyExchange body as processed: its retransmission is recognised byte for byte. */
-  private keyExchange?: Buffer;
-  /** The datagram that carried the ClientKeyExchange (host.datagramNumber). */
-  private keyExchangeDatagram = -1;
-  /** Epoch 1 records that failed authentication (dropped silently, RFC 6347 §4.1.2.7). */
-  private authFailures = 0;
+  /**
+   * Server clock (ms) at which it is abandoned unless it moved on: no ClientKeyExchange within
+   * options.unauthenticatedTimeoutMs of the ClientHello, or no authentic Finished within as long after the
+   * ClientKeyExchange. A handshake is unauthenticated until its Finished verifies (the ClientKeyExchange only
+   * names an identity, and identities travel in clear, RFC 4279 §7.2), and the client sends its Finished with
+   * its ClientKeyExchange, so neither step needs the whole handshakeTimeoutMs.
+   */
+  stepDeadline: number;
+  /**
+   * The ClientKeyExchanges received, each with the keys it makes. Anyone who can put the client's address on a
+   * datagram can send one before the client's own (its message_seq is predictable), so the first is not
+   * trusted to be the client's: up to MAX_KEY_EXCHANGES distinct ones are kept, and the client's Finished
+   * shows which one it used (the one whose keys authenticate it).
+   */
+  private readonly candidates: KeyExchangeCandidate[] = [];
+  /** The candidate whose keys authenticated an epoch 1 record: the client's. */
+  private chosen?: KeyExchangeCandidate;
+  /** The datagram in which the client last retransmitted a ClientKeyExchange it had sent before. */
+  private retransmittedIn = -1;
   /** Server clock (ms) at which a failed authentication with no authentic Finished since is answered. */
   decryptErrorAt = Infinity;
+  /** Up to and including ServerHelloDone: each candidate continues its own copy. */
   private readonly transcript: Hash = createHash('sha256');
   private readonly reassembler: Reassembler;
-  private master?: Buffer;
-  /** Epoch 1, once ClientKeyExchange gave us the keys; it becomes the session's. */
-  private connection?: ConnectionState;
-  private expectedClientVerify?: Buffer;
-  private credential?: PskCredential;
 
   /**
    * Starts from a cookie-verified ClientHello whose parameters `negotiate` accepted, and builds flight 4:
@@ -115,7 +117,7 @@ export class ServerHandshake {
     this.serverRandom = randomBytes(32);
     this.clientHelloSeq = helloFragment.messageSeq;
     this.deadline = now + options.handshakeTimeoutMs;
-    this.keyExchangeDeadline = now + options.unauthenticatedTimeoutMs;
+    this.stepDeadline = now + options.unauthenticatedTimeoutMs;
     // Our epoch 0 record numbers start above the HelloVerifyRequest's (which reused an earlier ClientHello's
     // number), as RFC 6347 §4.2.1 intends.
     this.epoch0Seq = helloRecordSeq;
@@ -150,37 +152,32 @@ export class ServerHandshake {
     return this.reassembler.bufferedBytes;
   }
 
-  get evictable(): Evictability {
-    if (this.state === 'await_cke') return 'before_key_exchange';
-    return this.credential === undefined ? 'unknown_identity' : 'no';
+  /**
+   * Drops the key exchanges whose credential the predicate rejects (revoked, expired, changed); returns whether
+   * the handshake still has a key exchange that could complete, or has had none yet.
+   */
+  keepCredentials(valid: (credential: PskCredential) => boolean): boolean {
+    if (this.candidates.length === 0) return true;
+    for (let i = this.candidates.length - 1; i >= 0; i--) {
+      const c = this.candidates[i]!;
+      if (c.credential === undefined || valid(c.credential)) continue;
+      wipeCandidate(c);
+      this.candidates.splice(i, 1);
+      if (this.chosen === c) this.chosen = undefined;
+    }
+    return this.candidates.some((c) => c.credential !== undefined);
   }
 
-  /** The credential named by the ClientKeyExchange, once it came and named a known one. */
-  get credentialId(): string | undefined {
-    return this.credential?.credentialId;
-  }
-
-  /** Whether the credential named by the ClientKeyExchange (if any) is still the valid one for its identity. */
-  credentialStillValid(): boolean {
-    const credential = this.credential;
-    return (
-      credential === undefined ||
-      this.host.lookupPsk(credential.identity)?.credentialId === credential.credentialId
-    );
-  }
-
-  /** The connection state of epoch 1, handed to the session when the handshake completes. */
+  /** The connection state of epoch 1 (the chosen key exchange's), handed to the session when it completes. */
   takeConnection(): ConnectionState {
-    const connection = this.connection!;
-    this.connection = undefined;
+    const connection = this.chosen!.connection;
+    this.chosen!.taken = true;
     return connection;
   }
 
   /** Overwrites the secrets held (on abandonment, or after the session took the connection state). */
   wipe(): void {
-    this.master?.fill(0);
-    this.connection?.wipe();
-    this.expectedClientVerify?.fill(0);
+    for (const c of this.candidates) wipeCandidate(c);
   }
 
   /**
@@ -233,7 +230,7 @@ export class ServerHandshake {
   /** An epoch 1 record addressed to this handshake (its Finished, or an alert under the new keys). */
   onEpoch1(rec: DtlsRecord): void {
     if (this.state === 'await_ccs') return this.holdEarly(rec);
-    const opened = this.connection!.open(rec);
+    const opened = this.openEpoch1(rec);
     if (opened === 'replay') return this.host.drop('replay');
     if (opened === 'mac') {
       // RFC 6347 §4.1.2.7: a record that fails authentication is dropped silently, so that one forged
@@ -246,8 +243,11 @@ export class ServerHandshake {
       // node-dtls-client) only if no authentic Finished follows within authFailureGraceMs: a client sends
       // its Finished right after its ChangeCipherSpec, so a forged record can end a handshake only when the
       // real Finished is lost as well.
-      this.authFailures++;
-      if (rec.type === ContentType.handshake && this.host.datagramNumber === this.keyExchangeDatagram) {
+      const datagram = this.host.datagramNumber;
+      if (
+        rec.type === ContentType.handshake &&
+        (this.candidates.some((c) => c.datagram === datagram) || this.retransmittedIn === datagram)
+      ) {
         return this.host.fail(this, 'decryptError');
       }
       if (rec.type === ContentType.handshake && this.decryptErrorAt === Infinity)
@@ -292,22 +292,43 @@ export class ServerHandshake {
   }
 
   /**
-   * A client retransmits its flight when ours did not come (RFC 6347 §4.2.4). A ClientKeyExchange identical
-   * to the one processed, after an epoch 1 record failed authentication, is the client itself telling us that
-   * its Finished is the one that failed: a third party that cannot see the handshake cannot forge it.
+   * A ClientKeyExchange at the number of the one processed: the client retransmitting its flight when ours did
+   * not come (RFC 6347 §4.2.4), or the client's own after a forged one took the number first. A new one
+   * (whole, unfragmented: a PSK ClientKeyExchange is a few dozen bytes) becomes another candidate; a repeated
+   * one is noted, and a Finished that fails in the same datagram is then the client's (see onEpoch1).
    */
   private onRetransmitted(f: HandshakeFragment): void {
-    const processed = this.keyExchange;
+    const first = this.candidates[0];
     if (
-      f.msgType === HandshakeType.clientKeyExchange &&
-      this.authFailures > 0 &&
-      processed !== undefined &&
-      f.fragmentOffset + f.body.length <= processed.length &&
-      processed.subarray(f.fragmentOffset, f.fragmentOffset + f.body.length).equals(f.body)
+      first === undefined ||
+      f.msgType !== HandshakeType.clientKeyExchange ||
+      f.messageSeq !== first.seq ||
+      f.fragmentOffset !== 0 ||
+      f.body.length !== f.length
     ) {
-      return this.host.fail(this, 'decryptError');
+      return this.host.drop('unexpected');
     }
-    this.host.drop('unexpected');
+    if (this.candidates.some((c) => c.body.equals(f.body))) {
+      this.retransmittedIn = this.host.datagramNumber;
+      return;
+    }
+    if (this.candidates.length >= MAX_KEY_EXCHANGES) return this.host.drop('limit');
+    if (parsePskClientKeyExchange(f.body) === undefined) return this.host.drop('malformed');
+    this.candidates.push(this.keyExchangeCandidate(f.messageSeq, f.body));
+  }
+
+  /** Opens an epoch 1 record with the chosen key exchange's keys, or finds the candidate whose keys do. */
+  private openEpoch1(rec: DtlsRecord): Buffer | OpenFailure {
+    if (this.chosen !== undefined) return this.chosen.connection.open(rec);
+    let result: Buffer | OpenFailure = 'mac';
+    for (const c of this.candidates) {
+      const opened = c.connection.open(rec);
+      if (opened === 'mac') continue;
+      if (opened !== 'replay') this.chosen = c;
+      result = opened;
+      break;
+    }
+    return result;
   }
 
   private feed(f: HandshakeFragment, epoch: number): void {
@@ -341,11 +362,22 @@ export class ServerHandshake {
    * §2 allows this instead of unknown_psk_identity) and a prober learns nothing.
    */
   private onClientKeyExchange(seq: number, body: Buffer): boolean {
-    const identityBytes = parsePskClientKeyExchange(body);
-    if (identityBytes === undefined) {
+    if (parsePskClientKeyExchange(body) === undefined) {
       this.host.fail(this, 'decodeError');
       return false;
     }
+    this.candidates.push(this.keyExchangeCandidate(seq, body));
+    this.stepDeadline = this.host.now() + this.host.options.unauthenticatedTimeoutMs;
+    this.state = 'await_ccs';
+    return true;
+  }
+
+  /**
+   * The key schedule of one ClientKeyExchange: its transcript, master secret (RFC 5246 §8.1 or RFC 7627 §4),
+   * key block (RFC 5246 §6.3) and the client Finished it implies (RFC 5246 §7.4.9).
+   */
+  private keyExchangeCandidate(seq: number, body: Buffer): KeyExchangeCandidate {
+    const identityBytes = body.subarray(2);
     const identity = identityBytes.toString('utf8');
     const credential =
       identityBytes.length <= 128 && Buffer.from(identity, 'utf8').equals(identityBytes)
@@ -353,31 +385,38 @@ export class ServerHandshake {
         : undefined;
     // The fake key has the length of a typical real one, so the PRF work below is the same.
     const psk = credential?.key ?? randomBytes(32);
-    this.credential = credential;
-    this.keyExchange = Buffer.from(body);
-    this.keyExchangeDatagram = this.host.datagramNumber;
-    this.transcript.update(encodeHandshake(HandshakeType.clientKeyExchange, seq, body));
+    const transcript = this.transcript.copy();
+    transcript.update(encodeHandshake(HandshakeType.clientKeyExchange, seq, body));
     // RFC 7627 §3: session_hash = Hash(handshake messages up to and including ClientKeyExchange). The
     // client's Finished (RFC 5246 §7.4.9) covers the same messages, so the one digest serves both.
-    const transcriptHash = this.transcript.copy().digest();
+    const transcriptHash = transcript.copy().digest();
     const premaster = pskPremaster(psk);
     const master = this.ems
       ? extendedMasterSecret(premaster, transcriptHash)
       : masterSecret(premaster, this.clientRandom, this.serverRandom);
     premaster.fill(0);
-    this.master = master;
     const block = keyBlock(master, this.clientRandom, this.serverRandom);
-    this.connection = new ConnectionState(block);
+    const connection = new ConnectionState(block);
     block.fill(0);
-    this.expectedClientVerify = finishedVerifyData(master, 'client', transcriptHash);
-    this.state = 'await_ccs';
-    return true;
+    return {
+      seq,
+      body: Buffer.from(body),
+      credential,
+      master,
+      connection,
+      expectedClientVerify: finishedVerifyData(master, 'client', transcriptHash),
+      transcript,
+      datagram: this.host.datagramNumber,
+      taken: false,
+    };
   }
 
   /** RFC 5246 §7.4.9: check the client's Finished; the host answers ChangeCipherSpec + Finished and goes live. */
   private onFinished(seq: number, body: Buffer): void {
-    const expected = this.expectedClientVerify!;
-    const credential = this.credential;
+    // A handshake message in epoch 1 opened with the chosen key exchange's keys (openEpoch1).
+    const chosen = this.chosen!;
+    const expected = chosen.expectedClientVerify;
+    const credential = chosen.credential;
     if (
       body.length !== VERIFY_DATA_BYTES ||
       !timingSafeEqual(body, expected) ||
@@ -389,10 +428,35 @@ export class ServerHandshake {
     // The credential must still be valid as the handshake completes, not only at ClientKeyExchange: a
     // handshake can be held open after it, and the key revoked or expired meanwhile. The same answer as a
     // wrong key: the holder of a dead key learns nothing else.
-    if (!this.credentialStillValid()) return this.host.fail(this, 'decryptError', 'credential_invalid');
-    this.transcript.update(encodeHandshake(HandshakeType.finished, seq, body));
-    const serverVerify = finishedVerifyData(this.master!, 'server', this.transcript.digest());
-    this.master!.fill(0);
+    if (this.host.lookupPsk(credential.identity)?.credentialId !== credential.credentialId)
+      return this.host.fail(this, 'decryptError', 'credential_invalid');
+    chosen.transcript.update(encodeHandshake(HandshakeType.finished, seq, body));
+    const serverVerify = finishedVerifyData(chosen.master, 'server', chosen.transcript.digest());
     this.host.establish(this, credential, serverVerify, seq);
   }
+}
+
+/** How many distinct ClientKeyExchanges one handshake considers (each costs a key schedule, about 40 µs). */
+const MAX_KEY_EXCHANGES = 3;
+
+/** One ClientKeyExchange and the keys it makes (ServerHandshake.candidates). */
+interface KeyExchangeCandidate {
+  readonly seq: number;
+  readonly body: Buffer;
+  /** Undefined for an identity we do not know (its keys come from a random PSK and never authenticate). */
+  readonly credential: PskCredential | undefined;
+  readonly master: Buffer;
+  readonly connection: ConnectionState;
+  readonly expectedClientVerify: Buffer;
+  readonly transcript: Hash;
+  /** host.datagramNumber of the datagram that carried it. */
+  readonly datagram: number;
+  /** The session took its connection state: not wiped with the handshake. */
+  taken: boolean;
+}
+
+function wipeCandidate(c: KeyExchangeCandidate): void {
+  c.master.fill(0);
+  c.expectedClientVerify.fill(0);
+  if (!c.taken) c.connection.wipe();
 }

@@ -14,9 +14,9 @@ export type DtlsHandshakeFailure =
   | 'unexpected_message'
   | 'peer_alert'
   | 'timeout'
-  /** A ClientKeyExchange never came within unauthenticatedTimeoutMs. */
+  /** No ClientKeyExchange, or no authentic Finished after it, within unauthenticatedTimeoutMs. */
   | 'unauthenticated_timeout'
-  /** Made room for a newer handshake in a full table (it had authenticated nothing). */
+  /** Made room for a newer handshake in a full table (none has authenticated anything before its Finished). */
   | 'evicted'
   /** Its credential stopped being valid (revoked, expired, deleted) before the handshake completed. */
   | 'credential_invalid'
@@ -46,8 +46,8 @@ export interface DtlsStats {
   handshakesCompleted: number;
   handshakeFailures: Record<DtlsHandshakeFailure, number>;
   /**
-   * Cookie-verified ClientHellos refused by a handshake limit: the table (or the address's share of it) is
-   * full of handshakes that cannot be evicted. Session limits never refuse; they evict ('evicted').
+   * Cookie-verified ClientHellos refused by a handshake limit: only when nothing can be evicted (a limit of
+   * 0). Handshake and session limits evict instead ('evicted').
    */
   limitRejections: { handshakes: number; handshakesPerAddress: number };
   recordsDropped: Record<DtlsDropReason, number>;
