@@ -55,8 +55,9 @@ export const gatewayConfigSchema = {
     COAP_MAX_INFLIGHT: { type: 'integer', minimum: 1, maximum: 1048576, default: 2048 },
     COAP_MAX_RELATIONS_PER_ENDPOINT: { type: 'integer', minimum: 1, maximum: 4096, default: 256 },
     /**
-     * Observe relation caps (design §3.5): in all (the memory bound, ~0.9 KB RSS each) and per source IP address;
-     * a registration over either gets 5.03 with Max-Age COAP_RELATION_RETRY_AFTER_S. See CoapServerOptions.
+     * Observe relation caps (design §3.4): in all (the memory bound, ~0.9 KB RSS each) and per source IP address,
+     * counted apart for authenticated (DTLS) and plain CoAP peers; a registration over either gets 5.03 with
+     * Max-Age COAP_RELATION_RETRY_AFTER_S. See CoapServerOptions.
      */
     COAP_MAX_RELATIONS: { type: 'integer', minimum: 1, maximum: 10000000, default: 200000 },
     COAP_MAX_RELATIONS_PER_ADDRESS: { type: 'integer', minimum: 1, maximum: 10000000, default: 512 },

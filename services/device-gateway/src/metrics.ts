@@ -58,7 +58,7 @@ export function registerGatewayMetrics(
   if (limits !== undefined)
     new Gauge({
       name: 'gateway_coap_max_relations',
-      help: 'Cap on Observe relations in all (COAP_MAX_RELATIONS); registrations over it get 5.03',
+      help: 'Cap on Observe relations in all (COAP_MAX_RELATIONS), held apart to each peer of gateway_coap_relations (authenticated, unauthenticated); registrations over it get 5.03',
       registers: [registry],
       collect() {
         this.set(limits.maxRelations);
@@ -114,6 +114,17 @@ export function registerGatewayMetrics(
     registers: [registry],
     collect() {
       this.set(coap.observerCount);
+    },
+  });
+  new Gauge({
+    name: 'gateway_coap_relations',
+    help: 'Current CoAP observe relations by peer: authenticated (DTLS sessions) and unauthenticated (plain CoAP), each capped apart by COAP_MAX_RELATIONS',
+    labelNames: ['peer'],
+    registers: [registry],
+    collect() {
+      const counts = coap.observerCounts;
+      this.set({ peer: 'authenticated' }, counts.authenticated);
+      this.set({ peer: 'unauthenticated' }, counts.unauthenticated);
     },
   });
   new Gauge({

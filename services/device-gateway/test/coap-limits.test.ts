@@ -1,14 +1,17 @@
-// Observe relation caps (design §3.5), over real UDP sockets: per source address (the IP, whatever the
+// Observe relation caps (design §3.4), over real UDP sockets: per source address (the IP, whatever the
 // port) and in all. A registration over a cap gets 5.03 Service Unavailable with Max-Age (RFC 7252 5.9.3.4)
 // and no relation, never silent growth; refusals are counted and exposed in /metrics. Before: 1,000 sources
-// × 12 NON registrations left 12,353 relations alive until the 24-hour confirmable refresh.
+// × 12 NON registrations left 12,353 relations alive until the 24-hour confirmable refresh. Authenticated
+// peers (a DTLS transport's) are held to the same caps in a budget of their own (coap-budgets.test.ts has the
+// end-to-end case with real DTLS).
 import { Registry } from '@platform/service-kit';
 import type { ParsedPacket } from 'coap-packet';
-import type { CoapServer } from '../src/coap/server.js';
+import { CoapServer, defaultCoapOptions } from '../src/coap/server.js';
 import type { GatewayState } from '../src/domain/gateway-state.js';
 import { registerGatewayMetrics } from '../src/metrics.js';
 import { RawCoapClient, json, observe0, observe1, option, pathOptions, uint } from './support/coap-client.js';
-import { device, startCoap } from './support/harness.js';
+import { FakeTransport, fakePeer } from './support/fake-transport.js';
+import { device, newState, silentLogger, startCoap } from './support/harness.js';
 
 const ids = Array.from({ length: 40 }, (_, i) => `dev-${String(i).padStart(2, '0')}`);
 const settingsPath = (id: string) => pathOptions(`/devices/${id}/settings`);
@@ -133,5 +136,68 @@ describe('observe relation caps', () => {
     const text = await registry.metrics();
     expect(text).toContain('gateway_coap_registrations_refused_total{reason="total_cap"} 3');
     expect(text).toContain('gateway_coap_events{event="registrationsOverTotalCap"} 3');
+  });
+
+  it('authenticated peers have a budget of their own with the same caps, and do not use up the plain one', async () => {
+    const state = newState();
+    state.replaceRegistry(ids.map((id) => device(id)));
+    const dtls = new FakeTransport();
+    server = new CoapServer(state, {
+      ...defaultCoapOptions,
+      logger: silentLogger,
+      maxRelations: 3,
+      maxRelationsPerAddress: 2,
+      relationRetryAfterS: 30,
+    });
+    server.addTransport(dtls, 5684);
+    await server.listen(0, '127.0.0.1');
+    const registry = new Registry();
+    registerGatewayMetrics(registry, state, server, { maxRelations: 3 });
+    // Device n's session (its own device: a session observes nothing else), from `address`.
+    const sessions = ids.map((id, n) => fakePeer(n + 1, id, n < 4 ? '127.0.0.1' : `10.0.0.${n}`));
+    const observeOwn = (n: number): ParsedPacket =>
+      dtls.reply(
+        sessions[n]!,
+        dtls.deliver(sessions[n]!, {
+          confirmable: true,
+          code: 'GET',
+          token: Buffer.from('d'),
+          options: [observe0, ...settingsPath(ids[n]!)],
+        }),
+      );
+
+    // The authenticated budget: two of 127.0.0.1's sessions, then its share is full ...
+    expect(observeOwn(0).code).toBe('2.05');
+    expect(observeOwn(1).code).toBe('2.05');
+    expectServiceUnavailable(observeOwn(2), 30);
+    // ... and one from another address fills the total (3); the next is refused there.
+    expect(observeOwn(4).code).toBe('2.05');
+    expectServiceUnavailable(observeOwn(5), 30);
+    expect(server.stats.registrationsOverAddressCap).toBe(1);
+    expect(server.stats.registrationsOverTotalCap).toBe(1);
+
+    // Plain CoAP from the same address is counted apart: its own share of 127.0.0.1 and its own total.
+    const plain = await connect('127.0.0.1');
+    expect((await registerNon(plain, ids[20]!, 'p0')).code).toBe('2.05');
+    expect((await registerNon(plain, ids[21]!, 'p1')).code).toBe('2.05');
+    expectServiceUnavailable(await registerNon(plain, ids[22]!, 'p2'), 30);
+    const other = await connect('127.0.0.2');
+    expect((await registerNon(other, ids[23]!, 'p3')).code).toBe('2.05');
+    expectServiceUnavailable(await registerNon(other, ids[24]!, 'p4'), 30);
+    expect(server.observerCounts).toEqual({ authenticated: 3, unauthenticated: 3 });
+    expect(server.observerCount).toBe(6);
+
+    // A relation that ends frees a place in its own budget only.
+    dtls.closePeer(sessions[0]!);
+    expect(server.observerCounts).toEqual({ authenticated: 2, unauthenticated: 3 });
+    expectServiceUnavailable(await registerNon(plain, ids[25]!, 'p5'), 30);
+    expect(observeOwn(2).code).toBe('2.05');
+    expect(server.observerCounts).toEqual({ authenticated: 3, unauthenticated: 3 });
+
+    const text = await registry.metrics();
+    expect(text).toContain('gateway_coap_relations{peer="authenticated"} 3');
+    expect(text).toContain('gateway_coap_relations{peer="unauthenticated"} 3');
+    expect(text).toContain('gateway_coap_observers 6');
+    expect(text).toContain('gateway_coap_max_relations 3');
   });
 });

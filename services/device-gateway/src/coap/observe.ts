@@ -128,7 +128,8 @@ export class ObserveLayer implements ExchangeHandler<Relation> {
    * The caps' counts, kept apart for authenticated peers (DTLS sessions: the peer has a device id) and
    * unauthenticated ones (plain CoAP), so that plain traffic, whose source address anyone can forge, can
    * never use up the budget of authenticated devices (GATEWAY_COAP_SECURITY=both). Each budget has
-   * maxRelations in all and maxRelationsPerAddress per source address (the IP, any port).
+   * maxRelations in all and maxRelationsPerAddress per source address (the IP, any port); a server with one
+   * kind of transport uses one budget, so the caps mean what they always meant there.
    */
   private readonly budgets = { authenticated: new RelationBudget(), unauthenticated: new RelationBudget() };
   /** Max-Age of notifications, seconds (see the constructor). */
@@ -155,6 +156,14 @@ export class ObserveLayer implements ExchangeHandler<Relation> {
 
   get relationCount(): number {
     return this.relations;
+  }
+
+  /** Relations in each budget (see `budgets`): what maxRelations caps, for /metrics. */
+  get relationCounts(): { authenticated: number; unauthenticated: number } {
+    return {
+      authenticated: this.budgets.authenticated.total,
+      unauthenticated: this.budgets.unauthenticated.total,
+    };
   }
 
   get resourceCount(): number {

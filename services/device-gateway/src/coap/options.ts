@@ -36,13 +36,15 @@ export interface CoapServerOptions {
   /** Most observe relations one endpoint (address and port) may hold; further registrations get a plain reply. */
   maxRelationsPerEndpoint: number;
   /**
-   * Most observe relations in all, over every transport: the memory bound (about 0.5 KB heap and 0.9 KB RSS
-   * each, docs/benchmarks.md). A registration over it gets 5.03 Service Unavailable with Max-Age.
+   * Most observe relations in all, per budget: relations of authenticated peers (DTLS sessions) and of plain
+   * CoAP peers are counted apart (ObserveLayer.budgets), so a server with both transports may hold twice
+   * this. The memory bound (about 0.5 KB heap and 0.9 KB RSS each, docs/benchmarks.md). A registration over
+   * it gets 5.03 Service Unavailable with Max-Age.
    */
   maxRelations: number;
   /**
-   * Most observe relations one source address (the IP, any port) may hold; over it, 5.03 with Max-Age. A
-   * client cannot escape it by opening more ports, as it can the per-endpoint cap.
+   * Most observe relations one source address (the IP, any port) may hold, per budget as maxRelations; over
+   * it, 5.03 with Max-Age. A client cannot escape it by opening more ports, as it can the per-endpoint cap.
    */
   maxRelationsPerAddress: number;
   /** Max-Age of a 5.03 refusal: seconds after which the client may retry (RFC 7252 5.9.3.4). */

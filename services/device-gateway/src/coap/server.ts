@@ -100,6 +100,11 @@ export class CoapServer {
     return this.observe.relationCount;
   }
 
+  /** Relations of authenticated (DTLS) and of plain CoAP peers: each is capped apart (COAP_MAX_RELATIONS). */
+  get observerCounts(): { authenticated: number; unauthenticated: number } {
+    return this.observe.relationCounts;
+  }
+
   /** The plain transport's address (the first added transport's when plain CoAP is off). */
   address(): AddressInfo {
     const first = this.transports[0];
