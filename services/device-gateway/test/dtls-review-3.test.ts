@@ -155,3 +155,20 @@ describe('N5: one key behind a shared address', () => {
     ).toBeGreaterThanOrEqual(2);
   });
 });
+
+describe('N6: no reflection before the cookie', () => {
+  it('ClientHellos repeating a handshake’s random draw at most one resend of flight 4 per half timeout', async () => {
+    t = await startEchoServer();
+    const c = await client();
+    await c.hello();
+    const before = t.server.stats.retransmissions;
+    // An on-path copy of the random in cookie-less ClientHellos, 50 of them.
+    const spoofed = c.record(
+      ContentType.handshake,
+      encodeHandshake(HandshakeType.clientHello, 1, c.helloBody()),
+    );
+    for (let i = 0; i < 50; i++) c.socket.send(spoofed, t.port, '127.0.0.1');
+    await sleep(100);
+    expect(t.server.stats.retransmissions - before).toBeLessThanOrEqual(1);
+  });
+});

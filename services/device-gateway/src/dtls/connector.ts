@@ -298,8 +298,16 @@ export class DtlsServer implements HandshakeHost, Evictor {
     if (datagram.clientHellos++ > 0) return this.drop('malformed');
     const hs = this.store.handshakes.get(key);
     if (hs !== undefined && hs.clientRandom.equals(hello.random)) {
-      // The client retransmitted its ClientHello: our flight was lost (RFC 6347 §4.2.4).
-      if (hs.state === 'await_cke' && f.messageSeq === hs.clientHelloSeq) this.resendFlight(hs);
+      // The client retransmitted its ClientHello: our flight was lost (RFC 6347 §4.2.4). Only the very same
+      // ClientHello, and at most once per half initial timeout: this runs before any cookie check, and an
+      // on-path copy of the random must not turn the server into a reflector towards the client.
+      if (
+        hs.state === 'await_cke' &&
+        f.messageSeq === hs.clientHelloSeq &&
+        hs.clientHelloBody.equals(f.body) &&
+        hs.flight.mayResend(this.now(), this.options.retransmitInitialMs / 2)
+      )
+        this.resendFlight(hs);
       return;
     }
     // The ClientHello that made this peer's live session, again: a client starting a new handshake makes a

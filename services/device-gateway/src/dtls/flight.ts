@@ -24,6 +24,7 @@ export class Flight {
   ) {
     this.delay = initialDelayMs;
     this.dueAt = now + initialDelayMs;
+    this.sentAt = now;
   }
 
   /**
@@ -47,11 +48,25 @@ export class Flight {
     return out;
   }
 
+  /** Server clock (ms) of the last sending (see mayResend). */
+  private sentAt = -Infinity;
+
+  /**
+   * Whether a resend asked for by the peer (a retransmitted flight of its own) may go now: at most one per
+   * `minGapMs`. Records the sending when it may.
+   */
+  mayResend(now: number, minGapMs: number): boolean {
+    if (now - this.sentAt < minGapMs) return false;
+    this.sentAt = now;
+    return true;
+  }
+
   /** Whether the timer ran out at `now`; if so it is rearmed with the doubled timeout, up to `maxDelayMs`. */
   due(now: number, maxDelayMs: number): boolean {
     if (now < this.dueAt) return false;
     this.delay = Math.min(this.delay * 2, maxDelayMs);
     this.dueAt = now + this.delay;
+    this.sentAt = now;
     return true;
   }
 }

@@ -67,6 +67,8 @@ export class ServerHandshake {
   readonly serverRandom: Buffer;
   /** message_seq of the client's ClientHello (its retransmission means our flight was lost). */
   readonly clientHelloSeq: number;
+  /** The cookie-bearing ClientHello body: only the very same is a retransmission. */
+  readonly clientHelloBody: Buffer;
   /** Server clock (ms) at which the handshake is abandoned if not finished. */
   readonly deadline: number;
   /**
@@ -116,6 +118,7 @@ export class ServerHandshake {
     this.clientRandom = Buffer.from(hello.random);
     this.serverRandom = randomBytes(32);
     this.clientHelloSeq = helloFragment.messageSeq;
+    this.clientHelloBody = Buffer.from(helloFragment.body);
     this.deadline = now + options.handshakeTimeoutMs;
     this.stepDeadline = now + options.unauthenticatedTimeoutMs;
     // Our epoch 0 record numbers start above the HelloVerifyRequest's (which reused an earlier ClientHello's
