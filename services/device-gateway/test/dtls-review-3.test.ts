@@ -11,20 +11,15 @@ import type { TestServer } from './support/dtls.js';
 import { PskClient } from './support/psk-client.js';
 
 let t: TestServer | undefined;
-let clients: PskClient[] = [];
 
 afterEach(async () => {
-  for (const c of clients) c.close();
-  clients = [];
+  PskClient.closeAll();
   await t?.server.close();
   t = undefined;
 });
 
-async function client(bindAddress = '127.0.0.1'): Promise<PskClient> {
-  const c = await PskClient.open({ port: t!.port, bindAddress });
-  clients.push(c);
-  return c;
-}
+const client = (bindAddress = '127.0.0.1'): Promise<PskClient> =>
+  PskClient.open({ port: t!.port, bindAddress });
 
 function ckeBody(identity: string): Buffer {
   const id = Buffer.from(identity, 'utf8');

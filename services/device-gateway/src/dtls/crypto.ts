@@ -140,18 +140,36 @@ export function sealCcm8(
   plaintext: Buffer,
 ): Buffer {
   const out = Buffer.allocUnsafe(EXPLICIT_NONCE_BYTES + plaintext.length + TAG_BYTES);
-  out.writeUInt16BE(epoch, 0);
-  out.writeUIntBE(seq, 2, 6);
-  const nonce = ccmNonce(salt, out);
+  sealCcm8Into(out, 0, key, salt, epoch, seq, type, version, plaintext);
+  return out;
+}
+
+/**
+ * Writes explicit_nonce(8) + ciphertext + tag(8) into `out` at `at` (see sealCcm8): the explicit nonce is
+ * epoch(2) + sequence_number(6), as in the record header.
+ */
+function sealCcm8Into(
+  out: Buffer,
+  at: number,
+  key: Buffer | KeyObject,
+  salt: Buffer | number,
+  epoch: number,
+  seq: number,
+  type: number,
+  version: number,
+  plaintext: Buffer,
+): void {
+  out.writeUInt16BE(epoch, at);
+  out.writeUIntBE(seq, at + 2, 6);
+  const nonce = ccmNonce(salt, out.subarray(at, at + EXPLICIT_NONCE_BYTES));
   const cipher = createCipheriv('aes-128-ccm', key, nonce, { authTagLength: TAG_BYTES });
   cipher.setAAD(additionalData(epoch, seq, type, version, plaintext.length), {
     plaintextLength: plaintext.length,
   });
   const body = cipher.update(plaintext);
   cipher.final();
-  body.copy(out, EXPLICIT_NONCE_BYTES);
-  cipher.getAuthTag().copy(out, EXPLICIT_NONCE_BYTES + body.length);
-  return out;
+  body.copy(out, at + EXPLICIT_NONCE_BYTES);
+  cipher.getAuthTag().copy(out, at + EXPLICIT_NONCE_BYTES + body.length);
 }
 
 /**
@@ -207,17 +225,6 @@ export function sealCcm8Record(
   out.writeUInt16BE(epoch, 3);
   out.writeUIntBE(seq, 5, 6);
   out.writeUInt16BE(fragmentLength, 11);
-  // The explicit nonce is epoch + sequence_number, the last 8 bytes of the header (RFC 6655 §3 allows it).
-  out.copy(out, RECORD_HEADER_BYTES, 3, RECORD_HEADER_BYTES - 2);
-  const nonce = ccmNonce(salt, out.subarray(RECORD_HEADER_BYTES));
-  const cipher = createCipheriv('aes-128-ccm', key, nonce, { authTagLength: TAG_BYTES });
-  cipher.setAAD(additionalData(epoch, seq, type, version, plaintext.length), {
-    plaintextLength: plaintext.length,
-  });
-  const body = cipher.update(plaintext);
-  cipher.final();
-  const at = RECORD_HEADER_BYTES + EXPLICIT_NONCE_BYTES;
-  body.copy(out, at);
-  cipher.getAuthTag().copy(out, at + body.length);
+  sealCcm8Into(out, RECORD_HEADER_BYTES, key, salt, epoch, seq, type, version, plaintext);
   return out;
 }

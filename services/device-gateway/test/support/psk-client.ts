@@ -23,6 +23,9 @@ import type { DtlsRecord } from '../../src/dtls/record.js';
 
 const EXT_EMS = Buffer.from([0x00, 0x17, 0x00, 0x00]);
 
+/** Every client opened and not yet closed by closeAll. */
+const opened: PskClient[] = [];
+
 export interface ReceivedAlert {
   epoch: number;
   level: number;
@@ -66,7 +69,14 @@ export class PskClient {
     await new Promise<void>((resolve) =>
       socket.bind(opts.bindPort ?? 0, opts.bindAddress ?? '127.0.0.1', resolve),
     );
-    return new PskClient(socket, opts.port, opts);
+    const client = new PskClient(socket, opts.port, opts);
+    opened.push(client);
+    return client;
+  }
+
+  /** Closes every client opened since the last call (a test's afterEach). */
+  static closeAll(): void {
+    for (const c of opened.splice(0)) c.close();
   }
 
   get address(): { address: string; port: number } {
