@@ -1,6 +1,6 @@
 import type dgram from 'node:dgram';
 import type { AddressInfo } from 'node:net';
-import { createUdpSocket } from '../net/udp-socket.js';
+import { bindUdpSocket, createUdpSocket } from '../net/udp-socket.js';
 import type { CoapLogger } from './options.js';
 import type { Peer, Transport, TransportReceiver } from './transport.js';
 
@@ -66,19 +66,12 @@ export class UdpTransport implements Transport {
         this,
       ),
     );
-    return new Promise((resolve, reject) => {
-      const onError = (err: Error): void => {
-        this.socket = undefined;
-        reject(err);
-      };
-      socket.once('error', onError);
-      socket.bind(port, host, () => {
-        socket.off('error', onError);
-        // A send error (e.g. EMSGSIZE, a vanished interface) must never take the process down.
-        socket.on('error', (err) => {
-          this.options.onSendError?.(err);
-          this.options.logger.warn('coap socket error', { error: err.message });
-        });
+    // A send error (e.g. EMSGSIZE, a vanished interface) must never take the process down.
+    return bindUdpSocket(socket, port, host, (err) => {
+      this.options.onSendError?.(err);
+      this.options.logger.warn('coap socket error', { error: err.message });
+    }).then(
+      () => {
         this.isBound = true;
         this.options.logger.info('coap listening', {
           transport: this.kind,
@@ -87,9 +80,12 @@ export class UdpTransport implements Transport {
           recv_buffer_bytes: socket.getRecvBufferSize(),
           send_buffer_bytes: socket.getSendBufferSize(),
         });
-        resolve();
-      });
-    });
+      },
+      (err: unknown) => {
+        this.socket = undefined;
+        throw err;
+      },
+    );
   }
 
   send(bytes: Buffer, peer: Peer): void {

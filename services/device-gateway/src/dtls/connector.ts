@@ -10,7 +10,7 @@
 import { errorMessage } from '@platform/service-kit';
 import type dgram from 'node:dgram';
 import type { AddressInfo } from 'node:net';
-import { createUdpSocket } from '../net/udp-socket.js';
+import { bindUdpSocket, createUdpSocket } from '../net/udp-socket.js';
 import {
   AlertDescription,
   AlertLevel,
@@ -106,18 +106,11 @@ export class DtlsServer implements HandshakeHost, Evictor {
         this.options.logger.error('dtls: internal error on a datagram', { error: errorMessage(err) });
       }
     });
-    return new Promise((resolve, reject) => {
-      const onError = (err: Error): void => {
-        this.socket = undefined;
-        reject(err);
-      };
-      socket.once('error', onError);
-      socket.bind(port, host, () => {
-        socket.off('error', onError);
-        socket.on('error', (err) => {
-          this.stats.sendErrors++;
-          this.options.logger.warn('dtls socket error', { error: err.message });
-        });
+    return bindUdpSocket(socket, port, host, (err) => {
+      this.stats.sendErrors++;
+      this.options.logger.warn('dtls socket error', { error: err.message });
+    }).then(
+      () => {
         this.isBound = true;
         this.timer = setInterval(() => this.tick(), this.options.timerResolutionMs);
         this.timer.unref();
@@ -125,9 +118,12 @@ export class DtlsServer implements HandshakeHost, Evictor {
           address: socket.address().address,
           port: socket.address().port,
         });
-        resolve();
-      });
-    });
+      },
+      (err: unknown) => {
+        this.socket = undefined;
+        throw err;
+      },
+    );
   }
 
   /** Sends one application_data record; a no-op if the session has ended. */

@@ -21,3 +21,23 @@ export function createUdpSocket(host: string, bufferBytes: number | undefined): 
     },
   });
 }
+
+/**
+ * Binds `socket`: resolves once bound, rejects if the port cannot be bound. Once bound, socket errors (a
+ * failed send: EMSGSIZE, a vanished interface) go to `onSocketError` and never take the process down.
+ */
+export function bindUdpSocket(
+  socket: dgram.Socket,
+  port: number,
+  host: string,
+  onSocketError: (err: Error) => void,
+): Promise<void> {
+  return new Promise((resolve, reject) => {
+    socket.once('error', reject);
+    socket.bind(port, host, () => {
+      socket.off('error', reject);
+      socket.on('error', onSocketError);
+      resolve();
+    });
+  });
+}
