@@ -71,6 +71,17 @@ describe('N1, N2: a full table of keyless handshakes', () => {
   });
 });
 
+describe('N4: nothing depends on whether an identity exists', () => {
+  it('invalidating a key keeps a handshake in progress that named an unknown identity, like any other', async () => {
+    t = await startEchoServer();
+    await park('127.0.0.1', 'nobody');
+    await waitFor(() => t!.server.stats.recordsReceived >= 4, 2000, 'the key exchange');
+    expect(t.server.invalidateCredentials(['cred-1'])).toBe(0);
+    expect(t.server.revalidate()).toBe(0);
+    expect(t.server.snapshot().handshakes).toBe(1);
+  });
+});
+
 describe('N3: a ClientKeyExchange forged before the client’s own', () => {
   const forge = (c: PskClient, fragment: Buffer): void =>
     void c.socket.send(encodeRecord(ContentType.handshake, DTLS_1_2, 0, 77, fragment), t!.port, '127.0.0.1');

@@ -156,19 +156,21 @@ export class ServerHandshake {
   }
 
   /**
-   * Drops the key exchanges whose credential the predicate rejects (revoked, expired, changed); returns whether
-   * the handshake still has a key exchange that could complete, or has had none yet.
+   * Drops the key exchanges whose credential the predicate rejects (revoked, expired, changed). Returns false
+   * only when that left none: a handshake whose key exchanges named no known identity is kept like any other,
+   * so that invalidations cannot tell known identities from unknown ones (design §3.5).
    */
   keepCredentials(valid: (credential: PskCredential) => boolean): boolean {
-    if (this.candidates.length === 0) return true;
+    let dropped = false;
     for (let i = this.candidates.length - 1; i >= 0; i--) {
       const c = this.candidates[i]!;
       if (c.credential === undefined || valid(c.credential)) continue;
       wipeCandidate(c);
       this.candidates.splice(i, 1);
       if (this.chosen === c) this.chosen = undefined;
+      dropped = true;
     }
-    return this.candidates.some((c) => c.credential !== undefined);
+    return !dropped || this.candidates.length > 0;
   }
 
   /** The connection state of epoch 1 (the chosen key exchange's), handed to the session when it completes. */
@@ -241,8 +243,8 @@ export class ServerHandshake {
       // the same way, and RFC 4279 §2 / RFC 5246 §7.2.2 answer it decrypt_error (in epoch 0: we have not
       // sent our ChangeCipherSpec). We do so at once when the failure cannot be a third party's: the failing
       // record came in the datagram that carried the ClientKeyExchange that made these keys (whoever sent
-      // that owns the handshake anyway), or the client retransmits that very ClientKeyExchange after a
-      // failure (onRetransmitted). Otherwise (a client that sends each record of its flight alone, such as
+      // that owns the handshake anyway), or the datagram that repeated a ClientKeyExchange already received
+      // (onRetransmitted). Otherwise (a client that sends each record of its flight alone, such as
       // node-dtls-client) only if no authentic Finished follows within authFailureGraceMs: a client sends
       // its Finished right after its ChangeCipherSpec, so a forged record can end a handshake only when the
       // real Finished is lost as well.
