@@ -9,34 +9,102 @@ device_gateway_login LOGIN NOINHERIT
 -- schemas (1)
 device_gateway OWNER <migrator> ACL <migrator>:CREATE,<migrator>:USAGE,device_gateway_login:USAGE COMMENT -
 
--- tables and views (3)
+-- tables and views (4)
 r device_gateway.bus_overrides RLS false FORCE false OWNER <migrator> OPTIONS - ACL <migrator>:DELETE,<migrator>:INSERT,<migrator>:MAINTAIN,<migrator>:REFERENCES,<migrator>:SELECT,<migrator>:TRIGGER,<migrator>:TRUNCATE,<migrator>:UPDATE,device_gateway_login:SELECT COMMENT -
 r device_gateway.device_credentials RLS false FORCE false OWNER <migrator> OPTIONS - ACL <migrator>:DELETE,<migrator>:INSERT,<migrator>:MAINTAIN,<migrator>:REFERENCES,<migrator>:SELECT,<migrator>:TRIGGER,<migrator>:TRUNCATE,<migrator>:UPDATE,device_gateway_login:SELECT COMMENT -
+r device_gateway.device_delivery RLS false FORCE false OWNER <migrator> OPTIONS - ACL <migrator>:DELETE,<migrator>:INSERT,<migrator>:MAINTAIN,<migrator>:REFERENCES,<migrator>:SELECT,<migrator>:TRIGGER,<migrator>:TRUNCATE,<migrator>:UPDATE,device_gateway_login:SELECT COMMENT -
 r device_gateway.device_registry RLS false FORCE false OWNER <migrator> OPTIONS - ACL <migrator>:DELETE,<migrator>:INSERT,<migrator>:MAINTAIN,<migrator>:REFERENCES,<migrator>:SELECT,<migrator>:TRIGGER,<migrator>:TRUNCATE,<migrator>:UPDATE,device_gateway_login:SELECT COMMENT -
 
--- columns (20)
+-- columns (41)
 device_gateway.bus_overrides.device_id text NOT NULL COMMENT -
+
 device_gateway.bus_overrides.origin text NOT NULL COLLATE "C" COMMENT -
+
 device_gateway.bus_overrides.published_at timestamp with time zone NOT NULL DEFAULT now() COMMENT -
+
 device_gateway.bus_overrides.settings jsonb NOT NULL COMMENT -
+
 device_gateway.bus_overrides.version bigint NOT NULL COMMENT -
+
 device_gateway.device_credentials.created_at timestamp with time zone NOT NULL DEFAULT now() COMMENT -
+
 device_gateway.device_credentials.credential_id bigint NOT NULL IDENTITY a COMMENT -
+
 device_gateway.device_credentials.device_id text NOT NULL COMMENT -
+
 device_gateway.device_credentials.not_after timestamp with time zone COMMENT -
+
 device_gateway.device_credentials.not_before timestamp with time zone NOT NULL DEFAULT now() COMMENT -
+
 device_gateway.device_credentials.psk_identity text NOT NULL COLLATE "C" COMMENT -
+
 device_gateway.device_credentials.psk_key bytea NOT NULL COMMENT -
+
 device_gateway.device_credentials.revoked_at timestamp with time zone COMMENT -
+
+device_gateway.device_delivery.acked_at timestamp with time zone COMMENT -
+
+device_gateway.device_delivery.acked_by text COMMENT -
+
+device_gateway.device_delivery.acked_content text COMMENT -
+
+device_gateway.device_delivery.acked_transport text COMMENT -
+
+device_gateway.device_delivery.acked_version bigint COMMENT -
+
+device_gateway.device_delivery.desired_at timestamp with time zone NOT NULL COMMENT -
+
+device_gateway.device_delivery.desired_content text COMMENT -
+
+device_gateway.device_delivery.desired_source text COMMENT -
+
+device_gateway.device_delivery.desired_version bigint COMMENT -
+
+device_gateway.device_delivery.device_id text NOT NULL COMMENT -
+
+device_gateway.device_delivery.heard_at timestamp with time zone COMMENT -
+
+device_gateway.device_delivery.observed_by text[] NOT NULL DEFAULT '{}'::text[] COMMENT -
+
+device_gateway.device_delivery.sent_at timestamp with time zone COMMENT -
+
+device_gateway.device_delivery.sent_by text COMMENT -
+
+device_gateway.device_delivery.sent_confirmable boolean COMMENT -
+
+device_gateway.device_delivery.sent_content text COMMENT -
+
+device_gateway.device_delivery.sent_transport text COMMENT -
+
+device_gateway.device_delivery.sent_version bigint COMMENT -
+
+device_gateway.device_delivery.site_id uuid COMMENT -
+
+device_gateway.device_delivery.state text NOT NULL GENERATED 
+CASE
+    WHEN ((acked_content IS NOT NULL) AND (acked_content = desired_content)) THEN 'acknowledged'::text
+    WHEN (cardinality(observed_by) = 0) THEN 'unobserved'::text
+    WHEN ((sent_content IS NOT NULL) AND (sent_content = desired_content)) THEN 'pending'::text
+    ELSE 'stale'::text
+END COMMENT -
+
+device_gateway.device_delivery.updated_at timestamp with time zone NOT NULL DEFAULT now() COMMENT -
+
 device_gateway.device_registry.desired_settings jsonb NOT NULL DEFAULT '{}'::jsonb COMMENT -
+
 device_gateway.device_registry.device_id text NOT NULL COMMENT -
+
 device_gateway.device_registry.enabled boolean NOT NULL DEFAULT true COMMENT -
+
 device_gateway.device_registry.model text NOT NULL COMMENT -
+
 device_gateway.device_registry.name text NOT NULL COMMENT -
+
 device_gateway.device_registry.site_id uuid NOT NULL COMMENT -
+
 device_gateway.device_registry.updated_at timestamp with time zone NOT NULL DEFAULT now() COMMENT -
 
--- constraints (35)
+-- constraints (45)
 device_gateway.bus_overrides bus_overrides_device_id_check CHECK ((device_id ~ '^[A-Za-z0-9._:-]{1,128}$'::text))
 device_gateway.bus_overrides bus_overrides_device_id_not_null NOT NULL device_id
 device_gateway.bus_overrides bus_overrides_origin_check CHECK ((origin ~ '^[A-Za-z0-9._:-]{1,64}$'::text))
@@ -60,6 +128,16 @@ device_gateway.device_credentials device_credentials_psk_identity_not_null NOT N
 device_gateway.device_credentials device_credentials_psk_key_check CHECK (((octet_length(psk_key) >= 16) AND (octet_length(psk_key) <= 64)))
 device_gateway.device_credentials device_credentials_psk_key_not_null NOT NULL psk_key
 device_gateway.device_credentials device_credentials_window CHECK (((not_after IS NULL) OR (not_after > not_before)))
+device_gateway.device_delivery device_delivery_acked_transport_check CHECK ((acked_transport = ANY (ARRAY['plain'::text, 'dtls'::text])))
+device_gateway.device_delivery device_delivery_desired_at_not_null NOT NULL desired_at
+device_gateway.device_delivery device_delivery_desired_source_check CHECK ((desired_source = ANY (ARRAY['registry'::text, 'override'::text])))
+device_gateway.device_delivery device_delivery_device_id_fkey FOREIGN KEY (device_id) REFERENCES device_gateway.device_registry(device_id) ON DELETE CASCADE
+device_gateway.device_delivery device_delivery_device_id_not_null NOT NULL device_id
+device_gateway.device_delivery device_delivery_observed_by_not_null NOT NULL observed_by
+device_gateway.device_delivery device_delivery_pkey PRIMARY KEY (device_id)
+device_gateway.device_delivery device_delivery_sent_transport_check CHECK ((sent_transport = ANY (ARRAY['plain'::text, 'dtls'::text])))
+device_gateway.device_delivery device_delivery_state_not_null NOT NULL state
+device_gateway.device_delivery device_delivery_updated_at_not_null NOT NULL updated_at
 device_gateway.device_registry device_registry_desired_settings_check CHECK (((jsonb_typeof(desired_settings) = 'object'::text) AND (octet_length((desired_settings)::text) <= 1024)))
 device_gateway.device_registry device_registry_desired_settings_not_null NOT NULL desired_settings
 device_gateway.device_registry device_registry_device_id_check CHECK ((device_id ~ '^[A-Za-z0-9._:-]{1,128}$'::text))
@@ -73,13 +151,19 @@ device_gateway.device_registry device_registry_pkey PRIMARY KEY (device_id)
 device_gateway.device_registry device_registry_site_id_not_null NOT NULL site_id
 device_gateway.device_registry device_registry_updated_at_not_null NOT NULL updated_at
 
--- indexes (7)
+-- indexes (13)
 CREATE INDEX device_credentials_device_idx ON device_gateway.device_credentials USING btree (device_id)
 CREATE INDEX device_credentials_live_idx ON device_gateway.device_credentials USING btree (not_after) WHERE (revoked_at IS NULL)
+CREATE INDEX device_delivery_observed_idx ON device_gateway.device_delivery USING btree (device_id) WHERE (cardinality(observed_by) > 0)
+CREATE INDEX device_delivery_page_idx ON device_gateway.device_delivery USING btree (desired_at, device_id)
+CREATE INDEX device_delivery_site_idx ON device_gateway.device_delivery USING btree (site_id, desired_at, device_id)
+CREATE INDEX device_delivery_site_state_idx ON device_gateway.device_delivery USING btree (site_id, state, desired_at, device_id)
+CREATE INDEX device_delivery_state_idx ON device_gateway.device_delivery USING btree (state, desired_at, device_id)
 CREATE INDEX device_registry_site_id_idx ON device_gateway.device_registry USING btree (site_id)
 CREATE UNIQUE INDEX bus_overrides_pkey ON device_gateway.bus_overrides USING btree (device_id)
 CREATE UNIQUE INDEX device_credentials_pkey ON device_gateway.device_credentials USING btree (credential_id)
 CREATE UNIQUE INDEX device_credentials_psk_identity_key ON device_gateway.device_credentials USING btree (psk_identity)
+CREATE UNIQUE INDEX device_delivery_pkey ON device_gateway.device_delivery USING btree (device_id)
 CREATE UNIQUE INDEX device_registry_pkey ON device_gateway.device_registry USING btree (device_id)
 
 -- triggers (1)
@@ -91,7 +175,7 @@ CREATE TRIGGER device_registry_touch BEFORE UPDATE ON device_gateway.device_regi
 -- view definitions (0)
 
 
--- functions (4)
+-- functions (6)
 CREATE OR REPLACE FUNCTION device_gateway.bus_join(OUT cleared integer, OUT top_version bigint)
  RETURNS record
  LANGUAGE plpgsql
@@ -172,6 +256,109 @@ BEGIN
     SELECT 1 FROM device_gateway.device_registry r WHERE r.device_id = b.device_id AND r.enabled
   );
   PERFORM pg_catalog.pg_notify('device_gateway_bus', p_payload);
+END $function$
+OWNER <migrator> ACL <migrator>:EXECUTE,device_gateway_login:EXECUTE COMMENT -
+
+CREATE OR REPLACE FUNCTION device_gateway.delivery_reap(p_replica text, p_leaving boolean)
+ RETURNS integer
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog'
+AS $function$
+DECLARE
+  alive text[];
+  reaped integer;
+BEGIN
+  SELECT coalesce(array_agg(DISTINCT split_part(a.application_name, ' ', 2)), '{}') INTO alive
+  FROM pg_catalog.pg_stat_activity a
+  WHERE a.datname = pg_catalog.current_database()
+    AND a.usename = session_user
+    AND a.application_name LIKE 'device-gateway-bus %';
+  IF p_leaving THEN
+    alive := array_remove(alive, p_replica);
+  ELSE
+    alive := array_append(alive, p_replica);
+  END IF;
+  UPDATE device_gateway.device_delivery t
+  SET observed_by = ARRAY(SELECT o FROM unnest(t.observed_by) o WHERE o = ANY (alive))
+  WHERE cardinality(t.observed_by) > 0 AND NOT (t.observed_by <@ alive);
+  GET DIAGNOSTICS reaped = ROW_COUNT;
+  RETURN reaped;
+END $function$
+OWNER <migrator> ACL <migrator>:EXECUTE,device_gateway_login:EXECUTE COMMENT -
+
+CREATE OR REPLACE FUNCTION device_gateway.delivery_record(p_replica text, p_batch jsonb)
+ RETURNS integer
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog'
+AS $function$
+DECLARE
+  written integer;
+BEGIN
+  IF p_replica !~ '^[0-9a-f]{16}$' OR jsonb_typeof(p_batch) IS DISTINCT FROM 'array' THEN
+    RAISE EXCEPTION 'invalid delivery batch' USING ERRCODE = '22023';
+  END IF;
+  -- One row per device in a batch (the recorder merges events per device); a device not in the registry is
+  -- skipped. NULL fields mean "no news": each part moves only to a higher version.
+  INSERT INTO device_gateway.device_delivery AS t (
+    device_id, site_id, desired_version, desired_source, desired_content, desired_at,
+    sent_version, sent_content, sent_at, sent_by, sent_transport, sent_confirmable,
+    acked_version, acked_content, acked_at, acked_by, acked_transport, heard_at, observed_by)
+  SELECT b.d, b.s, b.dv, b.ds, b.dc, coalesce(b.da, now()),
+         b.sv, b.sc, b.sa, CASE WHEN b.sv IS NULL THEN NULL ELSE p_replica END, b.st, b.sk,
+         b.av, b.ac, b.aa, CASE WHEN b.av IS NULL THEN NULL ELSE p_replica END, b.at, b.h,
+         CASE WHEN b.r > 0 THEN ARRAY[p_replica] ELSE '{}'::text[] END
+  FROM jsonb_to_recordset(p_batch) AS b(
+    d text, s uuid, dv bigint, ds text, dc text, da timestamptz,
+    sv bigint, sc text, sa timestamptz, st text, sk boolean,
+    av bigint, ac text, aa timestamptz, at text, h timestamptz, r integer)
+  JOIN device_gateway.device_registry reg ON reg.device_id = b.d
+  ON CONFLICT (device_id) DO UPDATE SET
+    site_id = coalesce(excluded.site_id, t.site_id),
+    desired_at = CASE
+      WHEN excluded.desired_version IS NULL OR excluded.desired_version <= coalesce(t.desired_version, -1)
+        OR excluded.desired_content IS NOT DISTINCT FROM t.desired_content THEN t.desired_at
+      ELSE excluded.desired_at END,
+    desired_version = CASE WHEN excluded.desired_version > coalesce(t.desired_version, -1)
+      THEN excluded.desired_version ELSE t.desired_version END,
+    desired_source = CASE WHEN excluded.desired_version > coalesce(t.desired_version, -1)
+      THEN excluded.desired_source ELSE t.desired_source END,
+    desired_content = CASE WHEN excluded.desired_version > coalesce(t.desired_version, -1)
+      THEN excluded.desired_content ELSE t.desired_content END,
+    sent_version = CASE WHEN excluded.sent_version >= coalesce(t.sent_version, -1)
+      THEN excluded.sent_version ELSE t.sent_version END,
+    sent_content = CASE WHEN excluded.sent_version >= coalesce(t.sent_version, -1)
+      THEN excluded.sent_content ELSE t.sent_content END,
+    sent_at = CASE WHEN excluded.sent_version >= coalesce(t.sent_version, -1)
+      THEN excluded.sent_at ELSE t.sent_at END,
+    sent_by = CASE WHEN excluded.sent_version >= coalesce(t.sent_version, -1)
+      THEN excluded.sent_by ELSE t.sent_by END,
+    sent_transport = CASE WHEN excluded.sent_version >= coalesce(t.sent_version, -1)
+      THEN excluded.sent_transport ELSE t.sent_transport END,
+    sent_confirmable = CASE WHEN excluded.sent_version >= coalesce(t.sent_version, -1)
+      THEN excluded.sent_confirmable ELSE t.sent_confirmable END,
+    acked_version = CASE WHEN excluded.acked_version >= coalesce(t.acked_version, -1)
+      THEN excluded.acked_version ELSE t.acked_version END,
+    acked_content = CASE WHEN excluded.acked_version >= coalesce(t.acked_version, -1)
+      THEN excluded.acked_content ELSE t.acked_content END,
+    acked_at = CASE WHEN excluded.acked_version >= coalesce(t.acked_version, -1)
+      THEN excluded.acked_at ELSE t.acked_at END,
+    acked_by = CASE WHEN excluded.acked_version >= coalesce(t.acked_version, -1)
+      THEN excluded.acked_by ELSE t.acked_by END,
+    acked_transport = CASE WHEN excluded.acked_version >= coalesce(t.acked_version, -1)
+      THEN excluded.acked_transport ELSE t.acked_transport END,
+    heard_at = greatest(excluded.heard_at, t.heard_at),
+    updated_at = now();
+  GET DIAGNOSTICS written = ROW_COUNT;
+  -- Relations: r is this replica's count of relations to the device's settings (NULL: unchanged).
+  UPDATE device_gateway.device_delivery t
+  SET observed_by = CASE WHEN b.r > 0 THEN array_append(t.observed_by, p_replica)
+                         ELSE array_remove(t.observed_by, p_replica) END
+  FROM jsonb_to_recordset(p_batch) AS b(d text, r integer)
+  WHERE b.r IS NOT NULL AND t.device_id = b.d
+    AND (b.r > 0) IS DISTINCT FROM (p_replica = ANY (t.observed_by));
+  RETURN written;
 END $function$
 OWNER <migrator> ACL <migrator>:EXECUTE,device_gateway_login:EXECUTE COMMENT -
 

@@ -6,6 +6,7 @@ import { compileValidator } from './validation.js';
 export const errorCodes = [
   'invalid_json',
   'invalid_body',
+  'invalid_query',
   'settings_too_large',
   'unauthorized',
   'forbidden',
@@ -29,6 +30,8 @@ export const errorCatalogue = {
   invalid_json: { status: 400, title: 'Malformed JSON' },
   // 400: JSON that breaks the endpoint's schema; `errors` lists the offending fields.
   invalid_body: { status: 400, title: 'Invalid request body' },
+  // 400: query parameters that break the endpoint's rules; `errors` lists them (`path`: /query/<name>).
+  invalid_query: { status: 400, title: 'Invalid query parameters' },
   // 400: Device Settings whose Observe notification would not fit one CoAP datagram (design §3.3).
   settings_too_large: { status: 400, title: 'Settings too large for one CoAP notification' },
   // 401: missing or invalid credentials; the response carries WWW-Authenticate.

@@ -16,6 +16,7 @@ describe('error catalogue', () => {
   it.each([
     ['invalid_json', 400],
     ['invalid_body', 400],
+    ['invalid_query', 400],
     ['settings_too_large', 400],
     ['unauthorized', 401],
     ['forbidden', 403],

@@ -9,8 +9,10 @@ import {
   type SecretSet,
 } from '@platform/service-kit';
 import type { Express } from 'express';
-import type { Kysely } from 'kysely';
-import { ClusterBus } from './cluster/bus.js';
+import { sql, type Kysely } from 'kysely';
+import { ClusterBus, newReplicaId } from './cluster/bus.js';
+import { Inspector, type LiveView } from './cluster/inspect.js';
+import { INSPECT_CHANNEL } from './cluster/messages.js';
 import { registerBusMetrics } from './cluster/metrics.js';
 import { DtlsTransport } from './coap/dtls-transport.js';
 import { CoapServer } from './coap/server.js';
@@ -23,7 +25,14 @@ import { VersionClock } from './domain/version-clock.js';
 import { DtlsServer } from './dtls/index.js';
 import { requireApiKey } from './http/auth.js';
 import { gatewayRoutes } from './http/routes.js';
-import { createReloadMetrics, registerDtlsMetrics, registerGatewayMetrics } from './metrics.js';
+import {
+  createReloadMetrics,
+  registerDeliveryMetrics,
+  registerDtlsMetrics,
+  registerGatewayMetrics,
+} from './metrics.js';
+import { DeliveryRecorder } from './delivery/recorder.js';
+import { deliveryWriter, liveReplicas } from './delivery/sql.js';
 import { RegistryLoader } from './registry-loader.js';
 import { GatewayService } from './service.js';
 
@@ -52,6 +61,10 @@ export interface GatewayApp {
    * it from the start; it listens once `bus.start()` is called (main.ts).
    */
   bus: ClusterBus | undefined;
+  /** The delivery record's writer (design §3.8), unless GATEWAY_DELIVERY_RECORD=false; main.ts starts it. */
+  delivery: DeliveryRecorder | undefined;
+  /** This replica's id: the bus origin, and the replica the delivery record names. */
+  replicaId: string;
 }
 
 /** Wires the gateway without listening: tests drive `http` with supertest and bind `coap` to a free port. */
@@ -130,8 +143,50 @@ export function buildApp(deps: GatewayDeps): GatewayApp {
       if (ended > 0) logger.info('dtls sessions ended: key no longer valid', { sessions: ended });
     });
   }
+  const replicaId = newReplicaId();
+  // The device view's live part here (design §3.8): relations and DTLS sessions, never key material.
+  const local = (deviceId: string, limit: number): LiveView => {
+    const { relations, total } = coap.relationsOf(deviceId, limit);
+    // TODO(dtls-speed merge): DtlsServer.sessionsOf lands with issue 25's branch.
+    const sessions =
+      (dtls as unknown as { sessionsOf?: (id: string) => unknown[] } | undefined)?.sessionsOf?.(deviceId) ??
+      [];
+    return {
+      relations,
+      relations_total: total,
+      dtls_sessions: sessions.slice(0, limit),
+      dtls_sessions_total: sessions.length,
+    };
+  };
+  const inspector = config.cluster.enabled
+    ? new Inspector({
+        origin: replicaId,
+        local,
+        publish: async (payload) => {
+          await sql`SELECT pg_catalog.pg_notify(${INSPECT_CHANNEL}, ${payload})`.execute(deps.db);
+        },
+        liveReplicas: () => liveReplicas(deps.db),
+        deadlineMs: config.delivery.viewDeadlineMs,
+        logger: logger.child({ component: 'device-view' }),
+      })
+    : undefined;
+  const delivery = config.delivery.enabled
+    ? new DeliveryRecorder({
+        replica: replicaId,
+        writer: deliveryWriter(deps.db),
+        logger: logger.child({ component: 'delivery' }),
+        flushMs: config.delivery.flushMs,
+        relationsOf: (deviceId) => coap.settingsRelationsOf(deviceId),
+      })
+    : undefined;
+  if (delivery !== undefined) {
+    coap.delivery = delivery;
+    state.onSettings((record, doc) => delivery.desired(record, doc));
+  }
   const bus = config.cluster.enabled
     ? new ClusterBus({
+        origin: replicaId,
+        ...(inspector === undefined ? {} : { inspector }),
         databaseUrl: config.database.url,
         db: deps.db,
         state,
@@ -151,6 +206,12 @@ export function buildApp(deps: GatewayDeps): GatewayApp {
     apiKeys: deps.apiKeys,
     registry,
     ...(bus === undefined ? {} : { cluster: bus }),
+    db: deps.db,
+    credentials: (deviceId) => credentials.summaryOf(deviceId, Date.now()),
+    replicas: async (deviceId) =>
+      inspector === undefined
+        ? [{ replica: replicaId, self: true, answered: true, ...local(deviceId, 16) }]
+        : inspector.gather(deviceId),
   });
   const apiKey = requireApiKey(deps.apiKeys);
   const http = createHttpApp({
@@ -167,8 +228,9 @@ export function buildApp(deps: GatewayDeps): GatewayApp {
         maxHandshakes: config.dtls.maxHandshakes,
       });
     if (bus !== undefined) registerBusMetrics(deps.metrics, bus);
+    if (delivery !== undefined) registerDeliveryMetrics(deps.metrics, delivery);
     addRoutes(http, [{ method: 'GET', path: '/metrics', handler: metricsHandler(deps.metrics) }]);
   }
   finishHttpApp(http, logger);
-  return { http, coap, dtls, state, registry, service, bus };
+  return { http, coap, dtls, state, registry, service, bus, delivery, replicaId };
 }

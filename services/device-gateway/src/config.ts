@@ -103,6 +103,12 @@ export const gatewayConfigSchema = {
     GATEWAY_BUS_RECONNECT_MAX_MS: { type: 'integer', minimum: 100, maximum: 300000, default: 5000 },
     /** A query on the listener connection this often (ms) detects a silently dead connection. */
     GATEWAY_BUS_HEARTBEAT_MS: { type: 'integer', minimum: 500, maximum: 600000, default: 5000 },
+    /** The delivery record (design §3.8): what each device was sent and acknowledged, kept in PostgreSQL. */
+    GATEWAY_DELIVERY_RECORD: { type: 'boolean', default: true },
+    /** Delivery events are written in batches this often (ms): the record's lag is at most this plus one write. */
+    GATEWAY_DELIVERY_FLUSH_MS: { type: 'integer', minimum: 50, maximum: 60000, default: 1000 },
+    /** How long GET /api/devices/{device_id} waits for the other replicas' live parts (ms). */
+    GATEWAY_DEVICE_VIEW_DEADLINE_MS: { type: 'integer', minimum: 50, maximum: 10000, default: 1000 },
   },
 } as const;
 
@@ -159,6 +165,11 @@ export function loadGatewayConfig(env: Record<string, string | undefined> = proc
       reconnectMinMs: raw.GATEWAY_BUS_RECONNECT_MIN_MS,
       reconnectMaxMs: raw.GATEWAY_BUS_RECONNECT_MAX_MS,
       heartbeatMs: raw.GATEWAY_BUS_HEARTBEAT_MS,
+    },
+    delivery: {
+      enabled: raw.GATEWAY_DELIVERY_RECORD,
+      flushMs: raw.GATEWAY_DELIVERY_FLUSH_MS,
+      viewDeadlineMs: raw.GATEWAY_DEVICE_VIEW_DEADLINE_MS,
     },
     shutdownTimeoutMs: raw.SHUTDOWN_TIMEOUT_MS,
   });
@@ -248,6 +259,11 @@ export function publicConfig(config: GatewayConfig, apiKeys: SecretSet): Record<
       reconnect_min_ms: config.cluster.reconnectMinMs,
       reconnect_max_ms: config.cluster.reconnectMaxMs,
       heartbeat_ms: config.cluster.heartbeatMs,
+    },
+    delivery: {
+      record: config.delivery.enabled,
+      flush_ms: config.delivery.flushMs,
+      view_deadline_ms: config.delivery.viewDeadlineMs,
     },
   };
 }

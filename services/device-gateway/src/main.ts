@@ -87,6 +87,7 @@ async function main(): Promise<void> {
     port: typeof address === 'object' && address !== null ? address.port : address,
   });
 
+  app.delivery?.start();
   let stopping = false;
   installShutdown({
     logger,
@@ -100,6 +101,9 @@ async function main(): Promise<void> {
         },
       },
       { name: 'coap', close: () => app.coap.close(2000) },
+      // After CoAP (nothing more to record) and before the bus: writes what is left and takes this replica
+      // out of every device's observed_by (design §3.8).
+      { name: 'delivery record', close: () => app.delivery?.stop() ?? Promise.resolve() },
       { name: 'cluster bus', close: () => app.bus?.stop() ?? Promise.resolve() },
       { name: 'db pool', close: () => db.destroy() },
     ],

@@ -1,6 +1,7 @@
 import { Counter, Gauge, Histogram, type Registry } from '@platform/service-kit';
 import type { CoapServer } from './coap/server.js';
 import type { GatewayState } from './domain/gateway-state.js';
+import type { DeliveryRecorder } from './delivery/recorder.js';
 import type { DtlsServer } from './dtls/index.js';
 
 /**
@@ -67,11 +68,12 @@ export function registerGatewayMetrics(
   counterFrom(
     registry,
     'gateway_coap_notifications_total',
-    'Observe notifications by outcome: sent (datagrams, retransmissions excluded), send_error (the socket refused), unacknowledged (confirmable never ACKed: observer removed)',
+    'Observe notifications by outcome: sent (datagrams, retransmissions excluded), send_error (the socket refused), acknowledged (a confirmable one ACKed), unacknowledged (a confirmable one timed out: never ACKed, observer removed)',
     'outcome',
     () => ({
       sent: coap.stats.notifications,
       send_error: coap.stats.sendErrors,
+      acknowledged: coap.stats.notificationsAcknowledged,
       unacknowledged: coap.stats.observersRemovedByTimeout,
     }),
   );
@@ -227,4 +229,23 @@ export function registerDtlsMetrics(
       this.set({ limit: 'handshakes' }, limits.maxHandshakes);
     },
   });
+}
+
+/** The delivery record's writer (design §3.8): its lag, and what its batches wrote. */
+export function registerDeliveryMetrics(registry: Registry, delivery: DeliveryRecorder): void {
+  new Gauge({
+    name: 'gateway_delivery_record_lag_seconds',
+    help: 'Age of the oldest delivery event (sent, acknowledged, heard, relations) not yet written to PostgreSQL',
+    registers: [registry],
+    collect() {
+      this.set(delivery.lagSeconds());
+    },
+  });
+  counterFrom(
+    registry,
+    'gateway_delivery_record_writes_total',
+    'Delivery record batches: rows written, flushes, failed flushes (retried at the next tick)',
+    'kind',
+    () => ({ rows: delivery.stats.rows, flushes: delivery.stats.flushes, failures: delivery.stats.failures }),
+  );
 }

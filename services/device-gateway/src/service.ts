@@ -1,4 +1,9 @@
 import type { SecretSet } from '@platform/service-kit';
+import type { Kysely } from 'kysely';
+import type { ReplicaPart } from './cluster/inspect.js';
+import type { GatewayDatabase } from './db/tables.js';
+import { deviceList, deviceView, type DeviceListQuery } from './delivery/device-view.js';
+import type { CredentialSummary } from './domain/credentials.js';
 import type { CoapServer } from './coap/server.js';
 import { publicConfig, type GatewayConfig } from './config.js';
 import type { Settings } from './domain/documents.js';
@@ -28,6 +33,10 @@ export class GatewayService {
       apiKeys: () => SecretSet;
       registry: RegistryLoader;
       cluster?: ClusterLink;
+      db: Kysely<GatewayDatabase>;
+      credentials: (deviceId: string) => CredentialSummary;
+      /** Every replica's live part of a device (the bus's Inspector, or this replica's alone). */
+      replicas: (deviceId: string) => Promise<ReplicaPart[]>;
     },
   ) {}
 
@@ -48,12 +57,33 @@ export class GatewayService {
    * (unknown device, then size: 404 before 400), so nothing is published that it would refuse; the override
    * is prepared here once and that same object is published and applied.
    */
-  async notifySettings(deviceId: string, settings: Settings): Promise<void> {
+  async notifySettings(
+    deviceId: string,
+    settings: Settings,
+  ): Promise<{ version: number; relations: number }> {
     const state = this.deps.state;
     if (!state.hasDevice(deviceId)) throw new UnknownDeviceError(deviceId);
     const override = state.prepareOverride(deviceId, settings);
     if (this.deps.cluster === undefined) state.applyOverride(override);
     else await this.deps.cluster.publishOverride(override);
+    // What this replica serves now (a concurrent, newer override may have won) and how many of its
+    // relations to the device's settings the change was queued for.
+    return {
+      version: state.settingsDocument(deviceId)?.version ?? 0,
+      relations: this.deps.coap.settingsRelationsOf(deviceId),
+    };
+  }
+
+  /** GET /api/devices/{device_id} (design §3.8). Throws UnknownDeviceError. */
+  deviceView(deviceId: string): Promise<Record<string, unknown>> {
+    return deviceView(this.deps, deviceId);
+  }
+
+  /** GET /api/devices (design §3.8). */
+  deviceList(
+    query: DeviceListQuery,
+  ): Promise<{ items: Record<string, unknown>[]; next_cursor: string | null }> {
+    return deviceList(this.deps.db, query);
   }
 
   readinessProblems(): string[] {

@@ -92,7 +92,7 @@ describe('openapi.yaml describes the management API exactly', () => {
     const routes = gatewayRoutes({} as never, (_req, _res, next) => next());
     const registered = routes.map((r) => `${r.method.toLowerCase()} ${r.path}`).sort();
     const documented = Object.entries(doc.paths)
-      .flatMap(([path, ops]) => Object.keys(ops).map((m) => `${m} ${path}`))
+      .flatMap(([path, ops]) => Object.keys(ops).map((m) => `${m} ${path.replace(/\{(\w+)\}/g, ':$1')}`))
       .sort();
     expect(documented).toEqual(registered);
   });
@@ -130,6 +130,18 @@ describe('openapi.yaml describes the management API exactly', () => {
         .set('Content-Type', 'application/json')
         .send(`{"device_id":"${'a'.repeat(70000)}"}`),
     'post notify 503': (p) => request(offline.http).post(p).set('Authorization', key).send(notify(p)),
+    'get /api/devices 200': (p) =>
+      request(gw.app.http).get(`${p}?delivery=unobserved&limit=2`).set('Authorization', key),
+    'get /api/devices 400': (p) => request(gw.app.http).get(`${p}?limit=0`).set('Authorization', key),
+    'get /api/devices 401': (p) => request(gw.app.http).get(p),
+    'get /api/devices 503': (p) => request(offline.http).get(p).set('Authorization', key),
+    'get /api/devices/{device_id} 200': () =>
+      request(gw.app.http).get('/api/devices/acme-hq-hvac-01').set('Authorization', key),
+    'get /api/devices/{device_id} 401': () => request(gw.app.http).get('/api/devices/acme-hq-hvac-01'),
+    'get /api/devices/{device_id} 404': () =>
+      request(gw.app.http).get('/api/devices/acme-hq-meter-02').set('Authorization', key),
+    'get /api/devices/{device_id} 503': () =>
+      request(offline.http).get('/api/devices/acme-hq-hvac-01').set('Authorization', key),
     'post notify 415': (p) =>
       request(gw.app.http).post(p).set('Authorization', key).set('Content-Type', 'text/plain').send('x'),
   };

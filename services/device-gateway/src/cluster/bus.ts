@@ -42,6 +42,7 @@ import * as busSql from './bus-sql.js';
 import { ListenConnection, type ListenerStatus } from './listener.js';
 import {
   BUS_CHANNEL,
+  INSPECT_CHANNEL,
   encodeMessage,
   NOTIFY_PAYLOAD_LIMIT_BYTES,
   type BusMessage,
@@ -90,6 +91,10 @@ export interface ClusterBusOptions {
   reconnectMaxMs: number;
   /** A `SELECT 1` on the listener this often (ms) finds a silently dead connection. */
   heartbeatMs: number;
+  /** This replica's id (default: a new one, newReplicaId); the delivery record names replicas by it. */
+  origin?: string;
+  /** The device view's requests and answers between replicas (design §3.8), on their own channel. */
+  inspector?: { receive(payload: string): void };
 }
 
 export interface BusStats extends ReplicaStats {
@@ -100,7 +105,7 @@ export interface BusStats extends ReplicaStats {
 
 export class ClusterBus {
   /** This replica's id in messages: random per process, so a restarted replica is a new origin. */
-  readonly origin = randomUUID().replaceAll('-', '').slice(0, 16);
+  readonly origin: string;
   private readonly replica: Replica;
   private readonly listener: ListenConnection;
   private published = 0;
@@ -120,6 +125,7 @@ export class ClusterBus {
   private readonly log: Logger;
 
   constructor(private readonly options: ClusterBusOptions) {
+    this.origin = options.origin ?? newReplicaId();
     this.log = options.logger.child({ component: 'cluster-bus', origin: this.origin });
     this.replica = new Replica({
       origin: this.origin,
@@ -130,13 +136,16 @@ export class ClusterBus {
     });
     this.listener = new ListenConnection({
       databaseUrl: options.databaseUrl,
-      channel: BUS_CHANNEL,
+      channels: options.inspector === undefined ? [BUS_CHANNEL] : [BUS_CHANNEL, INSPECT_CHANNEL],
       logger: this.log,
       applicationName: () => this.sessionName(!this.synced),
       reconnectMinMs: options.reconnectMinMs,
       reconnectMaxMs: options.reconnectMaxMs,
       heartbeatMs: options.heartbeatMs,
-      onNotification: (payload) => this.follow(this.replica.receive(payload)),
+      onNotification: (payload, channel) => {
+        if (channel === BUS_CHANNEL) this.follow(this.replica.receive(payload));
+        else options.inspector?.receive(payload);
+      },
       onListening: (client) => this.resync(client),
     });
   }
@@ -328,6 +337,11 @@ export class ClusterBus {
       this.log.error('reload requested over the replica bus failed', { error: errorMessage(err) });
     });
   }
+}
+
+/** A replica id: random per process (16 hex digits), so a restarted replica is a new one. */
+export function newReplicaId(): string {
+  return randomUUID().replaceAll('-', '').slice(0, 16);
 }
 
 function checkedPayload(message: BusMessage): string {

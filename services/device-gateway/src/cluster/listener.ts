@@ -8,7 +8,8 @@ export type ListenerStatus = 'stopped' | 'connecting' | 'resyncing' | 'listening
 
 export interface ListenerOptions {
   databaseUrl: string;
-  channel: string;
+  /** Fixed identifiers (never input): the bus's channel and the device view's (design §3.6, §3.8). */
+  channels: readonly string[];
   logger: Logger;
   /** The session's `application_name` for the next connection. */
   applicationName: () => string;
@@ -17,7 +18,7 @@ export interface ListenerOptions {
   reconnectMaxMs: number;
   /** A `SELECT 1` on the connection this often (ms) finds a silently dead connection. */
   heartbeatMs: number;
-  onNotification: (payload: string) => void;
+  onNotification: (payload: string, channel: string) => void;
   /**
    * Runs after every LISTEN (status `resyncing`); the connection counts as listening once it resolves. A
    * rejection drops the connection and reconnects.
@@ -127,12 +128,12 @@ export class ListenConnection {
     client.on('error', (err) => signal(err.message));
     client.on('end', () => signal('connection ended'));
     client.on('notification', (n) => {
-      if (n.channel === this.options.channel) this.options.onNotification(n.payload ?? '');
+      if (this.options.channels.includes(n.channel)) this.options.onNotification(n.payload ?? '', n.channel);
     });
     await client.connect();
     this.backendPid = (client as unknown as { processID?: number }).processID;
-    // The channel is a fixed identifier (BUS_CHANNEL), never input.
-    await client.query(`LISTEN ${this.options.channel}`);
+    // The channels are fixed identifiers (BUS_CHANNEL, INSPECT_CHANNEL), never input.
+    for (const channel of this.options.channels) await client.query(`LISTEN ${channel}`);
     const heartbeat = setInterval(() => {
       client.query('SELECT 1').catch((err: unknown) => {
         signal(`heartbeat failed: ${errorMessage(err)}`);

@@ -5,6 +5,13 @@ import type { Settings } from '../domain/documents.js';
 export const BUS_CHANNEL = 'device_gateway_bus';
 
 /**
+ * The device view's channel (design §3.8): a replica asks every other one for its live part of one device
+ * (relations, DTLS sessions) and they answer here. Apart from BUS_CHANNEL, so a replica of an earlier release
+ * never sees these messages (it would count them as malformed).
+ */
+export const INSPECT_CHANNEL = 'device_gateway_inspect';
+
+/**
  * PostgreSQL refuses (never truncates) a NOTIFY payload of 8000 bytes or more in a default build
  * (`NOTIFY_PAYLOAD_MAX_LENGTH` = BLCKSZ - NAMEDATALEN - 128; docs: sql-notify.html, "must be shorter than
  * 8000 bytes"). The gateway refuses such a message itself, before anything is published.

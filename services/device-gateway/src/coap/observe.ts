@@ -1,3 +1,4 @@
+import type { DeliveryEvents, DeliveryTransport } from '../delivery/recorder.js';
 import type { VisibleDocument } from '../domain/documents.js';
 import type { DeviceChange } from '../domain/gateway-state.js';
 import {
@@ -37,6 +38,10 @@ export type ResourceKind = 'settings' | 'record';
 
 /** What became of a registration: registered, or refused at one of the relation caps (CoapServerOptions). */
 export type Registration = 'registered' | 'endpoint_cap' | 'address_cap' | 'total_cap';
+
+/** Relation lifecycle events, logged at debug level with the device id. */
+type RelationEvent =
+  'registered' | 'replaced' | 'deregistered' | 'reset' | 'confirmable_timeout' | 'peer_closed';
 
 /** The current document of an observable resource, looked up synchronously; undefined when it is gone. */
 export type DocumentLookup = (deviceId: string, kind: ResourceKind) => VisibleDocument | undefined;
@@ -92,8 +97,8 @@ export class Relation extends Exchange {
   prev: Relation | null = null;
   next: Relation | null = null;
   attached = true;
-  /** Version of the document last sent (0: none), so unchanged states are not re-sent. */
-  lastVersion = 0;
+  /** The document last sent (null: none), so unchanged states are not re-sent; an ACK acknowledges it. */
+  lastDoc: VisibleDocument | null = null;
   /** Monotonic ms of the last proof of life: the registration itself or an ACK to a CON notification. */
   lastConfirmedAt: number;
   /** A newer state arrived while a CON was in flight (RFC 7641 4.5.2): sent on ACK or at the next timeout. */
@@ -110,12 +115,33 @@ export class Relation extends Exchange {
     readonly resource: ObservedResource,
     readonly format: DocumentFormat,
     readonly confirmable: boolean,
-    at: number,
+    /** Monotonic ms of the registration. */
+    readonly since: number,
   ) {
     super();
-    this.lastConfirmedAt = at;
+    this.lastConfirmedAt = since;
+  }
+
+  get lastVersion(): number {
+    return this.lastDoc?.version ?? 0;
   }
 }
+
+/** One relation as the device view shows it (GET /api/devices/{device_id}, design §3.8). */
+export interface RelationView {
+  resource: ResourceKind;
+  transport: DeliveryTransport;
+  type: 'CON' | 'NON';
+  address: string;
+  port: number;
+  since: string;
+  last_version: number | null;
+  con_in_flight: boolean;
+  last_confirmed_at: string;
+}
+
+const transportOf = (rel: Relation): DeliveryTransport =>
+  rel.endpoint.transport.kind === 'dtls' ? 'dtls' : 'plain';
 
 export class ObserveLayer implements ExchangeHandler<Relation> {
   /** Set when the server begins to close: the refresh sweep stops starting fan-outs. */
@@ -142,6 +168,8 @@ export class ObserveLayer implements ExchangeHandler<Relation> {
     this.pump();
   };
   private refreshTimer: NodeJS.Timeout | undefined;
+  /** Where sends, acknowledgements and relation changes of settings resources are reported (design §3.8). */
+  delivery: DeliveryEvents | undefined;
 
   constructor(
     private readonly messages: MessageLayer<Relation>,
@@ -164,6 +192,36 @@ export class ObserveLayer implements ExchangeHandler<Relation> {
       authenticated: this.budgets.authenticated.total,
       unauthenticated: this.budgets.unauthenticated.total,
     };
+  }
+
+  /** Relations to the device's settings resource on this server (the delivery record's `observed_by`). */
+  settingsRelationsOf(deviceId: string): number {
+    return this.settingsResources.get(deviceId)?.count ?? 0;
+  }
+
+  /** The device's relations to either resource, at most `limit` of them, and how many there are. */
+  relationsOf(deviceId: string, limit: number): { relations: RelationView[]; total: number } {
+    const relations: RelationView[] = [];
+    let total = 0;
+    const wall = Date.now() - now();
+    for (const resource of [this.settingsResources.get(deviceId), this.recordResources.get(deviceId)]) {
+      for (let rel = resource?.head ?? null; rel !== null; rel = rel.next) {
+        total++;
+        if (relations.length >= limit) continue;
+        relations.push({
+          resource: rel.resource.kind,
+          transport: transportOf(rel),
+          type: rel.confirmable ? 'CON' : 'NON',
+          address: rel.endpoint.peer.address,
+          port: rel.endpoint.peer.port,
+          since: new Date(wall + rel.since).toISOString(),
+          last_version: rel.lastDoc?.version ?? null,
+          con_in_flight: rel.inflightMid !== -1,
+          last_confirmed_at: new Date(wall + rel.lastConfirmedAt).toISOString(),
+        });
+      }
+    }
+    return { relations, total };
   }
 
   get resourceCount(): number {
@@ -221,24 +279,27 @@ export class ObserveLayer implements ExchangeHandler<Relation> {
       // Backwards, without copying: removeRelation splices this array. At most maxRelationsPerEndpoint long.
       for (let i = existing.length - 1; i >= 0; i--) {
         const rel = existing[i]!;
-        if (rel.token === tokenKey || rel.resource === current) this.removeRelation(rel);
+        if (rel.token === tokenKey || rel.resource === current) {
+          this.removeRelation(rel);
+          this.event('replaced', rel);
+        }
       }
       if (existing.length >= this.options.maxRelationsPerEndpoint) {
         // The cap keeps per-endpoint lookups (ACK, RST, re-registration) short and stops one endpoint from
         // claiming an unbounded share of memory.
         this.stats.registrationsRefused++;
-        return 'endpoint_cap';
+        return this.refused('endpoint_cap', deviceId, req.peer);
       }
     }
     const budget = this.budgetOf(req.peer);
     if (budget.total >= this.options.maxRelations) {
       this.stats.registrationsOverTotalCap++;
-      return 'total_cap';
+      return this.refused('total_cap', deviceId, req.peer);
     }
     const address = req.peer.address;
     if (budget.at(address) >= this.options.maxRelationsPerAddress) {
       this.stats.registrationsOverAddressCap++;
-      return 'address_cap';
+      return this.refused('address_cap', deviceId, req.peer);
     }
     budget.take(address);
     // removeRelation drops an endpoint with its last relation: then it is created again (one map lookup saved
@@ -257,7 +318,18 @@ export class ObserveLayer implements ExchangeHandler<Relation> {
     resource.add(rel);
     endpoint.exchanges.push(rel);
     this.relations++;
-    rel.lastVersion = doc.version;
+    rel.lastDoc = doc;
+    this.event('registered', rel);
+    const delivery = this.delivery;
+    if (delivery !== undefined) {
+      delivery.heard(deviceId);
+      if (kind === 'settings') {
+        delivery.relationsChanged(deviceId);
+        // The response to a registration is never confirmable (piggybacked in the ACK of a CON request, or
+        // NON): the device has it, but has not acknowledged it.
+        delivery.sent(deviceId, doc, transportOf(rel), false);
+      }
+    }
     // Piggybacked in the ACK of a CON registration; a NON registration gets a NON response (RFC 7252 5.2),
     // whose RST cancels the relation like a notification's.
     const mid = this.messages.replyMid(msg);
@@ -287,6 +359,7 @@ export class ObserveLayer implements ExchangeHandler<Relation> {
       if (rel.token === tokenKey) {
         this.removeRelation(rel);
         this.stats.observersDeregistered++;
+        this.event('deregistered', rel);
       }
     }
   }
@@ -329,9 +402,11 @@ export class ObserveLayer implements ExchangeHandler<Relation> {
     const form = this.formFor(rel.resource, doc, rel.format);
     const mid = this.messages.nextMid();
     const bytes = this.encode(rel, confirmable ? CON : NON, CONTENT, mid, form);
-    rel.lastVersion = doc.version;
+    rel.lastDoc = doc;
     rel.lastMid = mid;
     this.stats.notifications++;
+    if (rel.resource.kind === 'settings')
+      this.delivery?.sent(rel.resource.deviceId, doc, transportOf(rel), confirmable);
     if (confirmable) {
       this.stats.confirmableNotifications++;
       this.messages.track(rel, mid, bytes, rel.inflightMid === -1);
@@ -358,7 +433,7 @@ export class ObserveLayer implements ExchangeHandler<Relation> {
       this.sendFinalNotFound(rel);
       return;
     }
-    if (doc.version === rel.lastVersion && !force) return;
+    if (doc === rel.lastDoc && !force) return;
     if (this.holdWhileInFlight(rel)) return;
     const confirmable =
       rel.confirmable || force || now() - rel.lastConfirmedAt >= this.options.confirmableRefreshMs;
@@ -393,6 +468,14 @@ export class ObserveLayer implements ExchangeHandler<Relation> {
 
   onAcknowledged(rel: Relation): void {
     rel.lastConfirmedAt = now();
+    this.stats.notificationsAcknowledged++;
+    const delivery = this.delivery;
+    if (delivery !== undefined) {
+      const resource = rel.resource;
+      if (resource.kind === 'settings' && !rel.closing && rel.lastDoc !== null)
+        delivery.acknowledged(resource.deviceId, rel.lastDoc, transportOf(rel));
+      else delivery.heard(resource.deviceId);
+    }
     if (rel.closing) this.removeRelation(rel);
     else if (rel.pending) {
       rel.pending = false;
@@ -404,6 +487,8 @@ export class ObserveLayer implements ExchangeHandler<Relation> {
   onReset(rel: Relation): void {
     this.removeRelation(rel);
     this.stats.observersRemovedByRst++;
+    this.delivery?.heard(rel.resource.deviceId);
+    this.event('reset', rel);
   }
 
   onRetransmit(rel: Relation): boolean {
@@ -421,13 +506,16 @@ export class ObserveLayer implements ExchangeHandler<Relation> {
   onGiveUp(rel: Relation): void {
     this.removeRelation(rel);
     this.stats.observersRemovedByTimeout++;
+    this.event('confirmable_timeout', rel);
   }
 
   onPeerClosed(endpoint: Endpoint<Relation>): void {
     const list = endpoint.exchanges;
     for (let i = list.length - 1; i >= 0; i--) {
-      this.removeRelation(list[i]!);
+      const rel = list[i]!;
+      this.removeRelation(rel);
       this.stats.observersRemovedByPeerClosed++;
+      this.event('peer_closed', rel);
     }
   }
 
@@ -535,6 +623,42 @@ export class ObserveLayer implements ExchangeHandler<Relation> {
     this.detachFromResource(rel);
     this.relations--;
     this.budgetOf(rel.endpoint.peer).release(rel.endpoint.peer.address);
+    if (rel.resource.kind === 'settings') this.delivery?.relationsChanged(rel.resource.deviceId);
+  }
+
+  // ---- relation lifecycle log (debug level; design §3.8) ---------------------------------------------
+
+  private event(event: RelationEvent, rel: Relation): void {
+    if (!this.debug) return;
+    const peer = rel.endpoint.peer;
+    this.options.logger.debug('observe relation', {
+      event,
+      device_id: rel.resource.deviceId,
+      resource: rel.resource.kind,
+      transport: transportOf(rel),
+      type: rel.confirmable ? 'CON' : 'NON',
+      peer: `${peer.address}:${peer.port}`,
+      last_version: rel.lastVersion,
+    });
+  }
+
+  private refused(cap: Exclude<Registration, 'registered'>, deviceId: string, peer: Peer): Registration {
+    if (this.debug) {
+      this.options.logger.debug('observe relation', {
+        event: 'refused',
+        cap,
+        device_id: deviceId,
+        transport: peer.deviceId === null ? 'plain' : 'dtls',
+        peer: `${peer.address}:${peer.port}`,
+      });
+    }
+    return cap;
+  }
+
+  /** Whether the logger writes debug lines: checked once per event, so the info level costs nothing. */
+  private get debug(): boolean {
+    const logger = this.options.logger as { isDebugEnabled?: () => boolean };
+    return logger.isDebugEnabled?.() ?? false;
   }
 
   private budgetOf(peer: Peer): RelationBudget {

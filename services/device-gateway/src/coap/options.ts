@@ -85,6 +85,8 @@ export interface CoapStats {
   resets: number;
   observersRemovedByRst: number;
   observersRemovedByTimeout: number;
+  /** ACKs of confirmable notifications (the delivery record's acknowledged versions). */
+  notificationsAcknowledged: number;
   observersDeregistered: number;
   /** Relations dropped because their transport ended the peer (a DTLS session closed, revoked or replaced). */
   observersRemovedByPeerClosed: number;
@@ -115,6 +117,7 @@ export function newCoapStats(): CoapStats {
     resets: 0,
     observersRemovedByRst: 0,
     observersRemovedByTimeout: 0,
+    notificationsAcknowledged: 0,
     observersDeregistered: 0,
     observersRemovedByPeerClosed: 0,
     registrationsRefused: 0,

@@ -1,7 +1,8 @@
 import type { AddressInfo } from 'node:net';
 import type { GatewayState } from '../domain/gateway-state.js';
 import { MessageLayer } from './messages.js';
-import { ObserveLayer, type DocumentLookup, type Relation } from './observe.js';
+import type { DeliveryEvents } from '../delivery/recorder.js';
+import { ObserveLayer, type DocumentLookup, type Relation, type RelationView } from './observe.js';
 import { newCoapStats, now, type CoapServerOptions, type CoapStats } from './options.js';
 import { Resources } from './resources.js';
 import type { Transport } from './transport.js';
@@ -94,6 +95,21 @@ export class CoapServer {
   get bound(): boolean {
     const all = this.transports;
     return all.length > 0 && all.every((t) => t.bound);
+  }
+
+  /** Where the delivery record hears of sends, acknowledgements and relations (design §3.8). */
+  set delivery(events: DeliveryEvents | undefined) {
+    this.observe.delivery = events;
+  }
+
+  /** Relations to the device's settings resource on this server. */
+  settingsRelationsOf(deviceId: string): number {
+    return this.observe.settingsRelationsOf(deviceId);
+  }
+
+  /** The device's live relations here (at most `limit` listed) for the device view. */
+  relationsOf(deviceId: string, limit: number): { relations: RelationView[]; total: number } {
+    return this.observe.relationsOf(deviceId, limit);
   }
 
   get observerCount(): number {

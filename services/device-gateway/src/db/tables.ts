@@ -29,7 +29,40 @@ export interface DeviceCredentialsTable {
   created_at: ColumnType<Date, Date | string | undefined, never>;
 }
 
+/**
+ * `device_gateway.device_delivery` (design §3.8): one device's delivery record, written by the replicas through
+ * `delivery_record` (migration 0005); the login reads it.
+ */
+export interface DeviceDeliveryTable {
+  device_id: string;
+  site_id: string | null;
+  /** bigint: pg returns int8 as a string. */
+  desired_version: string | null;
+  desired_source: 'registry' | 'override' | null;
+  desired_content: string | null;
+  desired_at: Date;
+  sent_version: string | null;
+  sent_content: string | null;
+  sent_at: Date | null;
+  sent_by: string | null;
+  sent_transport: 'plain' | 'dtls' | null;
+  sent_confirmable: boolean | null;
+  acked_version: string | null;
+  acked_content: string | null;
+  acked_at: Date | null;
+  acked_by: string | null;
+  acked_transport: 'plain' | 'dtls' | null;
+  heard_at: Date | null;
+  observed_by: string[];
+  state: DeliveryState;
+  updated_at: Date;
+}
+
+/** Where a device's delivery stands (migration 0005 derives it in the row). */
+export type DeliveryState = 'acknowledged' | 'pending' | 'unobserved' | 'stale';
+
 export interface GatewayDatabase {
+  'device_gateway.device_delivery': DeviceDeliveryTable;
   'device_gateway.device_registry': DeviceRegistryTable;
   'device_gateway.device_credentials': DeviceCredentialsTable;
 }

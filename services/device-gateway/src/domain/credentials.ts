@@ -11,6 +11,14 @@ export interface PskCredential {
   readonly deviceId: string;
 }
 
+/** A device's keys as the device view shows them (CredentialStore.summaryOf): never the key bytes. */
+export interface CredentialSummary {
+  valid_keys: number;
+  future_keys: number;
+  next_expiry: string | null;
+  keys: { identity: string; valid: boolean; not_before: string; not_after: string | null }[];
+}
+
 /** One row as loaded: a credential and its validity window (ms since the epoch; undefined = no expiry). */
 export interface CredentialRecord {
   credentialId: string;
@@ -222,6 +230,38 @@ export class CredentialStore {
       if (at !== undefined && at > nowMs && (next === undefined || at < next)) next = at;
     }
     return next;
+  }
+
+  /**
+   * A device's keys for the device view (design §3.8): how many are valid at `nowMs`, how many are issued for
+   * later, and the earliest expiry among the valid ones; identities and windows, never key bytes. A scan of the
+   * snapshot (about 1 ms at 100,000 keys): an on-call read, not a device's path.
+   */
+  summaryOf(deviceId: string, nowMs: number): CredentialSummary {
+    const keys: CredentialSummary['keys'] = [];
+    let valid = 0;
+    let later = 0;
+    let nextExpiry: number | undefined;
+    for (const c of this.snapshot.values()) {
+      if (c.deviceId !== deviceId || c.expiredAt(nowMs)) continue;
+      const isValid = c.validAt(nowMs);
+      if (isValid) valid++;
+      else later++;
+      if (isValid && c.notAfterMs !== undefined && (nextExpiry === undefined || c.notAfterMs < nextExpiry))
+        nextExpiry = c.notAfterMs;
+      keys.push({
+        identity: c.identity,
+        valid: isValid,
+        not_before: new Date(c.notBeforeMs).toISOString(),
+        not_after: c.notAfterMs === undefined ? null : new Date(c.notAfterMs).toISOString(),
+      });
+    }
+    return {
+      valid_keys: valid,
+      future_keys: later,
+      next_expiry: nextExpiry === undefined ? null : new Date(nextExpiry).toISOString(),
+      keys,
+    };
   }
 
   toJSON(): Record<string, unknown> {

@@ -41,6 +41,8 @@ export interface DeviceChange {
   removed: boolean;
 }
 
+export type SettingsListener = (record: DeviceRecord, doc: VisibleDocument) => void;
+
 export interface RejectedRecord {
   deviceId: string;
   reason: string;
@@ -91,6 +93,7 @@ export class GatewayState {
   private entries = new Map<string, Entry>();
   private readonly overrides = new Map<string, Override>();
   private readonly listeners: ((changes: DeviceChange[]) => void)[] = [];
+  private settingsListener: SettingsListener | undefined;
   private loadedOnce = false;
   /**
    * What a registry settings object was found to be: its prepared form and its validation problem (if any).
@@ -134,6 +137,19 @@ export class GatewayState {
 
   onChange(listener: (changes: DeviceChange[]) => void): void {
     this.listeners.push(listener);
+  }
+
+  /**
+   * Called with every settings document a device is given: each device's at the first load and when it enters
+   * the registry, and every new one after (a reload or an override). The delivery record's `desired` (§3.8).
+   */
+  onSettings(listener: SettingsListener): void {
+    this.settingsListener = listener;
+  }
+
+  /** The device's public registry record (visible devices only). */
+  deviceRecord(deviceId: string): DeviceRecord | undefined {
+    return this.entries.get(deviceId)?.record;
   }
 
   settingsDocument(deviceId: string): VisibleDocument | undefined {
@@ -198,6 +214,8 @@ export class GatewayState {
         continue;
       }
       next.set(record.deviceId, { record, recordDoc, settingsDoc });
+      if (previous === undefined || settingsChanged || recordChanged)
+        this.settingsListener?.(record, settingsDoc);
       if (previous !== undefined && (recordChanged || settingsChanged)) {
         changes.push({
           deviceId: record.deviceId,
@@ -272,6 +290,7 @@ export class GatewayState {
       override.settings,
     );
     entry.settingsDoc = document;
+    this.settingsListener?.(entry.record, document);
     this.emit([{ deviceId, settings: true, record: false, removed: false }]);
     return { changed: true, document };
   }

@@ -1,6 +1,8 @@
-import { validateNotifySettingsRequest } from '@platform/contracts';
+import { isDeviceId, validateNotifySettingsRequest } from '@platform/contracts';
 import { DomainError, mapDbError, requireValid, type RouteDefinition } from '@platform/service-kit';
-import type { RequestHandler } from 'express';
+import type { Request, RequestHandler } from 'express';
+import type { DeliveryState } from '../db/tables.js';
+import { decodeCursor, type DeviceListQuery } from '../delivery/device-view.js';
 import { BusMessageTooLargeError, BusPublishError } from '../cluster/bus.js';
 import { DocumentTooLargeError, UnknownDeviceError } from '../domain/gateway-state.js';
 import type { GatewayService } from '../service.js';
@@ -45,10 +47,16 @@ export function gatewayRoutes(service: GatewayService, auth: RequestHandler): Ro
     // The one validation of the request (Device Settings included); below this nothing checks it again.
     const body = requireValid(validateNotifySettingsRequest(req.body));
     try {
-      await service.notifySettings(body.device_id, body.settings);
+      const outcome = await service.notifySettings(body.device_id, body.settings);
+      // On-call's trail (design §3.8): which device, which version, how many relations here were told.
+      req.log.info('settings notified', {
+        device_id: body.device_id,
+        version: outcome.version,
+        relations_notified: outcome.relations,
+      });
     } catch (err) {
       if (err instanceof UnknownDeviceError) {
-        throw new DomainError('unknown_device', `Device ${body.device_id} is unknown or disabled.`);
+        throw unknownDevice(body.device_id);
       }
       if (err instanceof DocumentTooLargeError) {
         throw new DomainError('settings_too_large', err.message, {
@@ -62,7 +70,27 @@ export function gatewayRoutes(service: GatewayService, auth: RequestHandler): Ro
       }
       asProblem(err);
     }
+    res.setHeader('Location', `/api/devices/${encodeURIComponent(body.device_id)}`);
     res.json({ status: 'updated' });
+  };
+  const device: RequestHandler = async (req, res) => {
+    const raw: unknown = req.params.device_id;
+    const deviceId = typeof raw === 'string' ? raw : '';
+    if (!isDeviceId(deviceId)) throw unknownDevice(deviceId);
+    try {
+      res.json(await service.deviceView(deviceId));
+    } catch (err) {
+      if (err instanceof UnknownDeviceError) throw unknownDevice(deviceId);
+      throw mapDbError(err);
+    }
+  };
+  const devices: RequestHandler = async (req, res) => {
+    const query = listQuery(req);
+    res.json(
+      await service.deviceList(query).catch((err: unknown) => {
+        throw mapDbError(err);
+      }),
+    );
   };
   return [
     // Public: the probes (design §3.1). Every other route needs the API key, checked before any body is read.
@@ -74,5 +102,55 @@ export function gatewayRoutes(service: GatewayService, auth: RequestHandler): Ro
     { method: 'POST', path: '/api/register-device', authenticate: auth, body: 'json', handler: reload },
     { method: 'POST', path: '/api/notify-settings', authenticate: auth, body: 'json', handler: notify },
     { method: 'POST', path: '/api/update-settings', authenticate: auth, body: 'json', handler: notify },
+    // On-call's reads of delivery (design §3.8).
+    { method: 'GET', path: '/api/devices', authenticate: auth, handler: devices },
+    { method: 'GET', path: '/api/devices/:device_id', authenticate: auth, handler: device },
   ];
+}
+
+function unknownDevice(deviceId: string): DomainError {
+  return new DomainError('unknown_device', `Device ${deviceId} is unknown or disabled.`);
+}
+
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+const DELIVERY_STATES: readonly DeliveryState[] = ['acknowledged', 'pending', 'unobserved', 'stale'];
+const LIST_PARAMS = new Set(['site_id', 'delivery', 'limit', 'cursor']);
+
+/** GET /api/devices's query, checked whole: every problem listed, unknown parameters refused. */
+function listQuery(req: Request): DeviceListQuery {
+  const errors: { path: string; message: string }[] = [];
+  const one = (name: string): string | undefined => {
+    const value = req.query[name];
+    if (value === undefined) return undefined;
+    if (typeof value !== 'string') {
+      errors.push({ path: `/query/${name}`, message: 'must be given once' });
+      return undefined;
+    }
+    return value;
+  };
+  for (const name of Object.keys(req.query))
+    if (!LIST_PARAMS.has(name))
+      errors.push({ path: `/query/${name.slice(0, 64)}`, message: 'is not a parameter of this route' });
+  const siteId = one('site_id');
+  if (siteId !== undefined && !UUID.test(siteId))
+    errors.push({ path: '/query/site_id', message: 'must be a UUID' });
+  const delivery = one('delivery');
+  if (delivery !== undefined && !DELIVERY_STATES.includes(delivery as DeliveryState))
+    errors.push({ path: '/query/delivery', message: `must be one of ${DELIVERY_STATES.join(', ')}` });
+  const limitText = one('limit');
+  const limit = limitText === undefined ? 100 : Number(limitText);
+  if (limitText !== undefined && !(/^\d{1,3}$/.test(limitText) && limit >= 1 && limit <= 500))
+    errors.push({ path: '/query/limit', message: 'must be an integer from 1 to 500' });
+  const cursorText = one('cursor');
+  const after = cursorText === undefined ? undefined : decodeCursor(cursorText);
+  if (cursorText !== undefined && after === undefined)
+    errors.push({ path: '/query/cursor', message: 'is not a cursor this API issued' });
+  if (errors.length > 0)
+    throw new DomainError('invalid_query', 'The query parameters are invalid.', { errors });
+  return {
+    limit,
+    ...(siteId === undefined ? {} : { siteId: siteId.toLowerCase() }),
+    ...(delivery === undefined ? {} : { delivery: delivery as DeliveryState }),
+    ...(after === undefined ? {} : { after }),
+  };
 }

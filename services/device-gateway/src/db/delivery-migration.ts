@@ -1,0 +1,193 @@
+import { sql, type Kysely, type Migration } from 'kysely';
+import { withGeneratedSql } from '@platform/service-kit';
+
+/**
+ * 0005: the delivery record (design §3.8), one row per device, shared by every replica and kept across restarts:
+ * what the device should have (desired), what was last sent to it, what it last acknowledged, when it was last
+ * heard from, and which replicas it observes now.
+ *
+ * - Versions come from each replica's clock (design §3.6): two replicas that load the same registry row give it
+ *   different versions. So "the device has what it should" is decided by content, not by version number: each
+ *   `*_content` is a 64-bit hash (16 hex digits) of the document's content key (everything a device sees but the
+ *   version), and each part keeps the version and time of its newest event (the highest version wins; replicas'
+ *   versions are ordered by the hybrid logical clock).
+ * - `desired_at` is when the desired content was first recorded: it does not move when another replica records
+ *   the same content under its own version. The fleet list pages by it, oldest first.
+ * - `observed_by` lists the replicas (bus origins) on which the device holds a relation to its settings. A
+ *   replica that stops cleanly removes itself; the rows of one that died are cleaned by `delivery_reap`, which
+ *   keeps only replicas whose bus session is up (the rule of bus_join, migration 0003).
+ * - `state` is derived in the row, so the list filters on an index: acknowledged (the device acknowledged the
+ *   desired content), unobserved (not acknowledged, and no relation anywhere), pending (the desired content was
+ *   sent and not acknowledged: a NON notification stays here, "sent, unconfirmed"), stale (observed, and the
+ *   desired content has not been sent: the device holds an older one).
+ * - The gateway's login writes only through the SECURITY DEFINER functions below, like the bus (0002), in
+ *   batches (design §3.8: one call per flush, never one per event). A device that leaves the registry takes its
+ *   row with it (ON DELETE CASCADE); rows of devices not in the registry are never written.
+ */
+const DELIVERY_UP = `
+CREATE TABLE device_gateway.device_delivery (
+  device_id text PRIMARY KEY REFERENCES device_gateway.device_registry (device_id) ON DELETE CASCADE,
+  site_id uuid,
+  desired_version bigint,
+  desired_source text CHECK (desired_source IN ('registry', 'override')),
+  desired_content text,
+  desired_at timestamptz NOT NULL,
+  sent_version bigint,
+  sent_content text,
+  sent_at timestamptz,
+  sent_by text,
+  sent_transport text CHECK (sent_transport IN ('plain', 'dtls')),
+  sent_confirmable boolean,
+  acked_version bigint,
+  acked_content text,
+  acked_at timestamptz,
+  acked_by text,
+  acked_transport text CHECK (acked_transport IN ('plain', 'dtls')),
+  heard_at timestamptz,
+  observed_by text[] NOT NULL DEFAULT '{}',
+  state text NOT NULL GENERATED ALWAYS AS (
+    CASE
+      WHEN acked_content IS NOT NULL AND acked_content = desired_content THEN 'acknowledged'
+      WHEN cardinality(observed_by) = 0 THEN 'unobserved'
+      WHEN sent_content IS NOT NULL AND sent_content = desired_content THEN 'pending'
+      ELSE 'stale'
+    END
+  ) STORED,
+  updated_at timestamptz NOT NULL DEFAULT now()
+);
+
+CREATE INDEX device_delivery_page_idx ON device_gateway.device_delivery (desired_at, device_id);
+
+CREATE INDEX device_delivery_state_idx ON device_gateway.device_delivery (state, desired_at, device_id);
+
+CREATE INDEX device_delivery_site_idx ON device_gateway.device_delivery (site_id, desired_at, device_id);
+
+CREATE INDEX device_delivery_site_state_idx
+  ON device_gateway.device_delivery (site_id, state, desired_at, device_id);
+
+CREATE INDEX device_delivery_observed_idx ON device_gateway.device_delivery (device_id)
+  WHERE cardinality(observed_by) > 0;
+
+CREATE FUNCTION device_gateway.delivery_record(p_replica text, p_batch jsonb) RETURNS integer
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog AS $$
+DECLARE
+  written integer;
+BEGIN
+  IF p_replica !~ '^[0-9a-f]{16}$' OR jsonb_typeof(p_batch) IS DISTINCT FROM 'array' THEN
+    RAISE EXCEPTION 'invalid delivery batch' USING ERRCODE = '22023';
+  END IF;
+  -- One row per device in a batch (the recorder merges events per device); a device not in the registry is
+  -- skipped. NULL fields mean "no news": each part moves only to a higher version.
+  INSERT INTO device_gateway.device_delivery AS t (
+    device_id, site_id, desired_version, desired_source, desired_content, desired_at,
+    sent_version, sent_content, sent_at, sent_by, sent_transport, sent_confirmable,
+    acked_version, acked_content, acked_at, acked_by, acked_transport, heard_at, observed_by)
+  SELECT b.d, b.s, b.dv, b.ds, b.dc, coalesce(b.da, now()),
+         b.sv, b.sc, b.sa, CASE WHEN b.sv IS NULL THEN NULL ELSE p_replica END, b.st, b.sk,
+         b.av, b.ac, b.aa, CASE WHEN b.av IS NULL THEN NULL ELSE p_replica END, b.at, b.h,
+         CASE WHEN b.r > 0 THEN ARRAY[p_replica] ELSE '{}'::text[] END
+  FROM jsonb_to_recordset(p_batch) AS b(
+    d text, s uuid, dv bigint, ds text, dc text, da timestamptz,
+    sv bigint, sc text, sa timestamptz, st text, sk boolean,
+    av bigint, ac text, aa timestamptz, at text, h timestamptz, r integer)
+  JOIN device_gateway.device_registry reg ON reg.device_id = b.d
+  ON CONFLICT (device_id) DO UPDATE SET
+    site_id = coalesce(excluded.site_id, t.site_id),
+    desired_at = CASE
+      WHEN excluded.desired_version IS NULL OR excluded.desired_version <= coalesce(t.desired_version, -1)
+        OR excluded.desired_content IS NOT DISTINCT FROM t.desired_content THEN t.desired_at
+      ELSE excluded.desired_at END,
+    desired_version = CASE WHEN excluded.desired_version > coalesce(t.desired_version, -1)
+      THEN excluded.desired_version ELSE t.desired_version END,
+    desired_source = CASE WHEN excluded.desired_version > coalesce(t.desired_version, -1)
+      THEN excluded.desired_source ELSE t.desired_source END,
+    desired_content = CASE WHEN excluded.desired_version > coalesce(t.desired_version, -1)
+      THEN excluded.desired_content ELSE t.desired_content END,
+    sent_version = CASE WHEN excluded.sent_version >= coalesce(t.sent_version, -1)
+      THEN excluded.sent_version ELSE t.sent_version END,
+    sent_content = CASE WHEN excluded.sent_version >= coalesce(t.sent_version, -1)
+      THEN excluded.sent_content ELSE t.sent_content END,
+    sent_at = CASE WHEN excluded.sent_version >= coalesce(t.sent_version, -1)
+      THEN excluded.sent_at ELSE t.sent_at END,
+    sent_by = CASE WHEN excluded.sent_version >= coalesce(t.sent_version, -1)
+      THEN excluded.sent_by ELSE t.sent_by END,
+    sent_transport = CASE WHEN excluded.sent_version >= coalesce(t.sent_version, -1)
+      THEN excluded.sent_transport ELSE t.sent_transport END,
+    sent_confirmable = CASE WHEN excluded.sent_version >= coalesce(t.sent_version, -1)
+      THEN excluded.sent_confirmable ELSE t.sent_confirmable END,
+    acked_version = CASE WHEN excluded.acked_version >= coalesce(t.acked_version, -1)
+      THEN excluded.acked_version ELSE t.acked_version END,
+    acked_content = CASE WHEN excluded.acked_version >= coalesce(t.acked_version, -1)
+      THEN excluded.acked_content ELSE t.acked_content END,
+    acked_at = CASE WHEN excluded.acked_version >= coalesce(t.acked_version, -1)
+      THEN excluded.acked_at ELSE t.acked_at END,
+    acked_by = CASE WHEN excluded.acked_version >= coalesce(t.acked_version, -1)
+      THEN excluded.acked_by ELSE t.acked_by END,
+    acked_transport = CASE WHEN excluded.acked_version >= coalesce(t.acked_version, -1)
+      THEN excluded.acked_transport ELSE t.acked_transport END,
+    heard_at = greatest(excluded.heard_at, t.heard_at),
+    updated_at = now();
+  GET DIAGNOSTICS written = ROW_COUNT;
+  -- Relations: r is this replica's count of relations to the device's settings (NULL: unchanged).
+  UPDATE device_gateway.device_delivery t
+  SET observed_by = CASE WHEN b.r > 0 THEN array_append(t.observed_by, p_replica)
+                         ELSE array_remove(t.observed_by, p_replica) END
+  FROM jsonb_to_recordset(p_batch) AS b(d text, r integer)
+  WHERE b.r IS NOT NULL AND t.device_id = b.d
+    AND (b.r > 0) IS DISTINCT FROM (p_replica = ANY (t.observed_by));
+  RETURN written;
+END $$;
+
+-- Replicas whose bus session is up (the rule of bus_join, migration 0003: sessions of this login named
+-- 'device-gateway-bus <origin>'), plus the caller unless it is leaving; every other replica is removed from
+-- observed_by. Run by every replica now and then, and by a replica that stops (p_leaving).
+CREATE FUNCTION device_gateway.delivery_reap(p_replica text, p_leaving boolean) RETURNS integer
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog AS $$
+DECLARE
+  alive text[];
+  reaped integer;
+BEGIN
+  SELECT coalesce(array_agg(DISTINCT split_part(a.application_name, ' ', 2)), '{}') INTO alive
+  FROM pg_catalog.pg_stat_activity a
+  WHERE a.datname = pg_catalog.current_database()
+    AND a.usename = session_user
+    AND a.application_name LIKE 'device-gateway-bus %';
+  IF p_leaving THEN
+    alive := array_remove(alive, p_replica);
+  ELSE
+    alive := array_append(alive, p_replica);
+  END IF;
+  UPDATE device_gateway.device_delivery t
+  SET observed_by = ARRAY(SELECT o FROM unnest(t.observed_by) o WHERE o = ANY (alive))
+  WHERE cardinality(t.observed_by) > 0 AND NOT (t.observed_by <@ alive);
+  GET DIAGNOSTICS reaped = ROW_COUNT;
+  RETURN reaped;
+END $$;
+
+REVOKE ALL ON FUNCTION device_gateway.delivery_record(text, jsonb) FROM PUBLIC;
+
+GRANT EXECUTE ON FUNCTION device_gateway.delivery_record(text, jsonb) TO device_gateway_login;
+
+REVOKE ALL ON FUNCTION device_gateway.delivery_reap(text, boolean) FROM PUBLIC;
+
+GRANT EXECUTE ON FUNCTION device_gateway.delivery_reap(text, boolean) TO device_gateway_login;
+
+GRANT SELECT ON device_gateway.device_delivery TO device_gateway_login;
+`;
+
+const DELIVERY_DOWN = `
+DROP FUNCTION device_gateway.delivery_reap(text, boolean);
+
+DROP FUNCTION device_gateway.delivery_record(text, jsonb);
+
+DROP TABLE device_gateway.device_delivery;
+`;
+
+export const deliveryMigration: Migration = withGeneratedSql(DELIVERY_UP + DELIVERY_DOWN, {
+  async up(db: Kysely<unknown>): Promise<void> {
+    await sql.raw(DELIVERY_UP).execute(db);
+  },
+  async down(db: Kysely<unknown>): Promise<void> {
+    await sql.raw(DELIVERY_DOWN).execute(db);
+  },
+});

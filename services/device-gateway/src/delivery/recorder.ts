@@ -1,0 +1,276 @@
+// The delivery recorder (design §3.8): what the CoAP layer did for each device (sent, acknowledged, heard from,
+// relations) and what each device should have (desired), gathered in memory per device and written to
+// PostgreSQL in batches, off the hot path: an event costs a map lookup and a few field writes, a flush one
+// function call per chunk of devices. A replica that dies loses at most what it had not flushed yet.
+import { hash } from 'node:crypto';
+import { errorMessage, type Logger } from '@platform/service-kit';
+import type { DeviceRecord, VisibleDocument } from '../domain/documents.js';
+
+export type DeliveryTransport = 'plain' | 'dtls';
+
+/** What the observe layer reports (ObserveLayer's `delivery` sink); settings resources only, except `heard`. */
+export interface DeliveryEvents {
+  sent(deviceId: string, doc: VisibleDocument, transport: DeliveryTransport, confirmable: boolean): void;
+  acknowledged(deviceId: string, doc: VisibleDocument, transport: DeliveryTransport): void;
+  heard(deviceId: string): void;
+  /** The device's relations to its settings on this replica changed (count read at the flush). */
+  relationsChanged(deviceId: string): void;
+}
+
+/** One device's row of a batch: the argument of `device_gateway.delivery_record` (migration 0005). */
+export interface DeliveryRow {
+  d: string;
+  s?: string;
+  dv?: number;
+  ds?: string;
+  dc?: string;
+  da?: string;
+  sv?: number;
+  sc?: string;
+  sa?: string;
+  st?: DeliveryTransport;
+  sk?: boolean;
+  av?: number;
+  ac?: string;
+  aa?: string;
+  at?: DeliveryTransport;
+  h?: string;
+  r?: number;
+}
+
+/** Where batches go (delivery/sql.ts against PostgreSQL). */
+export interface DeliveryWriter {
+  record(replica: string, rows: readonly DeliveryRow[]): Promise<void>;
+  reap(replica: string, leaving: boolean): Promise<number>;
+}
+
+export interface DeliveryRecorderOptions {
+  /** This replica's id (the bus origin): `sent_by`, `acked_by`, `observed_by`. */
+  replica: string;
+  writer: DeliveryWriter;
+  logger: Logger;
+  /** A change is written within this many ms (plus one flush's time); GATEWAY_DELIVERY_FLUSH_MS. */
+  flushMs: number;
+  /** Relations to the device's settings on this replica, read at the flush. */
+  relationsOf: (deviceId: string) => number;
+  /** Rows per function call. */
+  chunkRows?: number;
+  /** Dead replicas are removed from `observed_by` this often (ms). */
+  reapMs?: number;
+}
+
+/** One device's unflushed events; each part holds its newest. Times are wall-clock ms. */
+class Pending {
+  siteId: string | null = null;
+  desired: VisibleDocument | null = null;
+  desiredAt = 0;
+  sent: VisibleDocument | null = null;
+  sentAt = 0;
+  sentTransport: DeliveryTransport = 'plain';
+  sentConfirmable = false;
+  acked: VisibleDocument | null = null;
+  ackedAt = 0;
+  ackedTransport: DeliveryTransport = 'plain';
+  heardAt = 0;
+  relations = false;
+
+  /** Folds an older, unwritten batch's entry under this one (a failed flush): newer parts win. */
+  absorb(older: Pending): void {
+    if (this.siteId === null) this.siteId = older.siteId;
+    if (this.desired === null && older.desired !== null) {
+      this.desired = older.desired;
+      this.desiredAt = older.desiredAt;
+    }
+    if (this.sent === null && older.sent !== null) {
+      this.sent = older.sent;
+      this.sentAt = older.sentAt;
+      this.sentTransport = older.sentTransport;
+      this.sentConfirmable = older.sentConfirmable;
+    }
+    if (this.acked === null && older.acked !== null) {
+      this.acked = older.acked;
+      this.ackedAt = older.ackedAt;
+      this.ackedTransport = older.ackedTransport;
+    }
+    if (older.heardAt > this.heardAt) this.heardAt = older.heardAt;
+    this.relations ||= older.relations;
+  }
+}
+
+/** A document's content hash (16 hex digits of SHA-256 of its content key), computed once per document. */
+const contentHashes = new WeakMap<VisibleDocument, string>();
+export function contentHash(doc: VisibleDocument): string {
+  let h = contentHashes.get(doc);
+  if (h === undefined) {
+    h = hash('sha256', doc.contentKey, 'hex').slice(0, 16);
+    contentHashes.set(doc, h);
+  }
+  return h;
+}
+
+const iso = (ms: number): string => new Date(ms).toISOString();
+
+export class DeliveryRecorder implements DeliveryEvents {
+  private pending = new Map<string, Pending>();
+  /** Wall-clock ms of the oldest event not yet written (0: none), for the lag gauge. */
+  private oldest = 0;
+  /** The batch being written, and its oldest event. */
+  private inFlightOldest = 0;
+  private flushing: Promise<void> | undefined;
+  private timer: NodeJS.Timeout | undefined;
+  private lastReap = 0;
+  private readonly chunkRows: number;
+  private readonly reapMs: number;
+  readonly stats = { flushes: 0, rows: 0, failures: 0, lastFlushMs: 0, lastFlushRows: 0 };
+
+  constructor(private readonly options: DeliveryRecorderOptions) {
+    this.chunkRows = options.chunkRows ?? 2000;
+    this.reapMs = options.reapMs ?? 10_000;
+  }
+
+  get replica(): string {
+    return this.options.replica;
+  }
+
+  start(): void {
+    this.timer ??= setInterval(() => void this.flush(), this.options.flushMs);
+    this.timer.unref();
+  }
+
+  /** Writes what is left and removes this replica from every `observed_by`; bounded by the pool's deadlines. */
+  async stop(): Promise<void> {
+    if (this.timer !== undefined) clearInterval(this.timer);
+    this.timer = undefined;
+    await this.flush();
+    await this.options.writer.reap(this.options.replica, true).catch((err: unknown) => {
+      this.options.logger.warn('delivery record: leaving failed', { error: errorMessage(err) });
+    });
+  }
+
+  /** Seconds since the oldest event not yet written (0 when everything is written). */
+  lagSeconds(): number {
+    const oldest = Math.min(this.oldest || Infinity, this.inFlightOldest || Infinity);
+    return oldest === Infinity ? 0 : Math.max(0, (Date.now() - oldest) / 1000);
+  }
+
+  // ---- events (hot path: one map lookup, a few writes) ------------------------------------------------
+
+  private entry(deviceId: string): Pending {
+    let p = this.pending.get(deviceId);
+    if (p === undefined) {
+      p = new Pending();
+      this.pending.set(deviceId, p);
+      if (this.oldest === 0) this.oldest = Date.now();
+    }
+    return p;
+  }
+
+  /** The settings document this replica serves the device now, and the device's site. */
+  desired(record: DeviceRecord, doc: VisibleDocument): void {
+    const p = this.entry(record.deviceId);
+    p.siteId = record.siteId;
+    p.desired = doc;
+    p.desiredAt = Date.now();
+  }
+
+  sent(deviceId: string, doc: VisibleDocument, transport: DeliveryTransport, confirmable: boolean): void {
+    const p = this.entry(deviceId);
+    p.sent = doc;
+    p.sentAt = Date.now();
+    p.sentTransport = transport;
+    p.sentConfirmable = confirmable;
+  }
+
+  acknowledged(deviceId: string, doc: VisibleDocument, transport: DeliveryTransport): void {
+    const p = this.entry(deviceId);
+    p.acked = doc;
+    p.ackedAt = p.heardAt = Date.now();
+    p.ackedTransport = transport;
+  }
+
+  heard(deviceId: string): void {
+    this.entry(deviceId).heardAt = Date.now();
+  }
+
+  relationsChanged(deviceId: string): void {
+    this.entry(deviceId).relations = true;
+  }
+
+  // ---- flushing -----------------------------------------------------------------------------------------
+
+  /** Writes every pending event; one flush at a time (a tick during a flush waits for the next). */
+  flush(): Promise<void> {
+    if (this.flushing !== undefined) return this.flushing;
+    if (this.pending.size === 0 && Date.now() - this.lastReap < this.reapMs) return Promise.resolve();
+    this.flushing = this.write().finally(() => (this.flushing = undefined));
+    return this.flushing;
+  }
+
+  private async write(): Promise<void> {
+    const batch = this.pending;
+    this.pending = new Map();
+    this.inFlightOldest = this.oldest;
+    this.oldest = 0;
+    const started = performance.now();
+    try {
+      const rows = this.rowsOf(batch);
+      for (let i = 0; i < rows.length; i += this.chunkRows)
+        await this.options.writer.record(this.options.replica, rows.slice(i, i + this.chunkRows));
+      this.stats.flushes++;
+      this.stats.rows += rows.length;
+      this.stats.lastFlushRows = rows.length;
+      this.stats.lastFlushMs = performance.now() - started;
+      if (Date.now() - this.lastReap >= this.reapMs) {
+        this.lastReap = Date.now();
+        await this.options.writer.reap(this.options.replica, false);
+      }
+    } catch (err) {
+      // Nothing is lost but time: the batch goes back under whatever arrived meanwhile, and the next tick
+      // writes both (a chunk written before the failure is written again, which the function's rules absorb).
+      this.stats.failures++;
+      this.options.logger.warn('delivery record: flush failed; retrying at the next tick', {
+        error: errorMessage(err),
+        devices: batch.size,
+      });
+      for (const [deviceId, older] of batch) {
+        const newer = this.pending.get(deviceId);
+        if (newer === undefined) this.pending.set(deviceId, older);
+        else newer.absorb(older);
+      }
+      this.oldest = this.oldest === 0 ? this.inFlightOldest : Math.min(this.oldest, this.inFlightOldest);
+    } finally {
+      this.inFlightOldest = 0;
+    }
+  }
+
+  private rowsOf(batch: Map<string, Pending>): DeliveryRow[] {
+    const rows: DeliveryRow[] = [];
+    for (const [d, p] of batch) {
+      const row: DeliveryRow = { d };
+      if (p.desired !== null) {
+        if (p.siteId !== null) row.s = p.siteId;
+        row.dv = p.desired.version;
+        row.ds = (p.desired.body as { source: string }).source;
+        row.dc = contentHash(p.desired);
+        row.da = iso(p.desiredAt);
+      }
+      if (p.sent !== null) {
+        row.sv = p.sent.version;
+        row.sc = contentHash(p.sent);
+        row.sa = iso(p.sentAt);
+        row.st = p.sentTransport;
+        row.sk = p.sentConfirmable;
+      }
+      if (p.acked !== null) {
+        row.av = p.acked.version;
+        row.ac = contentHash(p.acked);
+        row.aa = iso(p.ackedAt);
+        row.at = p.ackedTransport;
+      }
+      if (p.heardAt > 0) row.h = iso(p.heardAt);
+      if (p.relations) row.r = this.options.relationsOf(d);
+      rows.push(row);
+    }
+    return rows;
+  }
+}

@@ -1,0 +1,94 @@
+// The delivery record's SQL (migration 0005, design §3.8): the batch writer, one device's row, the fleet list.
+import { sql, type Kysely } from 'kysely';
+import type { DeliveryState, DeviceDeliveryTable, GatewayDatabase } from '../db/tables.js';
+import type { DeliveryWriter } from './recorder.js';
+
+export function deliveryWriter(db: Kysely<GatewayDatabase>): DeliveryWriter {
+  return {
+    async record(replica, rows) {
+      await sql`SELECT device_gateway.delivery_record(${replica}, ${JSON.stringify(rows)}::jsonb)`.execute(
+        db,
+      );
+    },
+    async reap(replica, leaving) {
+      const { rows } = await sql<{ n: number }>`
+        SELECT device_gateway.delivery_reap(${replica}, ${leaving}) AS n`.execute(db);
+      return rows[0]?.n ?? 0;
+    },
+  };
+}
+
+export type DeliveryRecordRow = DeviceDeliveryTable;
+
+export async function readDelivery(
+  db: Kysely<GatewayDatabase>,
+  deviceId: string,
+): Promise<DeliveryRecordRow | undefined> {
+  return db
+    .selectFrom('device_gateway.device_delivery')
+    .selectAll()
+    .where('device_id', '=', deviceId)
+    .executeTakeFirst();
+}
+
+/** Where the next page starts: after this (desired_at in µs since the epoch, device_id). */
+export interface DeliveryCursor {
+  atMicros: string;
+  deviceId: string;
+}
+
+export interface DeliveryListQuery {
+  siteId?: string;
+  state?: DeliveryState;
+  limit: number;
+  after?: DeliveryCursor;
+}
+
+export interface DeliveryListRow extends DeliveryRecordRow {
+  name: string;
+  model: string;
+  /** desired_at in µs since the epoch, exactly (the cursor). */
+  at_micros: string;
+}
+
+/**
+ * One page of the fleet list: devices of the registry (enabled) with their delivery record, oldest desired
+ * change first, then by device id; `limit + 1` rows, so the caller knows whether a next page exists. Each
+ * filter combination walks one of migration 0005's indexes in order and stops after the page (the test
+ * checks the plans).
+ */
+export function listDeliveryQuery(db: Kysely<GatewayDatabase>, q: DeliveryListQuery) {
+  let query = db
+    .selectFrom('device_gateway.device_delivery as d')
+    .innerJoin('device_gateway.device_registry as r', 'r.device_id', 'd.device_id')
+    .selectAll('d')
+    .select(['r.name', 'r.model'])
+    .select(sql<string>`(extract(epoch FROM d.desired_at) * 1000000)::bigint::text`.as('at_micros'))
+    .where('r.enabled', '=', true);
+  if (q.siteId !== undefined) query = query.where('d.site_id', '=', q.siteId);
+  if (q.state !== undefined) query = query.where('d.state', '=', q.state);
+  if (q.after !== undefined) {
+    const at = sql`(timestamptz 'epoch' + ${q.after.atMicros}::bigint * interval '1 microsecond')`;
+    query = query.where(sql<boolean>`(d.desired_at, d.device_id) > (${at}, ${q.after.deviceId})`);
+  }
+  return query
+    .orderBy('d.desired_at')
+    .orderBy('d.device_id')
+    .limit(q.limit + 1);
+}
+
+export async function listDelivery(
+  db: Kysely<GatewayDatabase>,
+  q: DeliveryListQuery,
+): Promise<DeliveryListRow[]> {
+  return listDeliveryQuery(db, q).execute();
+}
+
+/** The replicas whose bus session is up (bus_join's rule, migration 0003): what a device view waits for. */
+export async function liveReplicas(db: Kysely<GatewayDatabase>): Promise<string[]> {
+  const { rows } = await sql<{ origin: string }>`
+    SELECT DISTINCT split_part(application_name, ' ', 2) AS origin FROM pg_catalog.pg_stat_activity
+    WHERE datname = current_database() AND usename = current_user
+      AND application_name LIKE 'device-gateway-bus %'`.execute(db);
+  return rows.map((r) => r.origin);
+}

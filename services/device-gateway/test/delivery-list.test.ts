@@ -1,0 +1,268 @@
+// The delivery record's rules and the fleet list (design §3.8) on a real PostgreSQL: what the batch function keeps
+// when replicas report in any order, which devices each filter returns at a few hundred devices, that paging
+// visits each once, and that every filter walks an index in order at 100,000 devices (plans checked).
+import { randomUUID } from 'node:crypto';
+import { afterAll, beforeAll, describe, expect, it, jest } from '@jest/globals';
+import { sql } from 'kysely';
+import request from 'supertest';
+import type { DeliveryRow } from '../src/delivery/recorder.js';
+import { deliveryWriter, listDeliveryQuery, readDelivery } from '../src/delivery/sql.js';
+import { API_KEYS, startGateway, type GatewayFixture } from './support/gateway.js';
+
+jest.setTimeout(120_000);
+
+const auth = { Authorization: `Bearer ${API_KEYS[0]!}` };
+const SITES = [randomUUID(), randomUUID(), randomUUID()];
+const KINDS = ['acknowledged', 'pending', 'unobserved', 'stale'] as const;
+const DEVICES = 300;
+
+let gw: GatewayFixture;
+const id = (i: number): string => `fleet-${String(i).padStart(4, '0')}`;
+const kindOf = (i: number): (typeof KINDS)[number] => KINDS[(i * 7) % 4]!;
+const siteOf = (i: number): string => SITES[i % 3]!;
+
+beforeAll(async () => {
+  gw = await startGateway({ load: false });
+  await sql`
+    INSERT INTO device_gateway.device_registry (device_id, site_id, name, model)
+    SELECT 'fleet-' || lpad(i::text, 4, '0'), (${sql.val(SITES)}::uuid[])[i % 3 + 1], 'Unit ' || i, 'hvac'
+    FROM generate_series(0, ${DEVICES - 1}) AS i`.execute(gw.owner);
+  const writer = deliveryWriter(gw.reader);
+  const base = Date.parse('2026-01-01T00:00:00Z');
+  // Desired content 'd' for everyone (desired_at one second apart, in a shuffled order), then each kind's events.
+  const rows: DeliveryRow[] = [];
+  for (let i = 0; i < DEVICES; i++) {
+    const row: DeliveryRow = {
+      d: id(i),
+      s: siteOf(i),
+      dv: 100,
+      ds: 'registry',
+      dc: 'dddddddddddddddd',
+      da: new Date(base + ((i * 37) % DEVICES) * 1000).toISOString(),
+    };
+    const kind = kindOf(i);
+    if (kind !== 'unobserved') row.r = 1;
+    if (kind === 'acknowledged')
+      Object.assign(row, {
+        sv: 100,
+        sc: row.dc,
+        sa: row.da,
+        st: 'plain',
+        sk: true,
+        av: 100,
+        ac: row.dc,
+        aa: row.da,
+        at: 'plain',
+      });
+    if (kind === 'pending') Object.assign(row, { sv: 100, sc: row.dc, sa: row.da, st: 'dtls', sk: false });
+    if (kind === 'stale')
+      Object.assign(row, {
+        sv: 90,
+        sc: 'oooooooooooooooo',
+        sa: row.da,
+        st: 'plain',
+        sk: true,
+        av: 90,
+        ac: 'oooooooooooooooo',
+        aa: row.da,
+        at: 'plain',
+      });
+    rows.push(row);
+  }
+  await writer.record(gw.app.replicaId, rows);
+});
+
+afterAll(async () => {
+  await gw?.close();
+});
+
+async function page(
+  query: string,
+): Promise<{ items: { device_id: string; state: string; site_id: string }[]; next_cursor: string | null }> {
+  const res = await request(gw.app.http).get(`/api/devices${query}`).set(auth);
+  expect(res.status).toBe(200);
+  return res.body as {
+    items: { device_id: string; state: string; site_id: string }[];
+    next_cursor: string | null;
+  };
+}
+
+/** Every page of a query, limit 7: the device ids in the order visited. */
+async function all(params: Record<string, string>): Promise<string[]> {
+  const seen: string[] = [];
+  let cursor: string | null = null;
+  do {
+    const q = new URLSearchParams({ ...params, limit: '7', ...(cursor === null ? {} : { cursor }) });
+    const p = await page(`?${q.toString()}`);
+    seen.push(...p.items.map((i) => i.device_id));
+    cursor = p.next_cursor;
+  } while (cursor !== null);
+  return seen;
+}
+
+describe('GET /api/devices', () => {
+  it.each([
+    [{}],
+    [{ delivery: 'acknowledged' }],
+    [{ delivery: 'pending' }],
+    [{ delivery: 'unobserved' }],
+    [{ delivery: 'stale' }],
+    [{ site_id: SITES[1]! }],
+    [{ site_id: SITES[2]!, delivery: 'pending' }],
+  ])(
+    '%j returns exactly its devices, oldest desired change first, each once',
+    async (params: Record<string, string>) => {
+      const expected: { id: string; at: number }[] = [];
+      for (let i = 0; i < DEVICES; i++) {
+        if (params.delivery !== undefined && kindOf(i) !== params.delivery) continue;
+        if (params.site_id !== undefined && siteOf(i) !== params.site_id) continue;
+        expected.push({ id: id(i), at: (i * 37) % DEVICES });
+      }
+      expected.sort((x, y) => x.at - y.at);
+      const seen = await all(params);
+      expect(seen).toEqual(expected.map((e) => e.id));
+      expect(new Set(seen).size).toBe(seen.length);
+    },
+  );
+
+  it('a disabled device leaves the list; a deleted one takes its record along', async () => {
+    await sql`UPDATE device_gateway.device_registry SET enabled = false WHERE device_id = ${id(0)}`.execute(
+      gw.owner,
+    );
+    expect(await all({})).not.toContain(id(0));
+    await sql`DELETE FROM device_gateway.device_registry WHERE device_id = ${id(1)}`.execute(gw.owner);
+    expect(await readDelivery(gw.reader, id(1))).toBeUndefined();
+  });
+
+  it('refuses what it did not issue', async () => {
+    for (const q of [
+      '?cursor=abc',
+      '?cursor=' + Buffer.from('["1",2]').toString('base64url'),
+      '?limit=501',
+      '?limit=1.5',
+      '?site_id=x',
+      '?delivery=all',
+      '?limit=1&limit=2',
+    ]) {
+      const res = await request(gw.app.http).get(`/api/devices${q}`).set(auth);
+      expect(res.status).toBe(400);
+      expect(res.body.code).toBe('invalid_query');
+      expect(res.headers['content-type']).toMatch(/application\/problem\+json/);
+    }
+  });
+});
+
+describe('delivery_record keeps the newest of each part, whatever order replicas report in', () => {
+  const device = id(12); // acknowledged (kindOf)
+  const other = 'feedfacefeedface';
+
+  it("an older version never overwrites; the same content under another replica's version keeps desired_at", async () => {
+    const writer = deliveryWriter(gw.reader);
+    const before = (await readDelivery(gw.reader, device))!;
+    await writer.record(other, [
+      { d: device, dv: 150, ds: 'registry', dc: before.desired_content!, da: new Date().toISOString() },
+    ]);
+    let row = (await readDelivery(gw.reader, device))!;
+    expect(row.desired_version).toBe('150');
+    expect(row.desired_at).toEqual(before.desired_at);
+    await writer.record(other, [
+      {
+        d: device,
+        dv: 120,
+        ds: 'override',
+        dc: 'eeeeeeeeeeeeeeee',
+        da: new Date().toISOString(),
+        av: 50,
+        ac: 'x',
+        aa: new Date().toISOString(),
+        at: 'dtls',
+      },
+    ]);
+    row = (await readDelivery(gw.reader, device))!;
+    expect(row).toMatchObject({
+      desired_version: '150',
+      desired_source: 'registry',
+      acked_version: before.acked_version,
+    });
+    await writer.record(other, [
+      { d: device, dv: 200, ds: 'override', dc: 'eeeeeeeeeeeeeeee', da: new Date().toISOString() },
+    ]);
+    row = (await readDelivery(gw.reader, device))!;
+    expect(row.desired_at.getTime()).toBeGreaterThan(before.desired_at.getTime());
+    expect(row.state).not.toBe('acknowledged');
+  });
+
+  it('a replica that is not up is reaped from observed_by; one that leaves removes itself', async () => {
+    const writer = deliveryWriter(gw.reader);
+    await writer.record(other, [{ d: id(11), r: 2 }]);
+    expect((await readDelivery(gw.reader, id(11)))!.observed_by).toContain(other);
+    await writer.reap(gw.app.replicaId, false);
+    const after = (await readDelivery(gw.reader, id(11)))!;
+    expect(after.observed_by).not.toContain(other);
+    expect(after.observed_by).toContain(gw.app.replicaId);
+    await writer.reap(gw.app.replicaId, true);
+    expect((await readDelivery(gw.reader, id(11)))!.observed_by).toEqual([]);
+  });
+
+  it('the login cannot write the table directly, and the function refuses a malformed batch', async () => {
+    await expect(
+      sql`UPDATE device_gateway.device_delivery SET state = 'acknowledged'`.execute(gw.reader),
+    ).rejects.toThrow();
+    await expect(sql`DELETE FROM device_gateway.device_delivery`.execute(gw.reader)).rejects.toThrow(
+      /permission denied/,
+    );
+    await expect(deliveryWriter(gw.reader).record('not-an-origin', [])).rejects.toThrow(
+      /invalid delivery batch/,
+    );
+  });
+});
+
+describe('at 100,000 devices every filter walks an index in order (no sort, no sequential scan)', () => {
+  beforeAll(async () => {
+    await sql`
+      INSERT INTO device_gateway.device_registry (device_id, site_id, name, model)
+      SELECT 'big-' || i, (${sql.val(SITES)}::uuid[])[i % 3 + 1], 'Unit ' || i, 'meter'
+      FROM generate_series(1, 100000) AS i`.execute(gw.owner);
+    await sql`
+      INSERT INTO device_gateway.device_delivery (device_id, site_id, desired_version, desired_source, desired_content,
+        desired_at, sent_content, acked_content, observed_by)
+      SELECT 'big-' || i, (${sql.val(SITES)}::uuid[])[i % 3 + 1], i, 'registry', 'c' || (i % 5),
+        now() - (i || ' seconds')::interval,
+        CASE WHEN i % 4 < 2 THEN 'c' || (i % 5) END, CASE WHEN i % 4 = 0 THEN 'c' || (i % 5) END,
+        CASE WHEN i % 4 = 3 THEN '{}'::text[] ELSE ARRAY['aaaaaaaaaaaaaaaa'] END
+      FROM generate_series(1, 100000) AS i`.execute(gw.owner);
+    await sql`ANALYZE device_gateway.device_delivery`.execute(gw.owner);
+    await sql`ANALYZE device_gateway.device_registry`.execute(gw.owner);
+  });
+
+  it.each([
+    [{}, 'device_delivery_page_idx'],
+    [{ state: 'pending' as const }, 'device_delivery_state_idx'],
+    [{ state: 'stale' as const }, 'device_delivery_state_idx'],
+    [{ siteId: SITES[0]! }, 'device_delivery_site_idx'],
+    [{ siteId: SITES[0]!, state: 'unobserved' as const }, 'device_delivery_site_state_idx'],
+    [
+      { state: 'acknowledged' as const, after: { atMicros: '1700000000000000', deviceId: 'big-5' } },
+      'device_delivery_state_idx',
+    ],
+  ])('%j uses %s', async (filter, index) => {
+    const compiled = listDeliveryQuery(gw.reader, { limit: 100, ...filter }).compile();
+    const { rows } = await sql<{
+      'QUERY PLAN': unknown;
+    }>`EXPLAIN (FORMAT JSON) ${sql.raw(compiled.sql.replace(/\$(\d+)/g, (_, n: string) => literal(compiled.parameters[Number(n) - 1])))}`.execute(
+      gw.reader,
+    );
+    const plan = JSON.stringify(rows[0]!['QUERY PLAN']);
+    expect(plan).toContain(`"Index Name":"${index}"`);
+    expect(plan).not.toContain('"Node Type":"Sort"');
+    expect(plan).not.toMatch(
+      /"Node Type":"Seq Scan","Parallel Aware":(true|false),"Async Capable":(true|false),"Relation Name":"device_delivery"/,
+    );
+  });
+});
+
+/** A parameter as an SQL literal, for EXPLAIN of a compiled query (test values only). */
+function literal(value: unknown): string {
+  if (typeof value === 'number' || typeof value === 'boolean') return String(value);
+  return `'${String(value).replaceAll("'", "''")}'`;
+}
