@@ -22,16 +22,16 @@ import { benchNodeArgs } from './lib/node-args.js';
 const RATE_PER_S = Number(process.env.BENCH_NOTIFY_RATE ?? 1000);
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 5);
 const DEVICE = 'acme-hq-hvac-01';
-const KEY = 'bench-key-0123456789';
+export const KEY = 'bench-key-0123456789';
 const mainJs = fileURLToPath(new URL('./main.js', import.meta.resolve('@platform/device-gateway')));
 
-interface Replica {
+export interface Replica {
   proc: ChildProcess;
   httpPort: number;
   coapPort: number;
 }
 
-async function startReplica(databaseUrl: string): Promise<Replica> {
+export async function startReplica(databaseUrl: string, env: Record<string, string> = {}): Promise<Replica> {
   const httpPort = await freePort('tcp');
   const coapPort = await freePort('udp');
   // BENCH_PROFILE_DIR: a V8 CPU profile per replica, written when it exits.
@@ -48,6 +48,7 @@ async function startReplica(databaseUrl: string): Promise<Replica> {
       GATEWAY_COAP_HOST: '127.0.0.1',
       // Request log lines at 1,000/s would cost the replicas more than the work measured.
       LOG_LEVEL: 'error',
+      ...env,
     },
     stdio: ['ignore', 'ignore', 'inherit'],
   });

@@ -19,6 +19,7 @@ type Command =
   | { cmd: 'stats' }
   | { cmd: 'reload' }
   | { cmd: 'fanout'; value: number }
+  | { cmd: 'flush' }
   | { cmd: 'exit' };
 
 const cpuMs = (): number => {
@@ -65,6 +66,8 @@ async function gateway(): Promise<void> {
     DTLS_MAX_SESSIONS: '1000000',
     // Every simulated device shares 127.0.0.1; 100 connect at once (node-dtls-client never retransmits).
     DTLS_MAX_HANDSHAKES_PER_ADDRESS: '1000000',
+    // The delivery record (design §3.8), on as in production unless BENCH_DELIVERY=false (its cost is measured).
+    GATEWAY_DELIVERY_RECORD: process.env.BENCH_DELIVERY,
   });
   const logger = createLogger({ service: 'bench-gateway', level: 'error' });
   const db = createDb<GatewayDatabase>(config.database.url, { max: 2 });
@@ -74,6 +77,7 @@ async function gateway(): Promise<void> {
   const server = app.http.listen(0, '127.0.0.1');
   await new Promise((r) => server.once('listening', r));
   await app.service.reload();
+  app.delivery?.start();
   observers = () => app.coap.observerCount;
   process.on('message', (m: Command) => {
     void (async () => {
@@ -85,7 +89,12 @@ async function gateway(): Promise<void> {
           send({ cpuMs: cpuMs() });
           break;
         case 'stats':
-          send({ ...app.coap.stats, malformedByReason: undefined });
+          send({ ...app.coap.stats, malformedByReason: undefined, delivery: app.delivery?.stats });
+          break;
+        case 'flush':
+          await app.delivery?.flush();
+          await app.delivery?.flush();
+          send({ done: true });
           break;
         case 'reload': {
           const t0 = performance.now();
@@ -144,6 +153,9 @@ async function nodecoap(): Promise<void> {
         break;
       case 'stats':
         send({});
+        break;
+      case 'flush':
+        send({ done: true });
         break;
       case 'fanout': {
         // The plain approach: one synchronous loop of res.write() over every held relation.

@@ -10,6 +10,7 @@ import { startPostgres } from '@platform/testkit';
 import { sql } from 'kysely';
 import { dtlsFanout, dtlsLatency, issueBenchKeys } from './bench-gateway-dtls.js';
 import { runDtlsBench } from './bench-dtls.js';
+import { benchDeviceReads } from './bench-gateway-devices.js';
 import { benchNodeArgs } from './lib/node-args.js';
 import { openLoop } from './lib/open-loop.js';
 import { RawHttpClient } from './lib/raw-http-client.js';
@@ -266,14 +267,23 @@ const ratio = (a: number, b: number): string => `${(a / b).toFixed(2)}x`;
 
 const cpuMs = (u: NodeJS.CpuUsage): number => (u.user + u.system) / 1000;
 
+interface DeliveryStats {
+  rows: number;
+  flushes: number;
+  failures: number;
+  totalFlushMs: number;
+  maxFlushMs: number;
+}
+
 async function measure(
   mode: 'gateway' | 'nodecoap',
   n: number,
   databaseUrl: string,
   owner: ReturnType<typeof createDb<GatewayDatabase>>,
   round: number,
+  env: Record<string, string> = {},
 ) {
-  const child = await startChild(mode, databaseUrl);
+  const child = await startChild(mode, databaseUrl, env);
   const base = await child.ask<{ heap: number; rss: number }>({ cmd: 'heap' });
   const obs = new Observers(child.coapPort, n);
   await obs.open();
@@ -283,6 +293,8 @@ async function measure(
   const regClientCpuMs = cpuMs(process.cpuUsage(regClientCpu0));
   const regServerCpuMs = (await child.ask<{ cpuMs: number }>({ cmd: 'cpu' })).cpuMs - regServerCpu0.cpuMs;
   await new Promise((r) => setTimeout(r, 500));
+  // The delivery record's registrations written first: memory per relation is what stays.
+  await child.ask({ cmd: 'flush' });
   const after = await child.ask<{ heap: number; rss: number; observers: number }>({ cmd: 'heap' });
   const value = 100 + round;
   obs.mark(value);
@@ -293,6 +305,7 @@ async function measure(
       owner,
     );
   }
+  const delivery0 = (await child.ask<{ delivery?: DeliveryStats }>({ cmd: 'stats' })).delivery;
   const serverCpu0 = await child.ask<{ cpuMs: number }>({ cmd: 'cpu' });
   const clientCpu0 = process.cpuUsage();
   const t0 = performance.now();
@@ -303,6 +316,23 @@ async function measure(
   const serverCpuMs = (await child.ask<{ cpuMs: number }>({ cmd: 'cpu' })).cpuMs - serverCpu0.cpuMs;
   const stats = await child.ask<Record<string, number>>({ cmd: 'stats' });
   const got = obs.deliveredCount;
+  // Every delivery event of the fan-out written (sent at the reload, acknowledged at each ACK).
+  await child.ask({ cmd: 'flush' });
+  const writtenAt = performance.now();
+  const delivery1 = (await child.ask<{ delivery?: DeliveryStats }>({ cmd: 'stats' })).delivery;
+  const delivery =
+    delivery0 === undefined || delivery1 === undefined
+      ? undefined
+      : {
+          rows: delivery1.rows - delivery0.rows,
+          flushes: delivery1.flushes - delivery0.flushes,
+          failures: delivery1.failures - delivery0.failures,
+          rowsPerS: (delivery1.rows - delivery0.rows) / ((writtenAt - t0) / 1000),
+          msPerFlush:
+            (delivery1.totalFlushMs - delivery0.totalFlushMs) /
+            Math.max(1, delivery1.flushes - delivery0.flushes),
+          maxFlushMs: delivery1.maxFlushMs,
+        };
   // Rate from the first to the last distinct notification received; end to end from the reload command
   // (gateway: includes the database read) or the fan-out command (node-coap).
   const seconds = (obs.lastAt - obs.firstAt) / 1000;
@@ -322,6 +352,7 @@ async function measure(
     clientCpuMs,
     serverCpuMs,
     stats,
+    delivery,
   };
   obs.close();
   await stopChild(child);
@@ -604,10 +635,12 @@ async function main(): Promise<void> {
       return;
     }
     let round = 0;
+    let deliveryOn: Awaited<ReturnType<typeof measure>> | undefined;
     const plainFanout = new Map<number, number>();
     const plainFanoutCpuMs = new Map<number, number>();
     for (const n of SIZES) {
       const g = await measure('gateway', n, url, owner, round++);
+      if (n === Math.max(...SIZES)) deliveryOn = g;
       plainFanout.set(n, g.fanoutPerS);
       plainFanoutCpuMs.set(n, g.serverCpuMs);
       const c = await measure('nodecoap', n, url, owner, round++);
@@ -647,6 +680,30 @@ async function main(): Promise<void> {
         `reload of ${ROWS} rows with ${n} observers kept: ${g.reloadMs.toFixed(0)} ms (DB read + swap; notifications follow)`,
       );
     }
+    // The delivery record (design §3.8): the largest fan-out again with recording off, same run.
+    const largest = Math.max(...SIZES);
+    if (deliveryOn !== undefined) {
+      const on = deliveryOn;
+      const off = await measure('gateway', largest, url, owner, round++, { BENCH_DELIVERY: 'false' });
+      console.log(
+        `\n== delivery record at ${largest} CON observers — load average ${loadavg()[0]!.toFixed(2)} ==`,
+      );
+      console.log(
+        `fan-out notifications/s recording on ${on.fanoutPerS.toFixed(0)}   off ${off.fanoutPerS.toFixed(0)}   on/off ${ratio(on.fanoutPerS, off.fanoutPerS)}`,
+      );
+      console.log(
+        `  lost on ${on.lost} off ${off.lost}   duplicated on ${on.duplicates} off ${off.duplicates}   server CPU ms on ${on.serverCpuMs.toFixed(0)} off ${off.serverCpuMs.toFixed(0)}`,
+      );
+      const d = on.delivery;
+      if (d !== undefined)
+        console.log(
+          `  PostgreSQL: ${d.rows} rows in ${d.flushes} flushes (${d.failures} failed), ${d.rowsPerS.toFixed(0)} rows/s over the fan-out (${((1000 * d.rows) / Math.max(1, d.msPerFlush * d.flushes)).toFixed(0)} rows/s while writing), ${d.msPerFlush.toFixed(0)} ms per flush (max ${d.maxFlushMs.toFixed(0)} ms)`,
+        );
+      console.log(
+        `  heap per relation on ${kb(on.heapPerRelation)} off ${kb(off.heapPerRelation)}   RSS per relation on ${kb(on.rssPerRelation)} off ${kb(off.rssPerRelation)}`,
+      );
+    }
+    await benchDeviceReads(url, deviceId, ROWS);
     const { con: lat } = await notifyRound(url, '');
     // CoAP over DTLS (design §3.5), beside the plain figures above.
     const dtlsN = Number(process.env.BENCH_DTLS_OBSERVERS ?? 10_000);

@@ -42,7 +42,19 @@ export class RawHttpClient {
     return socket.destroyed ? this.open() : socket;
   }
 
-  async post(path: string, body: string): Promise<number> {
+  post(path: string, body: string): Promise<number> {
+    return this.request(
+      `POST ${path} HTTP/1.1\r\nHost: 127.0.0.1:${this.port}\r\n${this.extraHeaders}` +
+        `Content-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`,
+    );
+  }
+
+  get(path: string): Promise<number> {
+    return this.request(`GET ${path} HTTP/1.1\r\nHost: 127.0.0.1:${this.port}\r\n${this.extraHeaders}\r\n`);
+  }
+
+  /** Sends one request (its whole text) and resolves with the status once the whole response is read. */
+  private async request(text: string): Promise<number> {
     const socket = await this.acquire();
     const status = await new Promise<number>((resolve) => {
       let buf: Buffer = Buffer.alloc(0);
@@ -63,10 +75,7 @@ export class RawHttpClient {
       };
       socket.on('data', onData);
       socket.once('close', onClose);
-      socket.write(
-        `POST ${path} HTTP/1.1\r\nHost: 127.0.0.1:${this.port}\r\n${this.extraHeaders}` +
-          `Content-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`,
-      );
+      socket.write(text);
     });
     const next = this.waiting.shift();
     if (next !== undefined) next(socket);

@@ -121,7 +121,15 @@ export class DeliveryRecorder implements DeliveryEvents {
   private lastReap = 0;
   private readonly chunkRows: number;
   private readonly reapMs: number;
-  readonly stats = { flushes: 0, rows: 0, failures: 0, lastFlushMs: 0, lastFlushRows: 0 };
+  readonly stats = {
+    flushes: 0,
+    rows: 0,
+    failures: 0,
+    lastFlushMs: 0,
+    lastFlushRows: 0,
+    totalFlushMs: 0,
+    maxFlushMs: 0,
+  };
 
   constructor(private readonly options: DeliveryRecorderOptions) {
     this.chunkRows = options.chunkRows ?? 2000;
@@ -219,7 +227,12 @@ export class DeliveryRecorder implements DeliveryEvents {
       this.stats.flushes++;
       this.stats.rows += rows.length;
       this.stats.lastFlushRows = rows.length;
-      this.stats.lastFlushMs = performance.now() - started;
+      const ms = performance.now() - started;
+      this.stats.lastFlushMs = ms;
+      if (rows.length > 0) {
+        this.stats.totalFlushMs += ms;
+        if (ms > this.stats.maxFlushMs) this.stats.maxFlushMs = ms;
+      }
       if (Date.now() - this.lastReap >= this.reapMs) {
         this.lastReap = Date.now();
         await this.options.writer.reap(this.options.replica, false);
