@@ -147,10 +147,13 @@ export function buildApp(deps: GatewayDeps): GatewayApp {
   // The device view's live part here (design §3.8): relations and DTLS sessions, never key material.
   const local = (deviceId: string, limit: number): LiveView => {
     const { relations, total } = coap.relationsOf(deviceId, limit);
-    // TODO(dtls-speed merge): DtlsServer.sessionsOf lands with issue 25's branch.
-    const sessions =
-      (dtls as unknown as { sessionsOf?: (id: string) => unknown[] } | undefined)?.sessionsOf?.(deviceId) ??
-      [];
+    const sessions = (dtls?.sessionsOf(deviceId) ?? []).map((v) => ({
+      identity: v.identity,
+      address: v.address,
+      port: v.port,
+      established_at: v.establishedAt,
+      last_record_at: v.lastRecordAt,
+    }));
     return {
       relations,
       relations_total: total,

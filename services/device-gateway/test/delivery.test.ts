@@ -227,6 +227,15 @@ describe('where a setting went, across two replicas', () => {
     expect(overDtls.delivery!.acknowledged).toMatchObject({ replica: originA, transport: 'dtls' });
     const partA = overDtls.replicas.find((r) => r.replica === originA)!;
     expect(partA.relations![0]).toMatchObject({ transport: 'dtls', type: 'CON' });
+    expect(partA.dtls_sessions_total).toBe(1);
+    expect(partA.dtls_sessions![0]).toMatchObject({ identity: key.identity, address: '127.0.0.1' });
+    expect(Object.keys(partA.dtls_sessions![0]!).sort()).toEqual([
+      'address',
+      'established_at',
+      'identity',
+      'last_record_at',
+      'port',
+    ]);
     expect(overDtls.credentials.valid_keys).toBe(1);
   });
 
