@@ -20,6 +20,9 @@ const SIZES = (process.env.BENCH_SIZES ?? '10000,100000').split(',').map(Number)
 // BENCH_ONLY=notify: only notify-settings over HTTP → device and its floors (the fan-out sizes and DTLS are
 // skipped), BENCH_ROUNDS times (default 1), gateway and floor alternating so each ratio comes from one round.
 const ONLY_NOTIFY = process.env.BENCH_ONLY === 'notify';
+// BENCH_ONLY=delivery: only the delivery record's figures (design §3.8): the largest fan-out with recording on
+// and off in ABBA order (on, off, off, on), then on-call's reads; the node-coap, notify and DTLS parts skipped.
+const ONLY_DELIVERY = process.env.BENCH_ONLY === 'delivery';
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 1);
 const ROWS = ONLY_NOTIFY ? 1000 : Math.max(...SIZES);
 // Many sockets: real devices are one endpoint each, and the gateway caps relations per endpoint (256).
@@ -608,6 +611,34 @@ function printPooled(rounds: readonly NotifyRound[]): void {
   );
 }
 
+/** The delivery record's cost: fan-out rate on/off (pooled over the runs given), what PostgreSQL wrote. */
+function printDelivery(
+  n: number,
+  runs: readonly { on: boolean; r: Awaited<ReturnType<typeof measure>> }[],
+): void {
+  const on = runs.filter((x) => x.on).map((x) => x.r);
+  const off = runs.filter((x) => !x.on).map((x) => x.r);
+  const mean = (xs: number[]): number => xs.reduce((a, b) => a + b, 0) / xs.length;
+  const rate = (rs: typeof on): string => rs.map((r) => r.fanoutPerS.toFixed(0)).join(', ');
+  console.log(
+    `\n== delivery record at ${n} CON observers (${runs.map((x) => (x.on ? 'on' : 'off')).join(', ')}) — load average ${loadavg()[0]!.toFixed(2)} ==`,
+  );
+  console.log(
+    `fan-out notifications/s recording on ${rate(on)}   off ${rate(off)}   on/off (means) ${ratio(mean(on.map((r) => r.fanoutPerS)), mean(off.map((r) => r.fanoutPerS)))}`,
+  );
+  for (const x of runs)
+    console.log(
+      `  ${x.on ? 'on ' : 'off'}: lost ${x.r.lost}, duplicated ${x.r.duplicates}, retransmissions ${x.r.stats.retransmissions ?? 0}, server CPU ${x.r.serverCpuMs.toFixed(0)} ms, end to end ${x.r.endToEnd.toFixed(2)} s, heap/RSS per relation ${kb(x.r.heapPerRelation)}/${kb(x.r.rssPerRelation)}`,
+    );
+  for (const r of on) {
+    const d = r.delivery;
+    if (d !== undefined)
+      console.log(
+        `  PostgreSQL: ${d.rows} rows in ${d.flushes} flushes (${d.failures} failed), ${d.rowsPerS.toFixed(0)} rows/s over the fan-out (${((1000 * d.rows) / Math.max(1, d.msPerFlush * d.flushes)).toFixed(0)} rows/s while writing), ${d.msPerFlush.toFixed(0)} ms per flush (max ${d.maxFlushMs.toFixed(0)} ms)`,
+      );
+  }
+}
+
 async function main(): Promise<void> {
   console.log(`bench:gateway — loopback, ${ROWS} registry rows, sizes ${SIZES.join(', ')}`);
   const pg = await startPostgres();
@@ -626,6 +657,19 @@ async function main(): Promise<void> {
         .map((l) => l.toFixed(2))
         .join(' ')} on ${cpus().length} cores`,
     );
+    if (ONLY_DELIVERY) {
+      const n = Math.max(...SIZES);
+      const runs: { on: boolean; r: Awaited<ReturnType<typeof measure>> }[] = [];
+      for (const on of [true, false, false, true])
+        runs.push({
+          on,
+          r: await measure('gateway', n, url, owner, runs.length, on ? {} : { BENCH_DELIVERY: 'false' }),
+        });
+      printDelivery(n, runs);
+      await benchDeviceReads(url, owner, deviceId, ROWS);
+      await owner.destroy();
+      return;
+    }
     if (ONLY_NOTIFY) {
       const rounds: NotifyRound[] = [];
       for (let r = 1; r <= ROUNDS; r++)
@@ -681,29 +725,16 @@ async function main(): Promise<void> {
       );
     }
     // The delivery record (design §3.8): the largest fan-out again with recording off, same run.
-    const largest = Math.max(...SIZES);
     if (deliveryOn !== undefined) {
-      const on = deliveryOn;
-      const off = await measure('gateway', largest, url, owner, round++, { BENCH_DELIVERY: 'false' });
-      console.log(
-        `\n== delivery record at ${largest} CON observers — load average ${loadavg()[0]!.toFixed(2)} ==`,
-      );
-      console.log(
-        `fan-out notifications/s recording on ${on.fanoutPerS.toFixed(0)}   off ${off.fanoutPerS.toFixed(0)}   on/off ${ratio(on.fanoutPerS, off.fanoutPerS)}`,
-      );
-      console.log(
-        `  lost on ${on.lost} off ${off.lost}   duplicated on ${on.duplicates} off ${off.duplicates}   server CPU ms on ${on.serverCpuMs.toFixed(0)} off ${off.serverCpuMs.toFixed(0)}`,
-      );
-      const d = on.delivery;
-      if (d !== undefined)
-        console.log(
-          `  PostgreSQL: ${d.rows} rows in ${d.flushes} flushes (${d.failures} failed), ${d.rowsPerS.toFixed(0)} rows/s over the fan-out (${((1000 * d.rows) / Math.max(1, d.msPerFlush * d.flushes)).toFixed(0)} rows/s while writing), ${d.msPerFlush.toFixed(0)} ms per flush (max ${d.maxFlushMs.toFixed(0)} ms)`,
-        );
-      console.log(
-        `  heap per relation on ${kb(on.heapPerRelation)} off ${kb(off.heapPerRelation)}   RSS per relation on ${kb(on.rssPerRelation)} off ${kb(off.rssPerRelation)}`,
-      );
+      const off = await measure('gateway', Math.max(...SIZES), url, owner, round++, {
+        BENCH_DELIVERY: 'false',
+      });
+      printDelivery(Math.max(...SIZES), [
+        { on: true, r: deliveryOn },
+        { on: false, r: off },
+      ]);
     }
-    await benchDeviceReads(url, deviceId, ROWS);
+    await benchDeviceReads(url, owner, deviceId, ROWS);
     const { con: lat } = await notifyRound(url, '');
     // CoAP over DTLS (design §3.5), beside the plain figures above.
     const dtlsN = Number(process.env.BENCH_DTLS_OBSERVERS ?? 10_000);

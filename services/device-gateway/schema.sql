@@ -151,14 +151,13 @@ device_gateway.device_registry device_registry_pkey PRIMARY KEY (device_id)
 device_gateway.device_registry device_registry_site_id_not_null NOT NULL site_id
 device_gateway.device_registry device_registry_updated_at_not_null NOT NULL updated_at
 
--- indexes (13)
+-- indexes (12)
 CREATE INDEX device_credentials_device_idx ON device_gateway.device_credentials USING btree (device_id)
 CREATE INDEX device_credentials_live_idx ON device_gateway.device_credentials USING btree (not_after) WHERE (revoked_at IS NULL)
-CREATE INDEX device_delivery_observed_idx ON device_gateway.device_delivery USING btree (device_id) WHERE (cardinality(observed_by) > 0)
+CREATE INDEX device_delivery_open_idx ON device_gateway.device_delivery USING btree (state, desired_at, device_id) WHERE (state <> 'acknowledged'::text)
 CREATE INDEX device_delivery_page_idx ON device_gateway.device_delivery USING btree (desired_at, device_id)
 CREATE INDEX device_delivery_site_idx ON device_gateway.device_delivery USING btree (site_id, desired_at, device_id)
-CREATE INDEX device_delivery_site_state_idx ON device_gateway.device_delivery USING btree (site_id, state, desired_at, device_id)
-CREATE INDEX device_delivery_state_idx ON device_gateway.device_delivery USING btree (state, desired_at, device_id)
+CREATE INDEX device_delivery_site_open_idx ON device_gateway.device_delivery USING btree (site_id, state, desired_at, device_id) WHERE (state <> 'acknowledged'::text)
 CREATE INDEX device_registry_site_id_idx ON device_gateway.device_registry USING btree (site_id)
 CREATE UNIQUE INDEX bus_overrides_pkey ON device_gateway.bus_overrides USING btree (device_id)
 CREATE UNIQUE INDEX device_credentials_pkey ON device_gateway.device_credentials USING btree (credential_id)
@@ -305,14 +304,15 @@ BEGIN
     device_id, site_id, desired_version, desired_source, desired_content, desired_at,
     sent_version, sent_content, sent_at, sent_by, sent_transport, sent_confirmable,
     acked_version, acked_content, acked_at, acked_by, acked_transport, heard_at, observed_by)
-  SELECT b.d, b.s, b.dv, b.ds, b.dc, coalesce(b.da, now()),
-         b.sv, b.sc, b.sa, CASE WHEN b.sv IS NULL THEN NULL ELSE p_replica END, b.st, b.sk,
-         b.av, b.ac, b.aa, CASE WHEN b.av IS NULL THEN NULL ELSE p_replica END, b.at, b.h,
+  SELECT b.d, b.s, b.dv, b.ds, b.dc, coalesce(to_timestamp(b.da / 1000.0), now()),
+         b.sv, b.sc, to_timestamp(b.sa / 1000.0), CASE WHEN b.sv IS NULL THEN NULL ELSE p_replica END, b.st, b.sk,
+         b.av, b.ac, to_timestamp(b.aa / 1000.0), CASE WHEN b.av IS NULL THEN NULL ELSE p_replica END, b.at,
+         to_timestamp(b.h / 1000.0),
          CASE WHEN b.r > 0 THEN ARRAY[p_replica] ELSE '{}'::text[] END
   FROM jsonb_to_recordset(p_batch) AS b(
-    d text, s uuid, dv bigint, ds text, dc text, da timestamptz,
-    sv bigint, sc text, sa timestamptz, st text, sk boolean,
-    av bigint, ac text, aa timestamptz, at text, h timestamptz, r integer)
+    d text, s uuid, dv bigint, ds text, dc text, da double precision,
+    sv bigint, sc text, sa double precision, st text, sk boolean,
+    av bigint, ac text, aa double precision, at text, h double precision, r integer)
   JOIN device_gateway.device_registry reg ON reg.device_id = b.d
   ON CONFLICT (device_id) DO UPDATE SET
     site_id = coalesce(excluded.site_id, t.site_id),

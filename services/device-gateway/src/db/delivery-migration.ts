@@ -16,6 +16,12 @@ import { withGeneratedSql } from '@platform/service-kit';
  * - `observed_by` lists the replicas (bus origins) on which the device holds a relation to its settings. A
  *   replica that stops cleanly removes itself; the rows of one that died are cleaned by `delivery_reap`, which
  *   keeps only replicas whose bus session is up (the rule of bus_join, migration 0003).
+ * - Times arrive as milliseconds since the epoch (numbers: cheaper to encode than ISO text, 100,000 rows a batch).
+ * - Indexes: every write of a device's row is a non-HOT update (its state or desired_at changes), so each index
+ *   costs every write. The list needs an order by (desired_at, device_id), with and without a site; the
+ *   filters that matter to on-call (pending, stale, unobserved) get partial indexes over the rows that are not
+ *   acknowledged, so the common write (a device acknowledging) touches neither of them. `acknowledged` is
+ *   listed by walking the order index with a filter; reaping scans the rows that list a replica.
  * - `state` is derived in the row, so the list filters on an index: acknowledged (the device acknowledged the
  *   desired content), unobserved (not acknowledged, and no relation anywhere), pending (the desired content was
  *   sent and not acknowledged: a NON notification stays here, "sent, unconfirmed"), stale (observed, and the
@@ -58,15 +64,14 @@ CREATE TABLE device_gateway.device_delivery (
 
 CREATE INDEX device_delivery_page_idx ON device_gateway.device_delivery (desired_at, device_id);
 
-CREATE INDEX device_delivery_state_idx ON device_gateway.device_delivery (state, desired_at, device_id);
-
 CREATE INDEX device_delivery_site_idx ON device_gateway.device_delivery (site_id, desired_at, device_id);
 
-CREATE INDEX device_delivery_site_state_idx
-  ON device_gateway.device_delivery (site_id, state, desired_at, device_id);
+CREATE INDEX device_delivery_open_idx ON device_gateway.device_delivery (state, desired_at, device_id)
+  WHERE state <> 'acknowledged';
 
-CREATE INDEX device_delivery_observed_idx ON device_gateway.device_delivery (device_id)
-  WHERE cardinality(observed_by) > 0;
+CREATE INDEX device_delivery_site_open_idx
+  ON device_gateway.device_delivery (site_id, state, desired_at, device_id)
+  WHERE state <> 'acknowledged';
 
 CREATE FUNCTION device_gateway.delivery_record(p_replica text, p_batch jsonb) RETURNS integer
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog AS $$
@@ -82,14 +87,15 @@ BEGIN
     device_id, site_id, desired_version, desired_source, desired_content, desired_at,
     sent_version, sent_content, sent_at, sent_by, sent_transport, sent_confirmable,
     acked_version, acked_content, acked_at, acked_by, acked_transport, heard_at, observed_by)
-  SELECT b.d, b.s, b.dv, b.ds, b.dc, coalesce(b.da, now()),
-         b.sv, b.sc, b.sa, CASE WHEN b.sv IS NULL THEN NULL ELSE p_replica END, b.st, b.sk,
-         b.av, b.ac, b.aa, CASE WHEN b.av IS NULL THEN NULL ELSE p_replica END, b.at, b.h,
+  SELECT b.d, b.s, b.dv, b.ds, b.dc, coalesce(to_timestamp(b.da / 1000.0), now()),
+         b.sv, b.sc, to_timestamp(b.sa / 1000.0), CASE WHEN b.sv IS NULL THEN NULL ELSE p_replica END, b.st, b.sk,
+         b.av, b.ac, to_timestamp(b.aa / 1000.0), CASE WHEN b.av IS NULL THEN NULL ELSE p_replica END, b.at,
+         to_timestamp(b.h / 1000.0),
          CASE WHEN b.r > 0 THEN ARRAY[p_replica] ELSE '{}'::text[] END
   FROM jsonb_to_recordset(p_batch) AS b(
-    d text, s uuid, dv bigint, ds text, dc text, da timestamptz,
-    sv bigint, sc text, sa timestamptz, st text, sk boolean,
-    av bigint, ac text, aa timestamptz, at text, h timestamptz, r integer)
+    d text, s uuid, dv bigint, ds text, dc text, da double precision,
+    sv bigint, sc text, sa double precision, st text, sk boolean,
+    av bigint, ac text, aa double precision, at text, h double precision, r integer)
   JOIN device_gateway.device_registry reg ON reg.device_id = b.d
   ON CONFLICT (device_id) DO UPDATE SET
     site_id = coalesce(excluded.site_id, t.site_id),

@@ -24,17 +24,18 @@ export interface DeliveryRow {
   dv?: number;
   ds?: string;
   dc?: string;
-  da?: string;
+  /** Times: wall-clock ms since the epoch. */
+  da?: number;
   sv?: number;
   sc?: string;
-  sa?: string;
+  sa?: number;
   st?: DeliveryTransport;
   sk?: boolean;
   av?: number;
   ac?: string;
-  aa?: string;
+  aa?: number;
   at?: DeliveryTransport;
-  h?: string;
+  h?: number;
   r?: number;
 }
 
@@ -97,18 +98,22 @@ class Pending {
   }
 }
 
-/** A document's content hash (16 hex digits of SHA-256 of its content key), computed once per document. */
-const contentHashes = new WeakMap<VisibleDocument, string>();
+/**
+ * A document's content hash: 16 hex digits of SHA-256 of its content key (a settings document's is its source
+ * and settings, not its device or version). Cached by content key, so a fleet on the same settings costs one
+ * hash per flush, not one per device; the cache is dropped when it grows past a few thousand contents.
+ */
+const contentHashes = new Map<string, string>();
 export function contentHash(doc: VisibleDocument): string {
-  let h = contentHashes.get(doc);
+  const key = doc.contentKey;
+  let h = contentHashes.get(key);
   if (h === undefined) {
-    h = hash('sha256', doc.contentKey, 'hex').slice(0, 16);
-    contentHashes.set(doc, h);
+    h = hash('sha256', key, 'hex').slice(0, 16);
+    if (contentHashes.size >= 4096) contentHashes.clear();
+    contentHashes.set(key, h);
   }
   return h;
 }
-
-const iso = (ms: number): string => new Date(ms).toISOString();
 
 export class DeliveryRecorder implements DeliveryEvents {
   private pending = new Map<string, Pending>();
@@ -221,15 +226,26 @@ export class DeliveryRecorder implements DeliveryEvents {
     this.oldest = 0;
     const started = performance.now();
     try {
-      const rows = this.rowsOf(batch);
-      for (let i = 0; i < rows.length; i += this.chunkRows)
-        await this.options.writer.record(this.options.replica, rows.slice(i, i + this.chunkRows));
+      // Rows are built a chunk at a time, between the writes: a 100,000-device batch never holds the event
+      // loop for more than one chunk's hashing and encoding (a few ms), so ACKs keep being read meanwhile.
+      let written = 0;
+      let chunk: DeliveryRow[] = [];
+      for (const [deviceId, pending] of batch) {
+        chunk.push(this.rowOf(deviceId, pending));
+        if (chunk.length === this.chunkRows) {
+          await this.options.writer.record(this.options.replica, chunk);
+          written += chunk.length;
+          chunk = [];
+        }
+      }
+      if (chunk.length > 0) await this.options.writer.record(this.options.replica, chunk);
+      written += chunk.length;
       this.stats.flushes++;
-      this.stats.rows += rows.length;
-      this.stats.lastFlushRows = rows.length;
+      this.stats.rows += written;
+      this.stats.lastFlushRows = written;
       const ms = performance.now() - started;
       this.stats.lastFlushMs = ms;
-      if (rows.length > 0) {
+      if (written > 0) {
         this.stats.totalFlushMs += ms;
         if (ms > this.stats.maxFlushMs) this.stats.maxFlushMs = ms;
       }
@@ -256,34 +272,30 @@ export class DeliveryRecorder implements DeliveryEvents {
     }
   }
 
-  private rowsOf(batch: Map<string, Pending>): DeliveryRow[] {
-    const rows: DeliveryRow[] = [];
-    for (const [d, p] of batch) {
-      const row: DeliveryRow = { d };
-      if (p.desired !== null) {
-        if (p.siteId !== null) row.s = p.siteId;
-        row.dv = p.desired.version;
-        row.ds = (p.desired.body as { source: string }).source;
-        row.dc = contentHash(p.desired);
-        row.da = iso(p.desiredAt);
-      }
-      if (p.sent !== null) {
-        row.sv = p.sent.version;
-        row.sc = contentHash(p.sent);
-        row.sa = iso(p.sentAt);
-        row.st = p.sentTransport;
-        row.sk = p.sentConfirmable;
-      }
-      if (p.acked !== null) {
-        row.av = p.acked.version;
-        row.ac = contentHash(p.acked);
-        row.aa = iso(p.ackedAt);
-        row.at = p.ackedTransport;
-      }
-      if (p.heardAt > 0) row.h = iso(p.heardAt);
-      if (p.relations) row.r = this.options.relationsOf(d);
-      rows.push(row);
+  private rowOf(d: string, p: Pending): DeliveryRow {
+    const row: DeliveryRow = { d };
+    if (p.desired !== null) {
+      if (p.siteId !== null) row.s = p.siteId;
+      row.dv = p.desired.version;
+      row.ds = (p.desired.body as { source: string }).source;
+      row.dc = contentHash(p.desired);
+      row.da = p.desiredAt;
     }
-    return rows;
+    if (p.sent !== null) {
+      row.sv = p.sent.version;
+      row.sc = contentHash(p.sent);
+      row.sa = p.sentAt;
+      row.st = p.sentTransport;
+      row.sk = p.sentConfirmable;
+    }
+    if (p.acked !== null) {
+      row.av = p.acked.version;
+      row.ac = contentHash(p.acked);
+      row.aa = p.ackedAt;
+      row.at = p.ackedTransport;
+    }
+    if (p.heardAt > 0) row.h = p.heardAt;
+    if (p.relations) row.r = this.options.relationsOf(d);
+    return row;
   }
 }

@@ -67,6 +67,9 @@ export function listDeliveryQuery(db: Kysely<GatewayDatabase>, q: DeliveryListQu
     .where('r.enabled', '=', true);
   if (q.siteId !== undefined) query = query.where('d.site_id', '=', q.siteId);
   if (q.state !== undefined) query = query.where('d.state', '=', q.state);
+  // Spelled out so the partial indexes of the open states (migration 0005) match whatever the plan's parameters.
+  if (q.state !== undefined && q.state !== 'acknowledged')
+    query = query.where(sql<boolean>`d.state <> 'acknowledged'`);
   if (q.after !== undefined) {
     const at = sql`(timestamptz 'epoch' + ${q.after.atMicros}::bigint * interval '1 microsecond')`;
     query = query.where(sql<boolean>`(d.desired_at, d.device_id) > (${at}, ${q.after.deviceId})`);
