@@ -105,8 +105,11 @@ export const gatewayConfigSchema = {
     GATEWAY_BUS_HEARTBEAT_MS: { type: 'integer', minimum: 500, maximum: 600000, default: 5000 },
     /** The delivery record (design §3.8): what each device was sent and acknowledged, kept in PostgreSQL. */
     GATEWAY_DELIVERY_RECORD: { type: 'boolean', default: true },
-    /** Delivery events are written in batches this often (ms): the record's lag is at most this plus one write. */
-    GATEWAY_DELIVERY_FLUSH_MS: { type: 'integer', minimum: 50, maximum: 60000, default: 1000 },
+    /**
+     * Delivery events are written in batches this often (ms). The record lags by at most two of these plus one
+     * write: a device about to be notified waits one batch so that sent and acknowledged go in one row.
+     */
+    GATEWAY_DELIVERY_FLUSH_MS: { type: 'integer', minimum: 50, maximum: 60000, default: 500 },
     /** How long GET /api/devices/{device_id} waits for the other replicas' live parts (ms). */
     GATEWAY_DEVICE_VIEW_DEADLINE_MS: { type: 'integer', minimum: 50, maximum: 10000, default: 1000 },
   },

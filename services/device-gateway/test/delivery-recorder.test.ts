@@ -122,4 +122,23 @@ describe('DeliveryRecorder', () => {
     expect(w.batches.map((b) => b.length)).toEqual([100, 100, 50]);
     expect(r.stats.rows).toBe(250);
   });
+
+  it('a device about to be notified waits one flush, so sent and acknowledged share its row; never two', async () => {
+    const w = new FakeWriter();
+    const r = recorder(w, 1);
+    const v2 = doc('d1', 2, 120);
+    r.desired(record('d1'), v2);
+    r.desired(record('d9'), doc('d9', 2, 120));
+    await r.flush();
+    expect(w.batches.flat()).toEqual([]);
+    r.sent('d1', v2, 'plain', true);
+    r.acknowledged('d1', v2, 'plain');
+    await r.flush();
+    const rows = w.batches.flat();
+    expect(rows.map((row) => row.d).sort()).toEqual(['d1', 'd9']);
+    expect(rows.find((row) => row.d === 'd1')).toMatchObject({ dv: 2, sv: 2, av: 2 });
+    // d9 was never sent: written at the second flush anyway (the lag bound).
+    expect(rows.find((row) => row.d === 'd9')).toMatchObject({ dv: 2 });
+    expect(rows.find((row) => row.d === 'd9')!.sv).toBeUndefined();
+  });
 });

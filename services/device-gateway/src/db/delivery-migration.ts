@@ -134,7 +134,11 @@ BEGIN
     heard_at = greatest(excluded.heard_at, t.heard_at),
     updated_at = now();
   GET DIAGNOSTICS written = ROW_COUNT;
-  -- Relations: r is this replica's count of relations to the device's settings (NULL: unchanged).
+  -- Relations: r is this replica's count of relations to the device's settings (absent: unchanged). Most
+  -- batches have none (a fan-out changes no relation): the path test skips reading the batch a second time.
+  IF NOT jsonb_path_exists(p_batch, '$[*].r') THEN
+    RETURN written;
+  END IF;
   UPDATE device_gateway.device_delivery t
   SET observed_by = CASE WHEN b.r > 0 THEN array_append(t.observed_by, p_replica)
                          ELSE array_remove(t.observed_by, p_replica) END

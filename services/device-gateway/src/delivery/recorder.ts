@@ -74,6 +74,8 @@ class Pending {
   ackedTransport: DeliveryTransport = 'plain';
   heardAt = 0;
   relations = false;
+  /** Held back one flush already (see DeliveryRecorder.write): written at the next one whatever happens. */
+  deferred = false;
 
   /** Folds an older, unwritten batch's entry under this one (a failed flush): newer parts win. */
   absorb(older: Pending): void {
@@ -230,7 +232,12 @@ export class DeliveryRecorder implements DeliveryEvents {
       // loop for more than one chunk's hashing and encoding (a few ms), so ACKs keep being read meanwhile.
       let written = 0;
       let chunk: DeliveryRow[] = [];
+      let deferred = false;
       for (const [deviceId, pending] of batch) {
+        if (this.defer(deviceId, pending)) {
+          deferred = true;
+          continue;
+        }
         chunk.push(this.rowOf(deviceId, pending));
         if (chunk.length === this.chunkRows) {
           await this.options.writer.record(this.options.replica, chunk);
@@ -240,6 +247,8 @@ export class DeliveryRecorder implements DeliveryEvents {
       }
       if (chunk.length > 0) await this.options.writer.record(this.options.replica, chunk);
       written += chunk.length;
+      if (deferred)
+        this.oldest = this.oldest === 0 ? this.inFlightOldest : Math.min(this.oldest, this.inFlightOldest);
       this.stats.flushes++;
       this.stats.rows += written;
       this.stats.lastFlushRows = written;
@@ -270,6 +279,33 @@ export class DeliveryRecorder implements DeliveryEvents {
     } finally {
       this.inFlightOldest = 0;
     }
+  }
+
+  /**
+   * A device whose settings just changed and that observes them here is about to be sent them (the fan-out
+   * pump) and, moments later, to acknowledge them: its row waits one flush, so a fleet-wide change writes one
+   * row per device (desired, sent and acknowledged together) instead of two. Once only, so the record's lag
+   * stays within two flush intervals.
+   */
+  private defer(deviceId: string, p: Pending): boolean {
+    if (
+      p.deferred ||
+      p.desired === null ||
+      p.sent !== null ||
+      p.acked !== null ||
+      p.relations ||
+      p.heardAt > 0
+    )
+      return false;
+    if (this.options.relationsOf(deviceId) === 0) return false;
+    p.deferred = true;
+    const newer = this.pending.get(deviceId);
+    if (newer === undefined) this.pending.set(deviceId, p);
+    else {
+      newer.absorb(p);
+      newer.deferred = true;
+    }
+    return true;
   }
 
   private rowOf(d: string, p: Pending): DeliveryRow {
