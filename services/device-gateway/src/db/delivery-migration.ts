@@ -73,14 +73,15 @@ CREATE INDEX device_delivery_site_open_idx
   ON device_gateway.device_delivery (site_id, state, desired_at, device_id)
   WHERE state <> 'acknowledged';
 
-CREATE FUNCTION device_gateway.delivery_record(p_replica text, p_batch jsonb) RETURNS integer
+CREATE FUNCTION device_gateway.delivery_record(p_replica text, p_batch json) RETURNS integer
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog AS $$
 DECLARE
   written integer;
 BEGIN
-  IF p_replica !~ '^[0-9a-f]{16}$' OR jsonb_typeof(p_batch) IS DISTINCT FROM 'array' THEN
+  IF p_replica !~ '^[0-9a-f]{16}$' OR json_typeof(p_batch) IS DISTINCT FROM 'array' THEN
     RAISE EXCEPTION 'invalid delivery batch' USING ERRCODE = '22023';
   END IF;
+  -- json, not jsonb: read once, front to back, json_to_recordset costs about half of jsonb's conversion.
   -- One row per device in a batch (the recorder merges events per device); a device not in the registry is
   -- skipped. NULL fields mean "no news": each part moves only to a higher version.
   INSERT INTO device_gateway.device_delivery AS t (
@@ -92,7 +93,7 @@ BEGIN
          b.av, b.ac, to_timestamp(b.aa / 1000.0), CASE WHEN b.av IS NULL THEN NULL ELSE p_replica END, b.at,
          to_timestamp(b.h / 1000.0),
          CASE WHEN b.r > 0 THEN ARRAY[p_replica] ELSE '{}'::text[] END
-  FROM jsonb_to_recordset(p_batch) AS b(
+  FROM json_to_recordset(p_batch) AS b(
     d text, s uuid, dv bigint, ds text, dc text, da double precision,
     sv bigint, sc text, sa double precision, st text, sk boolean,
     av bigint, ac text, aa double precision, at text, h double precision, r integer)
@@ -136,13 +137,13 @@ BEGIN
   GET DIAGNOSTICS written = ROW_COUNT;
   -- Relations: r is this replica's count of relations to the device's settings (absent: unchanged). Most
   -- batches have none (a fan-out changes no relation): the path test skips reading the batch a second time.
-  IF NOT jsonb_path_exists(p_batch, '$[*].r') THEN
+  IF strpos(p_batch::text, '"r":') = 0 THEN
     RETURN written;
   END IF;
   UPDATE device_gateway.device_delivery t
   SET observed_by = CASE WHEN b.r > 0 THEN array_append(t.observed_by, p_replica)
                          ELSE array_remove(t.observed_by, p_replica) END
-  FROM jsonb_to_recordset(p_batch) AS b(d text, r integer)
+  FROM json_to_recordset(p_batch) AS b(d text, r integer)
   WHERE b.r IS NOT NULL AND t.device_id = b.d
     AND (b.r > 0) IS DISTINCT FROM (p_replica = ANY (t.observed_by));
   RETURN written;
@@ -174,9 +175,9 @@ BEGIN
   RETURN reaped;
 END $$;
 
-REVOKE ALL ON FUNCTION device_gateway.delivery_record(text, jsonb) FROM PUBLIC;
+REVOKE ALL ON FUNCTION device_gateway.delivery_record(text, json) FROM PUBLIC;
 
-GRANT EXECUTE ON FUNCTION device_gateway.delivery_record(text, jsonb) TO device_gateway_login;
+GRANT EXECUTE ON FUNCTION device_gateway.delivery_record(text, json) TO device_gateway_login;
 
 REVOKE ALL ON FUNCTION device_gateway.delivery_reap(text, boolean) FROM PUBLIC;
 
@@ -188,7 +189,7 @@ GRANT SELECT ON device_gateway.device_delivery TO device_gateway_login;
 const DELIVERY_DOWN = `
 DROP FUNCTION device_gateway.delivery_reap(text, boolean);
 
-DROP FUNCTION device_gateway.delivery_record(text, jsonb);
+DROP FUNCTION device_gateway.delivery_record(text, json);
 
 DROP TABLE device_gateway.device_delivery;
 `;
