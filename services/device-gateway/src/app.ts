@@ -173,13 +173,16 @@ export function buildApp(deps: GatewayDeps): GatewayApp {
         logger: logger.child({ component: 'device-view' }),
       })
     : undefined;
+  // A device with a key speaks for itself over DTLS only (design §3.8): plain CoAP carries no identity.
+  const dtlsOnly = (deviceId: string): boolean => dtls !== undefined && credentials.hasKeys(deviceId);
   const delivery = config.delivery.enabled
     ? new DeliveryRecorder({
         replica: replicaId,
         writer: deliveryWriter(deps.db),
         logger: logger.child({ component: 'delivery' }),
         flushMs: config.delivery.flushMs,
-        relationsOf: (deviceId) => coap.settingsRelationsOf(deviceId),
+        relationsOf: (deviceId) => coap.settingsRelationsOf(deviceId, dtlsOnly(deviceId)),
+        trusts: (deviceId, transport) => transport === 'dtls' || !dtlsOnly(deviceId),
       })
     : undefined;
   if (delivery !== undefined) {

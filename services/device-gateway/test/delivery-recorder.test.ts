@@ -89,7 +89,7 @@ describe('DeliveryRecorder', () => {
     const v2 = doc('d1', 2, 120);
     r.sent('d1', v1, 'plain', true);
     r.acknowledged('d1', v1, 'plain');
-    r.heard('d2');
+    r.heard('d2', 'plain');
     w.failNext = 1;
     await r.flush();
     expect(w.batches).toHaveLength(0);
@@ -115,7 +115,7 @@ describe('DeliveryRecorder', () => {
       chunkRows: 100,
     });
     expect(r.lagSeconds()).toBe(0);
-    for (let i = 0; i < 250; i++) r.heard(`d${i}`);
+    for (let i = 0; i < 250; i++) r.heard(`d${i}`, 'plain');
     await new Promise((res) => setTimeout(res, 20));
     expect(r.lagSeconds()).toBeGreaterThan(0.01);
     await r.flush();

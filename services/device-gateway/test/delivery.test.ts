@@ -306,6 +306,32 @@ describe('where a setting went, across two replicas', () => {
     ]);
   });
 
+  it('a plain CoAP client cannot speak for a device that has a DTLS key', async () => {
+    // Anyone may observe over plain CoAP (GATEWAY_COAP_SECURITY=both) and claim any device id in the path.
+    for (const child of children) child.kill('SIGKILL');
+    const originA = await originOf(a);
+    const impostor = await RawCoapClient.connect(a.coapPort);
+    impostor.send({
+      confirmable: true,
+      code: 'GET',
+      token: Buffer.from('im'),
+      options: [observe0, ...pathOptions(`/devices/${DTLS}/settings`)],
+    });
+    await impostor.waitFor((p) => p.code === '2.05');
+    await notify(b, DTLS, 445);
+    await impostor.waitFor((p) => p.code === '2.05' && p.payload.toString().includes('445'));
+    // The killed DTLS observer's relation ends at its confirmable timeout; the impostor's relation and ACKs
+    // do not count: not observed, and not acknowledged.
+    const v = await until(b, DTLS, (x) => x.delivery?.state === 'unobserved', 'DTLS device unobserved');
+    expect(v.delivery!.acknowledged).toMatchObject({ transport: 'dtls', is_desired: false });
+    expect(v.delivery!.sent).toMatchObject({ transport: 'dtls' });
+    expect(v.delivery!.observed_by).toEqual([]);
+    // The live view still shows the plain relation, for what it is.
+    const partA = v.replicas.find((r) => r.replica === originA)!;
+    expect(partA.relations).toEqual([expect.objectContaining({ transport: 'plain' })]);
+    await impostor.close();
+  });
+
   it('restarting both replicas keeps the last acknowledged version', async () => {
     const before = await view(b, CON);
     for (const child of children) child.kill('SIGKILL');

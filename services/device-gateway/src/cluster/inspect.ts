@@ -58,7 +58,7 @@ const LIST_LIMIT = 16;
 export class Inspector {
   private readonly waiting = new Map<
     string,
-    { deviceId: string; answers: Map<string, LiveView>; wake(): void }
+    { deviceId: string; expected: ReadonlySet<string>; answers: Map<string, LiveView>; wake(): void }
   >();
   private tokens: number;
   private refilledAt = Date.now();
@@ -93,6 +93,7 @@ export class Inspector {
     const allIn = new Promise<void>((resolve) => (wake = resolve));
     this.waiting.set(q, {
       deviceId,
+      expected: new Set(expected),
       answers,
       wake: () => {
         if (expected.every((r) => answers.has(r))) wake();
@@ -113,7 +114,7 @@ export class Inspector {
       this.waiting.delete(q);
     }
     const parts: ReplicaPart[] = [self];
-    for (const replica of new Set([...expected, ...answers.keys()])) {
+    for (const replica of expected) {
       const view = answers.get(replica);
       parts.push(
         view === undefined
@@ -134,7 +135,12 @@ export class Inspector {
     if (message.o === this.options.origin) return;
     if (message.k === 'a') {
       const waiting = this.waiting.get(message.q);
-      if (waiting === undefined) return;
+      // Only the replicas whose bus session is up may answer, once each: anyone can LISTEN, see the request
+      // and answer it, so an answer from a replica not in the list, or a second one, is dropped.
+      if (waiting === undefined || !waiting.expected.has(message.o) || waiting.answers.has(message.o)) {
+        this.stats.dropped++;
+        return;
+      }
       waiting.answers.set(message.o, message.v);
       waiting.wake();
       return;

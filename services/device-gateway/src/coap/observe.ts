@@ -194,9 +194,16 @@ export class ObserveLayer implements ExchangeHandler<Relation> {
     };
   }
 
-  /** Relations to the device's settings resource on this server (the delivery record's `observed_by`). */
-  settingsRelationsOf(deviceId: string): number {
-    return this.settingsResources.get(deviceId)?.count ?? 0;
+  /**
+   * Relations to the device's settings resource on this server (the delivery record's `observed_by`); with
+   * `dtlsOnly`, only those of its DTLS sessions.
+   */
+  settingsRelationsOf(deviceId: string, dtlsOnly = false): number {
+    const resource = this.settingsResources.get(deviceId);
+    if (resource === undefined || !dtlsOnly) return resource?.count ?? 0;
+    let n = 0;
+    for (let rel = resource.head; rel !== null; rel = rel.next) if (transportOf(rel) === 'dtls') n++;
+    return n;
   }
 
   /** The device's relations to either resource, at most `limit` of them, and how many there are. */
@@ -322,7 +329,7 @@ export class ObserveLayer implements ExchangeHandler<Relation> {
     this.event('registered', rel);
     const delivery = this.delivery;
     if (delivery !== undefined) {
-      delivery.heard(deviceId);
+      delivery.heard(deviceId, transportOf(rel));
       if (kind === 'settings') {
         delivery.relationsChanged(deviceId);
         // The response to a registration is never confirmable (piggybacked in the ACK of a CON request, or
@@ -474,7 +481,7 @@ export class ObserveLayer implements ExchangeHandler<Relation> {
       const resource = rel.resource;
       if (resource.kind === 'settings' && !rel.closing && rel.lastDoc !== null)
         delivery.acknowledged(resource.deviceId, rel.lastDoc, transportOf(rel));
-      else delivery.heard(resource.deviceId);
+      else delivery.heard(resource.deviceId, transportOf(rel));
     }
     if (rel.closing) this.removeRelation(rel);
     else if (rel.pending) {
@@ -487,7 +494,7 @@ export class ObserveLayer implements ExchangeHandler<Relation> {
   onReset(rel: Relation): void {
     this.removeRelation(rel);
     this.stats.observersRemovedByRst++;
-    this.delivery?.heard(rel.resource.deviceId);
+    this.delivery?.heard(rel.resource.deviceId, transportOf(rel));
     this.event('reset', rel);
   }
 

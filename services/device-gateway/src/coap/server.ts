@@ -103,8 +103,8 @@ export class CoapServer {
   }
 
   /** Relations to the device's settings resource on this server. */
-  settingsRelationsOf(deviceId: string): number {
-    return this.observe.settingsRelationsOf(deviceId);
+  settingsRelationsOf(deviceId: string, dtlsOnly = false): number {
+    return this.observe.settingsRelationsOf(deviceId, dtlsOnly);
   }
 
   /** The device's live relations here (at most `limit` listed) for the device view. */

@@ -12,7 +12,7 @@ export type DeliveryTransport = 'plain' | 'dtls';
 export interface DeliveryEvents {
   sent(deviceId: string, doc: VisibleDocument, transport: DeliveryTransport, confirmable: boolean): void;
   acknowledged(deviceId: string, doc: VisibleDocument, transport: DeliveryTransport): void;
-  heard(deviceId: string): void;
+  heard(deviceId: string, transport: DeliveryTransport): void;
   /** The device's relations to its settings on this replica changed (count read at the flush). */
   relationsChanged(deviceId: string): void;
 }
@@ -52,8 +52,14 @@ export interface DeliveryRecorderOptions {
   logger: Logger;
   /** A change is written within this many ms (plus one flush's time); GATEWAY_DELIVERY_FLUSH_MS. */
   flushMs: number;
-  /** Relations to the device's settings on this replica, read at the flush. */
+  /** Relations to the device's settings on this replica that count (see `trusts`), read at the flush. */
   relationsOf: (deviceId: string) => number;
+  /**
+   * Whether what arrives over `transport` may speak for the device. Over plain CoAP anyone can claim any device:
+   * for a device that has a DTLS key (and a gateway that serves coaps) only its DTLS sessions count, so a plain
+   * client cannot make the record say it was sent or acknowledged. Default: everything counts.
+   */
+  trusts?: (deviceId: string, transport: DeliveryTransport) => boolean;
   /** Rows per function call. */
   chunkRows?: number;
   /** Dead replicas are removed from `observed_by` this often (ms). */
@@ -189,6 +195,7 @@ export class DeliveryRecorder implements DeliveryEvents {
   }
 
   sent(deviceId: string, doc: VisibleDocument, transport: DeliveryTransport, confirmable: boolean): void {
+    if (this.options.trusts?.(deviceId, transport) === false) return;
     const p = this.entry(deviceId);
     p.sent = doc;
     p.sentAt = Date.now();
@@ -197,13 +204,15 @@ export class DeliveryRecorder implements DeliveryEvents {
   }
 
   acknowledged(deviceId: string, doc: VisibleDocument, transport: DeliveryTransport): void {
+    if (this.options.trusts?.(deviceId, transport) === false) return;
     const p = this.entry(deviceId);
     p.acked = doc;
     p.ackedAt = p.heardAt = Date.now();
     p.ackedTransport = transport;
   }
 
-  heard(deviceId: string): void {
+  heard(deviceId: string, transport: DeliveryTransport): void {
+    if (this.options.trusts?.(deviceId, transport) === false) return;
     this.entry(deviceId).heardAt = Date.now();
   }
 

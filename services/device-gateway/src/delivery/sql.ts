@@ -6,9 +6,7 @@ import type { DeliveryWriter } from './recorder.js';
 export function deliveryWriter(db: Kysely<GatewayDatabase>): DeliveryWriter {
   return {
     async record(replica, rows) {
-      await sql`SELECT device_gateway.delivery_record(${replica}, ${JSON.stringify(rows)}::json)`.execute(
-        db,
-      );
+      await sql`SELECT device_gateway.delivery_record(${replica}, ${JSON.stringify(rows)}::json)`.execute(db);
     },
     async reap(replica, leaving) {
       const { rows } = await sql<{ n: number }>`

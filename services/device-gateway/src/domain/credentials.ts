@@ -108,6 +108,8 @@ export class DuplicateIdentityError extends Error {
 export class CredentialSnapshot {
   private readonly byIdentity: ReadonlyMap<string, DeviceCredential>;
   private readonly byId: ReadonlyMap<string, DeviceCredential>;
+  /** Devices with at least one key in this snapshot (revoked keys and disabled devices are never loaded). */
+  readonly deviceIds: ReadonlySet<string>;
 
   private constructor(credentials: readonly DeviceCredential[]) {
     const byIdentity = new Map<string, DeviceCredential>();
@@ -122,6 +124,7 @@ export class CredentialSnapshot {
     }
     this.byIdentity = byIdentity;
     this.byId = byId;
+    this.deviceIds = new Set(credentials.map((c) => c.deviceId));
   }
 
   static readonly empty = new CredentialSnapshot([]);
@@ -177,6 +180,11 @@ export class CredentialStore {
   lookup(identity: string, nowMs: number): DeviceCredential | undefined {
     const credential = this.snapshot.byIdentityOf(identity);
     return credential !== undefined && credential.validAt(nowMs) ? credential : undefined;
+  }
+
+  /** Whether the device has a key: it is meant to speak CoAP over DTLS (a Set lookup, for the CoAP path). */
+  hasKeys(deviceId: string): boolean {
+    return this.snapshot.deviceIds.has(deviceId);
   }
 
   /** The DTLS server's synchronous callback: `lookup` at the current time. */
