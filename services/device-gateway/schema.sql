@@ -9,13 +9,14 @@ device_gateway_login LOGIN NOINHERIT
 -- schemas (1)
 device_gateway OWNER <migrator> ACL <migrator>:CREATE,<migrator>:USAGE,device_gateway_login:USAGE COMMENT -
 
--- tables and views (4)
+-- tables and views (5)
 r device_gateway.bus_overrides RLS false FORCE false OWNER <migrator> OPTIONS - ACL <migrator>:DELETE,<migrator>:INSERT,<migrator>:MAINTAIN,<migrator>:REFERENCES,<migrator>:SELECT,<migrator>:TRIGGER,<migrator>:TRUNCATE,<migrator>:UPDATE,device_gateway_login:SELECT COMMENT -
 r device_gateway.device_credentials RLS false FORCE false OWNER <migrator> OPTIONS - ACL <migrator>:DELETE,<migrator>:INSERT,<migrator>:MAINTAIN,<migrator>:REFERENCES,<migrator>:SELECT,<migrator>:TRIGGER,<migrator>:TRUNCATE,<migrator>:UPDATE,device_gateway_login:SELECT COMMENT -
 r device_gateway.device_delivery RLS false FORCE false OWNER <migrator> OPTIONS - ACL <migrator>:DELETE,<migrator>:INSERT,<migrator>:MAINTAIN,<migrator>:REFERENCES,<migrator>:SELECT,<migrator>:TRIGGER,<migrator>:TRUNCATE,<migrator>:UPDATE,device_gateway_login:SELECT COMMENT -
 r device_gateway.device_registry RLS false FORCE false OWNER <migrator> OPTIONS - ACL <migrator>:DELETE,<migrator>:INSERT,<migrator>:MAINTAIN,<migrator>:REFERENCES,<migrator>:SELECT,<migrator>:TRIGGER,<migrator>:TRUNCATE,<migrator>:UPDATE,device_gateway_login:SELECT COMMENT -
+r device_gateway.inspect_answers RLS false FORCE false OWNER <migrator> OPTIONS - ACL <migrator>:DELETE,<migrator>:INSERT,<migrator>:MAINTAIN,<migrator>:REFERENCES,<migrator>:SELECT,<migrator>:TRIGGER,<migrator>:TRUNCATE,<migrator>:UPDATE,device_gateway_login:SELECT COMMENT -
 
--- columns (41)
+-- columns (45)
 device_gateway.bus_overrides.device_id text NOT NULL COMMENT -
 
 device_gateway.bus_overrides.origin text NOT NULL COLLATE "C" COMMENT -
@@ -104,7 +105,15 @@ device_gateway.device_registry.site_id uuid NOT NULL COMMENT -
 
 device_gateway.device_registry.updated_at timestamp with time zone NOT NULL DEFAULT now() COMMENT -
 
--- constraints (45)
+device_gateway.inspect_answers.answer json NOT NULL COMMENT -
+
+device_gateway.inspect_answers.created_at timestamp with time zone NOT NULL DEFAULT now() COMMENT -
+
+device_gateway.inspect_answers.query_id uuid NOT NULL COMMENT -
+
+device_gateway.inspect_answers.replica text NOT NULL COMMENT -
+
+-- constraints (52)
 device_gateway.bus_overrides bus_overrides_device_id_check CHECK ((device_id ~ '^[A-Za-z0-9._:-]{1,128}$'::text))
 device_gateway.bus_overrides bus_overrides_device_id_not_null NOT NULL device_id
 device_gateway.bus_overrides bus_overrides_origin_check CHECK ((origin ~ '^[A-Za-z0-9._:-]{1,64}$'::text))
@@ -150,8 +159,15 @@ device_gateway.device_registry device_registry_name_not_null NOT NULL name
 device_gateway.device_registry device_registry_pkey PRIMARY KEY (device_id)
 device_gateway.device_registry device_registry_site_id_not_null NOT NULL site_id
 device_gateway.device_registry device_registry_updated_at_not_null NOT NULL updated_at
+device_gateway.inspect_answers inspect_answers_answer_check CHECK ((octet_length((answer)::text) <= 65536))
+device_gateway.inspect_answers inspect_answers_answer_not_null NOT NULL answer
+device_gateway.inspect_answers inspect_answers_created_at_not_null NOT NULL created_at
+device_gateway.inspect_answers inspect_answers_pkey PRIMARY KEY (query_id, replica)
+device_gateway.inspect_answers inspect_answers_query_id_not_null NOT NULL query_id
+device_gateway.inspect_answers inspect_answers_replica_check CHECK ((replica ~ '^[0-9a-f]{16}$'::text))
+device_gateway.inspect_answers inspect_answers_replica_not_null NOT NULL replica
 
--- indexes (12)
+-- indexes (13)
 CREATE INDEX device_credentials_device_idx ON device_gateway.device_credentials USING btree (device_id)
 CREATE INDEX device_credentials_live_idx ON device_gateway.device_credentials USING btree (not_after) WHERE (revoked_at IS NULL)
 CREATE INDEX device_delivery_open_idx ON device_gateway.device_delivery USING btree (state, desired_at, device_id) WHERE (state <> 'acknowledged'::text)
@@ -164,6 +180,7 @@ CREATE UNIQUE INDEX device_credentials_pkey ON device_gateway.device_credentials
 CREATE UNIQUE INDEX device_credentials_psk_identity_key ON device_gateway.device_credentials USING btree (psk_identity)
 CREATE UNIQUE INDEX device_delivery_pkey ON device_gateway.device_delivery USING btree (device_id)
 CREATE UNIQUE INDEX device_registry_pkey ON device_gateway.device_registry USING btree (device_id)
+CREATE UNIQUE INDEX inspect_answers_pkey ON device_gateway.inspect_answers USING btree (query_id, replica)
 
 -- triggers (1)
 CREATE TRIGGER device_registry_touch BEFORE UPDATE ON device_gateway.device_registry FOR EACH ROW EXECUTE FUNCTION device_gateway.touch_updated_at()
@@ -174,7 +191,7 @@ CREATE TRIGGER device_registry_touch BEFORE UPDATE ON device_gateway.device_regi
 -- view definitions (0)
 
 
--- functions (6)
+-- functions (7)
 CREATE OR REPLACE FUNCTION device_gateway.bus_join(OUT cleared integer, OUT top_version bigint)
  RETURNS record
  LANGUAGE plpgsql
@@ -258,7 +275,7 @@ BEGIN
 END $function$
 OWNER <migrator> ACL <migrator>:EXECUTE,device_gateway_login:EXECUTE COMMENT -
 
-CREATE OR REPLACE FUNCTION device_gateway.delivery_reap(p_replica text, p_leaving boolean)
+CREATE OR REPLACE FUNCTION device_gateway.delivery_reap(p_self text)
  RETURNS integer
  LANGUAGE plpgsql
  SECURITY DEFINER
@@ -273,10 +290,8 @@ BEGIN
   WHERE a.datname = pg_catalog.current_database()
     AND a.usename = session_user
     AND a.application_name LIKE 'device-gateway-bus %';
-  IF p_leaving THEN
-    alive := array_remove(alive, p_replica);
-  ELSE
-    alive := array_append(alive, p_replica);
+  IF p_self IS NOT NULL THEN
+    alive := array_append(alive, p_self);
   END IF;
   UPDATE device_gateway.device_delivery t
   SET observed_by = ARRAY(SELECT o FROM unnest(t.observed_by) o WHERE o = ANY (alive))
@@ -305,7 +320,7 @@ BEGIN
     device_id, site_id, desired_version, desired_source, desired_content, desired_at,
     sent_version, sent_content, sent_at, sent_by, sent_transport, sent_confirmable,
     acked_version, acked_content, acked_at, acked_by, acked_transport, heard_at, observed_by)
-  SELECT b.d, b.s, b.dv, b.ds, b.dc, coalesce(to_timestamp(b.da / 1000.0), now()),
+  SELECT b.d, reg.site_id, b.dv, b.ds, b.dc, coalesce(to_timestamp(b.da / 1000.0), now()),
          b.sv, b.sc, to_timestamp(b.sa / 1000.0), CASE WHEN b.sv IS NULL THEN NULL ELSE p_replica END, b.st, b.sk,
          b.av, b.ac, to_timestamp(b.aa / 1000.0), CASE WHEN b.av IS NULL THEN NULL ELSE p_replica END, b.at,
          to_timestamp(b.h / 1000.0),
@@ -315,8 +330,22 @@ BEGIN
     sv bigint, sc text, sa double precision, st text, sk boolean,
     av bigint, ac text, aa double precision, at text, h double precision, r integer)
   JOIN device_gateway.device_registry reg ON reg.device_id = b.d
+  -- What the replicas send, bounded, so no caller (the login is the only one) can make a row lie for good: a
+  -- version is a µs clock reading (design §3.6) within a day of now, a content is 16 hex digits, a time is
+  -- within [2020, now + 1 day]. A row outside them is skipped, not written (the batch goes on).
+  CROSS JOIN LATERAL (SELECT (extract(epoch FROM now()) * 1000)::double precision AS now_ms) c
+  WHERE coalesce(b.dv, 0) BETWEEN 0 AND (c.now_ms + 86400000) * 1000
+    AND coalesce(b.sv, 0) BETWEEN 0 AND (c.now_ms + 86400000) * 1000
+    AND coalesce(b.av, 0) BETWEEN 0 AND (c.now_ms + 86400000) * 1000
+    AND (b.dc IS NULL OR b.dc ~ '^[0-9a-f]{16}$')
+    AND (b.sc IS NULL OR b.sc ~ '^[0-9a-f]{16}$')
+    AND (b.ac IS NULL OR b.ac ~ '^[0-9a-f]{16}$')
+    AND coalesce(b.da, 1600000000000) BETWEEN 1577836800000 AND c.now_ms + 86400000
+    AND coalesce(b.sa, 1600000000000) BETWEEN 1577836800000 AND c.now_ms + 86400000
+    AND coalesce(b.aa, 1600000000000) BETWEEN 1577836800000 AND c.now_ms + 86400000
+    AND coalesce(b.h, 1600000000000) BETWEEN 1577836800000 AND c.now_ms + 86400000
   ON CONFLICT (device_id) DO UPDATE SET
-    site_id = coalesce(excluded.site_id, t.site_id),
+    site_id = excluded.site_id,
     desired_at = CASE
       WHEN excluded.desired_version IS NULL OR excluded.desired_version <= coalesce(t.desired_version, -1)
         OR excluded.desired_content IS NOT DISTINCT FROM t.desired_content THEN t.desired_at
@@ -364,6 +393,21 @@ BEGIN
   WHERE b.r IS NOT NULL AND t.device_id = b.d
     AND (b.r > 0) IS DISTINCT FROM (p_replica = ANY (t.observed_by));
   RETURN written;
+END $function$
+OWNER <migrator> ACL <migrator>:EXECUTE,device_gateway_login:EXECUTE COMMENT -
+
+CREATE OR REPLACE FUNCTION device_gateway.inspect_answer(p_query uuid, p_replica text, p_answer json)
+ RETURNS void
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog'
+AS $function$
+BEGIN
+  DELETE FROM device_gateway.inspect_answers WHERE created_at < now() - interval '1 minute';
+  INSERT INTO device_gateway.inspect_answers (query_id, replica, answer) VALUES (p_query, p_replica, p_answer)
+  ON CONFLICT DO NOTHING;
+  PERFORM pg_catalog.pg_notify('device_gateway_inspect',
+    pg_catalog.json_build_object('k', 'a', 'q', p_query, 'o', p_replica)::text);
 END $function$
 OWNER <migrator> ACL <migrator>:EXECUTE,device_gateway_login:EXECUTE COMMENT -
 

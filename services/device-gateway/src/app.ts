@@ -9,10 +9,9 @@ import {
   type SecretSet,
 } from '@platform/service-kit';
 import type { Express } from 'express';
-import { sql, type Kysely } from 'kysely';
+import type { Kysely } from 'kysely';
 import { ClusterBus, newReplicaId } from './cluster/bus.js';
 import { Inspector, type LiveView } from './cluster/inspect.js';
-import { INSPECT_CHANNEL } from './cluster/messages.js';
 import { registerBusMetrics } from './cluster/metrics.js';
 import { DtlsTransport } from './coap/dtls-transport.js';
 import { CoapServer } from './coap/server.js';
@@ -32,7 +31,7 @@ import {
   registerGatewayMetrics,
 } from './metrics.js';
 import { DeliveryRecorder } from './delivery/recorder.js';
-import { deliveryWriter, liveReplicas } from './delivery/sql.js';
+import { deliveryWriter, inspectStore, liveReplicas } from './delivery/sql.js';
 import { RegistryLoader } from './registry-loader.js';
 import { GatewayService } from './service.js';
 
@@ -161,13 +160,15 @@ export function buildApp(deps: GatewayDeps): GatewayApp {
       dtls_sessions_total: sessions.length,
     };
   };
+  const inspection = inspectStore(deps.db);
   const inspector = config.cluster.enabled
     ? new Inspector({
         origin: replicaId,
         local,
-        publish: async (payload) => {
-          await sql`SELECT pg_catalog.pg_notify(${INSPECT_CHANNEL}, ${payload})`.execute(deps.db);
-        },
+        publishRequest: (payload) => inspection.publishRequest(payload),
+        writeAnswer: (query, answer) => inspection.writeAnswer(query, replicaId, answer),
+        readAnswers: (query) => inspection.readAnswers(query),
+        loginPids: () => inspection.loginPids(),
         liveReplicas: () => liveReplicas(deps.db),
         deadlineMs: config.delivery.viewDeadlineMs,
         logger: logger.child({ component: 'device-view' }),
@@ -193,6 +194,10 @@ export function buildApp(deps: GatewayDeps): GatewayApp {
     ? new ClusterBus({
         origin: replicaId,
         ...(inspector === undefined ? {} : { inspector }),
+        // While this replica's bus session was down another one may have reaped it from observed_by.
+        ...(delivery === undefined
+          ? {}
+          : { onSynchronised: () => delivery.reportRelations(coap.settingsObserved()) }),
         databaseUrl: config.database.url,
         db: deps.db,
         state,

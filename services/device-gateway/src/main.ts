@@ -101,10 +101,10 @@ async function main(): Promise<void> {
         },
       },
       { name: 'coap', close: () => app.coap.close(2000) },
-      // After CoAP (nothing more to record) and before the bus: writes what is left and takes this replica
-      // out of every device's observed_by (design §3.8).
-      { name: 'delivery record', close: () => app.delivery?.stop() ?? Promise.resolve() },
       { name: 'cluster bus', close: () => app.bus?.stop() ?? Promise.resolve() },
+      // After CoAP (nothing more to record) and the bus (no replica can be reaped while its bus session is
+      // up): writes what is left and takes this replica out of every device's observed_by (design §3.8).
+      { name: 'delivery record', close: () => app.delivery?.stop() ?? Promise.resolve() },
       { name: 'db pool', close: () => db.destroy() },
     ],
   });

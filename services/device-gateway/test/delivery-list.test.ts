@@ -58,12 +58,12 @@ beforeAll(async () => {
     if (kind === 'stale')
       Object.assign(row, {
         sv: 90,
-        sc: 'oooooooooooooooo',
+        sc: 'ffffffffffffffff',
         sa: row.da,
         st: 'plain',
         sk: true,
         av: 90,
-        ac: 'oooooooooooooooo',
+        ac: 'ffffffffffffffff',
         aa: row.da,
         at: 'plain',
       });
@@ -196,11 +196,11 @@ describe('delivery_record keeps the newest of each part, whatever order replicas
     const writer = deliveryWriter(gw.reader);
     await writer.record(other, [{ d: id(11), r: 2 }]);
     expect((await readDelivery(gw.reader, id(11)))!.observed_by).toContain(other);
-    await writer.reap(gw.app.replicaId, false);
+    await writer.reap(gw.app.replicaId);
     const after = (await readDelivery(gw.reader, id(11)))!;
     expect(after.observed_by).not.toContain(other);
     expect(after.observed_by).toContain(gw.app.replicaId);
-    await writer.reap(gw.app.replicaId, true);
+    await writer.reap(null);
     expect((await readDelivery(gw.reader, id(11)))!.observed_by).toEqual([]);
   });
 

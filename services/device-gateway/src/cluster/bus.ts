@@ -93,8 +93,10 @@ export interface ClusterBusOptions {
   heartbeatMs: number;
   /** This replica's id (default: a new one, newReplicaId); the delivery record names replicas by it. */
   origin?: string;
+  /** After every resync (the bus session was up again): the delivery record re-reports relations (§3.8). */
+  onSynchronised?: () => void;
   /** The device view's requests and answers between replicas (design §3.8), on their own channel. */
-  inspector?: { receive(payload: string): void };
+  inspector?: { receive(payload: string, senderPid: number): void };
 }
 
 export interface BusStats extends ReplicaStats {
@@ -142,9 +144,9 @@ export class ClusterBus {
       reconnectMinMs: options.reconnectMinMs,
       reconnectMaxMs: options.reconnectMaxMs,
       heartbeatMs: options.heartbeatMs,
-      onNotification: (payload, channel) => {
+      onNotification: (payload, channel, senderPid) => {
         if (channel === BUS_CHANNEL) this.follow(this.replica.receive(payload));
-        else options.inspector?.receive(payload);
+        else options.inspector?.receive(payload, senderPid);
       },
       onListening: (client) => this.resync(client),
     });
@@ -300,6 +302,7 @@ export class ClusterBus {
     // Last writer wins in the publishing function, so a newer message published meanwhile is never overwritten.
     await Promise.all(republish.map((m) => this.enqueue(encodeMessage(m))));
     this.log.info('cluster bus synchronised', { republished: republish.length });
+    this.options.onSynchronised?.();
     if (!this.synced) {
       // Holding overrides from now on: a replica that starts finds this one up and keeps the retained
       // table (bus_join). Reconnects connect under this name from the start (see sessionName).

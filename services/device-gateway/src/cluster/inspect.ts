@@ -1,12 +1,20 @@
 // The device view across replicas (design §3.8): a replica asked for one device publishes a request on
-// INSPECT_CHANNEL; every other replica answers there with its live part (relations, DTLS sessions); the asker
-// waits for the replicas whose bus session is up, or a deadline, and says which answered. NOTIFY has no
-// privileges (any session of the database may send on any channel), so requests and answers are untrusted
-// input: parsed defensively, answered at a bounded rate, and an answer carries nothing secret.
+// INSPECT_CHANNEL; every other replica writes its live part (relations, DTLS sessions) into
+// device_gateway.inspect_answers, which only the gateway's login can read, and says so on the channel; the asker
+// waits for the replicas whose bus session is up, or a deadline, reads their answers and says which answered.
+//
+// Why this shape: NOTIFY and LISTEN need no privilege, so any session of the database can send on the channel
+// and hear everything on it. Hence:
+// - nothing secret is ever in a payload: requests name a device, answer notices a query and a replica; the
+//   answers themselves (PSK identities, peer addresses) stay in the table;
+// - a notification counts only when it was sent by a session of the gateway's own login (its backend pid, which
+//   PostgreSQL reports with every notification, is one of that login's sessions in pg_stat_activity); any other
+//   sender is dropped before its payload is parsed, so it can neither use up the answer budget nor make a
+//   replica do work;
+// - answers are taken only from the replicas asked, once each, and read field by field.
 import { randomUUID } from 'node:crypto';
 import { isDeviceId } from '@platform/contracts';
 import { errorMessage, type Logger } from '@platform/service-kit';
-import { NOTIFY_PAYLOAD_LIMIT_BYTES } from './messages.js';
 
 /** One replica's live part of a device (what it alone knows). */
 export interface LiveView {
@@ -29,40 +37,55 @@ interface Request {
   o: string;
 }
 
-interface Answer {
+interface AnswerNotice {
   k: 'a';
   q: string;
   o: string;
-  v: LiveView;
 }
 
 export interface InspectorOptions {
   origin: string;
   /** This replica's live part of a device, with at most `limit` relations and sessions listed. */
   local: (deviceId: string, limit: number) => LiveView;
-  /** Sends a payload on INSPECT_CHANNEL (pg_notify through the pool). */
-  publish: (payload: string) => Promise<void>;
+  /** Sends a request on INSPECT_CHANNEL (pg_notify through the pool). */
+  publishRequest: (payload: string) => Promise<void>;
+  /** Stores this replica's answer and notifies the asker (device_gateway.inspect_answer). */
+  writeAnswer: (query: string, answer: string) => Promise<void>;
+  /** The answers stored for a query, by replica. */
+  readAnswers: (query: string) => Promise<{ replica: string; answer: unknown }[]>;
   /** The replicas whose bus session is up now (delivery/sql.ts liveReplicas). */
   liveReplicas: () => Promise<string[]>;
+  /** Backend pids of the gateway login's sessions (pg_stat_activity). */
+  loginPids: () => Promise<number[]>;
   deadlineMs: number;
   logger: Logger;
-  /** Answers sent per second at most (a flood of requests on the channel cannot make this replica busy). */
+  /** Answers sent per second at most. */
   answersPerSecond?: number;
 }
 
 const ID = /^[0-9a-f]{16}$/;
-const QUERY_ID = /^[0-9a-f-]{36}$/;
+const QUERY_ID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
 /** Relations and sessions listed per replica; the totals are always exact. */
 const LIST_LIMIT = 16;
+/** Requests and answer notices are short; anything longer is not ours. */
+const MAX_PAYLOAD = 300;
+/** The login's sessions are looked up again at most this often when an unknown sender appears (ms). */
+const PID_REFRESH_MS = 250;
+/** Notifications from unknown senders held until that look. */
+const UNKNOWN_QUEUE = 64;
 
 export class Inspector {
   private readonly waiting = new Map<
     string,
-    { deviceId: string; expected: ReadonlySet<string>; answers: Map<string, LiveView>; wake(): void }
+    { expected: ReadonlySet<string>; answered: Set<string>; wake(): void }
   >();
   private tokens: number;
   private refilledAt = Date.now();
-  readonly stats = { requests: 0, answered: 0, dropped: 0 };
+  private pids = new Set<number>();
+  private pidsAt = 0;
+  private refreshTimer: NodeJS.Timeout | undefined;
+  private readonly unknown: { payload: string; senderPid: number }[] = [];
+  readonly stats = { requests: 0, answered: 0, dropped: 0, foreign: 0 };
 
   constructor(private readonly options: InspectorOptions) {
     this.tokens = options.answersPerSecond ?? 50;
@@ -80,7 +103,7 @@ export class Inspector {
     let expected: string[];
     try {
       expected = (await withDeadline(this.options.liveReplicas(), this.options.deadlineMs)).filter(
-        (r) => r !== this.options.origin,
+        (r) => r !== this.options.origin && ID.test(r),
       );
     } catch (err) {
       this.options.logger.warn('device view: replica list unavailable', { error: errorMessage(err) });
@@ -88,28 +111,37 @@ export class Inspector {
     }
     if (expected.length === 0) return [self];
     const q = randomUUID();
-    const answers = new Map<string, LiveView>();
+    const answered = new Set<string>();
     let wake = (): void => undefined;
     const allIn = new Promise<void>((resolve) => (wake = resolve));
     this.waiting.set(q, {
-      deviceId,
       expected: new Set(expected),
-      answers,
+      answered,
       wake: () => {
-        if (expected.every((r) => answers.has(r))) wake();
+        if (answered.size === expected.length) wake();
       },
     });
+    const answers = new Map<string, LiveView>();
     try {
       const request: Request = { k: 'q', q, d: deviceId, o: this.options.origin };
-      await withDeadline(this.options.publish(JSON.stringify(request)), this.options.deadlineMs);
+      await withDeadline(this.options.publishRequest(JSON.stringify(request)), this.options.deadlineMs);
       const left = deadline - Date.now();
       if (left > 0) {
         let timer: NodeJS.Timeout | undefined;
         await Promise.race([allIn, new Promise<void>((r) => (timer = setTimeout(r, left)))]);
         clearTimeout(timer);
       }
+      // Also answers whose notice was missed: the table is the truth, for the replicas asked.
+      const rows = await withDeadline(this.options.readAnswers(q), this.options.deadlineMs);
+      for (const row of rows) {
+        if (!expected.includes(row.replica) || answers.has(row.replica)) continue;
+        const view = liveView(row.answer);
+        if (view !== undefined) answers.set(row.replica, view);
+      }
     } catch (err) {
-      this.options.logger.warn('device view: request not published', { error: errorMessage(err) });
+      this.options.logger.warn('device view: other replicas not asked or not read', {
+        error: errorMessage(err),
+      });
     } finally {
       this.waiting.delete(q);
     }
@@ -125,23 +157,64 @@ export class Inspector {
     return parts;
   }
 
-  /** A payload from INSPECT_CHANNEL: a request to answer, or an answer to a request of ours. */
-  receive(payload: string): void {
-    const message = decode(payload);
-    if (message === undefined) {
-      this.stats.dropped++;
+  /** A notification on INSPECT_CHANNEL and the backend pid of the session that sent it. */
+  receive(payload: string, senderPid: number): void {
+    if (payload.length > MAX_PAYLOAD) {
+      this.stats.foreign++;
       return;
     }
-    if (message.o === this.options.origin) return;
+    if (this.pids.has(senderPid)) {
+      this.handle(payload);
+      return;
+    }
+    // An unknown sender: a session of the login opened since the last look (a pool grows), or not ours at all.
+    // It waits for the next look at the login's sessions, at most one a second; a flood of strangers fills the
+    // short queue and the rest is dropped unread.
+    if (this.unknown.length >= UNKNOWN_QUEUE) {
+      this.stats.foreign++;
+      return;
+    }
+    this.unknown.push({ payload, senderPid });
+    this.scheduleRefresh();
+  }
+
+  private scheduleRefresh(): void {
+    if (this.refreshTimer !== undefined) return;
+    const wait = Math.max(0, this.pidsAt + PID_REFRESH_MS - Date.now());
+    this.refreshTimer = setTimeout(() => {
+      void this.options
+        .loginPids()
+        .then(
+          (pids) => {
+            this.pids = new Set(pids);
+          },
+          (err: unknown) => {
+            this.options.logger.warn('device view: login sessions unavailable', { error: errorMessage(err) });
+          },
+        )
+        .finally(() => {
+          this.pidsAt = Date.now();
+          this.refreshTimer = undefined;
+          const queued = this.unknown.splice(0);
+          for (const { payload, senderPid } of queued) {
+            if (this.pids.has(senderPid)) this.handle(payload);
+            else this.stats.foreign++;
+          }
+        });
+    }, wait);
+    this.refreshTimer.unref();
+  }
+
+  private handle(payload: string): void {
+    const message = decode(payload);
+    if (message === undefined || message.o === this.options.origin) {
+      if (message === undefined) this.stats.dropped++;
+      return;
+    }
     if (message.k === 'a') {
       const waiting = this.waiting.get(message.q);
-      // Only the replicas whose bus session is up may answer, once each: anyone can LISTEN, see the request
-      // and answer it, so an answer from a replica not in the list, or a second one, is dropped.
-      if (waiting === undefined || !waiting.expected.has(message.o) || waiting.answers.has(message.o)) {
-        this.stats.dropped++;
-        return;
-      }
-      waiting.answers.set(message.o, message.v);
+      if (waiting === undefined || !waiting.expected.has(message.o)) return;
+      waiting.answered.add(message.o);
       waiting.wake();
       return;
     }
@@ -150,26 +223,12 @@ export class Inspector {
       this.stats.dropped++;
       return;
     }
-    const answer = this.answerPayload(message);
-    this.options.publish(answer).then(
+    const answer = JSON.stringify(this.options.local(message.d, LIST_LIMIT));
+    this.options.writeAnswer(message.q, answer).then(
       () => this.stats.answered++,
       (err: unknown) =>
-        this.options.logger.warn('device view: answer not published', { error: errorMessage(err) }),
+        this.options.logger.warn('device view: answer not written', { error: errorMessage(err) }),
     );
-  }
-
-  /** The answer, its lists shortened until it fits one NOTIFY payload (the totals stay exact). */
-  private answerPayload(request: Request): string {
-    for (let limit = LIST_LIMIT; ; limit = Math.floor(limit / 2)) {
-      const answer: Answer = {
-        k: 'a',
-        q: request.q,
-        o: this.options.origin,
-        v: this.options.local(request.d, limit),
-      };
-      const payload = JSON.stringify(answer);
-      if (limit === 0 || Buffer.byteLength(payload) <= NOTIFY_PAYLOAD_LIMIT_BYTES) return payload;
-    }
   }
 
   private take(): boolean {
@@ -183,8 +242,7 @@ export class Inspector {
   }
 }
 
-function decode(payload: string): Request | Answer | undefined {
-  if (payload.length > NOTIFY_PAYLOAD_LIMIT_BYTES) return undefined;
+function decode(payload: string): Request | AnswerNotice | undefined {
   let data: unknown;
   try {
     data = JSON.parse(payload);
@@ -196,34 +254,41 @@ function decode(payload: string): Request | Answer | undefined {
   if (typeof m.q !== 'string' || !QUERY_ID.test(m.q) || typeof m.o !== 'string' || !ID.test(m.o))
     return undefined;
   if (m.k === 'q') return isDeviceId(m.d) ? { k: 'q', q: m.q, d: m.d, o: m.o } : undefined;
-  if (m.k !== 'a' || typeof m.v !== 'object' || m.v === null) return undefined;
-  const v = m.v as Record<string, unknown>;
+  return m.k === 'a' ? { k: 'a', q: m.q, o: m.o } : undefined;
+}
+
+const MAX_TOTAL = 10_000_000;
+const isTotal = (v: unknown): v is number =>
+  Number.isSafeInteger(v) && (v as number) >= 0 && (v as number) <= MAX_TOTAL;
+
+/** Another replica's stored answer, read field by field (it is data from the database, checked like input). */
+function liveView(data: unknown): LiveView | undefined {
+  if (typeof data !== 'object' || data === null) return undefined;
+  const v = data as Record<string, unknown>;
   if (
     !Array.isArray(v.relations) ||
     !Array.isArray(v.dtls_sessions) ||
-    !Number.isSafeInteger(v.relations_total) ||
-    !Number.isSafeInteger(v.dtls_sessions_total)
+    !isTotal(v.relations_total) ||
+    !isTotal(v.dtls_sessions_total)
   )
     return undefined;
   return {
-    k: 'a',
-    q: m.q,
-    o: m.o,
-    v: {
-      relations: v.relations.slice(0, LIST_LIMIT).map(flat),
-      relations_total: v.relations_total as number,
-      dtls_sessions: v.dtls_sessions.slice(0, LIST_LIMIT).map(flat),
-      dtls_sessions_total: v.dtls_sessions_total as number,
-    },
+    relations: v.relations.slice(0, LIST_LIMIT).map(flat),
+    relations_total: v.relations_total,
+    dtls_sessions: v.dtls_sessions.slice(0, LIST_LIMIT).map(flat),
+    dtls_sessions_total: v.dtls_sessions_total,
   };
 }
 
 /** An item of another replica's answer as shown to the caller: its scalar fields only, strings bounded. */
 function flat(item: unknown): Record<string, string | number | boolean | null> {
-  const out: Record<string, string | number | boolean | null> = {};
+  const out: Record<string, string | number | boolean | null> = Object.create(null) as Record<
+    string,
+    string | number | boolean | null
+  >;
   if (typeof item !== 'object' || item === null) return out;
   for (const [key, value] of Object.entries(item as Record<string, unknown>).slice(0, 16)) {
-    if (!/^[a-z_]{1,32}$/.test(key)) continue;
+    if (!/^[a-z][a-z_]{0,31}$/.test(key)) continue;
     if (typeof value === 'string') out[key] = value.slice(0, 200);
     else if (typeof value === 'number' || typeof value === 'boolean' || value === null) out[key] = value;
   }

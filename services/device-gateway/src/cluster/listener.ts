@@ -18,7 +18,8 @@ export interface ListenerOptions {
   reconnectMaxMs: number;
   /** A `SELECT 1` on the connection this often (ms) finds a silently dead connection. */
   heartbeatMs: number;
-  onNotification: (payload: string, channel: string) => void;
+  /** `senderPid`: the backend pid of the session that sent it (PostgreSQL reports it with every notification). */
+  onNotification: (payload: string, channel: string, senderPid: number) => void;
   /**
    * Runs after every LISTEN (status `resyncing`); the connection counts as listening once it resolves. A
    * rejection drops the connection and reconnects.
@@ -128,7 +129,8 @@ export class ListenConnection {
     client.on('error', (err) => signal(err.message));
     client.on('end', () => signal('connection ended'));
     client.on('notification', (n) => {
-      if (this.options.channels.includes(n.channel)) this.options.onNotification(n.payload ?? '', n.channel);
+      if (this.options.channels.includes(n.channel))
+        this.options.onNotification(n.payload ?? '', n.channel, n.processId);
     });
     await client.connect();
     this.backendPid = (client as unknown as { processID?: number }).processID;

@@ -206,6 +206,11 @@ export class ObserveLayer implements ExchangeHandler<Relation> {
     return n;
   }
 
+  /** Devices with at least one relation to their settings here. */
+  settingsObserved(): IterableIterator<string> {
+    return this.settingsResources.keys();
+  }
+
   /** The device's relations to either resource, at most `limit` of them, and how many there are. */
   relationsOf(deviceId: string, limit: number): { relations: RelationView[]; total: number } {
     const relations: RelationView[] = [];

@@ -107,6 +107,11 @@ export class CoapServer {
     return this.observe.settingsRelationsOf(deviceId, dtlsOnly);
   }
 
+  /** Devices observing their settings here. */
+  settingsObserved(): IterableIterator<string> {
+    return this.observe.settingsObserved();
+  }
+
   /** The device's live relations here (at most `limit` listed) for the device view. */
   relationsOf(deviceId: string, limit: number): { relations: RelationView[]; total: number } {
     return this.observe.relationsOf(deviceId, limit);

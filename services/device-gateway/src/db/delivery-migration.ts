@@ -88,7 +88,7 @@ BEGIN
     device_id, site_id, desired_version, desired_source, desired_content, desired_at,
     sent_version, sent_content, sent_at, sent_by, sent_transport, sent_confirmable,
     acked_version, acked_content, acked_at, acked_by, acked_transport, heard_at, observed_by)
-  SELECT b.d, b.s, b.dv, b.ds, b.dc, coalesce(to_timestamp(b.da / 1000.0), now()),
+  SELECT b.d, reg.site_id, b.dv, b.ds, b.dc, coalesce(to_timestamp(b.da / 1000.0), now()),
          b.sv, b.sc, to_timestamp(b.sa / 1000.0), CASE WHEN b.sv IS NULL THEN NULL ELSE p_replica END, b.st, b.sk,
          b.av, b.ac, to_timestamp(b.aa / 1000.0), CASE WHEN b.av IS NULL THEN NULL ELSE p_replica END, b.at,
          to_timestamp(b.h / 1000.0),
@@ -98,8 +98,22 @@ BEGIN
     sv bigint, sc text, sa double precision, st text, sk boolean,
     av bigint, ac text, aa double precision, at text, h double precision, r integer)
   JOIN device_gateway.device_registry reg ON reg.device_id = b.d
+  -- What the replicas send, bounded, so no caller (the login is the only one) can make a row lie for good: a
+  -- version is a µs clock reading (design §3.6) within a day of now, a content is 16 hex digits, a time is
+  -- within [2020, now + 1 day]. A row outside them is skipped, not written (the batch goes on).
+  CROSS JOIN LATERAL (SELECT (extract(epoch FROM now()) * 1000)::double precision AS now_ms) c
+  WHERE coalesce(b.dv, 0) BETWEEN 0 AND (c.now_ms + 86400000) * 1000
+    AND coalesce(b.sv, 0) BETWEEN 0 AND (c.now_ms + 86400000) * 1000
+    AND coalesce(b.av, 0) BETWEEN 0 AND (c.now_ms + 86400000) * 1000
+    AND (b.dc IS NULL OR b.dc ~ '^[0-9a-f]{16}$')
+    AND (b.sc IS NULL OR b.sc ~ '^[0-9a-f]{16}$')
+    AND (b.ac IS NULL OR b.ac ~ '^[0-9a-f]{16}$')
+    AND coalesce(b.da, 1600000000000) BETWEEN 1577836800000 AND c.now_ms + 86400000
+    AND coalesce(b.sa, 1600000000000) BETWEEN 1577836800000 AND c.now_ms + 86400000
+    AND coalesce(b.aa, 1600000000000) BETWEEN 1577836800000 AND c.now_ms + 86400000
+    AND coalesce(b.h, 1600000000000) BETWEEN 1577836800000 AND c.now_ms + 86400000
   ON CONFLICT (device_id) DO UPDATE SET
-    site_id = coalesce(excluded.site_id, t.site_id),
+    site_id = excluded.site_id,
     desired_at = CASE
       WHEN excluded.desired_version IS NULL OR excluded.desired_version <= coalesce(t.desired_version, -1)
         OR excluded.desired_content IS NOT DISTINCT FROM t.desired_content THEN t.desired_at
@@ -150,9 +164,10 @@ BEGIN
 END $$;
 
 -- Replicas whose bus session is up (the rule of bus_join, migration 0003: sessions of this login named
--- 'device-gateway-bus <origin>'), plus the caller unless it is leaving; every other replica is removed from
--- observed_by. Run by every replica now and then, and by a replica that stops (p_leaving).
-CREATE FUNCTION device_gateway.delivery_reap(p_replica text, p_leaving boolean) RETURNS integer
+-- 'device-gateway-bus <origin>'), plus the caller's own id when given (a replica without the bus); every other
+-- replica is removed from observed_by. Run by every replica now and then, and with NULL by a replica that
+-- stops, after its bus session ended. No caller can remove a replica whose bus session is up.
+CREATE FUNCTION device_gateway.delivery_reap(p_self text) RETURNS integer
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog AS $$
 DECLARE
   alive text[];
@@ -163,10 +178,8 @@ BEGIN
   WHERE a.datname = pg_catalog.current_database()
     AND a.usename = session_user
     AND a.application_name LIKE 'device-gateway-bus %';
-  IF p_leaving THEN
-    alive := array_remove(alive, p_replica);
-  ELSE
-    alive := array_append(alive, p_replica);
+  IF p_self IS NOT NULL THEN
+    alive := array_append(alive, p_self);
   END IF;
   UPDATE device_gateway.device_delivery t
   SET observed_by = ARRAY(SELECT o FROM unnest(t.observed_by) o WHERE o = ANY (alive))
@@ -179,15 +192,47 @@ REVOKE ALL ON FUNCTION device_gateway.delivery_record(text, json) FROM PUBLIC;
 
 GRANT EXECUTE ON FUNCTION device_gateway.delivery_record(text, json) TO device_gateway_login;
 
-REVOKE ALL ON FUNCTION device_gateway.delivery_reap(text, boolean) FROM PUBLIC;
+REVOKE ALL ON FUNCTION device_gateway.delivery_reap(text) FROM PUBLIC;
 
-GRANT EXECUTE ON FUNCTION device_gateway.delivery_reap(text, boolean) TO device_gateway_login;
+GRANT EXECUTE ON FUNCTION device_gateway.delivery_reap(text) TO device_gateway_login;
 
 GRANT SELECT ON device_gateway.device_delivery TO device_gateway_login;
+
+-- The device view's answers between replicas (design §3.8). A request goes over NOTIFY (a device id), but an
+-- answer holds what only the gateway may know (PSK identities, peer addresses), and any session of the database
+-- may LISTEN: so answers are kept here, readable by the login alone, and the NOTIFY says only which query and
+-- replica. Kept a minute.
+CREATE TABLE device_gateway.inspect_answers (
+  query_id uuid NOT NULL,
+  replica text NOT NULL CHECK (replica ~ '^[0-9a-f]{16}$'),
+  answer json NOT NULL CHECK (octet_length(answer::text) <= 65536),
+  created_at timestamptz NOT NULL DEFAULT now(),
+  PRIMARY KEY (query_id, replica)
+);
+
+CREATE FUNCTION device_gateway.inspect_answer(p_query uuid, p_replica text, p_answer json) RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog AS $$
+BEGIN
+  DELETE FROM device_gateway.inspect_answers WHERE created_at < now() - interval '1 minute';
+  INSERT INTO device_gateway.inspect_answers (query_id, replica, answer) VALUES (p_query, p_replica, p_answer)
+  ON CONFLICT DO NOTHING;
+  PERFORM pg_catalog.pg_notify('device_gateway_inspect',
+    pg_catalog.json_build_object('k', 'a', 'q', p_query, 'o', p_replica)::text);
+END $$;
+
+REVOKE ALL ON FUNCTION device_gateway.inspect_answer(uuid, text, json) FROM PUBLIC;
+
+GRANT EXECUTE ON FUNCTION device_gateway.inspect_answer(uuid, text, json) TO device_gateway_login;
+
+GRANT SELECT ON device_gateway.inspect_answers TO device_gateway_login;
 `;
 
 const DELIVERY_DOWN = `
-DROP FUNCTION device_gateway.delivery_reap(text, boolean);
+DROP FUNCTION device_gateway.inspect_answer(uuid, text, json);
+
+DROP TABLE device_gateway.inspect_answers;
+
+DROP FUNCTION device_gateway.delivery_reap(text);
 
 DROP FUNCTION device_gateway.delivery_record(text, json);
 

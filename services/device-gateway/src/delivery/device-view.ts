@@ -1,6 +1,7 @@
 // What on-call reads about devices (design §3.8): one device's view (GET /api/devices/{device_id}) and the fleet
 // list (GET /api/devices). The view puts together this replica's registry and keys, the shared delivery record,
 // and every replica's live part (relations, DTLS sessions) gathered over the bus with a deadline.
+import { isDeviceId } from '@platform/contracts';
 import type { Kysely } from 'kysely';
 import type { ReplicaPart } from '../cluster/inspect.js';
 import type { DeliveryState, GatewayDatabase } from '../db/tables.js';
@@ -101,8 +102,8 @@ export function decodeCursor(text: string): DeliveryCursor | undefined {
     const data: unknown = JSON.parse(Buffer.from(text, 'base64url').toString('utf8'));
     if (!Array.isArray(data) || data.length !== 2) return undefined;
     const [at, id] = data as unknown[];
-    if (typeof at !== 'string' || !/^-?\d{1,19}$/.test(at) || typeof id !== 'string' || id.length > 128)
-      return undefined;
+    // Within timestamptz's range (17 digits of µs: up to the year 5138) and a device id the registry allows.
+    if (typeof at !== 'string' || !/^-?\d{1,17}$/.test(at) || !isDeviceId(id)) return undefined;
     return { atMicros: at, deviceId: id };
   } catch {
     return undefined;

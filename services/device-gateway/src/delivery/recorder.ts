@@ -42,7 +42,8 @@ export interface DeliveryRow {
 /** Where batches go (delivery/sql.ts against PostgreSQL). */
 export interface DeliveryWriter {
   record(replica: string, rows: readonly DeliveryRow[]): Promise<void>;
-  reap(replica: string, leaving: boolean): Promise<number>;
+  /** Removes from observed_by every replica whose bus session is not up, except `self` (null: none). */
+  reap(self: string | null): Promise<number>;
 }
 
 export interface DeliveryRecorderOptions {
@@ -158,12 +159,15 @@ export class DeliveryRecorder implements DeliveryEvents {
     this.timer.unref();
   }
 
-  /** Writes what is left and removes this replica from every `observed_by`; bounded by the pool's deadlines. */
+  /**
+   * Writes what is left and removes this replica from every `observed_by` (run after the bus stopped: a replica
+   * whose bus session is up cannot be removed); bounded by the pool's deadlines.
+   */
   async stop(): Promise<void> {
     if (this.timer !== undefined) clearInterval(this.timer);
     this.timer = undefined;
     await this.flush();
-    await this.options.writer.reap(this.options.replica, true).catch((err: unknown) => {
+    await this.options.writer.reap(null).catch((err: unknown) => {
       this.options.logger.warn('delivery record: leaving failed', { error: errorMessage(err) });
     });
   }
@@ -220,6 +224,14 @@ export class DeliveryRecorder implements DeliveryEvents {
     this.entry(deviceId).relations = true;
   }
 
+  /**
+   * Reports this replica's relations of every device it holds again: after its bus session was down, another
+   * replica may have reaped it from every `observed_by` (delivery_reap), and nothing else would put it back.
+   */
+  reportRelations(deviceIds: Iterable<string>): void {
+    for (const deviceId of deviceIds) this.entry(deviceId).relations = true;
+  }
+
   // ---- flushing -----------------------------------------------------------------------------------------
 
   /** Writes every pending event; one flush at a time (a tick during a flush waits for the next). */
@@ -269,7 +281,7 @@ export class DeliveryRecorder implements DeliveryEvents {
       }
       if (Date.now() - this.lastReap >= this.reapMs) {
         this.lastReap = Date.now();
-        await this.options.writer.reap(this.options.replica, false);
+        await this.options.writer.reap(this.options.replica);
       }
     } catch (err) {
       // Nothing is lost but time: the batch goes back under whatever arrived meanwhile, and the next tick

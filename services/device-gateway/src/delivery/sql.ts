@@ -1,6 +1,7 @@
 // The delivery record's SQL (migration 0005, design §3.8): the batch writer, one device's row, the fleet list.
 import { sql, type Kysely } from 'kysely';
 import type { DeliveryState, DeviceDeliveryTable, GatewayDatabase } from '../db/tables.js';
+import { INSPECT_CHANNEL } from '../cluster/messages.js';
 import type { DeliveryWriter } from './recorder.js';
 
 export function deliveryWriter(db: Kysely<GatewayDatabase>): DeliveryWriter {
@@ -8,9 +9,9 @@ export function deliveryWriter(db: Kysely<GatewayDatabase>): DeliveryWriter {
     async record(replica, rows) {
       await sql`SELECT device_gateway.delivery_record(${replica}, ${JSON.stringify(rows)}::json)`.execute(db);
     },
-    async reap(replica, leaving) {
+    async reap(self) {
       const { rows } = await sql<{ n: number }>`
-        SELECT device_gateway.delivery_reap(${replica}, ${leaving}) AS n`.execute(db);
+        SELECT device_gateway.delivery_reap(${self}) AS n`.execute(db);
       return rows[0]?.n ?? 0;
     },
   };
@@ -83,6 +84,32 @@ export async function listDelivery(
   q: DeliveryListQuery,
 ): Promise<DeliveryListRow[]> {
   return listDeliveryQuery(db, q).execute();
+}
+
+/** The device view's exchange between replicas (cluster/inspect.ts; migration 0005's inspect_answers). */
+export function inspectStore(db: Kysely<GatewayDatabase>) {
+  return {
+    async publishRequest(payload: string): Promise<void> {
+      await sql`SELECT pg_catalog.pg_notify(${INSPECT_CHANNEL}, ${payload})`.execute(db);
+    },
+    async writeAnswer(query: string, replica: string, answer: string): Promise<void> {
+      await sql`SELECT device_gateway.inspect_answer(${query}::uuid, ${replica}, ${answer}::json)`.execute(
+        db,
+      );
+    },
+    async readAnswers(query: string): Promise<{ replica: string; answer: unknown }[]> {
+      const { rows } = await sql<{ replica: string; answer: unknown }>`
+        SELECT replica, answer FROM device_gateway.inspect_answers WHERE query_id = ${query}::uuid`.execute(
+        db,
+      );
+      return rows;
+    },
+    async loginPids(): Promise<number[]> {
+      const { rows } = await sql<{ pid: number }>`
+        SELECT pid FROM pg_catalog.pg_stat_activity WHERE usename = current_user`.execute(db);
+      return rows.map((r) => r.pid);
+    },
+  };
 }
 
 /** The replicas whose bus session is up (bus_join's rule, migration 0003): what a device view waits for. */

@@ -76,7 +76,8 @@ export function gatewayRoutes(service: GatewayService, auth: RequestHandler): Ro
   const device: RequestHandler = async (req, res) => {
     const raw: unknown = req.params.device_id;
     const deviceId = typeof raw === 'string' ? raw : '';
-    if (!isDeviceId(deviceId)) throw unknownDevice(deviceId);
+    // Not echoed when it is not a device id at all (markup, control characters).
+    if (!isDeviceId(deviceId)) throw new DomainError('unknown_device', 'The device is unknown or disabled.');
     try {
       res.json(await service.deviceView(deviceId));
     } catch (err) {
