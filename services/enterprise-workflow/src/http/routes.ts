@@ -209,6 +209,9 @@ export function workflowRoutes(deps: RouteDeps): RouteDefinition[] {
     {
       method: 'HEAD',
       path: WEBHOOK_PATH,
+      // Internal: the store calls it straight, not through the Ingress (design §5), so X-Forwarded-For on it
+      // is whatever the caller wrote; the log names the connection's peer.
+      direct: true,
       // Older MinIO releases probe the target with HEAD when it is configured (design §4.4); the
       // probe carries no token, and answering it reveals nothing.
       handler: (_req, res) => {
@@ -218,6 +221,7 @@ export function workflowRoutes(deps: RouteDeps): RouteDefinition[] {
     {
       method: 'POST',
       path: WEBHOOK_PATH,
+      direct: true,
       authenticate: requireWebhookToken(deps.webhookTokens),
       body: 'json',
       handler: handle(async (req, res) => {
