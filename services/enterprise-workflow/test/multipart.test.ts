@@ -355,6 +355,51 @@ it('another tenant gets 404 on every call, no token 401', async () => {
   expect((await mediaRow(mediaId))?.status).toBe('pending_upload');
 });
 
+it("another user of the same site gets 404 on every call for someone else's upload, which stays theirs", async () => {
+  // bob sees Acme HQ like alice; a single PUT URL only ever goes to the intent's creator, and so do these.
+  const bob = await h.issuer.demoToken('bob');
+  const file = randomBytes(7 * MiB);
+  const { mediaId, plan } = await newUpload(file.length);
+  const [first] = await partUrls(mediaId, [1]);
+  const etag1 = await putPart(first!, file, plan.part_size_bytes);
+  const calls: Array<[string, string, unknown]> = [
+    ['POST', `/sites/${hq}/media/${mediaId}/multipart/part-urls`, { parts: [{ part_number: 2 }] }],
+    ['GET', `/sites/${hq}/media/${mediaId}/multipart/parts`, undefined],
+    [
+      'POST',
+      `/sites/${hq}/media/${mediaId}/multipart/complete`,
+      {
+        parts: [
+          { part_number: 1, etag: etag1 },
+          { part_number: 2, etag: '"x"' },
+        ],
+      },
+    ],
+    ['DELETE', `/sites/${hq}/media/${mediaId}/multipart`, undefined],
+  ];
+  for (const [method, path, body] of calls) {
+    const res = await api(method, path, bob, body);
+    expect({ method, path, status: res.status, detail: res.body.detail }).toEqual({
+      method,
+      path,
+      status: 404,
+      detail: 'No such media item.',
+    });
+  }
+  expect((await mediaRow(mediaId))?.status).toBe('pending_upload');
+  // Its uploader carries on: the second part, completion, and the item names alice.
+  const [second] = await partUrls(mediaId, [2]);
+  const etag2 = await putPart(second!, file, plan.part_size_bytes);
+  const done = await api('POST', `/sites/${hq}/media/${mediaId}/multipart/complete`, alice, {
+    parts: [
+      { part_number: 1, etag: etag1 },
+      { part_number: 2, etag: etag2 },
+    ],
+  });
+  expect(done.status).toBe(202);
+  await waitFor(async () => ((await mediaRow(mediaId))?.status === 'available' ? true : undefined), 10_000);
+});
+
 /** The current value of a counter with one `outcome` label on `registry`. */
 async function outcomeCount(registry: Registry, name: string, outcome: string): Promise<number> {
   const metric = registry.getSingleMetric(name);

@@ -17,6 +17,8 @@ export interface MultipartMedia {
   partSizeBytes: number;
   partCount: number;
   uploadExpiresAt: Date | null;
+  /** The `sub` of the user whose intent created the item. */
+  uploadedBy: string;
 }
 
 /** The media item `mediaId` at `siteId` with its multipart plan, if the caller may see it. */
@@ -37,6 +39,7 @@ export async function findMultipartMedia(
       'part_size_bytes',
       'part_count',
       'upload_expires_at',
+      'uploaded_by',
     ])
     .where('id', '=', mediaId)
     .where('site_id', '=', siteId)
@@ -53,17 +56,19 @@ export async function findMultipartMedia(
     partSizeBytes: Number(row.part_size_bytes ?? 0),
     partCount: row.part_count ?? 0,
     uploadExpiresAt: row.upload_expires_at,
+    uploadedBy: row.uploaded_by,
   };
 }
 
 /**
- * Marks a pending multipart item of the caller's sites abandoned (the RLS policy allows nothing else).
- * False when it is no longer pending.
+ * Marks a pending multipart item of the caller's sites abandoned (the RLS policy allows nothing else), if
+ * `uploadedBy` created it. False when it is no longer pending.
  */
 export async function markAbandoned(
   db: Executor,
   siteId: string,
   mediaId: string,
+  uploadedBy: string,
   reason: string,
 ): Promise<boolean> {
   const result = await db
@@ -71,6 +76,7 @@ export async function markAbandoned(
     .set({ status: 'abandoned', rejection_reason: reason, updated_at: sql<Date>`now()` })
     .where('id', '=', mediaId)
     .where('site_id', '=', siteId)
+    .where('uploaded_by', '=', uploadedBy)
     .where('status', '=', 'pending_upload')
     .where('multipart_upload_id', 'is not', null)
     .executeTakeFirst();

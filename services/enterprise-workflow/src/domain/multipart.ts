@@ -103,9 +103,26 @@ export function partLength(
 const notFound = () => new DomainError('not_found', 'No such media item.');
 
 /**
- * The caller's pending multipart item, or the error a multipart call answers: 404 for an unknown item,
- * one outside the caller's sites, and an item uploaded with one PUT (it has no parts); 409 for any
- * state but pending, and for an intent that expired.
+ * The caller's own multipart item, whatever its state: 404 for an unknown item, one outside the caller's
+ * sites, an item uploaded with one PUT (it has no parts), and another user's upload. A single PUT URL only
+ * ever goes to the intent's creator; an upload in parts is theirs alike, so another user of the same site
+ * can neither send parts, list them, complete nor abort it, and learns nothing more than about an item it
+ * cannot see.
+ */
+async function ownUpload(
+  ctx: WorkflowContext,
+  scope: UserScope,
+  siteId: string,
+  mediaId: string,
+): Promise<MultipartMedia & { uploadId: string }> {
+  const item = await inUserTransaction(ctx.db, scope.user, (trx) => findMultipartMedia(trx, siteId, mediaId));
+  if (item === undefined || item.uploadId === null || item.uploadedBy !== scope.user.sub) throw notFound();
+  return { ...item, uploadId: item.uploadId };
+}
+
+/**
+ * The caller's own pending multipart item (see ownUpload for the 404s); 409 for any state but pending, and
+ * for an intent that expired.
  */
 async function pendingUpload(
   ctx: WorkflowContext,
@@ -113,15 +130,14 @@ async function pendingUpload(
   siteId: string,
   mediaId: string,
 ): Promise<MultipartMedia & { uploadId: string }> {
-  const item = await inUserTransaction(ctx.db, scope.user, (trx) => findMultipartMedia(trx, siteId, mediaId));
-  if (item === undefined || item.uploadId === null) throw notFound();
+  const item = await ownUpload(ctx, scope, siteId, mediaId);
   if (item.status !== 'pending_upload') {
     throw new DomainError('conflict', `The upload is ${item.status}, no longer pending.`);
   }
   if (item.uploadExpiresAt !== null && item.uploadExpiresAt.getTime() <= ctx.now().getTime()) {
     throw new DomainError('conflict', 'The upload intent expired; create a new one.');
   }
-  return { ...item, uploadId: item.uploadId };
+  return item;
 }
 
 /** Presigned URLs for the given parts, each bound to its exact length (and checksum, when given). */
@@ -273,8 +289,7 @@ export async function abortUpload(
   siteId: string,
   mediaId: string,
 ): Promise<void> {
-  const item = await inUserTransaction(ctx.db, scope.user, (trx) => findMultipartMedia(trx, siteId, mediaId));
-  if (item === undefined || item.uploadId === null) throw notFound();
+  const item = await ownUpload(ctx, scope, siteId, mediaId);
   if (item.status !== 'pending_upload') {
     throw new DomainError('conflict', `The upload is ${item.status}, no longer pending.`);
   }
@@ -285,7 +300,7 @@ export async function abortUpload(
     ctx.storage.abortMultipartUpload({ key: item.objectKey, uploadId }),
   );
   const changed = await inUserTransaction(ctx.db, scope.user, (trx) =>
-    markAbandoned(trx, siteId, mediaId, 'aborted by the uploader'),
+    markAbandoned(trx, siteId, mediaId, scope.user.sub, 'aborted by the uploader'),
   );
   if (!changed) throw new DomainError('conflict', 'The upload is no longer pending.');
   ctx.counters.multipart.inc({ outcome: 'aborted' });
