@@ -308,6 +308,43 @@ it('completion checks the parts against the intent before the store assembles th
   await waitFor(async () => ((await mediaRow(mediaId))?.status === 'available' ? true : undefined), 10_000);
 });
 
+it('a whole-file checksum_sha256 is refused (400) for an upload in parts, which nothing could check; one PUT still binds it', async () => {
+  const checksum = createHash('sha256').update('the whole file').digest('base64');
+  const countBefore = await h.admin
+    .selectFrom('enterprise.media_items')
+    .select((eb) => eb.fn.countAll<string>().as('n'))
+    .executeTakeFirstOrThrow();
+  const requestsBefore = h.s3.requests.length;
+  const res = await api('POST', `/sites/${hq}/media/upload-intents`, alice, {
+    filename: 'walk.mp4',
+    content_type: 'video/mp4',
+    size_bytes: 7 * MiB,
+    checksum_sha256: checksum,
+  });
+  expect(res.status).toBe(400);
+  expect(res.headers.get('content-type')).toMatch(/^application\/problem\+json/);
+  expect(res.body).toMatchObject({ code: 'invalid_body' });
+  expect(res.body.errors).toEqual([{ path: '/checksum_sha256', message: expect.stringContaining('parts') }]);
+  // Refused before anything was recorded or started in the store.
+  const countAfter = await h.admin
+    .selectFrom('enterprise.media_items')
+    .select((eb) => eb.fn.countAll<string>().as('n'))
+    .executeTakeFirstOrThrow();
+  expect(countAfter.n).toBe(countBefore.n);
+  expect(h.s3.requests.slice(requestsBefore).filter((r) => r.method === 'POST')).toEqual([]);
+
+  const single = await api('POST', `/sites/${hq}/media/upload-intents`, alice, {
+    filename: 'walk.mp4',
+    content_type: 'video/mp4',
+    size_bytes: 6 * MiB,
+    checksum_sha256: checksum,
+  });
+  expect(single.status).toBe(201);
+  expect((single.body.upload as { headers: Record<string, string> }).headers['x-amz-checksum-sha256']).toBe(
+    checksum,
+  );
+});
+
 it('part numbers beyond the plan are refused, and small files still get one PUT', async () => {
   const { mediaId } = await newUpload(7 * MiB);
   const res = await api('POST', `/sites/${hq}/media/${mediaId}/multipart/part-urls`, alice, {

@@ -56,6 +56,16 @@ export async function createUploadIntent(
   idempotencyKey?: string,
 ): Promise<UploadIntentResult> {
   const problems = checkIntent(body, ctx.media);
+  if (body.checksum_sha256 !== undefined && planParts(body.size_bytes, ctx.multipart) !== undefined) {
+    // S3 checks SHA-256 per request, so per part; it has no whole-object SHA-256 for an upload in parts
+    // (its full-object checksums are CRCs), and nothing here reads the assembled file back: a whole-file
+    // digest would be accepted and checked nowhere. Refused, and the parts' own checksums take its place.
+    problems.push({
+      path: '/checksum_sha256',
+      message:
+        'cannot be checked for a file uploaded in parts (larger than the multipart threshold); give each part its checksum_sha256 when asking for the part URLs',
+    });
+  }
   if (problems.length > 0) {
     throw new DomainError('invalid_body', 'The upload is not allowed.', { errors: problems });
   }
