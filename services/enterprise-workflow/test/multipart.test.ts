@@ -30,6 +30,8 @@ import { createSweepMetrics } from '../src/domain/metrics.js';
 import { startHarness } from './support/harness.js';
 import type { Harness } from './support/harness.js';
 import { startVerifyingProxy } from './support/sigv4.js';
+import { startSlowStore } from './support/slow-store.js';
+import type { SlowStore } from './support/slow-store.js';
 import { waitFor } from './support/wait.js';
 
 const MiB = 1024 * 1024;
@@ -692,4 +694,137 @@ it("the service's periodic sweep (as main.ts starts it) abandons an expired uplo
   } finally {
     await sweep.stop();
   }
+});
+
+describe('a slow store', () => {
+  let slow: SlowStore;
+  let slowServer: Server;
+  let slowBase: string;
+  let slowStorage: ReturnType<typeof createS3Storage>;
+
+  beforeAll(async () => {
+    slow = await startSlowStore(() => h.s3.endpoint);
+    // Parts still go straight to the (verifying) store; only the service's own calls meet the slow one.
+    slowStorage = createS3Storage({
+      endpoint: slow.endpoint,
+      publicEndpoint: proxy.endpoint,
+      region: h.s3.region,
+      bucket: h.s3.bucket,
+      accessKeyId: h.s3.accessKeyId,
+      secretAccessKey: h.s3.secretAccessKey,
+      forcePathStyle: true,
+      connectTimeoutMs: 300,
+      requestTimeoutMs: 300,
+    });
+    const app = buildApp({
+      config: {
+        media: {
+          maxImageBytes: 25 * MiB,
+          maxVideoBytes: 2048 * MiB,
+          uploadUrlTtlS: 900,
+          downloadUrlTtlS: 300,
+        },
+        multipart: { thresholdBytes: 6 * MiB, partSizeBytes: 5 * MiB, uploadTtlS: 3600 },
+        idempotencyTtlS: 86400,
+        webhookTokens: ['t'],
+      },
+      logger: createLogger({ service: 'slow-store-test', level: 'error' }),
+      db: h.db,
+      storage: slowStorage,
+      verifier: h.verifier,
+    });
+    slowServer = createServer(app);
+    await new Promise<void>((resolve) => slowServer.listen(0, '127.0.0.1', resolve));
+    slowBase = `http://127.0.0.1:${(slowServer.address() as AddressInfo).port}`;
+  });
+  afterEach(() => {
+    slow.delayMs = () => 0;
+  });
+  afterAll(async () => {
+    slowStorage.destroy();
+    slowServer.closeAllConnections();
+    await new Promise((resolve) => slowServer.close(resolve));
+    await slow.stop();
+  });
+
+  async function slowApi(method: string, path: string, body?: unknown) {
+    const res = await fetch(`${slowBase}${path}`, {
+      method,
+      headers: {
+        Authorization: `Bearer ${alice}`,
+        ...(body === undefined ? {} : { 'Content-Type': 'application/json' }),
+      },
+      ...(body === undefined ? {} : { body: JSON.stringify(body) }),
+    });
+    const text = await res.text();
+    return {
+      status: res.status,
+      body: text === '' ? {} : (JSON.parse(text) as Record<string, unknown>),
+      headers: res.headers,
+    };
+  }
+
+  /** An upload in parts of `size` bytes with every part stored; returns the completion's body. */
+  async function storedUpload(size: number) {
+    const file = randomBytes(size);
+    const { mediaId, plan } = await newUpload(file.length);
+    const numbers = Array.from({ length: plan.part_count }, (_, i) => i + 1);
+    const urls = await partUrls(mediaId, numbers);
+    const parts = [];
+    for (const url of urls)
+      parts.push({ part_number: url.part_number, etag: await putPart(url, file, plan.part_size_bytes) });
+    return { mediaId, completion: { parts } };
+  }
+
+  const isCompletion = (req: { method: string; url: string }) =>
+    req.method === 'POST' && req.url.includes('uploadId=');
+
+  it('a completion repeated after the item was accepted is 202 again, as documented', async () => {
+    const { mediaId, completion } = await storedUpload(7 * MiB);
+    const path = `/sites/${hq}/media/${mediaId}/multipart/complete`;
+    expect((await api('POST', path, alice, completion)).status).toBe(202);
+    await waitFor(async () => ((await mediaRow(mediaId))?.status === 'available' ? true : undefined), 10_000);
+    for (let i = 0; i < 2; i++) {
+      const again = await api('POST', path, alice, completion);
+      expect(again.status).toBe(202);
+      expect(validateCompleteUploadResponse(again.body).ok).toBe(true);
+      expect(again.body).toEqual({ media_id: mediaId, status: 'available' });
+      expect(again.headers.get('location')).toBe(`/sites/${hq}/media/${mediaId}/download`);
+    }
+    // Still checked as a completion: the parts must be named.
+    expect((await api('POST', path, alice, { parts: [{ part_number: 1, etag: '"x"' }] })).status).toBe(400);
+  });
+
+  it('a completion the store assembled but answered too late: the SDK retry and the client retry are 202', async () => {
+    // Only the first CompleteMultipartUpload is held back: the SDK's second attempt finds the upload gone.
+    const { mediaId, completion } = await storedUpload(7 * MiB);
+    let held = 0;
+    slow.delayMs = (req) => (isCompletion(req) && held++ === 0 ? 1500 : 0);
+    const first = await slowApi('POST', `/sites/${hq}/media/${mediaId}/multipart/complete`, completion);
+    expect(first.status).toBe(202);
+    expect(first.body).toMatchObject({ media_id: mediaId });
+    await waitFor(async () => ((await mediaRow(mediaId))?.status === 'available' ? true : undefined), 10_000);
+
+    // Every attempt held back: the caller gets 503 (the store did assemble it), and its retry 202.
+    const other = await storedUpload(7 * MiB);
+    slow.delayMs = (req) => (isCompletion(req) ? 1500 : 0);
+    const timedOut = await slowApi(
+      'POST',
+      `/sites/${hq}/media/${other.mediaId}/multipart/complete`,
+      other.completion,
+    );
+    expect(timedOut.status).toBe(503);
+    expect(timedOut.headers.get('retry-after')).not.toBeNull();
+    await waitFor(
+      async () => ((await mediaRow(other.mediaId))?.status === 'available' ? true : undefined),
+      10_000,
+    );
+    slow.delayMs = () => 0;
+    const retry = await slowApi(
+      'POST',
+      `/sites/${hq}/media/${other.mediaId}/multipart/complete`,
+      other.completion,
+    );
+    expect(retry.status).toBe(202);
+  });
 });

@@ -217,6 +217,11 @@ export async function listStoredParts(
  * every part 1..part_count named once, each stored with the ETag the client names and exactly its planned
  * length, so the total is the declared size. The store then reports the object like any other, and the
  * webhook accepts it (design §4.4, §4.6).
+ *
+ * Idempotent, as documented: a completion of an upload already assembled is 202 again, whether its item is
+ * still pending (the event not handled yet) or already available, and whether the earlier completion was
+ * answered or timed out at a slow store that assembled it anyway (the SDK's second attempt, or the client's
+ * retry, then finds the upload gone and the object there).
  */
 export async function completeUpload(
   ctx: WorkflowContext,
@@ -225,7 +230,7 @@ export async function completeUpload(
   mediaId: string,
   body: CompleteUploadRequest,
 ): Promise<CompleteUploadResponse> {
-  const item = await pendingUpload(ctx, scope, siteId, mediaId);
+  const item = await ownUpload(ctx, scope, siteId, mediaId);
   const numbers = body.parts.map((p) => p.part_number);
   const sorted = [...numbers].sort((a, b) => a - b);
   if (sorted.length !== item.partCount || sorted.some((n, i) => n !== i + 1)) {
@@ -233,14 +238,27 @@ export async function completeUpload(
       errors: [{ path: '/parts', message: `must name parts 1 to ${item.partCount}, each once` }],
     });
   }
+  // Assembled and accepted: nothing is left to do.
+  if (item.status === 'available') return { media_id: item.id, status: 'available' };
+  if (item.status !== 'pending_upload') {
+    throw new DomainError('conflict', `The upload is ${item.status}, no longer pending.`);
+  }
+  const assembled = async (): Promise<CompleteUploadResponse> => {
+    // The upload is gone from the store: completed already (a retried completion) or aborted. The assembled
+    // object tells, until the webhook has accepted it: it records the item, then deletes the upload key
+    // (design §4.6), so without the object the item's state tells.
+    const head = await storeCall(scope.log, 'HEAD', () => ctx.storage.head(item.objectKey));
+    if (head !== undefined) return { media_id: item.id, status: 'pending_upload' };
+    const now = await ownUpload(ctx, scope, siteId, mediaId);
+    if (now.status === 'available') return { media_id: item.id, status: 'available' };
+    throw new DomainError('conflict', 'The upload no longer exists in the store.');
+  };
   const stored = await storeCall(scope.log, 'ListParts', () =>
     ctx.storage.listParts({ key: item.objectKey, uploadId: item.uploadId }),
   );
-  if (stored === undefined) {
-    // Completed already (a retried completion) or aborted: the object's presence tells which.
-    const head = await storeCall(scope.log, 'HEAD', () => ctx.storage.head(item.objectKey));
-    if (head !== undefined) return { media_id: item.id, status: 'pending_upload' };
-    throw new DomainError('conflict', 'The upload no longer exists in the store.');
+  if (stored === undefined) return assembled();
+  if (item.uploadExpiresAt !== null && item.uploadExpiresAt.getTime() <= ctx.now().getTime()) {
+    throw new DomainError('conflict', 'The upload intent expired; create a new one.');
   }
   const byNumber = new Map<number, StoredPart>(stored.map((p) => [p.partNumber, p]));
   const problems: string[] = [];
@@ -276,7 +294,9 @@ export async function completeUpload(
       parts: sorted.map((n) => ({ partNumber: n, etag: byNumber.get(n)?.etag ?? '' })),
     }),
   );
-  if (!completed) throw new DomainError('conflict', 'The upload no longer exists in the store.');
+  // NoSuchUpload: an earlier attempt of this very call (the SDK retries one that timed out) or a concurrent
+  // completion assembled it meanwhile, or an abort discarded it.
+  if (!completed) return assembled();
   ctx.counters.multipart.inc({ outcome: 'completed' });
   scope.log.info('multipart upload completed', { media_id: item.id, site_id: siteId, parts: item.partCount });
   return { media_id: item.id, status: 'pending_upload' };
