@@ -5,7 +5,7 @@ import { createHash, randomBytes } from 'node:crypto';
 import { createServer } from 'node:http';
 import type { Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { S3Client, UploadPartCommand } from '@aws-sdk/client-s3';
+import { ListObjectsV2Command, S3Client, UploadPartCommand } from '@aws-sdk/client-s3';
 import {
   validateCompleteUploadResponse,
   validatePartUrlsResponse,
@@ -27,7 +27,7 @@ import {
   sweepExpiredUploads,
 } from '../src/domain/multipart.js';
 import { createSweepMetrics } from '../src/domain/metrics.js';
-import { startHarness } from './support/harness.js';
+import { startHarness, WEBHOOK_TOKENS } from './support/harness.js';
 import type { Harness } from './support/harness.js';
 import { startVerifyingProxy } from './support/sigv4.js';
 import { startSlowStore } from './support/slow-store.js';
@@ -476,6 +476,95 @@ it('abort discards the stored parts and the item says abandoned', async () => {
     expect(res.body.detail).toBe('The upload is abandoned, no longer pending.');
   }
   expect((await api('GET', `/sites/${hq}/media/${mediaId}/download`, alice)).status).toBe(404);
+});
+
+/** Every object the store holds under `accepted/<the item's upload key>/`: the service's secured copies. */
+async function acceptedCopies(mediaId: string): Promise<string[]> {
+  const direct = directStore();
+  try {
+    const out = await direct.send(
+      new ListObjectsV2Command({ Bucket: h.s3.bucket, Prefix: `accepted/${await objectKey(mediaId)}/` }),
+    );
+    return (out.Contents ?? []).map((o) => o.Key ?? '');
+  } finally {
+    direct.destroy();
+  }
+}
+
+/** POSTs `record` to the webhook as the store would. */
+async function deliver(record: unknown): Promise<Record<string, unknown>> {
+  const res = await fetch(`${base}/internal/media/object-created`, {
+    method: 'POST',
+    headers: { Authorization: `Bearer ${WEBHOOK_TOKENS[0]}`, 'Content-Type': 'application/json' },
+    body: JSON.stringify({ Records: [record] }),
+  });
+  expect(res.status).toBe(200);
+  return (await res.json()) as Record<string, unknown>;
+}
+
+it('an abort after the store assembled the file is 409; the item is accepted and keeps exactly one copy', async () => {
+  const file = randomBytes(7 * MiB);
+  const { mediaId, plan } = await newUpload(file.length);
+  const urls = await partUrls(mediaId, [1, 2]);
+  const parts = [];
+  for (const url of urls)
+    parts.push({ part_number: url.part_number, etag: await putPart(url, file, plan.part_size_bytes) });
+  const key = await objectKey(mediaId);
+  // The store's event is held back, so the abort meets an assembled object whose item is still pending.
+  h.setEventTarget(undefined);
+  try {
+    const done = await api('POST', `/sites/${hq}/media/${mediaId}/multipart/complete`, alice, { parts });
+    expect(done.status).toBe(202);
+    const aborted = await api('DELETE', `/sites/${hq}/media/${mediaId}/multipart`, alice);
+    expect(aborted.status).toBe(409);
+    expect(aborted.body.detail).toBe('The upload was already assembled; it can no longer be aborted.');
+    expect((await mediaRow(mediaId))?.status).toBe('pending_upload');
+  } finally {
+    h.setEventTarget(`${base}/internal/media/object-created`);
+  }
+  const event = await h.s3.waitForObjectCreated(key);
+  expect((await deliver(event)).results).toEqual([{ key, outcome: 'available' }]);
+  expect((await mediaRow(mediaId))?.status).toBe('available');
+  expect(await acceptedCopies(mediaId)).toHaveLength(1);
+});
+
+it('the webhook keeps no accepted copy for an item that is not available', async () => {
+  // An item abandoned while the store assembled its object anyway (as an abort could before it looked):
+  // the event still arrives, and its copy must not stay.
+  const { mediaId, plan } = await newUpload(7 * MiB);
+  const key = await objectKey(mediaId);
+  h.setEventTarget(undefined);
+  const direct = directStore();
+  try {
+    const parts = [];
+    for (const [n, size] of [
+      [1, 5 * MiB],
+      [2, 2 * MiB],
+    ] as const) {
+      const out = await direct.send(
+        new UploadPartCommand({
+          Bucket: h.s3.bucket,
+          Key: key,
+          UploadId: plan.upload_id,
+          PartNumber: n,
+          Body: Buffer.alloc(size, n),
+        }),
+      );
+      parts.push({ partNumber: n, etag: out.ETag ?? '' });
+    }
+    expect(await h.storage.completeMultipartUpload({ key, uploadId: plan.upload_id, parts })).toBe(true);
+    await sql`UPDATE enterprise.media_items SET status = 'abandoned', rejection_reason = 'aborted by the uploader'
+      WHERE id = ${mediaId}::uuid`.execute(h.admin);
+  } finally {
+    direct.destroy();
+    h.setEventTarget(`${base}/internal/media/object-created`);
+  }
+  const event = await h.s3.waitForObjectCreated(key);
+  expect((await deliver(event)).results).toEqual([{ key, outcome: 'duplicate' }]);
+  expect((await mediaRow(mediaId))?.status).toBe('abandoned');
+  expect(await acceptedCopies(mediaId)).toEqual([]);
+  // Nor the upload itself: nothing is served from an abandoned item.
+  expect(await h.storage.head(key)).toBeUndefined();
 });
 
 it('the sweep aborts uploads whose intent expired and marks their items abandoned', async () => {

@@ -316,9 +316,19 @@ export async function abortUpload(
   const uploadId = item.uploadId;
   // The store first: if the database write fails after it, the item stays pending without an upload, and
   // the sweep finishes the job once the intent expires.
-  await storeCall(scope.log, 'AbortMultipartUpload', () =>
+  const discarded = await storeCall(scope.log, 'AbortMultipartUpload', () =>
     ctx.storage.abortMultipartUpload({ key: item.objectKey, uploadId }),
   );
+  if (!discarded) {
+    // NoSuchUpload: an earlier abort of ours whose database write failed, or a completion. Once the store has
+    // assembled the file its object event will arrive and the webhook accept it (as the sweep leaves such an
+    // upload to its event): marking the item abandoned now would leave that object, and its accepted copy,
+    // to nobody.
+    const head = await storeCall(scope.log, 'HEAD', () => ctx.storage.head(item.objectKey));
+    if (head !== undefined) {
+      throw new DomainError('conflict', 'The upload was already assembled; it can no longer be aborted.');
+    }
+  }
   const changed = await inUserTransaction(ctx.db, scope.user, (trx) =>
     markAbandoned(trx, siteId, mediaId, scope.user.sub, 'aborted by the uploader'),
   );
