@@ -23,7 +23,8 @@ import { portalUser, requireUser, requireWebhookToken, WEBHOOK_PATH } from './au
 export interface RouteDeps {
   ctx: WorkflowContext;
   verifier: TokenVerifier;
-  webhookTokens: SecretSet;
+  /** The webhook tokens valid now (SIGHUP may replace them). */
+  webhookTokens: () => SecretSet;
   /** Readiness: database reachable, signing keys loaded. */
   checkReady: () => Promise<Record<string, 'ok' | 'failed'>>;
 }
