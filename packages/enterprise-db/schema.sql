@@ -233,7 +233,7 @@ enterprise_api.media_items.site_id uuid COMMENT -
 enterprise_api.media_items.size_bytes bigint COMMENT -
 enterprise_api.media_items.status text COMMENT -
 enterprise_api.media_items.uploaded_at timestamp with time zone COMMENT -
-enterprise_api.media_items.uploaded_by text COMMENT -
+enterprise_api.media_items.uploaded_by text COMMENT JWT "sub" of the user who created the upload intent; NULL when that user is not a user of this company.
 enterprise_api.media_items.walkthrough_id uuid COMMENT -
 enterprise_api.media_items.work_item_id uuid COMMENT -
 enterprise_api.service_records.asset_id uuid COMMENT -
@@ -288,7 +288,7 @@ enterprise_api.work_items.category text COMMENT -
 enterprise_api.work_items.company_id uuid COMMENT -
 enterprise_api.work_items.created_at timestamp with time zone COMMENT -
 enterprise_api.work_items.decided_at timestamp with time zone COMMENT -
-enterprise_api.work_items.decided_by text COMMENT -
+enterprise_api.work_items.decided_by text COMMENT JWT "sub" of the user who made the latest decision; NULL when undecided or the decider is not a user of this company.
 enterprise_api.work_items.decision_note text COMMENT -
 enterprise_api.work_items.defer_until timestamp with time zone COMMENT -
 enterprise_api.work_items.description text COMMENT -
@@ -760,26 +760,27 @@ enterprise_api.maintenance_schedules AS
    FROM enterprise.maintenance_schedules;
 
 enterprise_api.media_items AS
- SELECT id,
-    site_id,
-    company_id,
-    status,
-    filename,
+ SELECT m.id,
+    m.site_id,
+    m.company_id,
+    m.status,
+    m.filename,
         CASE
-            WHEN (status = 'available'::text) THEN actual_content_type
-            ELSE declared_content_type
+            WHEN (m.status = 'available'::text) THEN m.actual_content_type
+            ELSE m.declared_content_type
         END AS content_type,
         CASE
-            WHEN (status = 'available'::text) THEN actual_size_bytes
-            ELSE declared_size_bytes
+            WHEN (m.status = 'available'::text) THEN m.actual_size_bytes
+            ELSE m.declared_size_bytes
         END AS size_bytes,
-    walkthrough_id,
-    work_item_id,
-    asset_id,
-    uploaded_by,
-    created_at,
-    uploaded_at
-   FROM enterprise.media_items;
+    m.walkthrough_id,
+    m.work_item_id,
+    m.asset_id,
+    p.sub AS uploaded_by,
+    m.created_at,
+    m.uploaded_at
+   FROM (enterprise.media_items m
+     LEFT JOIN enterprise.principals p ON (((p.sub = m.uploaded_by) AND (p.company_id = m.company_id))));
 
 enterprise_api.service_records AS
  SELECT id,
@@ -843,25 +844,26 @@ enterprise_api.work_item_decisions AS
      LEFT JOIN enterprise.principals p ON (((p.sub = d.decided_by) AND (p.company_id = d.company_id))));
 
 enterprise_api.work_items AS
- SELECT id,
-    site_id,
-    company_id,
-    asset_id,
-    walkthrough_id,
-    title,
-    description,
-    category,
-    severity,
-    state,
-    estimate_amount,
-    estimate_currency,
-    defer_until,
-    decided_at,
-    decided_by,
-    decision_note,
-    created_at,
-    updated_at
-   FROM enterprise.work_items;
+ SELECT w.id,
+    w.site_id,
+    w.company_id,
+    w.asset_id,
+    w.walkthrough_id,
+    w.title,
+    w.description,
+    w.category,
+    w.severity,
+    w.state,
+    w.estimate_amount,
+    w.estimate_currency,
+    w.defer_until,
+    w.decided_at,
+    p.sub AS decided_by,
+    w.decision_note,
+    w.created_at,
+    w.updated_at
+   FROM (enterprise.work_items w
+     LEFT JOIN enterprise.principals p ON (((p.sub = w.decided_by) AND (p.company_id = w.company_id))));
 
 -- functions (10)
 CREATE OR REPLACE FUNCTION enterprise.remember_caller_company()

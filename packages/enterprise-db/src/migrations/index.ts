@@ -8,6 +8,7 @@ import { companyHintMigration } from './0004-company-hint.js';
 import { uploadIntentKeysMigration } from './0005-upload-intent-keys.js';
 import { decisionHistoryMigration } from './0006-decision-history.js';
 import { multipartUploadsMigration } from './0007-multipart-uploads.js';
+import { peopleInViewsMigration } from './0008-people-in-views.js';
 
 /**
  * The enterprise schema, roles, RLS and read surface; its own migration table. The logins' passwords
@@ -26,6 +27,7 @@ export function enterpriseMigrationsWith(passwords: RolePasswords): MigrationSet
       '0005_upload_intent_keys': uploadIntentKeysMigration,
       '0006_decision_history': decisionHistoryMigration,
       '0007_multipart_uploads': multipartUploadsMigration,
+      '0008_people_in_views': peopleInViewsMigration,
     },
   };
 }
