@@ -865,7 +865,7 @@ enterprise_api.work_items AS
    FROM (enterprise.work_items w
      LEFT JOIN enterprise.principals p ON (((p.sub = w.decided_by) AND (p.company_id = w.company_id))));
 
--- functions (10)
+-- functions (11)
 CREATE OR REPLACE FUNCTION enterprise.remember_caller_company()
  RETURNS void
  LANGUAGE sql
@@ -1006,6 +1006,23 @@ AS $function$
   SELECT nullif(nullif(current_setting('request.jwt.claims', true), '')::jsonb ->> 'sub', '')
 $function$
 OWNER enterprise_authz ACL enterprise_api_role:EXECUTE,enterprise_authz:EXECUTE,enterprise_media_ingest:EXECUTE,enterprise_portal_role:EXECUTE COMMENT The "sub" claim of the current request (request.jwt.claims), or NULL.
+
+CREATE OR REPLACE FUNCTION enterprise_api.unclaimed_multipart_uploads(p_object_keys text[], p_upload_ids text[])
+ RETURNS TABLE(object_key text, upload_id text)
+ LANGUAGE sql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  SELECT u.object_key, u.upload_id
+  FROM unnest(p_object_keys, p_upload_ids) AS u(object_key, upload_id)
+  WHERE u.object_key IS NOT NULL AND u.upload_id IS NOT NULL
+    AND NOT EXISTS (
+      SELECT 1 FROM enterprise.media_items mi
+      WHERE mi.object_key = u.object_key AND mi.multipart_upload_id = u.upload_id
+        AND mi.status = 'pending_upload')
+  LIMIT 1000
+$function$
+OWNER enterprise_media_ingest ACL enterprise_api_role:EXECUTE,enterprise_media_ingest:EXECUTE COMMENT Sweep of uploads no item claims: of the given (object key, upload id) pairs (the store's open uploads), those no pending media item names, at most 1000. Runs as enterprise_media_ingest.
 
 CREATE OR REPLACE FUNCTION postgrest.pre_config()
  RETURNS void

@@ -5,7 +5,12 @@ import { createHash, randomBytes } from 'node:crypto';
 import { createServer } from 'node:http';
 import type { Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { ListObjectsV2Command, S3Client, UploadPartCommand } from '@aws-sdk/client-s3';
+import {
+  CreateMultipartUploadCommand,
+  ListObjectsV2Command,
+  S3Client,
+  UploadPartCommand,
+} from '@aws-sdk/client-s3';
 import {
   validateCompleteUploadResponse,
   validatePartUrlsResponse,
@@ -584,6 +589,7 @@ it('the sweep aborts uploads whose intent expired and marks their items abandone
   expect(await sweepExpiredUploads(ctx, logger, { graceS: 3 * 3600, limit: 100 })).toEqual({
     abandoned: 0,
     completed: 0,
+    orphaned: 0,
     failed: 0,
   });
   const swept = await sweepExpiredUploads(ctx, logger, { graceS: 0, limit: 100 });
@@ -915,5 +921,63 @@ describe('a slow store', () => {
       other.completion,
     );
     expect(retry.status).toBe(202);
+  });
+
+  const isCreate = (req: { method: string; url: string }) =>
+    req.method === 'POST' && /[?&]uploads(=|&|$)/.test(req.url);
+
+  /** The uploads the store holds open under the media prefix, by key. */
+  async function openUploads(): Promise<Array<{ key: string; uploadId: string }>> {
+    return (await h.storage.listMultipartUploads({ prefix: 'sites/' })).map(({ key, uploadId }) => ({
+      key,
+      uploadId,
+    }));
+  }
+
+  it('an intent at a slow store starts at most one upload; the sweep aborts an upload no row claims', async () => {
+    // Every CreateMultipartUpload answer is held back past the service's deadline; the store does start it.
+    slow.delayMs = (req) => (isCreate(req) ? 1500 : 0);
+    const before = slow.received.filter(isCreate).length;
+    const uploadsBefore = await openUploads();
+    const res = await slowApi('POST', `/sites/${hq}/media/upload-intents`, {
+      filename: 'slow.mp4',
+      content_type: 'video/mp4',
+      size_bytes: 7 * MiB,
+    });
+    expect(res.status).toBe(503);
+    expect(res.headers.get('retry-after')).not.toBeNull();
+    // Exactly one CreateMultipartUpload reached the store: no blind retry of a call that is not idempotent.
+    await waitFor(async () => (slow.received.filter(isCreate).length > before ? true : undefined), 5000);
+    await new Promise((resolve) => setTimeout(resolve, 700));
+    expect(slow.received.filter(isCreate).length - before).toBe(1);
+    // It left one upload in the store that no row names.
+    const orphans = (await openUploads()).filter(
+      (u) => !uploadsBefore.some((b) => b.uploadId === u.uploadId),
+    );
+    expect(orphans).toHaveLength(1);
+    slow.delayMs = () => 0;
+
+    // A live upload of a recorded intent, and one under a key outside the media keys, stay.
+    const live = await newUpload(7 * MiB);
+    const foreignKey = 'sites/not-a-media-key.bin';
+    const direct = directStore();
+    const foreign = await direct.send(
+      new CreateMultipartUploadCommand({ Bucket: h.s3.bucket, Key: foreignKey }),
+    );
+    direct.destroy();
+
+    const logger = createLogger({ service: 'sweep-test', level: 'error' });
+    const ctx = { db: h.db, storage: h.storage, now: () => new Date() };
+    // Within the grace period an unclaimed upload is left alone (its row may still be committing).
+    expect((await sweepExpiredUploads(ctx, logger, { graceS: 3600, limit: 100 })).orphaned).toBe(0);
+    const swept = await sweepExpiredUploads(ctx, logger, { graceS: 0, limit: 100 });
+    expect(swept.orphaned).toBeGreaterThanOrEqual(1);
+    expect(swept.failed).toBe(0);
+    const open = await openUploads();
+    expect(open.some((u) => u.uploadId === orphans[0]!.uploadId)).toBe(false);
+    expect(open.some((u) => u.uploadId === live.plan.upload_id)).toBe(true);
+    expect(open.some((u) => u.uploadId === foreign.UploadId)).toBe(true);
+    expect((await mediaRow(live.mediaId))?.status).toBe('pending_upload');
+    expect((await sweepExpiredUploads(ctx, logger, { graceS: 0, limit: 100 })).orphaned).toBe(0);
   });
 });

@@ -133,3 +133,20 @@ export async function recordUploadAbandoned(
     return rows[0]?.changed === true;
   });
 }
+
+/**
+ * Of the store's open uploads `uploads`, those no pending media item names (at most 1000): what the sweep may
+ * abort once they are old enough. Through the ingest role's definer function (no caller, no claims).
+ */
+export async function unclaimedUploads(
+  db: Kysely<WorkflowDb>,
+  uploads: ReadonlyArray<{ key: string; uploadId: string }>,
+): Promise<Array<{ key: string; uploadId: string }>> {
+  if (uploads.length === 0) return [];
+  return asService(db, async (trx) => {
+    const { rows } = await sql<{ object_key: string; upload_id: string }>`
+      SELECT * FROM enterprise_api.unclaimed_multipart_uploads(
+        ${uploads.map((u) => u.key)}::text[], ${uploads.map((u) => u.uploadId)}::text[])`.execute(trx);
+    return rows.map((r) => ({ key: r.object_key, uploadId: r.upload_id }));
+  });
+}

@@ -15,12 +15,13 @@ import {
   findMultipartMedia,
   markAbandoned,
   recordUploadAbandoned,
+  unclaimedUploads,
 } from '../db/multipart.js';
 import type { MultipartMedia } from '../db/multipart.js';
 import { storeCall } from './store-call.js';
 import type { StoredPart } from './ports.js';
 import type { UserScope, WorkflowContext } from './context.js';
-import { normaliseEtag } from './media.js';
+import { isMediaObjectKey, MEDIA_KEY_PREFIX, normaliseEtag } from './media.js';
 
 const MiB = 1024 * 1024;
 /** S3's limits: parts of at least 5 MiB (but the last), at most 10,000 parts. */
@@ -54,7 +55,7 @@ export function startExpiredUploadSweep(
     if (running !== undefined) return;
     running = sweepExpiredUploads(ctx, log, { graceS: options.graceS, limit: 100 })
       .then((result) => {
-        for (const outcome of ['abandoned', 'completed', 'failed'] as const)
+        for (const outcome of ['abandoned', 'completed', 'orphaned', 'failed'] as const)
           if (result[outcome] > 0) options.outcomes?.inc({ outcome }, result[outcome]);
       })
       .catch((err: unknown) => {
@@ -341,6 +342,8 @@ export interface SweepResult {
   abandoned: number;
   /** Expired uploads the store had completed meanwhile: left to the object-created event. */
   completed: number;
+  /** Uploads under the media keys that no pending item names, aborted in the store. */
+  orphaned: number;
   failed: number;
 }
 
@@ -355,7 +358,7 @@ export async function sweepExpiredUploads(
   log: Logger,
   options: { graceS: number; limit: number },
 ): Promise<SweepResult> {
-  const result: SweepResult = { abandoned: 0, completed: 0, failed: 0 };
+  const result: SweepResult = { abandoned: 0, completed: 0, orphaned: 0, failed: 0 };
   const before = new Date(ctx.now().getTime() - options.graceS * 1000);
   let expired;
   try {
@@ -387,5 +390,45 @@ export async function sweepExpiredUploads(
       });
     }
   }
+  await sweepUnclaimedUploads(ctx, log, before, options.limit, result);
   return result;
+}
+
+/**
+ * The store's open uploads under the media keys that no pending item names and that were started before
+ * `before` (the grace period: an intent's row commits within its request, seconds after its upload starts):
+ * left by an intent whose answer from the store came too late, whose recording failed, or whose process
+ * stopped in between. Nothing else would ever remove them (design §4.4). An upload without an initiation time,
+ * or under a key that cannot name a media item, is never touched.
+ */
+async function sweepUnclaimedUploads(
+  ctx: Pick<WorkflowContext, 'db' | 'storage'>,
+  log: Logger,
+  before: Date,
+  limit: number,
+  result: SweepResult,
+): Promise<void> {
+  const open = await ctx.storage.listMultipartUploads({ prefix: MEDIA_KEY_PREFIX });
+  const old = open
+    .filter((u) => isMediaObjectKey(u.key) && u.initiated !== undefined && u.initiated < before)
+    .slice(0, limit);
+  let unclaimed;
+  try {
+    unclaimed = await unclaimedUploads(ctx.db, old);
+  } catch (err) {
+    throw mapDbError(err);
+  }
+  for (const upload of unclaimed) {
+    try {
+      await ctx.storage.abortMultipartUpload(upload);
+      result.orphaned += 1;
+      log.info('multipart upload no item claims aborted', { object_key: upload.key });
+    } catch (err) {
+      result.failed += 1;
+      log.warn('could not abort a multipart upload no item claims', {
+        object_key: upload.key,
+        error: errorMessage(err),
+      });
+    }
+  }
 }
