@@ -1,7 +1,7 @@
 // Uploads in parts (design §4.4) over real sockets: the intent's plan, part URLs checked by a store that
 // verifies SigV4 (a verifying proxy in front of s3rver), resume from the stored parts, the completion's
 // checks, the CompleteMultipartUpload event through the webhook, abort, the sweep, and tenants.
-import { createHash, randomBytes } from 'node:crypto';
+import { createHash, randomBytes, randomUUID } from 'node:crypto';
 import { createServer } from 'node:http';
 import type { Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -674,17 +674,18 @@ it('an expired upload the store completed in time is left to its event, not aban
   }
 });
 
-it('an intent whose item cannot be recorded aborts the upload it started', async () => {
+it('an intent whose item cannot be recorded starts no upload in the store', async () => {
   const before = h.s3.requests.length;
   const res = await api('POST', `/sites/${hq}/media/upload-intents`, carol, {
     filename: 'walk.mp4',
     content_type: 'video/mp4',
     size_bytes: 7 * MiB,
   });
-  // Another tenant's site: 404, and the store's upload started for it is aborted again.
+  // Another tenant's site: 404, decided before the store is asked for anything (the item is recorded first).
   expect(res.status).toBe(404);
-  const aborts = h.s3.requests.slice(before).filter((r) => r.method === 'DELETE' && r.uploadId !== undefined);
-  expect(aborts.map((r) => r.status)).toEqual([204]);
+  expect(h.s3.requests.slice(before).filter((r) => r.uploadId !== undefined || r.method === 'POST')).toEqual(
+    [],
+  );
 });
 
 describe('planParts', () => {
@@ -955,6 +956,22 @@ describe('a slow store', () => {
       (u) => !uploadsBefore.some((b) => b.uploadId === u.uploadId),
     );
     expect(orphans).toHaveLength(1);
+    // Its intent was recorded before the upload was started, and given up (abandoned) when the store
+    // did not answer in time: the key of every upload the store holds is a row's.
+    const { rows } = await sql<{
+      status: string;
+      multipart_upload_id: string | null;
+      rejection_reason: string;
+    }>`
+      SELECT status, multipart_upload_id, rejection_reason FROM enterprise.media_items
+      WHERE object_key = ${orphans[0]!.key}`.execute(h.admin);
+    expect(rows).toEqual([
+      {
+        status: 'abandoned',
+        multipart_upload_id: null,
+        rejection_reason: "the store's upload could not be started",
+      },
+    ]);
     slow.delayMs = () => 0;
 
     // A live upload of a recorded intent, and one under a key outside the media keys, stay.
@@ -979,5 +996,27 @@ describe('a slow store', () => {
     expect(open.some((u) => u.uploadId === foreign.UploadId)).toBe(true);
     expect((await mediaRow(live.mediaId))?.status).toBe('pending_upload');
     expect((await sweepExpiredUploads(ctx, logger, { graceS: 0, limit: 100 })).orphaned).toBe(0);
+  });
+
+  it('a planned intent whose upload was never started is abandoned by the sweep after the grace period', async () => {
+    // What a crash between recording the plan and starting the store's upload leaves.
+    const { rows } = await sql<{ id: string }>`
+      INSERT INTO enterprise.media_items (site_id, object_key, filename, declared_content_type, declared_size_bytes,
+        uploaded_by, upload_expires_at, part_size_bytes, part_count, created_at)
+      VALUES (${hq}::uuid, ${`sites/${hq}/media/${randomUUID()}.mp4`}, 'crash.mp4', 'video/mp4', ${7 * MiB},
+        'someone', now() + interval '1 hour', ${5 * MiB}, 2, now() - interval '20 minutes')
+      RETURNING id`.execute(h.admin);
+    const id = rows[0]!.id;
+    const logger = createLogger({ service: 'sweep-test', level: 'error' });
+    const ctx = { db: h.db, storage: h.storage, now: () => new Date() };
+    await sweepExpiredUploads(ctx, logger, { graceS: 3600, limit: 100 });
+    expect((await mediaRow(id))?.status).toBe('pending_upload');
+    expect(
+      (await sweepExpiredUploads(ctx, logger, { graceS: 600, limit: 100 })).abandoned,
+    ).toBeGreaterThanOrEqual(1);
+    expect(await mediaRow(id)).toEqual({
+      status: 'abandoned',
+      rejection_reason: "the store's upload could not be started",
+    });
   });
 });

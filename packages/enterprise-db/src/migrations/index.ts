@@ -10,6 +10,7 @@ import { decisionHistoryMigration } from './0006-decision-history.js';
 import { multipartUploadsMigration } from './0007-multipart-uploads.js';
 import { peopleInViewsMigration } from './0008-people-in-views.js';
 import { unclaimedUploadsMigration } from './0009-unclaimed-uploads.js';
+import { multipartIntentFirstMigration } from './0010-multipart-intent-first.js';
 
 /**
  * The enterprise schema, roles, RLS and read surface; its own migration table. The logins' passwords
@@ -30,6 +31,7 @@ export function enterpriseMigrationsWith(passwords: RolePasswords): MigrationSet
       '0007_multipart_uploads': multipartUploadsMigration,
       '0008_people_in_views': peopleInViewsMigration,
       '0009_unclaimed_uploads': unclaimedUploadsMigration,
+      '0010_multipart_intent_first': multipartIntentFirstMigration,
     },
   };
 }

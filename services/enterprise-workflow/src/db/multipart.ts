@@ -150,3 +150,58 @@ export async function unclaimedUploads(
     return rows.map((r) => ({ key: r.object_key, uploadId: r.upload_id }));
   });
 }
+
+/**
+ * Sets the store's upload id on the caller's own planned item (recorded without one, design §4.4): once, while
+ * it is pending and has none. False when it is no longer such an item (a concurrent start won, or it was
+ * abandoned); the RLS policy allows nothing else.
+ */
+export async function setUploadId(db: Executor, mediaId: string, uploadId: string): Promise<boolean> {
+  const result = await db
+    .updateTable('enterprise.media_items')
+    .set({ multipart_upload_id: uploadId, updated_at: sql<Date>`now()` })
+    .where('id', '=', mediaId)
+    .where('status', '=', 'pending_upload')
+    .where('multipart_upload_id', 'is', null)
+    .where('part_count', 'is not', null)
+    .executeTakeFirst();
+  return result.numUpdatedRows > 0n;
+}
+
+/** The upload id of the caller's item `mediaId` now (after a concurrent start), if it has one. */
+export async function currentUploadId(db: Executor, mediaId: string): Promise<string | null | undefined> {
+  const row = await db
+    .selectFrom('enterprise.media_items')
+    .select(['multipart_upload_id', 'status'])
+    .where('id', '=', mediaId)
+    .executeTakeFirst();
+  return row === undefined || row.status !== 'pending_upload' ? undefined : row.multipart_upload_id;
+}
+
+/** Abandons the caller's own planned item whose upload could not be started; false when it is no longer one. */
+export async function abandonUnstarted(db: Executor, mediaId: string, reason: string): Promise<boolean> {
+  const result = await db
+    .updateTable('enterprise.media_items')
+    .set({ status: 'abandoned', rejection_reason: reason, updated_at: sql<Date>`now()` })
+    .where('id', '=', mediaId)
+    .where('status', '=', 'pending_upload')
+    .where('multipart_upload_id', 'is', null)
+    .where('part_count', 'is not', null)
+    .executeTakeFirst();
+  return result.numUpdatedRows > 0n;
+}
+
+/** The sweep: abandons planned items created before `before` whose store upload was never started. */
+export async function abandonUnstartedUploads(
+  db: Kysely<WorkflowDb>,
+  before: Date,
+  limit: number,
+): Promise<number> {
+  return asService(db, async (trx) => {
+    const { rows } = await sql<{ n: number }>`
+      SELECT enterprise_api.abandon_unstarted_multipart_uploads(${before}::timestamptz, ${limit}::integer) AS n`.execute(
+      trx,
+    );
+    return rows[0]?.n ?? 0;
+  });
+}

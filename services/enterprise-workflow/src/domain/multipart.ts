@@ -13,6 +13,7 @@ import { inUserTransaction } from '../db/database.js';
 import {
   expiredMultipartUploads,
   findMultipartMedia,
+  abandonUnstartedUploads,
   markAbandoned,
   recordUploadAbandoned,
   unclaimedUploads,
@@ -389,6 +390,15 @@ export async function sweepExpiredUploads(
         error: errorMessage(err),
       });
     }
+  }
+  // Items whose plan was recorded but whose store upload was never started (a crash between the two, a
+  // failure that could not be recorded): a start takes seconds, the grace period minutes.
+  try {
+    const unstarted = await abandonUnstartedUploads(ctx.db, before, options.limit);
+    result.abandoned += unstarted;
+    if (unstarted > 0) log.info('multipart intents never started abandoned', { count: unstarted });
+  } catch (err) {
+    throw mapDbError(err);
   }
   await sweepUnclaimedUploads(ctx, log, before, options.limit, result);
   return result;
