@@ -948,7 +948,10 @@ describe('a slow store', () => {
     expect(res.status).toBe(503);
     expect(res.headers.get('retry-after')).not.toBeNull();
     // Exactly one CreateMultipartUpload reached the store: no blind retry of a call that is not idempotent.
-    await waitFor(async () => (slow.received.filter(isCreate).length > before ? true : undefined), 5000);
+    await waitFor(
+      () => Promise.resolve(slow.received.filter(isCreate).length > before ? true : undefined),
+      5000,
+    );
     await new Promise((resolve) => setTimeout(resolve, 700));
     expect(slow.received.filter(isCreate).length - before).toBe(1);
     // It left one upload in the store that no row names.
