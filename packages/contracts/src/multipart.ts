@@ -144,8 +144,9 @@ export const completeUploadResponseSchema = {
     media_id: uuidProperty,
     status: {
       type: 'string',
-      const: 'pending_upload',
-      description: 'the store assembled the file; the item becomes available once the store reports it',
+      enum: ['pending_upload', 'available'],
+      description:
+        'the store assembled the file: pending_upload until the store reports it and the service accepts it, available once it did (a repeated completion)',
     },
   },
 } as const;

@@ -145,8 +145,8 @@ export interface MediaItemsTable {
   upload_expires_at: ColumnType<Date | null, Date | string | null | undefined, never>;
   uploaded_at: ColumnType<Date | null, never, never>;
   updated_at: ColumnType<Date, never, Date | string>;
-  /** The store's multipart upload id of an upload in parts (null: a single PUT). */
-  multipart_upload_id: ColumnType<string | null, string | null | undefined, never>;
+  /** The store's multipart upload id of an upload in parts (null: a single PUT, or a plan not started yet). */
+  multipart_upload_id: ColumnType<string | null, string | null | undefined, string>;
   part_size_bytes: ColumnType<string | null, number | string | null | undefined, never>;
   part_count: ColumnType<number | null, number | null | undefined, never>;
 }

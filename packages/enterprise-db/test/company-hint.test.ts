@@ -403,11 +403,13 @@ describe('migration 0004 down and up again', () => {
 
   it('down() restores 0003 (same policy count, no stored company) and up() applies again', async () => {
     const migration = enterpriseMigrations.migrations['0004_company_hint'];
-    // 0005's, 0006's and 0007's policies are written with the hint too: they come off first and go back last.
+    // 0005's, 0006's, 0007's and 0010's policies are written with the hint too: they come off first and go
+    // back last.
     const later = [
       enterpriseMigrations.migrations['0005_upload_intent_keys'],
       enterpriseMigrations.migrations['0006_decision_history'],
       enterpriseMigrations.migrations['0007_multipart_uploads'],
+      enterpriseMigrations.migrations['0010_multipart_intent_first'],
     ];
     const rollback = new Error('rollback');
     const seen: unknown[] = [];
@@ -428,7 +430,7 @@ describe('migration 0004 down and up again', () => {
       const { policy_text: _text, ...rest } = state ?? {};
       return rest;
     };
-    const applied = { policies_reading_it: '20', remember: '1', pre_request_stores: true, nil_check: '1' };
+    const applied = { policies_reading_it: '22', remember: '1', pre_request_stores: true, nil_check: '1' };
     expect(counts(before)).toEqual(applied);
     expect(counts(down)).toEqual({
       policies_reading_it: '0',

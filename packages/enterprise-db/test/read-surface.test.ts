@@ -28,7 +28,8 @@ const views = [
   { view: 'work_item_decisions', table: 'work_item_decisions', siteColumn: 'site_id' },
 ] as const;
 /** Views over a join, which PostgreSQL refuses to write to before it checks privileges. */
-const joinViews: ReadonlySet<string> = new Set(['sites', 'work_item_decisions']);
+// work_items and media_items join the person they name (migration 0008, design §4.2).
+const joinViews: ReadonlySet<string> = new Set(['sites', 'work_item_decisions', 'work_items', 'media_items']);
 const users: DemoUser[] = ['alice', 'bob', 'carol', 'dave'];
 
 let f: Fixture;
@@ -126,7 +127,7 @@ describe.each(views)('view enterprise_api.$view', ({ view, table, siteColumn }) 
           c.query(statement),
         ),
       );
-      // The views over a join (sites and companies, decisions and deciders) PostgreSQL refuses as not
+      // The views over a join (sites and companies, rows and the people they name) PostgreSQL refuses as not
       // updatable (55000) before it checks privileges; the single-table views are updatable in
       // principle and refused for lack of privileges (42501).
       expect(code).toBe(joinViews.has(view) ? '55000' : '42501');
@@ -402,6 +403,62 @@ describe('decision history (enterprise_api.work_item_decisions)', () => {
     });
     expect(forged.subs).toEqual([demoUserSubs.alice, demoUserSubs.bob].sort());
     expect(forged.rows).toEqual([]);
+  });
+
+  it('one rule for every view that names a person: work_items.decided_by and media_items.uploaded_by as the history', async () => {
+    // Frank decides and uploads at Acme HQ, then leaves Acme (moved to Borealis; then removed altogether).
+    const frank = { sub: '0b0a11ce-0000-4000-8000-0000000f0200', name: 'Frank Left' };
+    await f.adminPool.query(
+      `INSERT INTO enterprise.principals (sub, company_id, all_sites, display_name) VALUES ($1, $2, true, $3)`,
+      [frank.sub, demoCompanies.acme.id, frank.name],
+    );
+    const item = demoRowId('work_item', 'acmeHq', 3);
+    await decide({ sub: frank.sub }, 'acmeHq', 3, 'decline');
+    const media = await withRequestClaims(f.api, { sub: frank.sub }, async (trx) => {
+      const r = await sql<{ id: string }>`
+        INSERT INTO enterprise.media_items (site_id, object_key, filename, declared_content_type,
+          declared_size_bytes, uploaded_by, upload_expires_at)
+        VALUES (${demoSites.acmeHq.id}::uuid, ${`sites/${demoSites.acmeHq.id}/media/${randomUUID()}.jpg`},
+          'frank.jpg', 'image/jpeg', 10, ${frank.sub}, now() + interval '15 minutes')
+        RETURNING id`.execute(trx);
+      return r.rows[0]!.id;
+    });
+    const named = async (user: DemoUser) =>
+      withPostgrestRequest(f.authenticator, { claims: claimsOf(user) }, async (c) => {
+        const w = await c.query<{ decided_by: string | null }>(
+          'SELECT decided_by FROM enterprise_api.work_items WHERE id = $1',
+          [item],
+        );
+        const m = await c.query<{ uploaded_by: string | null }>(
+          'SELECT uploaded_by FROM enterprise_api.media_items WHERE id = $1',
+          [media],
+        );
+        const h = await c.query<{ decided_by: string | null }>(
+          'SELECT decided_by FROM enterprise_api.work_item_decisions WHERE work_item_id = $1',
+          [item],
+        );
+        return {
+          work_item: w.rows[0]?.decided_by,
+          media_item: m.rows[0]?.uploaded_by,
+          history: h.rows[0]?.decided_by,
+        };
+      });
+    // While he is Acme's, every view names him.
+    expect(await named('bob')).toEqual({ work_item: frank.sub, media_item: frank.sub, history: frank.sub });
+
+    await f.adminPool.query(`UPDATE enterprise.principals SET company_id = $2 WHERE sub = $1`, [
+      frank.sub,
+      demoCompanies.borealis.id,
+    ]);
+    expect(await named('bob')).toEqual({ work_item: null, media_item: null, history: null });
+    await f.adminPool.query(`DELETE FROM enterprise.principals WHERE sub = $1`, [frank.sub]);
+    expect(await named('alice')).toEqual({ work_item: null, media_item: null, history: null });
+    // The rows themselves stay, and the base tables keep who it was (for the audit and the workflow).
+    const { rows } = await f.adminPool.query<{ decided_by: string }>(
+      'SELECT decided_by FROM enterprise.work_items WHERE id = $1',
+      [item],
+    );
+    expect(rows[0]?.decided_by).toBe(frank.sub);
   });
 
   it("portal users read only their own company's names, and nothing else of the access map", async () => {

@@ -10,6 +10,8 @@ export { ConfigError, databaseDeadlines, deepFreeze, loadConfig } from './config
 export { UNSTORABLE_TEXT_MESSAGE, unstorableTextPaths } from './text.js';
 export type { ConfigProblem, DatabaseDeadlines, DeepReadonly } from './config.js';
 export { closeHttpServer, installShutdown } from './shutdown.js';
+export { installSecretReload } from './reload.js';
+export type { SecretReloadHandle, SecretReloadOptions } from './reload.js';
 export type { ShutdownHandle, ShutdownOptions, ShutdownStep } from './shutdown.js';
 export { Counter, createMetrics, Gauge, Histogram, metricsHandler, Registry } from './metrics.js';
 export type { MetricsOptions } from './metrics.js';

@@ -2,7 +2,15 @@ import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { inspect } from 'node:util';
-import { bearerToken, countNonBearerSecrets, fingerprint, readSecretList, SecretSet } from '../src/index.js';
+import {
+  bearerToken,
+  countNonBearerSecrets,
+  fingerprint,
+  installSecretReload,
+  readSecretList,
+  SecretSet,
+} from '../src/index.js';
+import { captureLogs } from './log-capture.js';
 
 describe('readSecretList', () => {
   it('merges a comma list and a mounted file, dropping blanks, comments and duplicates', () => {
@@ -83,5 +91,51 @@ describe('countNonBearerSecrets', () => {
     for (const secret of ['has space', 'k!y', 'a=b']) {
       expect(bearerToken({ headers: { authorization: `Bearer ${secret}` } })).not.toBe(secret);
     }
+  });
+});
+
+describe('installSecretReload', () => {
+  it('re-reads on SIGHUP and applies the new set; a failing read keeps the current one; no secret is logged', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'reload-'));
+    const file = join(dir, 'keys');
+    writeFileSync(file, 'first-secret-000000\n');
+    const logs = captureLogs();
+    let current = new SecretSet(readSecretList({ file }));
+    const handle = installSecretReload({
+      logger: logs.logger,
+      what: 'test keys',
+      read: () => {
+        const secrets = readSecretList({ file });
+        if (secrets.length === 0) throw new Error('the file holds no key');
+        return new SecretSet(secrets);
+      },
+      apply: (secrets) => {
+        current = secrets;
+      },
+    });
+    try {
+      writeFileSync(file, 'second-secret-11111\n');
+      process.emit('SIGHUP', 'SIGHUP');
+      expect(current.has('second-secret-11111')).toBe(true);
+      expect(current.has('first-secret-000000')).toBe(false);
+      writeFileSync(file, '# empty\n');
+      process.emit('SIGHUP', 'SIGHUP');
+      expect(handle.reload()).toBe(false);
+      expect(current.has('second-secret-11111')).toBe(true);
+      await new Promise((resolve) => setImmediate(resolve));
+      expect(logs.entries().map((e) => [e.level, e.message])).toEqual([
+        ['info', 'test keys reloaded'],
+        ['error', 'test keys reload failed; the previous test keys stay valid'],
+        ['error', 'test keys reload failed; the previous test keys stay valid'],
+      ]);
+      expect(logs.entries()[0]).toMatchObject({
+        count: 1,
+        fingerprints: [fingerprint('second-secret-11111')],
+      });
+      expect(logs.text()).not.toMatch(/first-secret|second-secret/);
+    } finally {
+      handle.dispose();
+    }
+    expect(process.listenerCount('SIGHUP')).toBe(0);
   });
 });

@@ -151,6 +151,10 @@ function multipartMiddleware(
     const uploadId = typeof ctx.query.uploadId === 'string' ? ctx.query.uploadId : undefined;
     const partNumber = typeof ctx.query.partNumber === 'string' ? Number(ctx.query.partNumber) : undefined;
     try {
+      if (ctx.method === 'GET' && key === '' && bucket !== '' && 'uploads' in ctx.query) {
+        await listMultipartUploads(server, bucket, ctx);
+        return;
+      }
       if (uploadId === undefined || ctx.method === 'OPTIONS' || key === '') {
         await next();
         return;
@@ -216,6 +220,70 @@ function multipartMiddleware(
       log.push({ method: ctx.method, key, partNumber, uploadId, status: ctx.status });
     }
   };
+}
+
+/**
+ * ListMultipartUploads (`GET /<bucket>?uploads`), which s3rver answers NotImplemented: the uploads started and
+ * neither completed nor aborted, from its uploads directory (`<id>/key` names the key; the file's time is the
+ * initiation). Sorted by key, then initiation, as S3 lists them; `prefix`, `key-marker`, `upload-id-marker` and
+ * `max-uploads` (at most 1000) as S3 reads them.
+ */
+async function listMultipartUploads(server: S3rverInstance, bucket: string, ctx: KoaContext): Promise<void> {
+  const query = (name: string): string | undefined =>
+    typeof ctx.query[name] === 'string' ? ctx.query[name] : undefined;
+  const prefix = query('prefix') ?? '';
+  const keyMarker = query('key-marker') ?? '';
+  const uploadIdMarker = query('upload-id-marker') ?? '';
+  const max = Math.max(1, Math.min(Number(query('max-uploads') ?? 1000), 1000));
+  const root = server.store.getResourcePath(bucket, undefined, 'uploads');
+  const ids = await readdir(root).catch(() => [] as string[]);
+  const uploads = (
+    await Promise.all(
+      ids.map(async (id) => {
+        const file = join(root, id, 'key');
+        const [key, info] = await Promise.all([
+          readFile(file, 'utf8').catch(() => undefined),
+          stat(file).catch(() => undefined),
+        ]);
+        return key === undefined || info === undefined ? [] : [{ key, id, initiated: info.mtime }];
+      }),
+    )
+  )
+    .flat()
+    .filter((u) => u.key.startsWith(prefix))
+    .sort((a, b) =>
+      a.key !== b.key
+        ? a.key < b.key
+          ? -1
+          : 1
+        : a.initiated.getTime() - b.initiated.getTime() || (a.id < b.id ? -1 : 1),
+    );
+  const start =
+    keyMarker === ''
+      ? 0
+      : uploadIdMarker === ''
+        ? uploads.findIndex((u) => u.key > keyMarker)
+        : uploads.findIndex((u) => u.key === keyMarker && u.id === uploadIdMarker) + 1;
+  const rest = start < 0 ? [] : uploads.slice(start);
+  const page = rest.slice(0, max);
+  const truncated = rest.length > page.length;
+  ctx.status = 200;
+  ctx.set('Content-Type', 'application/xml');
+  ctx.body = [
+    '<?xml version="1.0" encoding="UTF-8"?>\n<ListMultipartUploadsResult>',
+    `<Bucket>${xmlEscape(bucket)}</Bucket><KeyMarker>${xmlEscape(keyMarker)}</KeyMarker>`,
+    `<UploadIdMarker>${xmlEscape(uploadIdMarker)}</UploadIdMarker><Prefix>${xmlEscape(prefix)}</Prefix>`,
+    truncated
+      ? `<NextKeyMarker>${xmlEscape(page.at(-1)!.key)}</NextKeyMarker><NextUploadIdMarker>${page.at(-1)!.id}</NextUploadIdMarker>`
+      : '',
+    `<MaxUploads>${max}</MaxUploads><IsTruncated>${truncated}</IsTruncated>`,
+    ...page.map(
+      (u) =>
+        `<Upload><Key>${xmlEscape(u.key)}</Key><UploadId>${u.id}</UploadId>` +
+        `<Initiated>${u.initiated.toISOString()}</Initiated><StorageClass>STANDARD</StorageClass></Upload>`,
+    ),
+    '</ListMultipartUploadsResult>',
+  ].join('');
 }
 
 /** AWS encodes event keys as form data per path segment: `a dir/ünï.jpg` → `a+dir/%C3%BCn%C3%AF.jpg`. */

@@ -28,6 +28,11 @@ export interface AppDeps {
   metrics?: Registry;
   /** Clock; tests may fix it. */
   now?: () => Date;
+  /**
+   * The webhook tokens valid now, asked on every webhook request so a SIGHUP reload (main.ts) takes effect at
+   * once. Default: `config.webhookTokens`, fixed.
+   */
+  webhookTokens?: () => SecretSet;
 }
 
 /** Bound on the readiness probe's database round trip, in milliseconds. */
@@ -61,7 +66,8 @@ export function buildApp(deps: AppDeps): Express {
     counters: createWorkflowMetrics(deps.metrics),
     now: deps.now ?? (() => new Date()),
   };
-  const webhookTokens = new SecretSet(deps.config.webhookTokens);
+  const fixedTokens = new SecretSet(deps.config.webhookTokens);
+  const webhookTokens = deps.webhookTokens ?? (() => fixedTokens);
   const app = createHttpApp({
     logger: deps.logger,
     trustProxy: deps.config.http?.trustProxy ?? 0,

@@ -75,6 +75,7 @@ export const configSchema = {
     /** Deadline of one request to the object store, ms (a frozen store: 503 after about twice it). */
     S3_REQUEST_TIMEOUT_MS: { type: 'integer', minimum: 100, maximum: 300000, default: 3000 },
     WEBHOOK_TOKENS: { type: 'string', writeOnly: true },
+    /** File with webhook tokens, one per line; re-read on SIGHUP (the previous tokens stay if it is unusable). */
     WEBHOOK_TOKENS_FILE: { type: 'string' },
     /**
      * Largest image and video uploads, in bytes (defaults 25 MiB and 2 GiB). At most 5 GiB: an accepted upload
@@ -110,18 +111,23 @@ export interface WorkflowConfig {
   oidc: TokenVerifierSettings;
   s3: S3Settings;
   webhookTokens: string[];
+  /** Where the webhook tokens come from: read at start and again on SIGHUP (`readWebhookTokens`). */
+  webhookTokenSource: { value: string | undefined; file: string | undefined };
   media: MediaLimits & { uploadUrlTtlS: number; downloadUrlTtlS: number };
   multipart: MultipartSettings & { sweepIntervalS: number; sweepGraceS: number };
   idempotencyTtlS: number;
   shutdownTimeoutMs: number;
 }
 
-/** Reads and checks the environment; throws `ConfigError` naming every bad variable. */
-export function loadWorkflowConfig(env: Record<string, string | undefined> = process.env): WorkflowConfig {
-  const raw = loadConfig(configSchema, env);
+/**
+ * The webhook's bearer tokens from `WEBHOOK_TOKENS` and `WEBHOOK_TOKENS_FILE` together (rotation: old and new
+ * listed at once), checked: at least one, each usable in an Authorization header. At start and on SIGHUP;
+ * throws `ConfigError`, which names the variable and never a value.
+ */
+export function readWebhookTokens(source: { value: string | undefined; file: string | undefined }): string[] {
   let webhookTokens: string[];
   try {
-    webhookTokens = readSecretList({ value: raw.WEBHOOK_TOKENS, file: raw.WEBHOOK_TOKENS_FILE });
+    webhookTokens = readSecretList(source);
   } catch (err) {
     throw new ConfigError([
       {
@@ -149,6 +155,14 @@ export function loadWorkflowConfig(env: Record<string, string | undefined> = pro
       },
     ]);
   }
+  return webhookTokens;
+}
+
+/** Reads and checks the environment; throws `ConfigError` naming every bad variable. */
+export function loadWorkflowConfig(env: Record<string, string | undefined> = process.env): WorkflowConfig {
+  const raw = loadConfig(configSchema, env);
+  const webhookTokenSource = { value: raw.WEBHOOK_TOKENS, file: raw.WEBHOOK_TOKENS_FILE };
+  const webhookTokens = readWebhookTokens(webhookTokenSource);
   if ((raw.S3_ACCESS_KEY_ID === undefined) !== (raw.S3_SECRET_ACCESS_KEY === undefined)) {
     throw new ConfigError([
       {
@@ -190,6 +204,7 @@ export function loadWorkflowConfig(env: Record<string, string | undefined> = pro
       requestTimeoutMs: raw.S3_REQUEST_TIMEOUT_MS,
     },
     webhookTokens,
+    webhookTokenSource,
     media: {
       maxImageBytes: raw.MEDIA_MAX_IMAGE_BYTES,
       maxVideoBytes: raw.MEDIA_MAX_VIDEO_BYTES,

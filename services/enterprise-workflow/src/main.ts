@@ -7,12 +7,14 @@ import {
   createLogger,
   createMetrics,
   errorMessage,
+  installSecretReload,
   installShutdown,
   redactUrl,
+  SecretSet,
 } from '@platform/service-kit';
 import { buildApp } from './app.js';
 import { createTokenVerifier } from './auth/token-verifier.js';
-import { loadWorkflowConfig } from './config.js';
+import { loadWorkflowConfig, readWebhookTokens } from './config.js';
 import type { WorkflowDb } from './db/database.js';
 import { createSweepMetrics } from './domain/metrics.js';
 import { startExpiredUploadSweep } from './domain/multipart.js';
@@ -32,6 +34,18 @@ async function main(): Promise<void> {
     throw err;
   }
   const logger = createLogger({ service: SERVICE, level: config.logLevel });
+  // Installed before anything is bound, as the gateway does for its API keys: SIGHUP's default action ends
+  // the process, so a token rotation that signals a replica still starting must not kill it.
+  let webhookTokens = new SecretSet(config.webhookTokens);
+  // Kept until the process exits: a SIGHUP while it drains must not end it either.
+  installSecretReload({
+    logger,
+    what: 'webhook tokens',
+    read: () => new SecretSet(readWebhookTokens(config.webhookTokenSource)),
+    apply: (tokens) => {
+      webhookTokens = tokens;
+    },
+  });
   const dbUser = decodeURIComponent(new URL(config.database.url).username);
   if (dbUser !== API_LOGIN) {
     // design §4.2: runtime logins never own tables; another login would bypass the intended grants.
@@ -49,7 +63,15 @@ async function main(): Promise<void> {
   });
   const storage = createS3Storage(config.s3);
   const verifier = createTokenVerifier(config.oidc);
-  const app = buildApp({ config, logger, db, storage, verifier, metrics });
+  const app = buildApp({
+    config,
+    logger,
+    db,
+    storage,
+    verifier,
+    metrics,
+    webhookTokens: () => webhookTokens,
+  });
   const sweep = startExpiredUploadSweep({ db, storage, now: () => new Date() }, logger, {
     intervalS: config.multipart.sweepIntervalS,
     graceS: config.multipart.sweepGraceS,
@@ -69,7 +91,7 @@ async function main(): Promise<void> {
     issuer: config.oidc.issuerUrl,
     bucket: config.s3.bucket,
     s3_endpoint: config.s3.endpoint ?? 'aws',
-    webhook_tokens: config.webhookTokens.length,
+    webhook_tokens: webhookTokens.size,
   });
   // Warm the key cache so the first request does not wait for the issuer (failure is not fatal:
   // /ready reports it and verification retries).

@@ -1,6 +1,7 @@
 // The authentication matrix (design §4.4): every portal endpoint × every way a token can be wrong,
 // with real tokens from the testkit issuer (RS256/ES256 keys, Keycloak-shaped JWKS).
 import http from 'node:http';
+import { PassThrough } from 'node:stream';
 import type { AddressInfo } from 'node:net';
 import { validateProblemDocument } from '@platform/contracts';
 import { demoRowId, demoSites, demoUserSubs } from '@platform/enterprise-db';
@@ -166,6 +167,36 @@ const cases: TokenCase[] = [
   {
     name: 'claiming to live until exp 1e300',
     token: () => h.issuer.demoToken('alice', { exp: 1e300 }),
+    status: 401,
+    code: 'unauthorized',
+  },
+  {
+    // RFC 7515 §2 and §7.1: each part is BASE64URL, which RFC 7515 §2 defines without padding; a lenient
+    // decoder reads the same bytes, so the token would verify and be a second spelling of the same token.
+    name: 'signature with "==" appended (not canonical base64url)',
+    token: async () => `${await h.issuer.demoToken('alice')}==`,
+    status: 401,
+    code: 'unauthorized',
+  },
+  {
+    name: 'signature whose unused last bits are not zero (RFC 4648 §3.5: not canonical)',
+    token: async () => {
+      const token = await h.issuer.demoToken('alice');
+      // An RS256 signature is 256 bytes: 342 characters carrying 2,052 bits, the last 4 unused. Flipping the
+      // lowest bit of the last character changes only those.
+      const alphabet = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_';
+      const last = alphabet.indexOf(token.at(-1)!);
+      return token.slice(0, -1) + alphabet[last ^ 1]!;
+    },
+    status: 401,
+    code: 'unauthorized',
+  },
+  {
+    name: 'a padded payload (not canonical base64url)',
+    token: async () => {
+      const [header, payload, signature] = (await h.issuer.demoToken('alice')).split('.');
+      return `${header}.${payload}${'='.repeat((4 - (payload!.length % 4)) % 4 || 4)}.${signature}`;
+    },
     status: 401,
     code: 'unauthorized',
   },
@@ -500,5 +531,52 @@ describe('verified-token cache', () => {
     await verifier.verify(token);
     await verifier.verify(token);
     expect(verifier.cacheStats()).toEqual({ hits: 0, misses: 2, entries: 0 });
+  });
+});
+
+describe('the client address in the request log', () => {
+  /** The app as main.ts builds it behind the Ingress (TRUST_PROXY=1), logging into `lines`. */
+  function appBehindIngress(lines: Array<Record<string, unknown>>) {
+    const stream = new PassThrough();
+    stream.on('data', (chunk: Buffer) => {
+      for (const line of chunk.toString('utf8').split('\n'))
+        if (line.trim() !== '') lines.push(JSON.parse(line) as Record<string, unknown>);
+    });
+    return buildApp({
+      config: {
+        media: { maxImageBytes: 1000, maxVideoBytes: 1000, uploadUrlTtlS: 60, downloadUrlTtlS: 60 },
+        idempotencyTtlS: 60,
+        webhookTokens: ['webhook-token'],
+        http: { trustProxy: 1 },
+      },
+      logger: createLogger({ service: 'test', level: 'info', stream }),
+      db: h.db,
+      storage: h.storage,
+      verifier: h.verifier,
+    });
+  }
+
+  it('is the peer on the internal webhook route (no Ingress in front of it), X-Forwarded-For on portal routes', async () => {
+    const lines: Array<Record<string, unknown>> = [];
+    const app = appBehindIngress(lines);
+    const forged = '203.0.113.77';
+    const event = { Records: [{ eventName: 's3:TestEvent' }] };
+    for (const token of ['webhook-token', 'wrong-token']) {
+      await request(app)
+        .post('/internal/media/object-created')
+        .set('Authorization', `Bearer ${token}`)
+        .set('X-Forwarded-For', forged)
+        .send(event);
+    }
+    await request(app).put('/internal/media/object-created').set('X-Forwarded-For', forged);
+    await request(app).get('/health').set('X-Forwarded-For', forged);
+    await new Promise((resolve) => setImmediate(resolve));
+    const requests = lines.filter((l) => l.message === 'http request');
+    const webhookLines = requests.filter((l) => l.route === '/internal/media/object-created');
+    expect(webhookLines.map((l) => l.status)).toEqual([expect.any(Number), 401, 405]);
+    for (const line of webhookLines) expect(line.ip).toMatch(/^(::ffff:)?127\.0\.0\.1$|^::1$/);
+    expect(JSON.stringify(webhookLines)).not.toContain(forged);
+    // Portal routes come through the Ingress, the one trusted hop: its X-Forwarded-For names the client.
+    expect(requests.find((l) => l.route === '/health')?.ip).toBe(forged);
   });
 });

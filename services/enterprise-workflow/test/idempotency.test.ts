@@ -2,6 +2,7 @@
 // ends, and a key's first use racing on two items. The app's clock is the harness's `now`, so the
 // lifetime boundary is hit to the millisecond without sleeping; JWTs are still checked on real time.
 import { demoSites } from '@platform/enterprise-db';
+import { sql } from 'kysely';
 import request from 'supertest';
 import { startHarness } from './support/harness.js';
 import type { Harness } from './support/harness.js';
@@ -164,6 +165,46 @@ describe('Idempotency-Key on decisions', () => {
     );
     expect(otherInstant.status).toBe(409);
     expect(await auditOf(itemId)).toHaveLength(1);
+  });
+
+  it('reads a leap second (RFC 3339 second 60) as PostgreSQL does, with and without a key, never a 500', async () => {
+    // 2030-06-30T23:59:60Z is a valid RFC 3339 date-time (§5.6, §5.7). JavaScript and PostgreSQL time have no
+    // leap seconds; PostgreSQL reads second 60 as the start of the next minute, and so does the service.
+    const leap = '2030-06-30T23:59:60Z';
+    const next = '2030-07-01T00:00:00.000Z';
+    const { rows } = await sql<{ t: Date }>`SELECT ${leap}::timestamptz AS t`.execute(h.admin);
+    expect(rows[0]!.t.toISOString()).toBe(next);
+
+    const plain = await request(h.app)
+      .post(`/sites/${hq}/work-items/${await proposedItem()}/decision`)
+      .set('Authorization', `Bearer ${bob}`)
+      .send({ decision: 'defer', defer_until: leap });
+    expect(plain.status).toBe(200);
+    expect(plain.body.defer_until).toBe(next);
+
+    const itemId = await proposedItem();
+    const keyed = await decide(itemId, { decision: 'defer', defer_until: leap }, 'leap');
+    expect(keyed.status).toBe(200);
+    expect(keyed.body.defer_until).toBe(next);
+    // The same instant at +02:00 and without the leap second is the same request for the key.
+    for (const same of ['2030-07-01T01:59:60+02:00', '2030-07-01T00:00:00Z']) {
+      const again = await decide(itemId, { decision: 'defer', defer_until: same }, 'leap');
+      expect(again.status).toBe(200);
+      expect(again.headers['idempotent-replayed']).toBe('true');
+    }
+    // A leap second in the past is refused alike, with and without a key.
+    for (const key of [undefined, 'old-leap']) {
+      const call = request(h.app)
+        .post(`/sites/${hq}/work-items/${await proposedItem()}/decision`)
+        .set('Authorization', `Bearer ${bob}`);
+      if (key !== undefined) void call.set('Idempotency-Key', key);
+      const past = await call.send({ decision: 'defer', defer_until: '2016-12-31T23:59:60Z' });
+      expect({ key, status: past.status, errors: past.body.errors }).toEqual({
+        key,
+        status: 400,
+        errors: [{ path: '/defer_until', message: 'must be in the future' }],
+      });
+    }
   });
 
   it('lets exactly one of two racing first uses of a key on two items win; the other is a 409 with no trace', async () => {

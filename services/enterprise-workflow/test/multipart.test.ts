@@ -1,11 +1,16 @@
 // Uploads in parts (design §4.4) over real sockets: the intent's plan, part URLs checked by a store that
 // verifies SigV4 (a verifying proxy in front of s3rver), resume from the stored parts, the completion's
 // checks, the CompleteMultipartUpload event through the webhook, abort, the sweep, and tenants.
-import { createHash, randomBytes } from 'node:crypto';
+import { createHash, randomBytes, randomUUID } from 'node:crypto';
 import { createServer } from 'node:http';
 import type { Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { S3Client, UploadPartCommand } from '@aws-sdk/client-s3';
+import {
+  CreateMultipartUploadCommand,
+  ListObjectsV2Command,
+  S3Client,
+  UploadPartCommand,
+} from '@aws-sdk/client-s3';
 import {
   validateCompleteUploadResponse,
   validatePartUrlsResponse,
@@ -27,9 +32,11 @@ import {
   sweepExpiredUploads,
 } from '../src/domain/multipart.js';
 import { createSweepMetrics } from '../src/domain/metrics.js';
-import { startHarness } from './support/harness.js';
+import { startHarness, WEBHOOK_TOKENS } from './support/harness.js';
 import type { Harness } from './support/harness.js';
 import { startVerifyingProxy } from './support/sigv4.js';
+import { startSlowStore } from './support/slow-store.js';
+import type { SlowStore } from './support/slow-store.js';
 import { waitFor } from './support/wait.js';
 
 const MiB = 1024 * 1024;
@@ -308,6 +315,43 @@ it('completion checks the parts against the intent before the store assembles th
   await waitFor(async () => ((await mediaRow(mediaId))?.status === 'available' ? true : undefined), 10_000);
 });
 
+it('a whole-file checksum_sha256 is refused (400) for an upload in parts, which nothing could check; one PUT still binds it', async () => {
+  const checksum = createHash('sha256').update('the whole file').digest('base64');
+  const countBefore = await h.admin
+    .selectFrom('enterprise.media_items')
+    .select((eb) => eb.fn.countAll<string>().as('n'))
+    .executeTakeFirstOrThrow();
+  const requestsBefore = h.s3.requests.length;
+  const res = await api('POST', `/sites/${hq}/media/upload-intents`, alice, {
+    filename: 'walk.mp4',
+    content_type: 'video/mp4',
+    size_bytes: 7 * MiB,
+    checksum_sha256: checksum,
+  });
+  expect(res.status).toBe(400);
+  expect(res.headers.get('content-type')).toMatch(/^application\/problem\+json/);
+  expect(res.body).toMatchObject({ code: 'invalid_body' });
+  expect(res.body.errors).toEqual([{ path: '/checksum_sha256', message: expect.stringContaining('parts') }]);
+  // Refused before anything was recorded or started in the store.
+  const countAfter = await h.admin
+    .selectFrom('enterprise.media_items')
+    .select((eb) => eb.fn.countAll<string>().as('n'))
+    .executeTakeFirstOrThrow();
+  expect(countAfter.n).toBe(countBefore.n);
+  expect(h.s3.requests.slice(requestsBefore).filter((r) => r.method === 'POST')).toEqual([]);
+
+  const single = await api('POST', `/sites/${hq}/media/upload-intents`, alice, {
+    filename: 'walk.mp4',
+    content_type: 'video/mp4',
+    size_bytes: 6 * MiB,
+    checksum_sha256: checksum,
+  });
+  expect(single.status).toBe(201);
+  expect((single.body.upload as { headers: Record<string, string> }).headers['x-amz-checksum-sha256']).toBe(
+    checksum,
+  );
+});
+
 it('part numbers beyond the plan are refused, and small files still get one PUT', async () => {
   const { mediaId } = await newUpload(7 * MiB);
   const res = await api('POST', `/sites/${hq}/media/${mediaId}/multipart/part-urls`, alice, {
@@ -355,6 +399,51 @@ it('another tenant gets 404 on every call, no token 401', async () => {
   expect((await mediaRow(mediaId))?.status).toBe('pending_upload');
 });
 
+it("another user of the same site gets 404 on every call for someone else's upload, which stays theirs", async () => {
+  // bob sees Acme HQ like alice; a single PUT URL only ever goes to the intent's creator, and so do these.
+  const bob = await h.issuer.demoToken('bob');
+  const file = randomBytes(7 * MiB);
+  const { mediaId, plan } = await newUpload(file.length);
+  const [first] = await partUrls(mediaId, [1]);
+  const etag1 = await putPart(first!, file, plan.part_size_bytes);
+  const calls: Array<[string, string, unknown]> = [
+    ['POST', `/sites/${hq}/media/${mediaId}/multipart/part-urls`, { parts: [{ part_number: 2 }] }],
+    ['GET', `/sites/${hq}/media/${mediaId}/multipart/parts`, undefined],
+    [
+      'POST',
+      `/sites/${hq}/media/${mediaId}/multipart/complete`,
+      {
+        parts: [
+          { part_number: 1, etag: etag1 },
+          { part_number: 2, etag: '"x"' },
+        ],
+      },
+    ],
+    ['DELETE', `/sites/${hq}/media/${mediaId}/multipart`, undefined],
+  ];
+  for (const [method, path, body] of calls) {
+    const res = await api(method, path, bob, body);
+    expect({ method, path, status: res.status, detail: res.body.detail }).toEqual({
+      method,
+      path,
+      status: 404,
+      detail: 'No such media item.',
+    });
+  }
+  expect((await mediaRow(mediaId))?.status).toBe('pending_upload');
+  // Its uploader carries on: the second part, completion, and the item names alice.
+  const [second] = await partUrls(mediaId, [2]);
+  const etag2 = await putPart(second!, file, plan.part_size_bytes);
+  const done = await api('POST', `/sites/${hq}/media/${mediaId}/multipart/complete`, alice, {
+    parts: [
+      { part_number: 1, etag: etag1 },
+      { part_number: 2, etag: etag2 },
+    ],
+  });
+  expect(done.status).toBe(202);
+  await waitFor(async () => ((await mediaRow(mediaId))?.status === 'available' ? true : undefined), 10_000);
+});
+
 /** The current value of a counter with one `outcome` label on `registry`. */
 async function outcomeCount(registry: Registry, name: string, outcome: string): Promise<number> {
   const metric = registry.getSingleMetric(name);
@@ -394,6 +483,95 @@ it('abort discards the stored parts and the item says abandoned', async () => {
   expect((await api('GET', `/sites/${hq}/media/${mediaId}/download`, alice)).status).toBe(404);
 });
 
+/** Every object the store holds under `accepted/<the item's upload key>/`: the service's secured copies. */
+async function acceptedCopies(mediaId: string): Promise<string[]> {
+  const direct = directStore();
+  try {
+    const out = await direct.send(
+      new ListObjectsV2Command({ Bucket: h.s3.bucket, Prefix: `accepted/${await objectKey(mediaId)}/` }),
+    );
+    return (out.Contents ?? []).map((o) => o.Key ?? '');
+  } finally {
+    direct.destroy();
+  }
+}
+
+/** POSTs `record` to the webhook as the store would. */
+async function deliver(record: unknown): Promise<Record<string, unknown>> {
+  const res = await fetch(`${base}/internal/media/object-created`, {
+    method: 'POST',
+    headers: { Authorization: `Bearer ${WEBHOOK_TOKENS[0]}`, 'Content-Type': 'application/json' },
+    body: JSON.stringify({ Records: [record] }),
+  });
+  expect(res.status).toBe(200);
+  return (await res.json()) as Record<string, unknown>;
+}
+
+it('an abort after the store assembled the file is 409; the item is accepted and keeps exactly one copy', async () => {
+  const file = randomBytes(7 * MiB);
+  const { mediaId, plan } = await newUpload(file.length);
+  const urls = await partUrls(mediaId, [1, 2]);
+  const parts = [];
+  for (const url of urls)
+    parts.push({ part_number: url.part_number, etag: await putPart(url, file, plan.part_size_bytes) });
+  const key = await objectKey(mediaId);
+  // The store's event is held back, so the abort meets an assembled object whose item is still pending.
+  h.setEventTarget(undefined);
+  try {
+    const done = await api('POST', `/sites/${hq}/media/${mediaId}/multipart/complete`, alice, { parts });
+    expect(done.status).toBe(202);
+    const aborted = await api('DELETE', `/sites/${hq}/media/${mediaId}/multipart`, alice);
+    expect(aborted.status).toBe(409);
+    expect(aborted.body.detail).toBe('The upload was already assembled; it can no longer be aborted.');
+    expect((await mediaRow(mediaId))?.status).toBe('pending_upload');
+  } finally {
+    h.setEventTarget(`${base}/internal/media/object-created`);
+  }
+  const event = await h.s3.waitForObjectCreated(key);
+  expect((await deliver(event)).results).toEqual([{ key, outcome: 'available' }]);
+  expect((await mediaRow(mediaId))?.status).toBe('available');
+  expect(await acceptedCopies(mediaId)).toHaveLength(1);
+});
+
+it('the webhook keeps no accepted copy for an item that is not available', async () => {
+  // An item abandoned while the store assembled its object anyway (as an abort could before it looked):
+  // the event still arrives, and its copy must not stay.
+  const { mediaId, plan } = await newUpload(7 * MiB);
+  const key = await objectKey(mediaId);
+  h.setEventTarget(undefined);
+  const direct = directStore();
+  try {
+    const parts = [];
+    for (const [n, size] of [
+      [1, 5 * MiB],
+      [2, 2 * MiB],
+    ] as const) {
+      const out = await direct.send(
+        new UploadPartCommand({
+          Bucket: h.s3.bucket,
+          Key: key,
+          UploadId: plan.upload_id,
+          PartNumber: n,
+          Body: Buffer.alloc(size, n),
+        }),
+      );
+      parts.push({ partNumber: n, etag: out.ETag ?? '' });
+    }
+    expect(await h.storage.completeMultipartUpload({ key, uploadId: plan.upload_id, parts })).toBe(true);
+    await sql`UPDATE enterprise.media_items SET status = 'abandoned', rejection_reason = 'aborted by the uploader'
+      WHERE id = ${mediaId}::uuid`.execute(h.admin);
+  } finally {
+    direct.destroy();
+    h.setEventTarget(`${base}/internal/media/object-created`);
+  }
+  const event = await h.s3.waitForObjectCreated(key);
+  expect((await deliver(event)).results).toEqual([{ key, outcome: 'duplicate' }]);
+  expect((await mediaRow(mediaId))?.status).toBe('abandoned');
+  expect(await acceptedCopies(mediaId)).toEqual([]);
+  // Nor the upload itself: nothing is served from an abandoned item.
+  expect(await h.storage.head(key)).toBeUndefined();
+});
+
 it('the sweep aborts uploads whose intent expired and marks their items abandoned', async () => {
   const size = 7 * MiB;
   const expired = await expiredUpload(size);
@@ -411,6 +589,7 @@ it('the sweep aborts uploads whose intent expired and marks their items abandone
   expect(await sweepExpiredUploads(ctx, logger, { graceS: 3 * 3600, limit: 100 })).toEqual({
     abandoned: 0,
     completed: 0,
+    orphaned: 0,
     failed: 0,
   });
   const swept = await sweepExpiredUploads(ctx, logger, { graceS: 0, limit: 100 });
@@ -495,17 +674,18 @@ it('an expired upload the store completed in time is left to its event, not aban
   }
 });
 
-it('an intent whose item cannot be recorded aborts the upload it started', async () => {
+it('an intent whose item cannot be recorded starts no upload in the store', async () => {
   const before = h.s3.requests.length;
   const res = await api('POST', `/sites/${hq}/media/upload-intents`, carol, {
     filename: 'walk.mp4',
     content_type: 'video/mp4',
     size_bytes: 7 * MiB,
   });
-  // Another tenant's site: 404, and the store's upload started for it is aborted again.
+  // Another tenant's site: 404, decided before the store is asked for anything (the item is recorded first).
   expect(res.status).toBe(404);
-  const aborts = h.s3.requests.slice(before).filter((r) => r.method === 'DELETE' && r.uploadId !== undefined);
-  expect(aborts.map((r) => r.status)).toEqual([204]);
+  expect(h.s3.requests.slice(before).filter((r) => r.uploadId !== undefined || r.method === 'POST')).toEqual(
+    [],
+  );
 });
 
 describe('planParts', () => {
@@ -610,4 +790,236 @@ it("the service's periodic sweep (as main.ts starts it) abandons an expired uplo
   } finally {
     await sweep.stop();
   }
+});
+
+describe('a slow store', () => {
+  let slow: SlowStore;
+  let slowServer: Server;
+  let slowBase: string;
+  let slowStorage: ReturnType<typeof createS3Storage>;
+
+  beforeAll(async () => {
+    slow = await startSlowStore(() => h.s3.endpoint);
+    // Parts still go straight to the (verifying) store; only the service's own calls meet the slow one.
+    slowStorage = createS3Storage({
+      endpoint: slow.endpoint,
+      publicEndpoint: proxy.endpoint,
+      region: h.s3.region,
+      bucket: h.s3.bucket,
+      accessKeyId: h.s3.accessKeyId,
+      secretAccessKey: h.s3.secretAccessKey,
+      forcePathStyle: true,
+      connectTimeoutMs: 300,
+      requestTimeoutMs: 300,
+    });
+    const app = buildApp({
+      config: {
+        media: {
+          maxImageBytes: 25 * MiB,
+          maxVideoBytes: 2048 * MiB,
+          uploadUrlTtlS: 900,
+          downloadUrlTtlS: 300,
+        },
+        multipart: { thresholdBytes: 6 * MiB, partSizeBytes: 5 * MiB, uploadTtlS: 3600 },
+        idempotencyTtlS: 86400,
+        webhookTokens: ['t'],
+      },
+      logger: createLogger({ service: 'slow-store-test', level: 'error' }),
+      db: h.db,
+      storage: slowStorage,
+      verifier: h.verifier,
+    });
+    slowServer = createServer(app);
+    await new Promise<void>((resolve) => slowServer.listen(0, '127.0.0.1', resolve));
+    slowBase = `http://127.0.0.1:${(slowServer.address() as AddressInfo).port}`;
+  });
+  afterEach(() => {
+    slow.delayMs = () => 0;
+  });
+  afterAll(async () => {
+    slowStorage.destroy();
+    slowServer.closeAllConnections();
+    await new Promise((resolve) => slowServer.close(resolve));
+    await slow.stop();
+  });
+
+  async function slowApi(method: string, path: string, body?: unknown) {
+    const res = await fetch(`${slowBase}${path}`, {
+      method,
+      headers: {
+        Authorization: `Bearer ${alice}`,
+        ...(body === undefined ? {} : { 'Content-Type': 'application/json' }),
+      },
+      ...(body === undefined ? {} : { body: JSON.stringify(body) }),
+    });
+    const text = await res.text();
+    return {
+      status: res.status,
+      body: text === '' ? {} : (JSON.parse(text) as Record<string, unknown>),
+      headers: res.headers,
+    };
+  }
+
+  /** An upload in parts of `size` bytes with every part stored; returns the completion's body. */
+  async function storedUpload(size: number) {
+    const file = randomBytes(size);
+    const { mediaId, plan } = await newUpload(file.length);
+    const numbers = Array.from({ length: plan.part_count }, (_, i) => i + 1);
+    const urls = await partUrls(mediaId, numbers);
+    const parts = [];
+    for (const url of urls)
+      parts.push({ part_number: url.part_number, etag: await putPart(url, file, plan.part_size_bytes) });
+    return { mediaId, completion: { parts } };
+  }
+
+  const isCompletion = (req: { method: string; url: string }) =>
+    req.method === 'POST' && req.url.includes('uploadId=');
+
+  it('a completion repeated after the item was accepted is 202 again, as documented', async () => {
+    const { mediaId, completion } = await storedUpload(7 * MiB);
+    const path = `/sites/${hq}/media/${mediaId}/multipart/complete`;
+    expect((await api('POST', path, alice, completion)).status).toBe(202);
+    await waitFor(async () => ((await mediaRow(mediaId))?.status === 'available' ? true : undefined), 10_000);
+    for (let i = 0; i < 2; i++) {
+      const again = await api('POST', path, alice, completion);
+      expect(again.status).toBe(202);
+      expect(validateCompleteUploadResponse(again.body).ok).toBe(true);
+      expect(again.body).toEqual({ media_id: mediaId, status: 'available' });
+      expect(again.headers.get('location')).toBe(`/sites/${hq}/media/${mediaId}/download`);
+    }
+    // Still checked as a completion: the parts must be named.
+    expect((await api('POST', path, alice, { parts: [{ part_number: 1, etag: '"x"' }] })).status).toBe(400);
+  });
+
+  it('a completion the store assembled but answered too late: the SDK retry and the client retry are 202', async () => {
+    // Only the first CompleteMultipartUpload is held back: the SDK's second attempt finds the upload gone.
+    const { mediaId, completion } = await storedUpload(7 * MiB);
+    let held = 0;
+    slow.delayMs = (req) => (isCompletion(req) && held++ === 0 ? 1500 : 0);
+    const first = await slowApi('POST', `/sites/${hq}/media/${mediaId}/multipart/complete`, completion);
+    expect(first.status).toBe(202);
+    expect(first.body).toMatchObject({ media_id: mediaId });
+    await waitFor(async () => ((await mediaRow(mediaId))?.status === 'available' ? true : undefined), 10_000);
+
+    // Every attempt held back: the caller gets 503 (the store did assemble it), and its retry 202.
+    const other = await storedUpload(7 * MiB);
+    slow.delayMs = (req) => (isCompletion(req) ? 1500 : 0);
+    const timedOut = await slowApi(
+      'POST',
+      `/sites/${hq}/media/${other.mediaId}/multipart/complete`,
+      other.completion,
+    );
+    expect(timedOut.status).toBe(503);
+    expect(timedOut.headers.get('retry-after')).not.toBeNull();
+    await waitFor(
+      async () => ((await mediaRow(other.mediaId))?.status === 'available' ? true : undefined),
+      10_000,
+    );
+    slow.delayMs = () => 0;
+    const retry = await slowApi(
+      'POST',
+      `/sites/${hq}/media/${other.mediaId}/multipart/complete`,
+      other.completion,
+    );
+    expect(retry.status).toBe(202);
+  });
+
+  const isCreate = (req: { method: string; url: string }) =>
+    req.method === 'POST' && /[?&]uploads(=|&|$)/.test(req.url);
+
+  /** The uploads the store holds open under the media prefix, by key. */
+  async function openUploads(): Promise<Array<{ key: string; uploadId: string }>> {
+    return (await h.storage.listMultipartUploads({ prefix: 'sites/' })).map(({ key, uploadId }) => ({
+      key,
+      uploadId,
+    }));
+  }
+
+  it('an intent at a slow store starts at most one upload; the sweep aborts an upload no row claims', async () => {
+    // Every CreateMultipartUpload answer is held back past the service's deadline; the store does start it.
+    slow.delayMs = (req) => (isCreate(req) ? 1500 : 0);
+    const before = slow.received.filter(isCreate).length;
+    const uploadsBefore = await openUploads();
+    const res = await slowApi('POST', `/sites/${hq}/media/upload-intents`, {
+      filename: 'slow.mp4',
+      content_type: 'video/mp4',
+      size_bytes: 7 * MiB,
+    });
+    expect(res.status).toBe(503);
+    expect(res.headers.get('retry-after')).not.toBeNull();
+    // Exactly one CreateMultipartUpload reached the store: no blind retry of a call that is not idempotent.
+    await waitFor(
+      () => Promise.resolve(slow.received.filter(isCreate).length > before ? true : undefined),
+      5000,
+    );
+    await new Promise((resolve) => setTimeout(resolve, 700));
+    expect(slow.received.filter(isCreate).length - before).toBe(1);
+    // It left one upload in the store that no row names.
+    const orphans = (await openUploads()).filter(
+      (u) => !uploadsBefore.some((b) => b.uploadId === u.uploadId),
+    );
+    expect(orphans).toHaveLength(1);
+    // Its intent was recorded before the upload was started, and given up (abandoned) when the store
+    // did not answer in time: the key of every upload the store holds is a row's.
+    const { rows } = await sql<{
+      status: string;
+      multipart_upload_id: string | null;
+      rejection_reason: string;
+    }>`
+      SELECT status, multipart_upload_id, rejection_reason FROM enterprise.media_items
+      WHERE object_key = ${orphans[0]!.key}`.execute(h.admin);
+    expect(rows).toEqual([
+      {
+        status: 'abandoned',
+        multipart_upload_id: null,
+        rejection_reason: "the store's upload could not be started",
+      },
+    ]);
+    slow.delayMs = () => 0;
+
+    // A live upload of a recorded intent, and one under a key outside the media keys, stay.
+    const live = await newUpload(7 * MiB);
+    const foreignKey = 'sites/not-a-media-key.bin';
+    const direct = directStore();
+    const foreign = await direct.send(
+      new CreateMultipartUploadCommand({ Bucket: h.s3.bucket, Key: foreignKey }),
+    );
+    direct.destroy();
+
+    const logger = createLogger({ service: 'sweep-test', level: 'error' });
+    const ctx = { db: h.db, storage: h.storage, now: () => new Date() };
+    // Within the grace period an unclaimed upload is left alone (its row may still be committing).
+    expect((await sweepExpiredUploads(ctx, logger, { graceS: 3600, limit: 100 })).orphaned).toBe(0);
+    const swept = await sweepExpiredUploads(ctx, logger, { graceS: 0, limit: 100 });
+    expect(swept.orphaned).toBeGreaterThanOrEqual(1);
+    expect(swept.failed).toBe(0);
+    const open = await openUploads();
+    expect(open.some((u) => u.uploadId === orphans[0]!.uploadId)).toBe(false);
+    expect(open.some((u) => u.uploadId === live.plan.upload_id)).toBe(true);
+    expect(open.some((u) => u.uploadId === foreign.UploadId)).toBe(true);
+    expect((await mediaRow(live.mediaId))?.status).toBe('pending_upload');
+    expect((await sweepExpiredUploads(ctx, logger, { graceS: 0, limit: 100 })).orphaned).toBe(0);
+  });
+
+  it('a planned intent whose upload was never started is abandoned by the sweep after the grace period', async () => {
+    // What a crash between recording the plan and starting the store's upload leaves.
+    const { rows } = await sql<{ id: string }>`
+      INSERT INTO enterprise.media_items (site_id, object_key, filename, declared_content_type, declared_size_bytes,
+        uploaded_by, upload_expires_at, part_size_bytes, part_count, created_at)
+      VALUES (${hq}::uuid, ${`sites/${hq}/media/${randomUUID()}.mp4`}, 'crash.mp4', 'video/mp4', ${7 * MiB},
+        'someone', now() + interval '1 hour', ${5 * MiB}, 2, now() - interval '20 minutes')
+      RETURNING id`.execute(h.admin);
+    const id = rows[0]!.id;
+    const logger = createLogger({ service: 'sweep-test', level: 'error' });
+    const ctx = { db: h.db, storage: h.storage, now: () => new Date() };
+    await sweepExpiredUploads(ctx, logger, { graceS: 3600, limit: 100 });
+    expect((await mediaRow(id))?.status).toBe('pending_upload');
+    expect(
+      (await sweepExpiredUploads(ctx, logger, { graceS: 600, limit: 100 })).abandoned,
+    ).toBeGreaterThanOrEqual(1);
+    expect(await mediaRow(id)).toEqual({
+      status: 'abandoned',
+      rejection_reason: "the store's upload could not be started",
+    });
+  });
 });

@@ -1,6 +1,9 @@
 // The built service as a process (`dist/main.js`, run `npx tsc -b` first): refuses bad configuration
 // with exit code 2, serves when configured, and shuts down cleanly on SIGTERM.
 import { spawn } from 'node:child_process';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import type { ChildProcess } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { API_LOGIN, devRolePasswords, urlForLogin } from '@platform/enterprise-db';
@@ -90,5 +93,89 @@ describe('configured', () => {
     expect(p.output()).not.toContain('process-test-token');
     expect(p.output()).not.toContain(devRolePasswords.enterpriseApi);
     expect(p.output()).not.toContain(token);
+  });
+  it('re-reads WEBHOOK_TOKENS_FILE on SIGHUP without stopping, keeps the old tokens when the file is unusable', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'wf-tokens-'));
+    const file = join(dir, 'webhook-tokens');
+    writeFileSync(file, 'old-webhook-token-aaaa\n');
+    const port = await freePort('tcp');
+    const p = run({
+      PORT: String(port),
+      HOST: '127.0.0.1',
+      DATABASE_URL: urlForLogin(h.database.url, API_LOGIN, devRolePasswords.enterpriseApi),
+      OIDC_ISSUER_URL: h.issuer.issuerUrl,
+      S3_ENDPOINT: h.s3.endpoint,
+      S3_BUCKET: h.s3.bucket,
+      S3_ACCESS_KEY_ID: h.s3.accessKeyId,
+      S3_SECRET_ACCESS_KEY: h.s3.secretAccessKey,
+      S3_FORCE_PATH_STYLE: 'true',
+      WEBHOOK_TOKENS_FILE: file,
+    });
+    const url = `http://127.0.0.1:${port}/internal/media/object-created`;
+    // An event for another bucket: acknowledged (and ignored) with 200 when the token is accepted, 401 otherwise.
+    const hook = async (token: string) =>
+      (
+        await fetch(url, {
+          method: 'POST',
+          headers: { Authorization: `Bearer ${token}`, 'Content-Type': 'application/json' },
+          body: JSON.stringify({
+            Records: [
+              {
+                eventName: 'ObjectCreated:Put',
+                s3: { bucket: { name: 'another-bucket' }, object: { key: 'x', size: 1 } },
+              },
+            ],
+          }),
+        })
+      ).status;
+    /** Sends SIGHUP and waits for the log line that says what came of it. */
+    const reload = async (message: string) => {
+      const seen = p.output().split(message).length;
+      p.child.kill('SIGHUP');
+      const deadline = Date.now() + 5000;
+      while (p.output().split(message).length === seen && Date.now() < deadline)
+        await new Promise((resolve) => setTimeout(resolve, 20));
+    };
+    try {
+      const deadline = Date.now() + 15_000;
+      while (Date.now() < deadline && (await hook('old-webhook-token-aaaa').catch(() => 0)) !== 200)
+        await new Promise((resolve) => setTimeout(resolve, 100));
+      expect(await hook('old-webhook-token-aaaa')).toBe(200);
+
+      writeFileSync(file, 'new-webhook-token-bbbb\n# rotated\n');
+      await reload('webhook tokens reloaded');
+      expect(p.child.exitCode).toBeNull();
+      expect(await hook('new-webhook-token-bbbb')).toBe(200);
+      expect(await hook('old-webhook-token-aaaa')).toBe(401);
+
+      // A file that cannot be used (no token; then gone) changes nothing, and the process keeps serving.
+      writeFileSync(file, '# nothing here\n');
+      await reload('webhook tokens reload failed; the previous webhook tokens stay valid');
+      rmSync(file);
+      await reload('webhook tokens reload failed; the previous webhook tokens stay valid');
+      expect(p.child.exitCode).toBeNull();
+      expect(await hook('new-webhook-token-bbbb')).toBe(200);
+
+      p.child.kill('SIGTERM');
+      expect(await p.exit).toBe(0);
+      const lines = p
+        .output()
+        .split('\n')
+        .filter((l) => l.startsWith('{'))
+        .map((l) => JSON.parse(l) as Record<string, unknown>);
+      expect(lines.filter((l) => l.message === 'webhook tokens reloaded')).toEqual([
+        expect.objectContaining({ count: 1, fingerprints: [expect.stringMatching(/^sha256:[0-9a-f]{12}$/)] }),
+      ]);
+      expect(
+        lines.filter(
+          (l) => l.message === 'webhook tokens reload failed; the previous webhook tokens stay valid',
+        ),
+      ).toHaveLength(2);
+      expect(p.output()).not.toContain('old-webhook-token-aaaa');
+      expect(p.output()).not.toContain('new-webhook-token-bbbb');
+    } finally {
+      if (p.child.exitCode === null) p.child.kill('SIGKILL');
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 });

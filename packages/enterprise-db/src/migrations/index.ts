@@ -8,6 +8,9 @@ import { companyHintMigration } from './0004-company-hint.js';
 import { uploadIntentKeysMigration } from './0005-upload-intent-keys.js';
 import { decisionHistoryMigration } from './0006-decision-history.js';
 import { multipartUploadsMigration } from './0007-multipart-uploads.js';
+import { peopleInViewsMigration } from './0008-people-in-views.js';
+import { unclaimedUploadsMigration } from './0009-unclaimed-uploads.js';
+import { multipartIntentFirstMigration } from './0010-multipart-intent-first.js';
 
 /**
  * The enterprise schema, roles, RLS and read surface; its own migration table. The logins' passwords
@@ -26,6 +29,9 @@ export function enterpriseMigrationsWith(passwords: RolePasswords): MigrationSet
       '0005_upload_intent_keys': uploadIntentKeysMigration,
       '0006_decision_history': decisionHistoryMigration,
       '0007_multipart_uploads': multipartUploadsMigration,
+      '0008_people_in_views': peopleInViewsMigration,
+      '0009_unclaimed_uploads': unclaimedUploadsMigration,
+      '0010_multipart_intent_first': multipartIntentFirstMigration,
     },
   };
 }

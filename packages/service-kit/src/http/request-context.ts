@@ -11,6 +11,12 @@ export const REQUEST_ID_PATTERN = new RegExp(REQUEST_ID_SOURCE);
 
 export const REQUEST_ID_HEADER = 'X-Request-Id';
 
+/**
+ * `res.locals` key of the client address the request log names when a route knows it better than `req.ip`
+ * (a route reached without the trusted proxy: `RouteDefinition.direct`).
+ */
+export const CLIENT_ADDRESS = 'clientAddress';
+
 const childLogger = Symbol('childLogger');
 const startedAt = Symbol('startedAt');
 
@@ -59,7 +65,7 @@ export function installRequestContext(app: Express, logger: Logger, registry?: R
       path: req.path,
       status,
       duration_ms: Math.round(seconds * 1e6) / 1e3,
-      ip: req.ip,
+      ip: (this.locals[CLIENT_ADDRESS] as string | undefined) ?? req.ip,
       ...(typeof this.locals.errorCode === 'string' ? { code: this.locals.errorCode } : {}),
       ...(this.writableFinished ? {} : { aborted: true }),
     });

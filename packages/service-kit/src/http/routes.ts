@@ -1,6 +1,7 @@
 import type { IRoute, RequestHandler } from 'express';
 import { DomainError } from '../errors.js';
 import { DEFAULT_BODY_LIMIT_BYTES, readJsonBody } from './app.js';
+import { CLIENT_ADDRESS } from './request-context.js';
 
 export type HttpMethod = 'GET' | 'HEAD' | 'POST' | 'PUT' | 'PATCH' | 'DELETE' | 'OPTIONS';
 
@@ -17,6 +18,13 @@ export interface RouteDefinition {
   authenticate?: RequestHandler;
   /** The route takes a JSON body, read after `authenticate` and before `handler` (see `readJsonBody`). */
   body?: 'json';
+  /**
+   * The route is reached without the trusted proxy in front (an internal route, e.g. the object store's
+   * webhook): its client address, as logged, is the connection's peer, never `X-Forwarded-For`, which any
+   * caller of such a route could write. Default: the app's `trustProxy` decides (`req.ip`). It holds for every
+   * answer on the path (a 405 too) when any route of the path sets it.
+   */
+  direct?: boolean;
   handler: RequestHandler | RequestHandler[];
 }
 
@@ -58,9 +66,12 @@ export function addRoutes(
     const allow = ORDER.filter((method) => methods.has(method)).join(', ');
     const definesOptions = group.some((route) => route.method.toUpperCase() === 'OPTIONS');
 
+    const direct = group.some((route) => route.direct === true);
+
     const route = target.route(path);
     route.all((req, res, next) => {
       res.locals.route = `${req.baseUrl}${path}`;
+      if (direct) res.locals[CLIENT_ADDRESS] = req.socket.remoteAddress;
       next();
     });
     for (const definition of group) {

@@ -53,6 +53,27 @@ export type Verification =
   /** 503: the signing keys could not be fetched, so no token can be judged. */
   | { ok: false; reason: 'keys_unavailable'; detail: string; cause: unknown };
 
+/** The base64url alphabet (RFC 4648 §5), without padding: what each part of a compact JWS may hold. */
+const BASE64URL_PART = /^[A-Za-z0-9_-]+$/;
+
+/**
+ * Whether `part` is the one canonical base64url spelling of its bytes: RFC 7515 §2 defines BASE64URL without
+ * padding, and RFC 4648 §3.5 canonical encoding has the unused bits of the last character zero (a length of
+ * 1 mod 4 spells no bytes at all). jose decodes leniently (padding, non-zero unused bits), so without this a
+ * token could be respelled (`==` appended to the signature, the last character's unused bits changed) and still
+ * verify: a second string for one token, which no issuer produced.
+ */
+function isCanonicalBase64url(part: string): boolean {
+  if (!BASE64URL_PART.test(part) || part.length % 4 === 1) return false;
+  return Buffer.from(part, 'base64url').toString('base64url') === part;
+}
+
+/** A compact JWS (RFC 7515 §7.1): three parts, each canonical base64url. */
+function isCanonicalCompactJws(token: string): boolean {
+  const parts = token.split('.');
+  return parts.length === 3 && parts.every(isCanonicalBase64url);
+}
+
 /** RSA and EC signatures only: `none` and every HMAC algorithm are refused before any key lookup. */
 const allowedAlgorithms = ['RS256', 'ES256'];
 
@@ -167,6 +188,10 @@ export function createTokenVerifier(settings: TokenVerifierSettings): TokenVerif
         }
         cache.delete(token);
         return { ok: false, reason: 'invalid_token', detail: 'The access token has expired.' };
+      }
+      // Before jose, which would accept another spelling of a genuine token. (A cached token passed this.)
+      if (!isCanonicalCompactJws(token)) {
+        return { ok: false, reason: 'invalid_token', detail: 'The access token is not a compact JWS.' };
       }
       let payload: JWTPayload;
       try {

@@ -15,8 +15,11 @@ export interface NewPendingMedia {
   assetId: string | undefined;
   uploadedBy: string;
   uploadExpiresAt: Date;
-  /** The plan of an upload in parts (design §4.4); absent for a single PUT. */
-  multipart?: { uploadId: string; partSizeBytes: number; partCount: number } | undefined;
+  /**
+   * The plan of an upload in parts (design §4.4); absent for a single PUT. Recorded before the store's upload
+   * exists, so without its id (`setUploadId` adds it).
+   */
+  multipart?: { partSizeBytes: number; partCount: number } | undefined;
 }
 
 /**
@@ -33,7 +36,7 @@ export async function insertPendingMedia(db: Executor, media: NewPendingMedia): 
     SELECT s.id, ${media.objectKey}, ${media.filename}, ${media.contentType},
       ${media.declaredSizeBytes}::bigint, ${media.checksumSha256 ?? null}, ${media.walkthroughId ?? null}::uuid,
       ${media.workItemId ?? null}::uuid, ${media.assetId ?? null}::uuid, ${media.uploadedBy},
-      ${media.uploadExpiresAt}::timestamptz, ${media.multipart?.uploadId ?? null},
+      ${media.uploadExpiresAt}::timestamptz, NULL,
       ${media.multipart?.partSizeBytes ?? null}::bigint, ${media.multipart?.partCount ?? null}::integer
     FROM enterprise.sites s
     WHERE s.id = ${media.siteId}::uuid
@@ -132,8 +135,9 @@ export interface IntentKeyRecord {
   declaredSizeBytes: number;
   checksumSha256: string | null;
   uploadExpiresAt: Date | null;
-  /** The plan of an upload in parts; null for a single PUT. */
-  multipart: { uploadId: string; partSizeBytes: number; partCount: number } | null;
+  /** The plan of an upload in parts (its upload id null until the store started it); null for a single PUT. */
+  multipart: { uploadId: string | null; partSizeBytes: number; partCount: number } | null;
+  status: MediaStatus;
 }
 
 /** The caller's use of `key` (RLS scopes keys to the caller's `sub` and sites) and its media item. */
@@ -158,6 +162,7 @@ export async function findIntentKey(
       'm.multipart_upload_id',
       'm.part_size_bytes',
       'm.part_count',
+      'm.status',
     ])
     .where('k.caller_sub', '=', callerSub)
     .where('k.idempotency_key', '=', key)
@@ -174,13 +179,14 @@ export async function findIntentKey(
     checksumSha256: row.declared_checksum_sha256,
     uploadExpiresAt: row.upload_expires_at,
     multipart:
-      row.multipart_upload_id === null
+      row.part_count === null
         ? null
         : {
             uploadId: row.multipart_upload_id,
             partSizeBytes: Number(row.part_size_bytes),
-            partCount: row.part_count ?? 0,
+            partCount: row.part_count,
           },
+    status: row.status,
   };
 }
 

@@ -17,6 +17,8 @@ export interface MultipartMedia {
   partSizeBytes: number;
   partCount: number;
   uploadExpiresAt: Date | null;
+  /** The `sub` of the user whose intent created the item. */
+  uploadedBy: string;
 }
 
 /** The media item `mediaId` at `siteId` with its multipart plan, if the caller may see it. */
@@ -37,6 +39,7 @@ export async function findMultipartMedia(
       'part_size_bytes',
       'part_count',
       'upload_expires_at',
+      'uploaded_by',
     ])
     .where('id', '=', mediaId)
     .where('site_id', '=', siteId)
@@ -53,17 +56,19 @@ export async function findMultipartMedia(
     partSizeBytes: Number(row.part_size_bytes ?? 0),
     partCount: row.part_count ?? 0,
     uploadExpiresAt: row.upload_expires_at,
+    uploadedBy: row.uploaded_by,
   };
 }
 
 /**
- * Marks a pending multipart item of the caller's sites abandoned (the RLS policy allows nothing else).
- * False when it is no longer pending.
+ * Marks a pending multipart item of the caller's sites abandoned (the RLS policy allows nothing else), if
+ * `uploadedBy` created it. False when it is no longer pending.
  */
 export async function markAbandoned(
   db: Executor,
   siteId: string,
   mediaId: string,
+  uploadedBy: string,
   reason: string,
 ): Promise<boolean> {
   const result = await db
@@ -71,6 +76,7 @@ export async function markAbandoned(
     .set({ status: 'abandoned', rejection_reason: reason, updated_at: sql<Date>`now()` })
     .where('id', '=', mediaId)
     .where('site_id', '=', siteId)
+    .where('uploaded_by', '=', uploadedBy)
     .where('status', '=', 'pending_upload')
     .where('multipart_upload_id', 'is not', null)
     .executeTakeFirst();
@@ -125,5 +131,77 @@ export async function recordUploadAbandoned(
     const { rows } = await sql<{ changed: boolean }>`
       SELECT enterprise_api.record_upload_abandoned(${mediaId}::uuid, ${reason}) AS changed`.execute(trx);
     return rows[0]?.changed === true;
+  });
+}
+
+/**
+ * Of the store's open uploads `uploads`, those no pending media item names (at most 1000): what the sweep may
+ * abort once they are old enough. Through the ingest role's definer function (no caller, no claims).
+ */
+export async function unclaimedUploads(
+  db: Kysely<WorkflowDb>,
+  uploads: ReadonlyArray<{ key: string; uploadId: string }>,
+): Promise<Array<{ key: string; uploadId: string }>> {
+  if (uploads.length === 0) return [];
+  return asService(db, async (trx) => {
+    const { rows } = await sql<{ object_key: string; upload_id: string }>`
+      SELECT * FROM enterprise_api.unclaimed_multipart_uploads(
+        ${uploads.map((u) => u.key)}::text[], ${uploads.map((u) => u.uploadId)}::text[])`.execute(trx);
+    return rows.map((r) => ({ key: r.object_key, uploadId: r.upload_id }));
+  });
+}
+
+/**
+ * Sets the store's upload id on the caller's own planned item (recorded without one, design §4.4): once, while
+ * it is pending and has none. False when it is no longer such an item (a concurrent start won, or it was
+ * abandoned); the RLS policy allows nothing else.
+ */
+export async function setUploadId(db: Executor, mediaId: string, uploadId: string): Promise<boolean> {
+  const result = await db
+    .updateTable('enterprise.media_items')
+    .set({ multipart_upload_id: uploadId, updated_at: sql<Date>`now()` })
+    .where('id', '=', mediaId)
+    .where('status', '=', 'pending_upload')
+    .where('multipart_upload_id', 'is', null)
+    .where('part_count', 'is not', null)
+    .executeTakeFirst();
+  return result.numUpdatedRows > 0n;
+}
+
+/** The upload id of the caller's item `mediaId` now (after a concurrent start), if it has one. */
+export async function currentUploadId(db: Executor, mediaId: string): Promise<string | null | undefined> {
+  const row = await db
+    .selectFrom('enterprise.media_items')
+    .select(['multipart_upload_id', 'status'])
+    .where('id', '=', mediaId)
+    .executeTakeFirst();
+  return row === undefined || row.status !== 'pending_upload' ? undefined : row.multipart_upload_id;
+}
+
+/** Abandons the caller's own planned item whose upload could not be started; false when it is no longer one. */
+export async function abandonUnstarted(db: Executor, mediaId: string, reason: string): Promise<boolean> {
+  const result = await db
+    .updateTable('enterprise.media_items')
+    .set({ status: 'abandoned', rejection_reason: reason, updated_at: sql<Date>`now()` })
+    .where('id', '=', mediaId)
+    .where('status', '=', 'pending_upload')
+    .where('multipart_upload_id', 'is', null)
+    .where('part_count', 'is not', null)
+    .executeTakeFirst();
+  return result.numUpdatedRows > 0n;
+}
+
+/** The sweep: abandons planned items created before `before` whose store upload was never started. */
+export async function abandonUnstartedUploads(
+  db: Kysely<WorkflowDb>,
+  before: Date,
+  limit: number,
+): Promise<number> {
+  return asService(db, async (trx) => {
+    const { rows } = await sql<{ n: number }>`
+      SELECT enterprise_api.abandon_unstarted_multipart_uploads(${before}::timestamptz, ${limit}::integer) AS n`.execute(
+      trx,
+    );
+    return rows[0]?.n ?? 0;
   });
 }

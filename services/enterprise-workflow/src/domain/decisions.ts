@@ -40,6 +40,24 @@ export interface DecisionProblem {
   message: string;
 }
 
+/** RFC 3339 §5.6 `date-time` whose seconds are 60, split at the seconds: `[before, fraction and offset]`. */
+const LEAP_SECOND = /^(\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:)60(\.\d+)?([Zz]|[+-]\d{2}:\d{2})$/;
+
+/**
+ * The instant an RFC 3339 `date-time` names, or undefined when it names none. JavaScript (like POSIX time)
+ * has no leap seconds, so `Date.parse` gives NaN for second 60, which RFC 3339 allows (§5.6; §5.7 leaves the
+ * check of when one may occur to the application; the contracts' format check already allows it only at
+ * 23:59 UTC). A leap second is read as PostgreSQL reads it, which stores these times: as the first instant
+ * of the next minute (`'2030-06-30T23:59:60Z'::timestamptz` is 2030-07-01 00:00:00+00). One reading for
+ * every use (the check, the stored value, an Idempotency-Key's fingerprint), so a request means the same
+ * with a key and without one.
+ */
+export function parseDateTime(text: string): Date | undefined {
+  const leap = LEAP_SECOND.exec(text);
+  const ms = leap === null ? Date.parse(text) : Date.parse(`${leap[1]}59${leap[2] ?? ''}${leap[3]}`) + 1000;
+  return Number.isNaN(ms) ? undefined : new Date(ms);
+}
+
 /**
  * The rule the schema cannot express: `defer_until` lies in the future. (The contracts schema already
  * requires it for "defer", refuses it with the other decisions, and checks its date-time format.)
@@ -49,9 +67,8 @@ export function checkDecisionRequest(
   now: Date,
 ): DecisionProblem[] {
   if (body.defer_until === undefined) return [];
-  const until = Date.parse(body.defer_until);
-  // RFC 3339 allows a leap second (…:60Z), which the format check accepts and Date cannot represent.
-  if (Number.isNaN(until)) return [{ path: '/defer_until', message: 'must be a date-time' }];
-  if (until <= now.getTime()) return [{ path: '/defer_until', message: 'must be in the future' }];
+  const until = parseDateTime(body.defer_until);
+  if (until === undefined) return [{ path: '/defer_until', message: 'must be a date-time' }];
+  if (until.getTime() <= now.getTime()) return [{ path: '/defer_until', message: 'must be in the future' }];
   return [];
 }

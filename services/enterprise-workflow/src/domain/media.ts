@@ -67,6 +67,9 @@ export function isMediaObjectKey(key: string): boolean {
   return OBJECT_KEY.test(key);
 }
 
+/** The prefix of every upload key (`sites/<site>/media/<uuid>.<ext>`, newObjectKey). */
+export const MEDIA_KEY_PREFIX = 'sites/';
+
 /** Where accepted copies live: a prefix no upload URL ever names (upload keys start with `sites/`). */
 export const ACCEPTED_PREFIX = 'accepted/';
 

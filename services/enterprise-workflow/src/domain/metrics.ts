@@ -13,7 +13,7 @@ export interface WorkflowMetrics {
 export function createSweepMetrics(registry: Registry | undefined): Counter<'outcome'> {
   return new Counter({
     name: 'workflow_multipart_sweep_total',
-    help: 'Expired uploads in parts handled by the sweep, by outcome (abandoned, completed, failed).',
+    help: 'Uploads in parts handled by the sweep, by outcome (abandoned, completed, orphaned, failed).',
     labelNames: ['outcome'],
     registers: registry === undefined ? [] : [registry],
   });

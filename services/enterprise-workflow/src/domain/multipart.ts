@@ -13,14 +13,16 @@ import { inUserTransaction } from '../db/database.js';
 import {
   expiredMultipartUploads,
   findMultipartMedia,
+  abandonUnstartedUploads,
   markAbandoned,
   recordUploadAbandoned,
+  unclaimedUploads,
 } from '../db/multipart.js';
 import type { MultipartMedia } from '../db/multipart.js';
 import { storeCall } from './store-call.js';
 import type { StoredPart } from './ports.js';
 import type { UserScope, WorkflowContext } from './context.js';
-import { normaliseEtag } from './media.js';
+import { isMediaObjectKey, MEDIA_KEY_PREFIX, normaliseEtag } from './media.js';
 
 const MiB = 1024 * 1024;
 /** S3's limits: parts of at least 5 MiB (but the last), at most 10,000 parts. */
@@ -54,7 +56,7 @@ export function startExpiredUploadSweep(
     if (running !== undefined) return;
     running = sweepExpiredUploads(ctx, log, { graceS: options.graceS, limit: 100 })
       .then((result) => {
-        for (const outcome of ['abandoned', 'completed', 'failed'] as const)
+        for (const outcome of ['abandoned', 'completed', 'orphaned', 'failed'] as const)
           if (result[outcome] > 0) options.outcomes?.inc({ outcome }, result[outcome]);
       })
       .catch((err: unknown) => {
@@ -103,9 +105,26 @@ export function partLength(
 const notFound = () => new DomainError('not_found', 'No such media item.');
 
 /**
- * The caller's pending multipart item, or the error a multipart call answers: 404 for an unknown item,
- * one outside the caller's sites, and an item uploaded with one PUT (it has no parts); 409 for any
- * state but pending, and for an intent that expired.
+ * The caller's own multipart item, whatever its state: 404 for an unknown item, one outside the caller's
+ * sites, an item uploaded with one PUT (it has no parts), and another user's upload. A single PUT URL only
+ * ever goes to the intent's creator; an upload in parts is theirs alike, so another user of the same site
+ * can neither send parts, list them, complete nor abort it, and learns nothing more than about an item it
+ * cannot see.
+ */
+async function ownUpload(
+  ctx: WorkflowContext,
+  scope: UserScope,
+  siteId: string,
+  mediaId: string,
+): Promise<MultipartMedia & { uploadId: string }> {
+  const item = await inUserTransaction(ctx.db, scope.user, (trx) => findMultipartMedia(trx, siteId, mediaId));
+  if (item === undefined || item.uploadId === null || item.uploadedBy !== scope.user.sub) throw notFound();
+  return { ...item, uploadId: item.uploadId };
+}
+
+/**
+ * The caller's own pending multipart item (see ownUpload for the 404s); 409 for any state but pending, and
+ * for an intent that expired.
  */
 async function pendingUpload(
   ctx: WorkflowContext,
@@ -113,15 +132,14 @@ async function pendingUpload(
   siteId: string,
   mediaId: string,
 ): Promise<MultipartMedia & { uploadId: string }> {
-  const item = await inUserTransaction(ctx.db, scope.user, (trx) => findMultipartMedia(trx, siteId, mediaId));
-  if (item === undefined || item.uploadId === null) throw notFound();
+  const item = await ownUpload(ctx, scope, siteId, mediaId);
   if (item.status !== 'pending_upload') {
     throw new DomainError('conflict', `The upload is ${item.status}, no longer pending.`);
   }
   if (item.uploadExpiresAt !== null && item.uploadExpiresAt.getTime() <= ctx.now().getTime()) {
     throw new DomainError('conflict', 'The upload intent expired; create a new one.');
   }
-  return { ...item, uploadId: item.uploadId };
+  return item;
 }
 
 /** Presigned URLs for the given parts, each bound to its exact length (and checksum, when given). */
@@ -201,6 +219,11 @@ export async function listStoredParts(
  * every part 1..part_count named once, each stored with the ETag the client names and exactly its planned
  * length, so the total is the declared size. The store then reports the object like any other, and the
  * webhook accepts it (design §4.4, §4.6).
+ *
+ * Idempotent, as documented: a completion of an upload already assembled is 202 again, whether its item is
+ * still pending (the event not handled yet) or already available, and whether the earlier completion was
+ * answered or timed out at a slow store that assembled it anyway (the SDK's second attempt, or the client's
+ * retry, then finds the upload gone and the object there).
  */
 export async function completeUpload(
   ctx: WorkflowContext,
@@ -209,7 +232,7 @@ export async function completeUpload(
   mediaId: string,
   body: CompleteUploadRequest,
 ): Promise<CompleteUploadResponse> {
-  const item = await pendingUpload(ctx, scope, siteId, mediaId);
+  const item = await ownUpload(ctx, scope, siteId, mediaId);
   const numbers = body.parts.map((p) => p.part_number);
   const sorted = [...numbers].sort((a, b) => a - b);
   if (sorted.length !== item.partCount || sorted.some((n, i) => n !== i + 1)) {
@@ -217,14 +240,27 @@ export async function completeUpload(
       errors: [{ path: '/parts', message: `must name parts 1 to ${item.partCount}, each once` }],
     });
   }
+  // Assembled and accepted: nothing is left to do.
+  if (item.status === 'available') return { media_id: item.id, status: 'available' };
+  if (item.status !== 'pending_upload') {
+    throw new DomainError('conflict', `The upload is ${item.status}, no longer pending.`);
+  }
+  const assembled = async (): Promise<CompleteUploadResponse> => {
+    // The upload is gone from the store: completed already (a retried completion) or aborted. The assembled
+    // object tells, until the webhook has accepted it: it records the item, then deletes the upload key
+    // (design §4.6), so without the object the item's state tells.
+    const head = await storeCall(scope.log, 'HEAD', () => ctx.storage.head(item.objectKey));
+    if (head !== undefined) return { media_id: item.id, status: 'pending_upload' };
+    const now = await ownUpload(ctx, scope, siteId, mediaId);
+    if (now.status === 'available') return { media_id: item.id, status: 'available' };
+    throw new DomainError('conflict', 'The upload no longer exists in the store.');
+  };
   const stored = await storeCall(scope.log, 'ListParts', () =>
     ctx.storage.listParts({ key: item.objectKey, uploadId: item.uploadId }),
   );
-  if (stored === undefined) {
-    // Completed already (a retried completion) or aborted: the object's presence tells which.
-    const head = await storeCall(scope.log, 'HEAD', () => ctx.storage.head(item.objectKey));
-    if (head !== undefined) return { media_id: item.id, status: 'pending_upload' };
-    throw new DomainError('conflict', 'The upload no longer exists in the store.');
+  if (stored === undefined) return assembled();
+  if (item.uploadExpiresAt !== null && item.uploadExpiresAt.getTime() <= ctx.now().getTime()) {
+    throw new DomainError('conflict', 'The upload intent expired; create a new one.');
   }
   const byNumber = new Map<number, StoredPart>(stored.map((p) => [p.partNumber, p]));
   const problems: string[] = [];
@@ -260,7 +296,9 @@ export async function completeUpload(
       parts: sorted.map((n) => ({ partNumber: n, etag: byNumber.get(n)?.etag ?? '' })),
     }),
   );
-  if (!completed) throw new DomainError('conflict', 'The upload no longer exists in the store.');
+  // NoSuchUpload: an earlier attempt of this very call (the SDK retries one that timed out) or a concurrent
+  // completion assembled it meanwhile, or an abort discarded it.
+  if (!completed) return assembled();
   ctx.counters.multipart.inc({ outcome: 'completed' });
   scope.log.info('multipart upload completed', { media_id: item.id, site_id: siteId, parts: item.partCount });
   return { media_id: item.id, status: 'pending_upload' };
@@ -273,19 +311,28 @@ export async function abortUpload(
   siteId: string,
   mediaId: string,
 ): Promise<void> {
-  const item = await inUserTransaction(ctx.db, scope.user, (trx) => findMultipartMedia(trx, siteId, mediaId));
-  if (item === undefined || item.uploadId === null) throw notFound();
+  const item = await ownUpload(ctx, scope, siteId, mediaId);
   if (item.status !== 'pending_upload') {
     throw new DomainError('conflict', `The upload is ${item.status}, no longer pending.`);
   }
   const uploadId = item.uploadId;
   // The store first: if the database write fails after it, the item stays pending without an upload, and
   // the sweep finishes the job once the intent expires.
-  await storeCall(scope.log, 'AbortMultipartUpload', () =>
+  const discarded = await storeCall(scope.log, 'AbortMultipartUpload', () =>
     ctx.storage.abortMultipartUpload({ key: item.objectKey, uploadId }),
   );
+  if (!discarded) {
+    // NoSuchUpload: an earlier abort of ours whose database write failed, or a completion. Once the store has
+    // assembled the file its object event will arrive and the webhook accept it (as the sweep leaves such an
+    // upload to its event): marking the item abandoned now would leave that object, and its accepted copy,
+    // to nobody.
+    const head = await storeCall(scope.log, 'HEAD', () => ctx.storage.head(item.objectKey));
+    if (head !== undefined) {
+      throw new DomainError('conflict', 'The upload was already assembled; it can no longer be aborted.');
+    }
+  }
   const changed = await inUserTransaction(ctx.db, scope.user, (trx) =>
-    markAbandoned(trx, siteId, mediaId, 'aborted by the uploader'),
+    markAbandoned(trx, siteId, mediaId, scope.user.sub, 'aborted by the uploader'),
   );
   if (!changed) throw new DomainError('conflict', 'The upload is no longer pending.');
   ctx.counters.multipart.inc({ outcome: 'aborted' });
@@ -296,6 +343,8 @@ export interface SweepResult {
   abandoned: number;
   /** Expired uploads the store had completed meanwhile: left to the object-created event. */
   completed: number;
+  /** Uploads under the media keys that no pending item names, aborted in the store. */
+  orphaned: number;
   failed: number;
 }
 
@@ -310,7 +359,7 @@ export async function sweepExpiredUploads(
   log: Logger,
   options: { graceS: number; limit: number },
 ): Promise<SweepResult> {
-  const result: SweepResult = { abandoned: 0, completed: 0, failed: 0 };
+  const result: SweepResult = { abandoned: 0, completed: 0, orphaned: 0, failed: 0 };
   const before = new Date(ctx.now().getTime() - options.graceS * 1000);
   let expired;
   try {
@@ -342,5 +391,54 @@ export async function sweepExpiredUploads(
       });
     }
   }
+  // Items whose plan was recorded but whose store upload was never started (a crash between the two, a
+  // failure that could not be recorded): a start takes seconds, the grace period minutes.
+  try {
+    const unstarted = await abandonUnstartedUploads(ctx.db, before, options.limit);
+    result.abandoned += unstarted;
+    if (unstarted > 0) log.info('multipart intents never started abandoned', { count: unstarted });
+  } catch (err) {
+    throw mapDbError(err);
+  }
+  await sweepUnclaimedUploads(ctx, log, before, options.limit, result);
   return result;
+}
+
+/**
+ * The store's open uploads under the media keys that no pending item names and that were started before
+ * `before` (the grace period: an intent's row commits within its request, seconds after its upload starts):
+ * left by an intent whose answer from the store came too late, whose recording failed, or whose process
+ * stopped in between. Nothing else would ever remove them (design §4.4). An upload without an initiation time,
+ * or under a key that cannot name a media item, is never touched.
+ */
+async function sweepUnclaimedUploads(
+  ctx: Pick<WorkflowContext, 'db' | 'storage'>,
+  log: Logger,
+  before: Date,
+  limit: number,
+  result: SweepResult,
+): Promise<void> {
+  const open = await ctx.storage.listMultipartUploads({ prefix: MEDIA_KEY_PREFIX });
+  const old = open
+    .filter((u) => isMediaObjectKey(u.key) && u.initiated !== undefined && u.initiated < before)
+    .slice(0, limit);
+  let unclaimed;
+  try {
+    unclaimed = await unclaimedUploads(ctx.db, old);
+  } catch (err) {
+    throw mapDbError(err);
+  }
+  for (const upload of unclaimed) {
+    try {
+      await ctx.storage.abortMultipartUpload(upload);
+      result.orphaned += 1;
+      log.info('multipart upload no item claims aborted', { object_key: upload.key });
+    } catch (err) {
+      result.failed += 1;
+      log.warn('could not abort a multipart upload no item claims', {
+        object_key: upload.key,
+        error: errorMessage(err),
+      });
+    }
+  }
 }

@@ -133,9 +133,16 @@ export async function handleObjectCreated(
     // (available), refused (rejected), or a later PUT to a still-valid URL (duplicate).
     if (outcome !== 'unknown_key')
       await housekeeping(ctx, scope, event.key, `the upload of a ${outcome} item`);
-    // A duplicate's copy stays: when its ETag is the recorded one it is the served copy itself (same bytes).
-    if (outcome === 'rejected' || outcome === 'unknown_key')
-      await housekeeping(ctx, scope, secured, `the copy of a ${outcome} upload`);
+    // The copy stays only for an item that is available: it is what downloads serve (for a duplicate of an
+    // available item whose ETag is the recorded one, the served copy itself, same key and bytes). For any
+    // other item (rejected, abandoned, unknown) nothing would ever serve or remove it.
+    if (recorded.status !== 'available')
+      await housekeeping(
+        ctx,
+        scope,
+        secured,
+        `the copy of an upload whose item is ${recorded.status ?? 'unknown'}`,
+      );
     settle(event.key, outcome);
   }
   return { received: body.Records.length, results };

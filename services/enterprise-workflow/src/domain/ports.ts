@@ -36,6 +36,14 @@ export interface StoredPart {
   etag: string;
 }
 
+/** An upload in parts the store holds open (started, neither completed nor aborted). */
+export interface StoreUpload {
+  key: string;
+  uploadId: string;
+  /** When the store started it; undefined if it did not say. */
+  initiated: Date | undefined;
+}
+
 export interface MediaStorage {
   readonly bucket: string;
   presignUpload(input: {
@@ -86,6 +94,8 @@ export interface MediaStorage {
     uploadId: string;
     parts: ReadonlyArray<{ partNumber: number; etag: string }>;
   }): Promise<boolean>;
+  /** Every upload the store holds open under `prefix` (ListMultipartUploads, all pages). */
+  listMultipartUploads(input: { prefix: string }): Promise<StoreUpload[]>;
   /** Discards the upload and its parts; false when it did not exist (any more). */
   abortMultipartUpload(input: { key: string; uploadId: string }): Promise<boolean>;
   destroy(): void;

@@ -13,6 +13,7 @@ import {
 } from '../db/media.js';
 import type { IntentKeyRecord } from '../db/media.js';
 import type { Executor } from '../db/database.js';
+import { abandonUnstarted, currentUploadId, setUploadId } from '../db/multipart.js';
 import { siteIsVisible } from '../db/sites.js';
 import type { UserScope, WorkflowContext } from './context.js';
 import type { PresignedUpload } from './ports.js';
@@ -56,6 +57,16 @@ export async function createUploadIntent(
   idempotencyKey?: string,
 ): Promise<UploadIntentResult> {
   const problems = checkIntent(body, ctx.media);
+  if (body.checksum_sha256 !== undefined && planParts(body.size_bytes, ctx.multipart) !== undefined) {
+    // S3 checks SHA-256 per request, so per part; it has no whole-object SHA-256 for an upload in parts
+    // (its full-object checksums are CRCs), and nothing here reads the assembled file back: a whole-file
+    // digest would be accepted and checked nowhere. Refused, and the parts' own checksums take its place.
+    problems.push({
+      path: '/checksum_sha256',
+      message:
+        'cannot be checked for a file uploaded in parts (larger than the multipart threshold); give each part its checksum_sha256 when asking for the part URLs',
+    });
+  }
   if (problems.length > 0) {
     throw new DomainError('invalid_body', 'The upload is not allowed.', { errors: problems });
   }
@@ -90,11 +101,24 @@ async function storedAnswer(
     return undefined;
   }
   if (stored.fingerprint !== key.fingerprint) throw keyReused();
+  if (stored.multipart !== null && stored.multipart.uploadId === null) {
+    // The first use recorded its plan and has not started (or could not start) the store's upload.
+    if (stored.status === 'pending_upload') {
+      throw new DomainError(
+        'backend_unavailable',
+        'The first request with this Idempotency-Key is still starting the upload; retry later.',
+        { retryAfterS: 1 },
+      );
+    }
+    // It gave up (its item is abandoned): the key starts over.
+    await deleteIntentKey(trx, scope.user.sub, key.value);
+    return undefined;
+  }
   return replayedAnswer(ctx, stored);
 }
 
 async function replayedAnswer(ctx: WorkflowContext, stored: IntentKeyRecord): Promise<UploadIntentResponse> {
-  if (stored.multipart !== null) {
+  if (stored.multipart !== null && stored.multipart.uploadId !== null) {
     // Nothing to sign: the plan is the answer, and the parts' URLs are asked for later.
     const { uploadId, partSizeBytes, partCount } = stored.multipart;
     const expiresAt = stored.uploadExpiresAt ?? stored.signedAt;
@@ -174,9 +198,12 @@ async function createIntent(
 }
 
 /**
- * An intent above the multipart threshold (design §4.4): the store's upload is started first (the item
- * must name it), then recorded; if recording fails, the upload is aborted again, and what an abort cannot
- * reach the store's lifecycle rule removes.
+ * An intent above the multipart threshold (design §4.4). The item is recorded first, with its plan and no
+ * upload id, so that no store upload ever exists for an intent the database does not know; then the store's
+ * upload is started, once (CreateMultipartUpload is not idempotent: the adapter does not retry it), and its id
+ * set on the item. If the store fails or answers too late the item is abandoned at once (a late upload is left
+ * to the sweep, which aborts uploads no item claims); if the id cannot be recorded the upload is aborted again.
+ * Whatever a crash leaves in between, the sweep finds: a planned item never started, an upload no item claims.
  */
 async function createMultipartIntent(
   ctx: WorkflowContext,
@@ -189,25 +216,71 @@ async function createMultipartIntent(
   key: { value: string; fingerprint: string } | undefined,
 ): Promise<UploadIntentResponse> {
   const expiresAt = new Date(now.getTime() + ctx.multipart.uploadTtlS * 1000);
-  const uploadId = await storeCall(scope.log, 'CreateMultipartUpload', () =>
-    ctx.storage.createMultipartUpload({ key: objectKey, contentType: body.content_type }),
-  );
-  let mediaId: string;
+  const mediaId = await recordIntent(ctx, scope, siteId, body, objectKey, expiresAt, now, key, plan);
+  let uploadId: string;
   try {
-    mediaId = await recordIntent(ctx, scope, siteId, body, objectKey, expiresAt, now, key, {
-      uploadId,
-      ...plan,
-    });
+    uploadId = await storeCall(scope.log, 'CreateMultipartUpload', () =>
+      ctx.storage.createMultipartUpload({ key: objectKey, contentType: body.content_type }),
+    );
   } catch (err) {
-    await ctx.storage.abortMultipartUpload({ key: objectKey, uploadId }).catch((abortErr: unknown) => {
-      scope.log.warn('could not abort the upload of an intent that was not recorded', {
-        error: String(abortErr),
-      });
-    });
+    await giveUp(ctx, scope, mediaId, key);
     throw err;
+  }
+  let recorded: string | null | undefined;
+  try {
+    recorded = await inUserTransaction(ctx.db, scope.user, async (trx) =>
+      (await setUploadId(trx, mediaId, uploadId)) ? uploadId : currentUploadId(trx, mediaId),
+    );
+  } catch (err) {
+    await abortQuietly(ctx, scope, objectKey, uploadId);
+    await giveUp(ctx, scope, mediaId, key);
+    throw err;
+  }
+  if (recorded !== uploadId) {
+    // Not ours to record: the item was abandoned meanwhile (or, impossible for one request, started twice).
+    await abortQuietly(ctx, scope, objectKey, uploadId);
+    throw new DomainError('backend_unavailable', 'The upload could not be started; retry later.');
   }
   ctx.counters.multipart.inc({ outcome: 'planned' });
   return multipartResponse(mediaId, uploadId, plan, expiresAt);
+}
+
+/** An upload nothing will name: aborted at once; what this cannot reach, the sweep does. */
+async function abortQuietly(
+  ctx: WorkflowContext,
+  scope: UserScope,
+  objectKey: string,
+  uploadId: string,
+): Promise<void> {
+  await ctx.storage.abortMultipartUpload({ key: objectKey, uploadId }).catch((abortErr: unknown) => {
+    scope.log.warn('could not abort the upload of an intent that was not recorded', {
+      error: String(abortErr),
+    });
+  });
+}
+
+/**
+ * The store's upload could not be started or recorded: the planned item is abandoned and its Idempotency-Key
+ * freed, so a retry starts over. A failure here (the database is down too) is only logged: the sweep abandons
+ * a planned item that was never started, and a replay of its key answers 503 until then.
+ */
+async function giveUp(
+  ctx: WorkflowContext,
+  scope: UserScope,
+  mediaId: string,
+  key: { value: string } | undefined,
+): Promise<void> {
+  try {
+    await inUserTransaction(ctx.db, scope.user, async (trx) => {
+      await abandonUnstarted(trx, mediaId, "the store's upload could not be started");
+      if (key !== undefined) await deleteIntentKey(trx, scope.user.sub, key.value);
+    });
+  } catch (err) {
+    scope.log.warn('could not abandon an intent whose upload was not started', {
+      media_id: mediaId,
+      error: String(err),
+    });
+  }
 }
 
 /** Records the pending item (and the Idempotency-Key's first use) under the caller's claims. */
@@ -220,7 +293,7 @@ async function recordIntent(
   uploadExpiresAt: Date,
   now: Date,
   key: { value: string; fingerprint: string } | undefined,
-  multipart?: { uploadId: string; partSizeBytes: number; partCount: number },
+  multipart?: PartPlan,
 ): Promise<string> {
   const mediaId = await inUserTransaction(ctx.db, scope.user, async (trx) => {
     const links = {

@@ -12,7 +12,7 @@ import {
 } from '../db/work-items.js';
 import type { LockedWorkItem } from '../db/work-items.js';
 import type { UserScope, WorkflowContext } from './context.js';
-import { checkDecisionRequest, decide, stateAfter } from './decisions.js';
+import { checkDecisionRequest, decide, parseDateTime, stateAfter } from './decisions.js';
 
 export interface DecisionResult {
   item: DecisionResponse;
@@ -39,11 +39,18 @@ async function decideOrFail(...args: Parameters<typeof decideIfOpen>): Promise<L
   return decided;
 }
 
+/** Called once the request was checked (checkDecisionRequest): a defer's date is an instant by then. */
 function deferUntilOf(body: DecisionRequest): Date | null {
-  return body.decision === 'defer' && body.defer_until !== undefined ? new Date(body.defer_until) : null;
+  return body.decision === 'defer' && body.defer_until !== undefined
+    ? (parseDateTime(body.defer_until) ?? null)
+    : null;
 }
 
-/** Identifies "the same request" for an Idempotency-Key: target and body, independent of key order. */
+/**
+ * Identifies "the same request" for an Idempotency-Key: target and body, independent of key order and of how
+ * the instant is written. Computed before the body is checked (a retry gets its stored answer even once its
+ * defer_until passed), so a date that names no instant is compared as written, never thrown on.
+ */
 function fingerprintOf(siteId: string, itemId: string, body: DecisionRequest): string {
   const canonical = JSON.stringify([
     'POST decision',
@@ -51,7 +58,9 @@ function fingerprintOf(siteId: string, itemId: string, body: DecisionRequest): s
     itemId,
     body.decision,
     body.note ?? null,
-    body.defer_until === undefined ? null : new Date(body.defer_until).toISOString(),
+    body.defer_until === undefined
+      ? null
+      : (parseDateTime(body.defer_until)?.toISOString() ?? body.defer_until),
   ]);
   return createHash('sha256').update(canonical).digest('hex');
 }

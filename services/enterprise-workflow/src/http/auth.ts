@@ -59,11 +59,14 @@ async function verify(req: Request, verifier: TokenVerifier): Promise<PortalUser
   }
 }
 
-/** The webhook's shared secrets: several may be valid at once (rotation), compared in constant time. */
-export function requireWebhookToken(tokens: SecretSet): RequestHandler {
+/**
+ * The webhook's shared secrets: several may be valid at once (rotation), compared in constant time. `tokens`
+ * is asked per request, so a SIGHUP reload takes effect without a restart.
+ */
+export function requireWebhookToken(tokens: () => SecretSet): RequestHandler {
   return (req, _res, next) => {
     const token = bearerToken(req);
-    if (token === undefined || !tokens.has(token)) {
+    if (token === undefined || !tokens().has(token)) {
       next(
         new DomainError('unauthorized', 'A valid webhook bearer token is required.', {
           headers: challenge(),

@@ -23,7 +23,8 @@ import { portalUser, requireUser, requireWebhookToken, WEBHOOK_PATH } from './au
 export interface RouteDeps {
   ctx: WorkflowContext;
   verifier: TokenVerifier;
-  webhookTokens: SecretSet;
+  /** The webhook tokens valid now (SIGHUP may replace them). */
+  webhookTokens: () => SecretSet;
   /** Readiness: database reachable, signing keys loaded. */
   checkReady: () => Promise<Record<string, 'ok' | 'failed'>>;
 }
@@ -209,6 +210,9 @@ export function workflowRoutes(deps: RouteDeps): RouteDefinition[] {
     {
       method: 'HEAD',
       path: WEBHOOK_PATH,
+      // Internal: the store calls it straight, not through the Ingress (design §5), so X-Forwarded-For on it
+      // is whatever the caller wrote; the log names the connection's peer.
+      direct: true,
       // Older MinIO releases probe the target with HEAD when it is configured (design §4.4); the
       // probe carries no token, and answering it reveals nothing.
       handler: (_req, res) => {
@@ -218,6 +222,7 @@ export function workflowRoutes(deps: RouteDeps): RouteDefinition[] {
     {
       method: 'POST',
       path: WEBHOOK_PATH,
+      direct: true,
       authenticate: requireWebhookToken(deps.webhookTokens),
       body: 'json',
       handler: handle(async (req, res) => {

@@ -9,6 +9,7 @@ import {
   DeleteObjectCommand,
   GetObjectCommand,
   HeadObjectCommand,
+  ListMultipartUploadsCommand,
   ListPartsCommand,
   PutObjectCommand,
   S3Client,
@@ -18,7 +19,7 @@ import {
 import { createHash, createHmac, createSecretKey, type KeyObject } from 'node:crypto';
 import { getSignedUrl, S3RequestPresigner } from '@aws-sdk/s3-request-presigner';
 import { StorageRefusedError, StorageUnavailableError } from '../domain/ports.js';
-import type { MediaStorage, StoredPart } from '../domain/ports.js';
+import type { MediaStorage, StoredPart, StoreUpload } from '../domain/ports.js';
 
 export interface S3Settings {
   /** Endpoint the service talks to (MinIO, s3rver); undefined = AWS. */
@@ -40,7 +41,7 @@ export interface S3Settings {
   requestTimeoutMs?: number | undefined;
 }
 
-function clientFor(settings: S3Settings, endpoint: string | undefined): S3Client {
+function clientFor(settings: S3Settings, endpoint: string | undefined, maxAttempts = 2): S3Client {
   return new S3Client({
     region: settings.region,
     ...(endpoint === undefined ? {} : { endpoint }),
@@ -56,7 +57,7 @@ function clientFor(settings: S3Settings, endpoint: string | undefined): S3Client
     // no custom endpoint) goes through these middlewares; test/presign.test.ts checks that path.
     requestChecksumCalculation: 'WHEN_REQUIRED',
     responseChecksumValidation: 'WHEN_REQUIRED',
-    maxAttempts: 2,
+    maxAttempts,
     requestHandler: {
       connectionTimeout: settings.connectTimeoutMs ?? 2000,
       requestTimeout: settings.requestTimeoutMs ?? 3000,
@@ -278,6 +279,10 @@ export function createS3Storage(settings: S3Settings): MediaStorage {
     settings.publicEndpoint === undefined || settings.publicEndpoint === settings.endpoint
       ? client
       : clientFor(settings, settings.publicEndpoint);
+  // CreateMultipartUpload is not idempotent: every attempt that reaches the store starts an upload, so the
+  // SDK's retry of one that timed out (the store slow, not down) leaves an upload nothing records. One attempt;
+  // the caller's 503 makes the client retry the intent, and the sweep aborts what a lost answer left behind.
+  const once = clientFor(settings, settings.endpoint, 1);
   const signingEndpoint = settings.publicEndpoint ?? settings.endpoint;
   // On AWS itself (no endpoint configured) the SDK's endpoint rules decide host and region: keep
   // getSignedUrl there.
@@ -400,7 +405,7 @@ export function createS3Storage(settings: S3Settings): MediaStorage {
 
     async createMultipartUpload({ key, contentType }) {
       try {
-        const out = await client.send(
+        const out = await once.send(
           new CreateMultipartUploadCommand({ Bucket: settings.bucket, Key: key, ContentType: contentType }),
         );
         if (out.UploadId === undefined) throw new Error('CreateMultipartUpload answered no UploadId');
@@ -499,6 +504,34 @@ export function createS3Storage(settings: S3Settings): MediaStorage {
       }
     },
 
+    async listMultipartUploads({ prefix }) {
+      const uploads: StoreUpload[] = [];
+      let keyMarker: string | undefined;
+      let uploadIdMarker: string | undefined;
+      try {
+        for (;;) {
+          const out = await client.send(
+            new ListMultipartUploadsCommand({
+              Bucket: settings.bucket,
+              Prefix: prefix,
+              ...(keyMarker === undefined ? {} : { KeyMarker: keyMarker }),
+              ...(uploadIdMarker === undefined ? {} : { UploadIdMarker: uploadIdMarker }),
+            }),
+          );
+          for (const upload of out.Uploads ?? []) {
+            if (upload.Key === undefined || upload.UploadId === undefined) continue;
+            uploads.push({ key: upload.Key, uploadId: upload.UploadId, initiated: upload.Initiated });
+          }
+          if (out.IsTruncated !== true || out.NextKeyMarker === undefined) break;
+          keyMarker = out.NextKeyMarker;
+          uploadIdMarker = out.NextUploadIdMarker;
+        }
+      } catch (err) {
+        throw asStorageError(err, 'ListMultipartUploads');
+      }
+      return uploads;
+    },
+
     async abortMultipartUpload({ key, uploadId }) {
       try {
         await client.send(
@@ -513,6 +546,7 @@ export function createS3Storage(settings: S3Settings): MediaStorage {
 
     destroy() {
       client.destroy();
+      once.destroy();
       if (signer !== client) signer.destroy();
     },
   };
