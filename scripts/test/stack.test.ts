@@ -35,8 +35,32 @@ const started: Stack[] = [];
 /**
  * Starts `npm start`'s script. With `ownGroup`, in a process group of its own, as a terminal runs its
  * foreground job: a SIGINT to the group (`process.kill(-pid)`) is what Ctrl-C sends.
+ *
+ * A port found free when the test began can be taken before the stack binds it: the other test files
+ * open UDP sockets on ephemeral ports all the time (this machine's benchmarks too). When a start fails
+ * with EADDRINUSE, the port it names gets a new free port in `env` (the caller's object, so that later
+ * starts use it too) and the stack is started again, up to three times.
  */
 async function startStack(env: Record<string, string>, { ownGroup = false } = {}): Promise<Stack> {
+  for (let attempt = 1; ; attempt++) {
+    const stack = spawnStack(env, ownGroup);
+    const deadline = Date.now() + 90_000;
+    while (!stack.output().includes('local stack is up')) {
+      if (stack.child.exitCode !== null || Date.now() > deadline) break;
+      await new Promise((r) => setTimeout(r, 200));
+    }
+    if (stack.output().includes('local stack is up')) return stack;
+    const taken = /EADDRINUSE[^\n]*?:(\d+)\b/.exec(stack.output())?.[1];
+    const name = Object.keys(env).find((key) => key.endsWith('PORT') && env[key] === taken);
+    if (attempt >= 3 || name === undefined) {
+      throw new Error(`stack did not come up:\n${stack.output().slice(-3000)}`);
+    }
+    await stack.exited;
+    env[name] = String(await freePort(/COAPS?_PORT$/.test(name) ? 'udp' : 'tcp'));
+  }
+}
+
+function spawnStack(env: Record<string, string>, ownGroup: boolean): Stack {
   let output = '';
   const child = spawn(process.execPath, [startScript], {
     env: { PATH: process.env.PATH ?? '', ...env },
@@ -48,13 +72,6 @@ async function startStack(env: Record<string, string>, { ownGroup = false } = {}
   const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
   const stack: Stack = { child, output: () => output, exited };
   started.push(stack);
-  const deadline = Date.now() + 90_000;
-  while (!output.includes('local stack is up')) {
-    if (child.exitCode !== null || Date.now() > deadline) {
-      throw new Error(`stack did not come up:\n${output.slice(-3000)}`);
-    }
-    await new Promise((r) => setTimeout(r, 200));
-  }
   return stack;
 }
 
