@@ -168,21 +168,25 @@ async function main(): Promise<void> {
     WEBHOOK_TOKENS: webhookTokens,
   });
   // PostgREST's settings, written out whether or not it runs here: with no binary on PATH the banner says
-  // how to run the version compose pins against this stack with exactly these settings.
-  const postgrestEnv = await postgrestEnvironment(ownerUrl, authenticatorUrl, {
-    host: bindHost,
-    port: ports.postgrest,
-    issuerUrl,
-  });
-  const postgrestEnvFile = `${dataDir}/postgrest.env`;
-  try {
-    writeFileSync(postgrestEnvFile, envFileText(postgrestEnv), { mode: 0o600 });
-  } catch (err) {
-    // A password with characters no env file carries for both docker and sh; PostgREST via PATH still runs.
-    log(`${postgrestEnvFile} not written: ${errorMessage(err)}`);
-  }
+  // how to run the version compose pins against this stack with exactly these settings. Without a binary,
+  // failing to prepare them (an issuer given in OIDC_ISSUER_URL that does not answer, a password no env
+  // file can carry) is reported and the rest of the stack starts; with one, it stops the start as before.
   const postgrest = spawnSync('sh', ['-c', 'command -v postgrest'], { encoding: 'utf8' }).stdout.trim();
-  if (postgrest !== '') spawnService('postgrest', postgrest, { ...common, ...postgrestEnv });
+  const postgrestEnvFile = `${dataDir}/postgrest.env`;
+  let postgrestSettings = '';
+  try {
+    const postgrestEnv = await postgrestEnvironment(ownerUrl, authenticatorUrl, {
+      host: bindHost,
+      port: ports.postgrest,
+      issuerUrl,
+    });
+    if (postgrest !== '') spawnService('postgrest', postgrest, { ...common, ...postgrestEnv });
+    writeFileSync(postgrestEnvFile, envFileText(postgrestEnv), { mode: 0o600 });
+    postgrestSettings = postgrestEnvFile;
+  } catch (err) {
+    if (postgrest !== '' && !running.children.some((c) => c.name === 'postgrest')) throw err;
+    log(`PostgREST's settings not written to ${postgrestEnvFile}: ${errorMessage(err)}`);
+  }
 
   await Promise.all([
     serviceReady('device-gateway', `${gatewayUrl}/api/ready`),
@@ -206,14 +210,18 @@ async function main(): Promise<void> {
     `  webhook              ${webhookUrl}   (token: ${env.WEBHOOK_TOKENS === undefined ? devSecrets.webhookToken : 'from WEBHOOK_TOKENS'})`,
     `  object storage       ${s3Env.S3_ENDPOINT ?? env.S3_ENDPOINT ?? ''}   bucket ${s3Env.S3_BUCKET ?? env.S3_BUCKET ?? ''}${running.s3 ? `   (CORS for ${portalOrigins.join(', ')})` : ''}`,
     `  token issuer         ${issuerUrl}`,
-    ...(postgrest === ''
+    ...(postgrest === '' && postgrestSettings === ''
       ? [
-          `  PostgREST            not started (no \`postgrest\` binary on PATH); its settings for this stack are in ${postgrestEnvFile}:`,
-          `                         docker run --rm --network host --env-file ${postgrestEnvFile} ${postgrestImage}`,
-          `                         or PostgREST ${postgrestImage.split(':')[1] ?? ''}'s binary: (set -a; . ${postgrestEnvFile}; exec postgrest)`,
-          `                       then http://${localHost}:${ports.postgrest}. npm test checks the read surface without it (design §4.3).`,
+          '  PostgREST            not started (no `postgrest` binary on PATH), and its settings could not be prepared (above)',
         ]
-      : [`  PostgREST            http://${localHost}:${ports.postgrest}`]),
+      : postgrest === ''
+        ? [
+            `  PostgREST            not started (no \`postgrest\` binary on PATH); its settings for this stack are in ${postgrestEnvFile}:`,
+            `                         docker run --rm --network host --env-file ${postgrestEnvFile} ${postgrestImage}`,
+            `                         or PostgREST ${postgrestImage.split(':')[1] ?? ''}'s binary: (set -a; . ${postgrestEnvFile}; exec postgrest)`,
+            `                       then http://${localHost}:${ports.postgrest}. npm test checks the read surface without it (design §4.3).`,
+          ]
+        : [`  PostgREST            http://${localHost}:${ports.postgrest}`]),
     '',
     '  a token:             npm run -s token -- alice   (prints the bare token; alice, bob, carol, dave)',
     `  demo ids:            site ${demoExamples.site.id} (${demoExamples.site.name}: alice, bob)`,
