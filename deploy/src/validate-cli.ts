@@ -18,6 +18,7 @@ const problems = [
   ...checkDockerfiles(root),
   ...(await checkKustomization(root, 'base')).problems,
   ...(await checkKustomization(root, 'dev')).problems,
+  ...(await checkKustomization(root, 'production')).problems,
   ...checkMonitoringFiles(root),
 ];
 if (problems.length > 0) {

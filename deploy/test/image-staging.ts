@@ -319,11 +319,30 @@ function checkFinalRuns(stage: Stage): void {
   }
 }
 
+/**
+ * Stages `dockerfile` (relative to the repository root) in a new temporary folder. The caller removes it
+ * with `remove()`; when staging fails (an `npm ci` that cannot reach the registry, an instruction this
+ * cannot reproduce), the folder is removed before the error is passed on.
+ */
 export async function stageImage(dockerfile: string): Promise<StagedImage> {
   const stages = stagesOf(readFileSync(join(repoRoot, dockerfile), 'utf8'));
   const final = stages.at(-1);
   if (final === undefined) throw new Error(`${dockerfile} has no stage`);
   const root = mkdtempSync(join(tmpdir(), `image-${basename(dirname(join(repoRoot, dockerfile)))}-`));
+  try {
+    return await stageInto(root, dockerfile, stages, final);
+  } catch (err) {
+    rmSync(root, { recursive: true, force: true });
+    throw err;
+  }
+}
+
+async function stageInto(
+  root: string,
+  dockerfile: string,
+  stages: Stage[],
+  final: Stage,
+): Promise<StagedImage> {
   // The image's user (uid 1000) must be able to enter the staged root.
   chmodSync(root, 0o755);
   const resolvers = new Map<string, (containerPath: string) => string>();

@@ -68,6 +68,25 @@ describe(`Kubernetes manifests (schemas ${KUBERNETES_SCHEMA_VERSION})`, () => {
     expect(objects.filter((o) => o.object.kind === 'Secret').length).toBeGreaterThan(0);
   });
 
+  it('the production overlay example renders and validates: no Secret, every image from a registry, pinned', async () => {
+    const { objects, problems } = await checkKustomization(repoRoot, 'production');
+    expect(problems).toEqual([]);
+    // Its Secrets come from the cluster's secret manager (docs/operations.md "Secrets").
+    expect(objects.filter((o) => o.object.kind === 'Secret')).toEqual([]);
+    const images = new Set<string>();
+    for (const { object } of objects) visitContainers(object, (c) => images.add(String(c.image)));
+    const namespaces = new Set(
+      objects.filter((o) => o.object.kind !== 'Namespace').map((o) => o.object.metadata.namespace),
+    );
+    expect([...namespaces]).toEqual(['platform']);
+    const ours = [...images].filter((image) => !image.startsWith('postgrest/'));
+    expect(ours.sort()).toEqual([
+      'registry.example.com/platform/device-gateway:1.0.0',
+      'registry.example.com/platform/enterprise-workflow:1.0.0',
+      'registry.example.com/platform/ops:1.0.0',
+    ]);
+  });
+
   describe('fails on a broken copy', () => {
     const cases: [string, 'base' | 'dev', string, string | RegExp, string, RegExp][] = [
       [

@@ -223,20 +223,28 @@ describe('every metric the rules and dashboards use is on the running servicesâ€
       LOCAL_ISSUER_PORT: String(await freePort('tcp')),
       LOG_LEVEL: 'warn',
     };
-    let output = '';
-    const child = spawn(process.execPath, [startScript], {
-      env: { PATH: process.env.PATH ?? '', ...env },
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    child.stdout?.on('data', (chunk: Buffer) => (output += chunk.toString()));
-    child.stderr?.on('data', (chunk: Buffer) => (output += chunk.toString()));
-    const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
-    stack = { child, output: () => output, exited };
-    const deadline = Date.now() + 90_000;
-    while (!output.includes('local stack is up')) {
-      if (child.exitCode !== null || Date.now() > deadline)
+    // A port found free above can be taken before the stack binds it (other test files open ephemeral UDP
+    // sockets all the time): on EADDRINUSE the port it names gets a new free port, up to three starts.
+    for (let attempt = 1; ; attempt++) {
+      let output = '';
+      const child = spawn(process.execPath, [startScript], {
+        env: { PATH: process.env.PATH ?? '', ...env },
+        stdio: ['ignore', 'pipe', 'pipe'],
+      });
+      child.stdout?.on('data', (chunk: Buffer) => (output += chunk.toString()));
+      child.stderr?.on('data', (chunk: Buffer) => (output += chunk.toString()));
+      const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
+      stack = { child, output: () => output, exited };
+      const deadline = Date.now() + 90_000;
+      while (!output.includes('local stack is up') && child.exitCode === null && Date.now() < deadline)
+        await new Promise((r) => setTimeout(r, 200));
+      if (output.includes('local stack is up')) break;
+      const taken = /EADDRINUSE[^\n]*?:(\d+)\b/.exec(output)?.[1];
+      const name = Object.keys(env).find((key) => key.endsWith('PORT') && env[key] === taken);
+      if (attempt >= 3 || name === undefined)
         throw new Error(`stack did not come up:\n${output.slice(-3000)}`);
-      await new Promise((r) => setTimeout(r, 200));
+      await exited;
+      env[name] = String(await freePort(/COAPS?_PORT$/.test(name) ? 'udp' : 'tcp'));
     }
     const gateway = `http://127.0.0.1:${env.GATEWAY_HTTP_PORT}`;
     const workflow = `http://127.0.0.1:${env.PORT}`;

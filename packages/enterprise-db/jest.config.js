@@ -1,4 +1,4 @@
 import { fileURLToPath } from 'node:url';
-import { workspaceJestConfig } from '../../jest.preset.js';
+import { standaloneJestConfig } from '../../jest.preset.js';
 
-export default workspaceJestConfig(fileURLToPath(new URL('.', import.meta.url)), 'enterprise-db');
+export default standaloneJestConfig(fileURLToPath(new URL('.', import.meta.url)), 'enterprise-db');

@@ -1,19 +1,24 @@
 // `npm start` end to end: the stack comes up on free ports with a private data directory, serves both
 // services, takes a photo from a presigned upload to a download (design §4.4; s3rver, the stack's own
-// webhook bridge, the development issuer), stops cleanly on Ctrl-C (SIGINT) with no process left behind,
-// and a second start reuses the data.
+// webhook bridge, the development issuer), runs the demo calls its banner prints, stops cleanly on SIGINT
+// with no process left behind, and a second start reuses the data. A Ctrl-C in a terminal (SIGINT to the
+// whole process group) stops every service once and gracefully; the stack listens on 127.0.0.1 only and
+// prints no key that came from the environment; without a postgrest binary it writes PostgREST's settings.
 import { execFile, execFileSync, spawn } from 'node:child_process';
 import type { ChildProcess } from 'node:child_process';
-import { existsSync } from 'node:fs';
-import { chmod, mkdtemp, rm } from 'node:fs/promises';
+import { existsSync, readFileSync } from 'node:fs';
+import { chmod, mkdtemp, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { jest } from '@jest/globals';
-import { demoSites } from '@platform/enterprise-db';
+import { AUTHENTICATOR, demoSites } from '@platform/enterprise-db';
 import { freePort } from '@platform/testkit';
+import pg from 'pg';
+import { demoExamples } from '../src/lib/demo-examples.js';
 
+const repoRoot = fileURLToPath(new URL('../../', import.meta.url));
 const startScript = fileURLToPath(new URL('../dist/start.js', import.meta.url));
 const tokenScript = fileURLToPath(new URL('../dist/token.js', import.meta.url));
 jest.setTimeout(120_000);
@@ -27,24 +32,46 @@ interface Stack {
 // Every stack started, so that a failing assertion does not leave PostgreSQL, s3rver and the services running.
 const started: Stack[] = [];
 
-async function startStack(env: Record<string, string>): Promise<Stack> {
+/**
+ * Starts `npm start`'s script. With `ownGroup`, in a process group of its own, as a terminal runs its
+ * foreground job: a SIGINT to the group (`process.kill(-pid)`) is what Ctrl-C sends.
+ *
+ * A port found free when the test began can be taken before the stack binds it: the other test files
+ * open UDP sockets on ephemeral ports all the time (this machine's benchmarks too). When a start fails
+ * with EADDRINUSE, the port it names gets a new free port in `env` (the caller's object, so that later
+ * starts use it too) and the stack is started again, up to three times.
+ */
+async function startStack(env: Record<string, string>, { ownGroup = false } = {}): Promise<Stack> {
+  for (let attempt = 1; ; attempt++) {
+    const stack = spawnStack(env, ownGroup);
+    const deadline = Date.now() + 90_000;
+    while (!stack.output().includes('local stack is up')) {
+      if (stack.child.exitCode !== null || Date.now() > deadline) break;
+      await new Promise((r) => setTimeout(r, 200));
+    }
+    if (stack.output().includes('local stack is up')) return stack;
+    const taken = /EADDRINUSE[^\n]*?:(\d+)\b/.exec(stack.output())?.[1];
+    const name = Object.keys(env).find((key) => key.endsWith('PORT') && env[key] === taken);
+    if (attempt >= 3 || name === undefined) {
+      throw new Error(`stack did not come up:\n${stack.output().slice(-3000)}`);
+    }
+    await stack.exited;
+    env[name] = String(await freePort(/COAPS?_PORT$/.test(name) ? 'udp' : 'tcp'));
+  }
+}
+
+function spawnStack(env: Record<string, string>, ownGroup: boolean): Stack {
   let output = '';
   const child = spawn(process.execPath, [startScript], {
     env: { PATH: process.env.PATH ?? '', ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
+    detached: ownGroup,
   });
   child.stdout?.on('data', (chunk: Buffer) => (output += chunk.toString()));
   child.stderr?.on('data', (chunk: Buffer) => (output += chunk.toString()));
   const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
   const stack: Stack = { child, output: () => output, exited };
   started.push(stack);
-  const deadline = Date.now() + 90_000;
-  while (!output.includes('local stack is up')) {
-    if (child.exitCode !== null || Date.now() > deadline) {
-      throw new Error(`stack did not come up:\n${output.slice(-3000)}`);
-    }
-    await new Promise((r) => setTimeout(r, 200));
-  }
   return stack;
 }
 
@@ -142,6 +169,30 @@ async function expectServes(url: string, bytes: Buffer): Promise<void> {
   expect(Buffer.from(await got.arrayBuffer()).equals(bytes)).toBe(true);
 }
 
+/**
+ * The local addresses of the sockets listening on `port` (TCP, state LISTEN) or bound to it (UDP), from
+ * /proc/net: IPv4 as dotted quads, IPv6 as `[hex]` (`[00000000000000000000000000000000]` is `::`).
+ */
+function boundAddresses(protocol: 'tcp' | 'udp', port: number): string[] {
+  const portHex = port.toString(16).toUpperCase().padStart(4, '0');
+  const found: string[] = [];
+  for (const file of [`/proc/net/${protocol}`, `/proc/net/${protocol}6`]) {
+    if (!existsSync(file)) continue;
+    for (const line of readFileSync(file, 'utf8').split('\n').slice(1)) {
+      const [, local, , state] = line.trim().split(/\s+/);
+      if (local === undefined || !local.endsWith(`:${portHex}`)) continue;
+      if (protocol === 'tcp' && state !== '0A') continue;
+      const hex = local.slice(0, -5);
+      found.push(
+        hex.length === 8
+          ? [3, 2, 1, 0].map((i) => parseInt(hex.slice(i * 2, i * 2 + 2), 16)).join('.')
+          : `[${hex}]`,
+      );
+    }
+  }
+  return found;
+}
+
 function processesUsing(dir: string): string[] {
   const lines = execFileSync('ps', ['-eo', 'pid,args'], { encoding: 'utf8' }).split('\n');
   return lines.filter((line) => line.includes(dir) && !line.includes('ps -eo'));
@@ -184,7 +235,7 @@ describe('npm start (local stack)', () => {
   it('starts, serves both services, uploads and downloads a photo, stops on SIGINT without orphans, and restarts on the same data', async () => {
     const first = await startStack(env);
     expect(first.output()).toContain(`http://127.0.0.1:${env.GATEWAY_HTTP_PORT}/api`);
-    expect(first.output()).toContain('npm run token -- alice');
+    expect(first.output()).toContain('npm run -s token -- alice');
     const gateway = await fetch(`http://127.0.0.1:${env.GATEWAY_HTTP_PORT}/api/ready`);
     expect(gateway.status).toBe(200);
     const workflow = await fetch(`http://127.0.0.1:${env.PORT}/ready`);
@@ -192,6 +243,33 @@ describe('npm start (local stack)', () => {
     // Both tokens at once: each is a Node process that loads the signing keys (about half a second).
     const [alice, carol] = await Promise.all([devToken(env, 'alice'), devToken(env, 'carol')]);
     const photo = await uploadAndDownload(env, first, { alice, carol });
+
+    // The banner's demo calls, as printed (with this stack's port): the ready media item downloads, the
+    // proposed work item can be accepted.
+    const workflowUrl = `http://127.0.0.1:${env.PORT}`;
+    const site = `${workflowUrl}/sites/${demoExamples.site.id}`;
+    const download = `${site}/media/${demoExamples.readyMediaId}/download`;
+    const decision = `${site}/work-items/${demoExamples.proposedWorkItemId}/decision`;
+    expect(first.output()).toContain(`site ${demoExamples.site.id}`);
+    expect(first.output()).toContain(`curl -H "Authorization: Bearer $TOKEN" ${download}`);
+    expect(first.output()).toContain(`-d '{"decision":"accept"}' ${decision}`);
+    expect(first.output()).toContain('npm run -s token -- alice');
+    const ready = await workflowApi(env, download.slice(workflowUrl.length), alice);
+    expect(ready.status).toBe(200);
+    // As the README says: the seed writes rows, not files, so the store has nothing under that URL.
+    expect((await fetch(ready.body.url as string)).status).toBe(404);
+    const accepted = await workflowApi(env, decision.slice(workflowUrl.length), alice, {
+      decision: 'accept',
+    });
+    expect(accepted).toMatchObject({ status: 200, body: { status: 'accepted' } });
+
+    // `npm run -s token -- alice` prints the bare token and nothing else (the README's TOKEN=$(…)).
+    const { stdout: printed } = await promisify(execFile)('npm', ['run', '-s', 'token', '--', 'alice'], {
+      cwd: repoRoot,
+      env: { ...process.env, PLATFORM_DATA_DIR: dataDir, LOCAL_ISSUER_PORT: env.LOCAL_ISSUER_PORT ?? '' },
+    });
+    expect(printed).toMatch(/^[\w-]+\.[\w-]+\.[\w-]+\n$/);
+    expect((await workflowApi(env, download.slice(workflowUrl.length), printed.trim())).status).toBe(200);
 
     first.child.kill('SIGINT');
     await expect(first.exited).resolves.toBe(0);
@@ -209,6 +287,117 @@ describe('npm start (local stack)', () => {
     await expectServes(again.body.url as string, photo.bytes);
     second.child.kill('SIGTERM');
     await expect(second.exited).resolves.toBe(0);
+    expect(processesUsing(dataDir)).toEqual([]);
+  });
+
+  it('binds to 127.0.0.1, prints no key from the environment, writes PostgREST settings, and stops every process once on one Ctrl-C', async () => {
+    const secret = { apiKey: `env-api-key-${Date.now()}`, webhookToken: `env-webhook-token-${Date.now()}` };
+    // Ports of its own: a port found free in beforeAll may have been taken since (an ephemeral UDP port).
+    const stackEnv = {
+      ...env,
+      GATEWAY_HTTP_PORT: String(await freePort('tcp')),
+      GATEWAY_COAP_PORT: String(await freePort('udp')),
+      GATEWAY_COAPS_PORT: String(await freePort('udp')),
+      PORT: String(await freePort('tcp')),
+      LOCAL_S3_PORT: String(await freePort('tcp')),
+      LOCAL_ISSUER_PORT: String(await freePort('tcp')),
+      POSTGREST_PORT: String(await freePort('tcp')),
+      GATEWAY_API_KEYS: `${secret.apiKey},second-${secret.apiKey}`,
+      WEBHOOK_TOKENS: secret.webhookToken,
+      // The services' drain and every warning are visible: "second signal during shutdown" is a warning.
+      LOG_LEVEL: 'info',
+    };
+    const stack = await startStack(stackEnv, { ownGroup: true });
+    const banner = stack.output();
+
+    // Keys from the environment are named, never printed.
+    expect(banner).not.toContain(secret.apiKey);
+    expect(banner).not.toContain(secret.webhookToken);
+    expect(banner).toContain('<a key of GATEWAY_API_KEYS>');
+
+    // Everything a client calls listens on loopback only (TCP: both HTTP APIs; UDP: CoAP and CoAPS).
+    expect({
+      gatewayHttp: boundAddresses('tcp', Number(stackEnv.GATEWAY_HTTP_PORT)),
+      workflow: boundAddresses('tcp', Number(stackEnv.PORT)),
+      coap: boundAddresses('udp', Number(stackEnv.GATEWAY_COAP_PORT)),
+      coaps: boundAddresses('udp', Number(stackEnv.GATEWAY_COAPS_PORT)),
+    }).toEqual({
+      gatewayHttp: ['127.0.0.1'],
+      workflow: ['127.0.0.1'],
+      coap: ['127.0.0.1'],
+      coaps: ['127.0.0.1'],
+    });
+
+    // Without a postgrest binary: the version compose pins and an env file with every PGRST_* setting.
+    const hasPostgrest =
+      execFileSync('sh', ['-c', 'command -v postgrest || true'], { encoding: 'utf8' }) !== '';
+    const envFile = join(dataDir, 'postgrest.env');
+    const settings = Object.fromEntries(
+      (await readFile(envFile, 'utf8'))
+        .trimEnd()
+        .split('\n')
+        .map((line) => [line.slice(0, line.indexOf('=')), line.slice(line.indexOf('=') + 1)]),
+    );
+    const pinned = /image:\s*(postgrest\/postgrest:\S+)/.exec(
+      readFileSync(join(repoRoot, 'docker-compose.yml'), 'utf8'),
+    )?.[1];
+    expect(pinned).toBeDefined();
+    // Without a binary: how to run the pinned version with these settings, and how npm test does without.
+    const postgrestLines = hasPostgrest
+      ? [`PostgREST            http://127.0.0.1:${stackEnv.POSTGREST_PORT}`]
+      : [`docker run --rm --network host --env-file ${envFile} ${pinned!}`, 'design §4.3'];
+    for (const line of postgrestLines) expect(banner).toContain(line);
+    expect(Object.keys(settings).sort()).toEqual([
+      'PGRST_DB_ANON_ROLE',
+      'PGRST_DB_CONFIG',
+      'PGRST_DB_MAX_ROWS',
+      'PGRST_DB_PRE_CONFIG',
+      'PGRST_DB_PRE_REQUEST',
+      'PGRST_DB_SCHEMAS',
+      'PGRST_DB_URI',
+      'PGRST_JWT_AUD',
+      'PGRST_JWT_ROLE_CLAIM_KEY',
+      'PGRST_SERVER_HOST',
+      'PGRST_SERVER_PORT',
+    ]);
+    expect(settings).toMatchObject({
+      PGRST_SERVER_HOST: '127.0.0.1',
+      PGRST_SERVER_PORT: stackEnv.POSTGREST_PORT,
+    });
+    // A shell reads the file as docker does (values taken literally).
+    const sourced = execFileSync('sh', ['-c', `set -a; . "${envFile}"; env`], { encoding: 'utf8', env: {} });
+    for (const [name, value] of Object.entries(settings)) expect(sourced).toContain(`${name}=${value}\n`);
+    // The URI logs in as PostgREST's authenticator, and the pre-config function it names has the JWKS.
+    const client = new pg.Client({ connectionString: settings.PGRST_DB_URI });
+    await client.connect();
+    try {
+      const who = await client.query<{ user: string }>('SELECT current_user AS user');
+      expect(who.rows[0]?.user).toBe(AUTHENTICATOR);
+      // PostgREST calls it in a transaction; the settings it makes are local to that transaction.
+      await client.query('BEGIN');
+      await client.query(`SELECT ${settings.PGRST_DB_PRE_CONFIG}()`);
+      const jwt = await client.query<{ secret: string | null }>(
+        "SELECT current_setting('pgrst.jwt_secret', true) AS secret",
+      );
+      await client.query('COMMIT');
+      expect(JSON.parse(jwt.rows[0]?.secret ?? '{}')).toHaveProperty('keys');
+    } finally {
+      await client.end();
+    }
+
+    // Ctrl-C: SIGINT to the whole process group, as a terminal sends it.
+    process.kill(-stack.child.pid!, 'SIGINT');
+    await expect(stack.exited).resolves.toBe(0);
+    const output = stack.output();
+    expect(output).not.toContain('forcing exit');
+    for (const service of ['device-gateway', 'enterprise-workflow']) {
+      const exits = output.split('\n').filter((line) => line.includes(`[stack] ${service} exited`));
+      expect({ service, exits }).toEqual({
+        service,
+        exits: [`[stack] ${service} exited (code 0, signal null)`],
+      });
+    }
+    expect(output.match(/\[stack\] stopping/g)).toHaveLength(1);
     expect(processesUsing(dataDir)).toEqual([]);
   });
 });

@@ -66,6 +66,8 @@ export const dockerfiles: Record<string, DockerfileExpectations> = {
 export const kustomizations = {
   base: { dir: 'deploy/k8s/base', externalSecrets: true, overlay: false },
   dev: { dir: 'deploy/k8s/overlays/dev', externalSecrets: false, overlay: true },
+  /** The example a production overlay is copied from: Secrets from the cluster, images from a registry. */
+  production: { dir: 'deploy/k8s/overlays/production-example', externalSecrets: true, overlay: true },
 } as const;
 
 /** The Secrets the dev overlay's secretGenerator makes, each of whose values is a `dev-only-*` placeholder. */

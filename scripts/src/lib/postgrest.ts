@@ -1,15 +1,23 @@
-// PostgREST for the local stack, only when its binary is installed (it cannot be installed on the
-// development machines; compose and Kubernetes run it for real). Installs the issuer's JWKS into the
-// database for db-pre-config and returns PostgREST's environment (PGRST_* names of its configuration).
+// PostgREST for the local stack (it cannot be installed on the development machines; compose and
+// Kubernetes run it for real): installs the issuer's JWKS into the database for db-pre-config and returns
+// PostgREST's environment (PGRST_* names of its configuration), which `npm start` passes to a `postgrest`
+// binary on PATH or, without one, writes to .data/postgrest.env for the command its banner prints.
 import { fetchJwks, installPostgrestAuth, PORTAL_ANON } from '@platform/enterprise-db';
 import { createDb } from '@platform/service-kit';
+
+export interface PostgrestListen {
+  /** Address PostgREST listens on (the stack's LOCAL_BIND_HOST). */
+  host: string;
+  port: number;
+  issuerUrl: string;
+  /** Default `platform-enterprise-web`. */
+  clientId?: string;
+}
 
 export async function postgrestEnvironment(
   ownerUrl: string,
   authenticatorUrl: string,
-  port: number,
-  issuerUrl: string,
-  clientId = 'platform-enterprise-web',
+  { host, port, issuerUrl, clientId = 'platform-enterprise-web' }: PostgrestListen,
 ): Promise<Record<string, string>> {
   const db = createDb(ownerUrl, { max: 1, applicationName: 'platform-postgrest-setup' });
   try {
@@ -27,7 +35,23 @@ export async function postgrestEnvironment(
     PGRST_JWT_AUD: clientId,
     PGRST_JWT_ROLE_CLAIM_KEY: '.role',
     PGRST_DB_MAX_ROWS: '1000',
-    PGRST_SERVER_HOST: '127.0.0.1',
+    PGRST_SERVER_HOST: host,
     PGRST_SERVER_PORT: String(port),
   };
+}
+
+/**
+ * `NAME=value` lines that both `docker run --env-file` (which takes each value literally) and a POSIX shell
+ * (`set -a; . file`) read as the same values: a value is written bare when the shell would keep it as is,
+ * and refused otherwise rather than written in a form one of the two would misread.
+ */
+export function envFileText(vars: Record<string, string>): string {
+  return Object.entries(vars)
+    .map(([name, value]) => {
+      if (!/^[A-Za-z0-9_%+,./:=?@-]*$/.test(value)) {
+        throw new Error(`${name}: the value has characters an env file cannot give both docker and sh`);
+      }
+      return `${name}=${value}\n`;
+    })
+    .join('');
 }

@@ -22,6 +22,11 @@ export const gatewayConfigSchema = {
       description: 'read-only login (device_gateway_login)',
     },
     GATEWAY_HTTP_PORT: { type: 'integer', minimum: 0, maximum: 65535, default: 8080 },
+    GATEWAY_HTTP_HOST: {
+      type: 'string',
+      minLength: 1,
+      description: 'address the HTTP API listens on; default: every interface (npm start: 127.0.0.1)',
+    },
     GATEWAY_COAP_PORT: { type: 'integer', minimum: 0, maximum: 65535, default: 5683 },
     GATEWAY_COAP_HOST: { type: 'string', default: '0.0.0.0' },
     GATEWAY_API_KEYS: { type: 'string', writeOnly: true, description: 'comma-separated API keys' },
@@ -130,7 +135,7 @@ export function loadGatewayConfig(env: Record<string, string | undefined> = proc
   return deepFreeze({
     nodeEnv: raw.NODE_ENV,
     logLevel: raw.LOG_LEVEL,
-    http: { port: raw.GATEWAY_HTTP_PORT, trustProxy: raw.GATEWAY_TRUST_PROXY },
+    http: { port: raw.GATEWAY_HTTP_PORT, host: raw.GATEWAY_HTTP_HOST, trustProxy: raw.GATEWAY_TRUST_PROXY },
     /** The API keys as configured (value and/or file); `readApiKeys` turns them into a SecretSet. */
     apiKeys: { value: raw.GATEWAY_API_KEYS, file: raw.GATEWAY_API_KEYS_FILE },
     database: { url: raw.DATABASE_URL, poolMax: raw.DB_POOL_MAX, ...databaseDeadlines(raw) },

@@ -79,7 +79,11 @@ async function main(): Promise<void> {
     transports: app.coap.transports.map((t) => ({ kind: t.kind, port: t.address().port })),
   });
   const server: Server = await new Promise((resolve, reject) => {
-    const s = app.http.listen(config.http.port, () => resolve(s));
+    // Without GATEWAY_HTTP_HOST, Node's default: every interface (IPv6 and IPv4 where available).
+    const s =
+      config.http.host === undefined
+        ? app.http.listen(config.http.port, () => resolve(s))
+        : app.http.listen(config.http.port, config.http.host, () => resolve(s));
     s.once('error', reject);
   });
   const address = server.address();
