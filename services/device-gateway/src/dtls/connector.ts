@@ -39,7 +39,7 @@ import type { DtlsRecord } from './record.js';
 import { ServerHandshake } from './server-handshaker.js';
 import type { HandshakeHost } from './server-handshaker.js';
 import { Session } from './session.js';
-import type { DtlsSession } from './session.js';
+import type { DtlsSession, DtlsSessionView } from './session.js';
 import { failureOfAlert, newStats } from './stats.js';
 import type { DtlsDropReason, DtlsHandshakeFailure, DtlsSessionEndReason, DtlsStats } from './stats.js';
 
@@ -90,6 +90,24 @@ export class DtlsServer implements HandshakeHost, Evictor {
       addresses: this.store.addresses,
       reassemblyBytes,
     };
+  }
+
+  /**
+   * The established sessions of one device, oldest first, for an operator's view: identity, peer and times,
+   * never key material. An index lookup (connection-store.ts), not a scan of the table.
+   */
+  sessionsOf(deviceId: string): DtlsSessionView[] {
+    const views: DtlsSessionView[] = [];
+    for (const s of this.store.sessionsOfDevice(deviceId)) {
+      views.push({
+        identity: s.pub.identity,
+        address: s.pub.address,
+        port: s.pub.port,
+        establishedAt: new Date(this.started + s.establishedAtS * 1000).toISOString(),
+        lastRecordAt: new Date(this.started + s.lastRx).toISOString(),
+      });
+    }
+    return views;
   }
 
   /** Binds the one UDP socket of this server. Resolves once bound; rejects if the port cannot be bound. */

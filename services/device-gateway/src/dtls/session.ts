@@ -17,12 +17,33 @@ export interface DtlsSession {
 }
 
 /**
+ * What an operator may see of a session (DtlsServer.sessionsOf): who, from where, since when. Never key
+ * material: no field here is derived from a key.
+ */
+export interface DtlsSessionView {
+  /** The PSK identity the session authenticated with (RFC 4279 §2; sent in clear by the client). */
+  identity: string;
+  address: string;
+  port: number;
+  /** When the handshake completed (ISO 8601, whole seconds). */
+  establishedAt: string;
+  /** When the last authenticated record from the client arrived (ISO 8601); the client's Finished at first. */
+  lastRecordAt: string;
+}
+
+/**
  * An established session. Kept small on purpose (many thousands are held idle): no closures, no timers; the
  * keys live in the connection state, the replay window in three numbers there.
  */
 export class Session {
   /** Server clock (ms since the server started) of the last authenticated record from the client. */
   lastRx: number;
+  /**
+   * Server clock in whole seconds at which the session was established (for the operator's view only). In
+   * seconds, not ms, so it stays a small integer (an unboxed Smi, one 8-byte field) for 68 years of uptime,
+   * where ms pass 2^31 after 24.8 days and would be boxed (a 16-byte HeapNumber more per session).
+   */
+  readonly establishedAtS: number;
   finalResends = 0;
   // Our Finished verify_data (RFC 5246 §7.4.9, 12 bytes), kept to resend the final flight, and the first and
   // last 4 bytes of the ClientHello.random of the handshake that made the session (a replay of that
@@ -48,6 +69,7 @@ export class Session {
     readonly clientFinishedSeq: number,
   ) {
     this.lastRx = now;
+    this.establishedAtS = Math.floor(now / 1000);
     this.verify0 = serverVerify.readInt32BE(0);
     this.verify1 = serverVerify.readInt32BE(4);
     this.verify2 = serverVerify.readInt32BE(8);

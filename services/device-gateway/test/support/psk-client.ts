@@ -83,6 +83,11 @@ export class PskClient {
     return this.socket.address();
   }
 
+  /** Copies of this connection's secrets (master secret, key block), for tests that look for leaks. */
+  secrets(): Buffer[] {
+    return [this.master, this.keys].filter((b): b is Buffer => b !== undefined).map((b) => Buffer.from(b));
+  }
+
   /** Sends raw bytes to the server from this client's address and port. */
   send(datagram: Buffer): void {
     this.sent.push(datagram);
