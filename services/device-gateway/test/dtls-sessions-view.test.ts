@@ -38,7 +38,13 @@ describe('sessionsOf(deviceId)', () => {
     const views = t.server.sessionsOf('device-1');
     expect(views).toHaveLength(1);
     const [view] = views;
-    expect(Object.keys(view!).sort()).toEqual(['address', 'establishedAt', 'identity', 'lastRecordAt', 'port']);
+    expect(Object.keys(view!).sort()).toEqual([
+      'address',
+      'establishedAt',
+      'identity',
+      'lastRecordAt',
+      'port',
+    ]);
     expect(view).toMatchObject({ identity: IDENTITY, address: '127.0.0.1', port: a.address.port });
     const established = Date.parse(view!.establishedAt);
     const lastRecord = Date.parse(view!.lastRecordAt);
