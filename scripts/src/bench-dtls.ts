@@ -45,7 +45,9 @@ interface ServerReport {
 /** A field of /proc/self/smaps_rollup in kB (Linux; 0 elsewhere). */
 function smapsKb(field: string): number {
   try {
-    const m = new RegExp(`^${field}:\\s+(\\d+) kB`, 'm').exec(readFileSync('/proc/self/smaps_rollup', 'utf8'));
+    const m = new RegExp(`^${field}:\\s+(\\d+) kB`, 'm').exec(
+      readFileSync('/proc/self/smaps_rollup', 'utf8'),
+    );
     return m === null ? 0 : Number(m[1]);
   } catch {
     return 0;

@@ -82,7 +82,7 @@ async function gateway(): Promise<void> {
           send({ ...heap() });
           break;
         case 'cpu':
-          send({ cpuMs: cpuMs() });
+          send({ cpuMs: cpuMs(), systemMs: process.cpuUsage().system / 1000 });
           break;
         case 'stats':
           send({ ...app.coap.stats, malformedByReason: undefined });
