@@ -9,7 +9,9 @@
 // The server runs in a child process (so its CPU and heap are its own) and is the function
 // `runDtlsBenchServer` below; `runDtlsBench` can be called from another benchmark (bench:gateway).
 import { fork } from 'node:child_process';
+import { readFileSync } from 'node:fs';
 import { loadavg } from 'node:os';
+import { getHeapSpaceStatistics } from 'node:v8';
 import { fileURLToPath } from 'node:url';
 import { DtlsServer } from '@platform/device-gateway';
 import { dtls } from 'node-dtls-client';
@@ -21,6 +23,15 @@ const IDENTITY = 'bench-device';
 
 interface ServerReport {
   rss: number;
+  /** V8's committed heap (all spaces), and of it the pages actually resident (physical_space_size). */
+  heapTotal: number;
+  heapPhysical: number;
+  /** physical_space_size per V8 space (new_space grows under allocation pressure and stays grown). */
+  spaces: Record<string, number>;
+  /** /proc/self/smaps_rollup, bytes: Anonymous (heap, malloc arenas, V8) and Rss. */
+  anonymous: number;
+  /** Resident bytes of the main malloc arena ([heap], grown by brk), from /proc/self/smaps. */
+  brk: number;
   heapUsed: number;
   external: number;
   arrayBuffers: number;
@@ -29,6 +40,31 @@ interface ServerReport {
   handshakesCompleted: number;
   cookiesSent: number;
   handshakeFailures: number;
+}
+
+/** A field of /proc/self/smaps_rollup in kB (Linux; 0 elsewhere). */
+function smapsKb(field: string): number {
+  try {
+    const m = new RegExp(`^${field}:\\s+(\\d+) kB`, 'm').exec(
+      readFileSync('/proc/self/smaps_rollup', 'utf8'),
+    );
+    return m === null ? 0 : Number(m[1]);
+  } catch {
+    return 0;
+  }
+}
+
+/** Resident kB of the [heap] mapping (the main malloc arena) in /proc/self/smaps (0 if none). */
+function brkResidentKb(): number {
+  try {
+    const smaps = readFileSync('/proc/self/smaps', 'utf8');
+    const at = smaps.indexOf(' [heap]\n');
+    if (at === -1) return 0;
+    const m = /^Rss:\s+(\d+) kB/m.exec(smaps.slice(at));
+    return m === null ? 0 : Number(m[1]);
+  } catch {
+    return 0;
+  }
 }
 
 /** The server side, in the child: answers 'report' with its heap after a full gc and its counters. */
@@ -59,8 +95,15 @@ async function runDtlsBenchServer(): Promise<void> {
       gc?.();
       const m = process.memoryUsage();
       const snap = server.snapshot();
+      const spaces: Record<string, number> = {};
+      for (const sp of getHeapSpaceStatistics()) spaces[sp.space_name] = sp.physical_space_size;
       const report: ServerReport = {
         rss: m.rss,
+        heapTotal: m.heapTotal,
+        heapPhysical: Object.values(spaces).reduce((a, b) => a + b, 0),
+        spaces,
+        anonymous: smapsKb('Anonymous') * 1024,
+        brk: brkResidentKb() * 1024,
         heapUsed: m.heapUsed,
         external: m.external,
         arrayBuffers: m.arrayBuffers,
@@ -106,6 +149,25 @@ export interface DtlsBenchResult {
   /** The same right after the sessions were made, while they still hold their key objects. */
   activeRssBytesPerSession: number;
   activeHeapBytesPerSession: number;
+  /**
+   * Where the idle RSS growth is, bytes per session (after - before): V8's resident heap pages in all and per
+   * space, and the rest of the process's anonymous memory (malloc arenas: OpenSSL, Node's native objects).
+   */
+  rssBreakdown: {
+    v8Physical: number;
+    outsideV8: number;
+    /** Of outsideV8, the main malloc arena's growth (OpenSSL and Node's native objects live there). */
+    mainArena: number;
+    spaces: Record<string, number>;
+    /** RSS and V8 heap per session still above `before` once all the sessions have closed (and gc ran). */
+    rssAfterClose: number;
+    heapAfterClose: number;
+    sessionsLeft: number;
+    /** A second fill of as many idle sessions into the same process: RSS and heap per session above `closed`. */
+    secondFillSessions: number;
+    secondFillRss: number;
+    secondFillHeap: number;
+  };
   /** Refused handshakes: median time to the alert seen by the client, and server CPU per refusal. */
   refusals: { kind: string; count: number; medianMs: number; p90Ms: number; serverCpuMs: number }[];
 }
@@ -198,26 +260,51 @@ export async function runDtlsBench(
   // 2. Heap per idle session: hold SESSIONS sessions open, compare the server's heap after gc.
   await new Promise((r) => setTimeout(r, 500)); // let the closes of phase 1 land
   const before = await report();
-  const held: dtls.Socket[] = [];
   let heldErrors = 0;
-  const perWorker = Math.ceil(sessions / 200);
-  await Promise.all(
-    Array.from({ length: 200 }, async () => {
-      for (let i = 0; i < perWorker && held.length + heldErrors < sessions; i++) {
-        try {
-          held.push(await connect(port));
-        } catch {
-          heldErrors++;
+  const fill = async (): Promise<dtls.Socket[]> => {
+    const held: dtls.Socket[] = [];
+    let failed = 0;
+    const perWorker = Math.ceil(sessions / 200);
+    await Promise.all(
+      Array.from({ length: 200 }, async () => {
+        for (let i = 0; i < perWorker && held.length + failed < sessions; i++) {
+          try {
+            held.push(await connect(port));
+          } catch {
+            failed++;
+          }
         }
-      }
-    }),
-  );
+      }),
+    );
+    heldErrors += failed;
+    return held;
+  };
+  const idleWaitMs = Number(process.env.DTLS_BENCH_IDLE_WAIT_MS ?? 1500);
+  /** Closes the sessions and waits (up to 15 s) until the server holds none; returns its report then. */
+  const closeAll = async (held: dtls.Socket[]): Promise<ServerReport> => {
+    for (const s of held) s.close();
+    let r = await report();
+    for (let i = 0; i < 30 && r.sessions > 0; i++) {
+      await new Promise((res) => setTimeout(res, 500));
+      r = await report();
+    }
+    return r;
+  };
+  const held = await fill();
   const active = await report();
   // Idle: quiet for longer than two sweeps, so the sessions hold only what an idle session holds.
-  await new Promise((r) => setTimeout(r, Number(process.env.DTLS_BENCH_IDLE_WAIT_MS ?? 1500)));
+  await new Promise((r) => setTimeout(r, idleWaitMs));
   const after = await report();
   const n = after.sessions - before.sessions;
-  for (const s of held) s.close();
+  // The same process once every session has ended: what of the growth was the sessions' own state, and what
+  // is memory the allocators kept after the handshakes (freed, but not returned to the system). Then the same
+  // number of sessions again: how much of the kept memory a second fill reuses.
+  const closed = await closeAll(held);
+  const held2 = await fill();
+  await new Promise((r) => setTimeout(r, idleWaitMs));
+  const after2 = await report();
+  const n2 = after2.sessions - closed.sessions;
+  await closeAll(held2);
 
   // 3. Refusals: a wrong key and an unknown identity must look alike (both decrypt_error, same work).
   await new Promise((r) => setTimeout(r, 500));
@@ -240,6 +327,20 @@ export async function runDtlsBench(
     rssBytesPerSession: n > 0 ? (after.rss - before.rss) / n : NaN,
     activeRssBytesPerSession: n > 0 ? (active.rss - before.rss) / n : NaN,
     activeHeapBytesPerSession: n > 0 ? (active.heapUsed - before.heapUsed) / n : NaN,
+    rssBreakdown: {
+      v8Physical: (after.heapPhysical - before.heapPhysical) / n,
+      mainArena: (after.brk - before.brk) / n,
+      outsideV8: (after.anonymous - before.anonymous - (after.heapPhysical - before.heapPhysical)) / n,
+      spaces: Object.fromEntries(
+        Object.keys(after.spaces).map((k) => [k, (after.spaces[k]! - (before.spaces[k] ?? 0)) / n]),
+      ),
+      rssAfterClose: (closed.rss - before.rss) / n,
+      heapAfterClose: (closed.heapUsed - before.heapUsed) / n,
+      sessionsLeft: closed.sessions,
+      secondFillSessions: n2,
+      secondFillRss: n2 > 0 ? (after2.rss - closed.rss) / n2 : NaN,
+      secondFillHeap: n2 > 0 ? (after2.heapUsed - closed.heapUsed) / n2 : NaN,
+    },
     refusals: refused,
   };
 }
@@ -264,6 +365,20 @@ async function main(): Promise<void> {
   console.log(`  RSS per idle session:     ${r.rssBytesPerSession.toFixed(0)} bytes (process RSS after gc)`);
   console.log(
     `  just established:         heap ${r.activeHeapBytesPerSession.toFixed(0)} bytes, RSS ${r.activeRssBytesPerSession.toFixed(0)} bytes per session (key objects held)`,
+  );
+  const b = r.rssBreakdown;
+  const bySpace = Object.entries(b.spaces)
+    .filter(([, v]) => Math.abs(v) >= 10)
+    .map(([k, v]) => `${k} ${v.toFixed(0)}`)
+    .join(', ');
+  console.log(
+    `  RSS growth, per session:  V8 resident pages ${b.v8Physical.toFixed(0)} B (${bySpace}); anonymous memory outside V8 ${b.outsideV8.toFixed(0)} B, of which the main malloc arena ${b.mainArena.toFixed(0)} B`,
+  );
+  console.log(
+    `  after all closed:         RSS ${b.rssAfterClose.toFixed(0)} B, heap ${b.heapAfterClose.toFixed(0)} B per session still above the start (${b.sessionsLeft} sessions left)`,
+  );
+  console.log(
+    `  a second fill, idle:      ${b.secondFillSessions} sessions, RSS ${b.secondFillRss.toFixed(0)} B, heap ${b.secondFillHeap.toFixed(0)} B per session above the emptied process`,
   );
   for (const f of r.refusals) {
     console.log(

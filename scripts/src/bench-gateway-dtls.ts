@@ -2,6 +2,8 @@
 // observers being node-dtls-client 2.0.3 sessions (an independent DTLS implementation, client side) that
 // encode and decode CoAP with coap-packet. Fan-out to N DTLS observers on a reload, and notify → device
 // latency over DTLS, printed beside the plain-CoAP figures of the same run.
+import { fork } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
 import { generate, parse } from 'coap-packet';
 import { sql, type Kysely } from 'kysely';
 import { dtls } from 'node-dtls-client';
@@ -114,6 +116,8 @@ export interface DtlsFanout {
   lost: number;
   duplicates: number;
   serverCpuMs: number;
+  /** Of serverCpuMs, the kernel's (process.cpuUsage().system): sendmsg/recvmsg and their wake-ups. */
+  serverSystemMs: number;
 }
 
 /** N DTLS observers; every device's settings change; one reload notifies them all over their sessions. */
@@ -138,7 +142,7 @@ export async function dtlsFanout(
   await sql`UPDATE device_gateway.device_registry SET desired_settings = jsonb_build_object('reporting_interval_s', ${value}::int)`.execute(
     owner,
   );
-  const cpu0 = await child.ask<{ cpuMs: number }>({ cmd: 'cpu' });
+  const cpu0 = await child.ask<{ cpuMs: number; systemMs?: number }>({ cmd: 'cpu' });
   await child.ask({ cmd: 'reload' });
   // Settle: until every observer has its notification, or 3 s without progress.
   let seen = -1;
@@ -149,7 +153,9 @@ export async function dtlsFanout(
     seen = now;
   }
   await new Promise((r) => setTimeout(r, 3000));
-  const serverCpuMs = (await child.ask<{ cpuMs: number }>({ cmd: 'cpu' })).cpuMs - cpu0.cpuMs;
+  const cpu1 = await child.ask<{ cpuMs: number; systemMs?: number }>({ cmd: 'cpu' });
+  const serverCpuMs = cpu1.cpuMs - cpu0.cpuMs;
+  const serverSystemMs = (cpu1.systemMs ?? NaN) - (cpu0.systemMs ?? NaN);
   const delivered = observers.reduce((n, o) => n + Math.min(o.got, 1), 0);
   const duplicates = observers.reduce((n, o) => n + Math.max(o.got - 1, 0), 0);
   for (const o of observers) o.socket.close();
@@ -160,6 +166,7 @@ export async function dtlsFanout(
     lost: observers.length - delivered,
     duplicates,
     serverCpuMs,
+    serverSystemMs,
   };
 }
 
@@ -173,19 +180,55 @@ export async function dtlsLatency(
   child: DtlsChild,
   deviceId: string,
   rate = 1000,
+  /**
+   * 'in-process': the DTLS device (node-dtls-client, its record layer in JavaScript, ≈ 90 µs of CPU per
+   * notification and its ACK) shares this process's event loop with the HTTP load generator, as before.
+   * 'own-process': the device runs in a process of its own and reports when each notification arrived (wall
+   * clock, performance.timeOrigin + now(), so that the two processes' times compare), so its work delays neither
+   * the generator nor the timestamps of other notifications.
+   */
+  device: 'in-process' | 'own-process' = 'in-process',
 ): Promise<{ p50: number; p99: number; seen: number; sent: number; samples: number[] }> {
-  const observers = await observeAll(child.coapsPort!, [deviceId], { value: -1 });
   const sentAt = new Map<number, number>();
   const samples: number[] = [];
-  observers[0]!.onValue = (v, at) => {
+  const onValue = (v: number, at: number): void => {
     const t = sentAt.get(v);
     if (t === undefined) return;
     sentAt.delete(v);
     samples.push(at - t);
   };
+  const clock =
+    device === 'in-process' ? () => performance.now() : () => performance.timeOrigin + performance.now();
+  let stopDevice: () => Promise<void>;
+  if (device === 'in-process') {
+    const observers = await observeAll(child.coapsPort!, [deviceId], { value: -1 });
+    observers[0]!.onValue = onValue;
+    stopDevice = () => {
+      observers[0]!.socket.close();
+      return Promise.resolve();
+    };
+  } else {
+    const proc = fork(fileURLToPath(import.meta.url), [], {
+      env: { ...process.env, BENCH_DTLS_DEVICE: JSON.stringify({ port: child.coapsPort!, deviceId }) },
+      stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+    });
+    await new Promise<void>((resolve, reject) => {
+      proc.once('message', () => resolve());
+      proc.once('exit', (code) => reject(new Error(`DTLS device exited with ${code}`)));
+    });
+    // Values arrive in batches (an IPC message per notification would load both processes).
+    proc.on('message', (m: { values: [number, number][] }) => {
+      for (const [v, at] of m.values) onValue(v, at);
+    });
+    stopDevice = async () => {
+      const exited = new Promise((r) => proc.once('exit', r));
+      proc.send({ cmd: 'exit' });
+      await exited;
+    };
+  }
   const client = new RawHttpClient(child.httpPort, 64, { authorization: 'Bearer bench-key' });
   const post = async (value: number): Promise<void> => {
-    sentAt.set(value, performance.now());
+    sentAt.set(value, clock());
     await client.post(
       '/api/notify-settings',
       JSON.stringify({ device_id: deviceId, settings: { reporting_interval_s: value } }),
@@ -200,7 +243,7 @@ export async function dtlsLatency(
   await openLoop(rate, total, (i) => post(base + i));
   await new Promise((r) => setTimeout(r, 500));
   client.close();
-  observers[0]!.socket.close();
+  await stopDevice();
   samples.sort((a, b) => a - b);
   return {
     p50: percentile(samples, 50),
@@ -210,3 +253,29 @@ export async function dtlsLatency(
     samples,
   };
 }
+
+/**
+ * The DTLS device of dtlsLatency's 'own-process' mode, in a child: one node-dtls-client session observing one
+ * device's settings; sends [value, wall-clock ms] of each notification to the parent every 50 ms.
+ */
+async function runDevice(config: { port: number; deviceId: string }): Promise<void> {
+  const observers = await observeAll(config.port, [config.deviceId], { value: -1 });
+  let batch: [number, number][] = [];
+  observers[0]!.onValue = (v, at) => batch.push([v, performance.timeOrigin + at]);
+  const timer = setInterval(() => {
+    if (batch.length === 0) return;
+    process.send!({ values: batch });
+    batch = [];
+  }, 50);
+  process.on('message', (m: { cmd: string }) => {
+    if (m.cmd !== 'exit') return;
+    clearInterval(timer);
+    if (batch.length > 0) process.send!({ values: batch });
+    observers[0]!.socket.close();
+    process.disconnect();
+  });
+  process.send!({ ready: true });
+}
+
+if (process.env.BENCH_DTLS_DEVICE !== undefined && process.argv[1] === fileURLToPath(import.meta.url))
+  await runDevice(JSON.parse(process.env.BENCH_DTLS_DEVICE) as { port: number; deviceId: string });

@@ -86,7 +86,7 @@ async function gateway(): Promise<void> {
           send({ ...heap() });
           break;
         case 'cpu':
-          send({ cpuMs: cpuMs() });
+          send({ cpuMs: cpuMs(), systemMs: process.cpuUsage().system / 1000 });
           break;
         case 'stats':
           send({ ...app.coap.stats, malformedByReason: undefined, delivery: app.delivery?.stats });

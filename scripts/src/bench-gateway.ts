@@ -309,14 +309,16 @@ async function measure(
     );
   }
   const delivery0 = (await child.ask<{ delivery?: DeliveryStats }>({ cmd: 'stats' })).delivery;
-  const serverCpu0 = await child.ask<{ cpuMs: number }>({ cmd: 'cpu' });
+  const serverCpu0 = await child.ask<{ cpuMs: number; systemMs?: number }>({ cmd: 'cpu' });
   const clientCpu0 = process.cpuUsage();
   const t0 = performance.now();
   if (mode === 'gateway') reloadMs = (await child.ask<{ ms: number }>({ cmd: 'reload' })).ms;
   else await child.ask({ cmd: 'fanout', value });
   await obs.settle();
   const clientCpuMs = cpuMs(process.cpuUsage(clientCpu0));
-  const serverCpuMs = (await child.ask<{ cpuMs: number }>({ cmd: 'cpu' })).cpuMs - serverCpu0.cpuMs;
+  const serverCpu1 = await child.ask<{ cpuMs: number; systemMs?: number }>({ cmd: 'cpu' });
+  const serverCpuMs = serverCpu1.cpuMs - serverCpu0.cpuMs;
+  const serverSystemMs = (serverCpu1.systemMs ?? NaN) - (serverCpu0.systemMs ?? NaN);
   const stats = await child.ask<Record<string, number>>({ cmd: 'stats' });
   const got = obs.deliveredCount;
   // Every delivery event of the fan-out written (sent at the reload, acknowledged at each ACK).
@@ -354,6 +356,7 @@ async function measure(
     endToEnd: (obs.lastAt - t0) / 1000,
     clientCpuMs,
     serverCpuMs,
+    serverSystemMs,
     stats,
     delivery,
   };
@@ -686,15 +689,23 @@ async function main(): Promise<void> {
       await owner.destroy();
       return;
     }
+    // The DTLS devices' keys are in the database from the start, so that every gateway child's reload (the plain
+    // fan-out's included) reads the same registry and credentials: a DTLS fan-out's CPU then differs from a
+    // plain one's by the transport, not by loading 10,000 credentials the plain reload did not have.
+    const dtlsN = Number(process.env.BENCH_DTLS_OBSERVERS ?? 10_000);
+    const ids = Array.from({ length: dtlsN }, (_, i) => deviceId(i));
+    await issueBenchKeys(owner, ids);
     let round = 0;
     let deliveryOn: Awaited<ReturnType<typeof measure>> | undefined;
     const plainFanout = new Map<number, number>();
     const plainFanoutCpuMs = new Map<number, number>();
+    const plainFanoutSystemMs = new Map<number, number>();
     for (const n of SIZES) {
       const g = await measure('gateway', n, url, owner, round++);
       if (n === Math.max(...SIZES)) deliveryOn = g;
       plainFanout.set(n, g.fanoutPerS);
       plainFanoutCpuMs.set(n, g.serverCpuMs);
+      plainFanoutSystemMs.set(n, g.serverSystemMs);
       const c = await measure('nodecoap', n, url, owner, round++);
       const pct = (x: number): string => `${((100 * x) / n).toFixed(2)} %`;
       console.log(`\n== ${n} observe relations (CON) — load average ${loadavg()[0]!.toFixed(2)} ==`);
@@ -745,9 +756,6 @@ async function main(): Promise<void> {
     await benchDeviceReads(url, owner, deviceId, ROWS);
     const { con: lat } = await notifyRound(url, '');
     // CoAP over DTLS (design §3.5), beside the plain figures above.
-    const dtlsN = Number(process.env.BENCH_DTLS_OBSERVERS ?? 10_000);
-    const ids = Array.from({ length: dtlsN }, (_, i) => deviceId(i));
-    await issueBenchKeys(owner, ids);
     const dchild = await startChild('gateway', url, { BENCH_COAP_SECURITY: 'both' });
     const fan = await dtlsFanout(dchild, owner, ids, 500 + round++);
     await stopChild(dchild);
@@ -755,6 +763,10 @@ async function main(): Promise<void> {
     const lchild = await startChild('gateway', url, { BENCH_COAP_SECURITY: 'both' });
     const dlat = await dtlsLatency(lchild, deviceId(0));
     await stopChild(lchild);
+    // The same with the DTLS device in a process of its own (see dtlsLatency), on another fresh child.
+    const ochild = await startChild('gateway', url, { BENCH_COAP_SECURITY: 'both' });
+    const olat = await dtlsLatency(ochild, deviceId(0), 1000, 'own-process');
+    await stopChild(ochild);
     const plainSameN = plainFanout.get(dtlsN);
     console.log(
       `\n== CoAP over DTLS 1.2 PSK (TLS_PSK_WITH_AES_128_CCM_8); client node-dtls-client 2.0.3 + coap-packet — load average ${loadavg()[0]!.toFixed(2)} ==`,
@@ -773,8 +785,16 @@ async function main(): Promise<void> {
       console.log(
         `  server CPU per notification (its ACK included): dtls ${((1000 * fan.serverCpuMs) / dtlsN).toFixed(1)} µs   plain ${((1000 * plainCpu) / dtlsN).toFixed(1)} µs   capacity dtls/plain ${ratio(plainCpu, fan.serverCpuMs)}`,
       );
+    const plainSystem = plainFanoutSystemMs.get(dtlsN);
+    if (plainSystem !== undefined)
+      console.log(
+        `    of which in the kernel: dtls ${((1000 * fan.serverSystemMs) / dtlsN).toFixed(1)} µs   plain ${((1000 * plainSystem) / dtlsN).toFixed(1)} µs`,
+      );
     console.log(
       `notify → device over DTLS, open loop 1,000/s for 5 s: p50 ${dlat.p50.toFixed(3)} ms   p99 ${dlat.p99.toFixed(3)} ms   (${dlat.seen}/${dlat.sent} delivered, the rest superseded)   plain p99 (same run) ${lat.p99.toFixed(3)} ms   dtls/plain p99 ${ratio(dlat.p99, lat.p99)}`,
+    );
+    console.log(
+      `  the same, DTLS device in its own process: p50 ${olat.p50.toFixed(3)} ms   p99 ${olat.p99.toFixed(3)} ms   (${olat.seen}/${olat.sent} delivered)   dtls/plain p99 ${ratio(olat.p99, lat.p99)}`,
     );
     const hs = await runDtlsBench({ durationS: Number(process.env.DTLS_BENCH_DURATION_S ?? 5) });
     console.log(

@@ -61,6 +61,8 @@ export class DtlsServer implements HandshakeHost, Evictor {
   private credentialCursor?: Iterator<Session>;
   private isBound = false;
   datagramNumber = 0;
+  /** ClientHellos seen so far in the datagram being read (onDatagram resets it; see onClientHello). */
+  private clientHellosInDatagram = 0;
 
   constructor(options: DtlsServerInit) {
     this.options = { ...defaultDtlsOptions, ...options };
@@ -225,23 +227,17 @@ export class DtlsServer implements HandshakeHost, Evictor {
     if (malformed) this.drop('malformed');
     if (records.length === 0) return;
     const key = `dtls|${port}|${address}`;
-    const datagram = { clientHellos: 0 };
+    this.clientHellosInDatagram = 0;
     for (const rec of records) {
       this.stats.recordsReceived++;
-      if (rec.epoch === 0) this.onEpoch0(key, address, port, rec, datagram);
+      if (rec.epoch === 0) this.onEpoch0(key, address, port, rec);
       else if (rec.epoch === 1) this.onEpoch1(key, rec);
       // We never renegotiate, so no epoch above 1 exists (RFC 6347 §4.1: discard other epochs).
       else this.drop('epoch');
     }
   }
 
-  private onEpoch0(
-    key: string,
-    address: string,
-    port: number,
-    rec: DtlsRecord,
-    datagram: { clientHellos: number },
-  ): void {
+  private onEpoch0(key: string, address: string, port: number, rec: DtlsRecord): void {
     const hs = this.store.handshakes.get(key);
     switch (rec.type) {
       case ContentType.handshake: {
@@ -251,7 +247,7 @@ export class DtlsServer implements HandshakeHost, Evictor {
         if (first.msgType === HandshakeType.clientHello) {
           // A ClientHello travels alone (RFC 6347 §4.2.1 / §4.2.4: it is a flight of its own).
           if (frags.length !== 1) return this.drop('malformed');
-          return this.onClientHello(key, address, port, rec, first, datagram);
+          return this.onClientHello(key, address, port, rec, first);
         }
         if (rec.version !== DTLS_1_2) return this.drop('version');
         if (hs !== undefined) return hs.onEpoch0Fragments(frags);
@@ -299,7 +295,6 @@ export class DtlsServer implements HandshakeHost, Evictor {
     port: number,
     rec: DtlsRecord,
     f: HandshakeFragment,
-    datagram: { clientHellos: number },
   ): void {
     // The stateless exchange cannot reassemble; a fragmented ClientHello is dropped. A PSK ClientHello is
     // a few hundred bytes and fits any path MTU.
@@ -309,7 +304,7 @@ export class DtlsServer implements HandshakeHost, Evictor {
     // RFC 6347 §4.2.1: the answer to an unverified ClientHello must not amplify. A datagram may carry
     // several records (§4.1.1), but a client sends one ClientHello per flight, so only the first of a
     // datagram is answered; otherwise one spoofed datagram would draw hundreds of HelloVerifyRequests.
-    if (datagram.clientHellos++ > 0) return this.drop('malformed');
+    if (this.clientHellosInDatagram++ > 0) return this.drop('malformed');
     const hs = this.store.handshakes.get(key);
     if (hs !== undefined && hs.clientRandom.equals(hello.random)) {
       // The client retransmitted its ClientHello: our flight was lost (RFC 6347 §4.2.4). Only the very same
