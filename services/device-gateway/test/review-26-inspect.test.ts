@@ -26,7 +26,7 @@ import { startReplica, type Replica } from './support/replicas.js';
 
 jest.setTimeout(180_000);
 
-/* eslint-disable @typescript-eslint/no-explicit-any, @typescript-eslint/no-unsafe-call, @typescript-eslint/no-unsafe-return, @typescript-eslint/no-unsafe-member-access -- the device views are read as the untyped JSON an attacker or on-call sees */
+/* eslint-disable @typescript-eslint/no-explicit-any, @typescript-eslint/no-unsafe-call, @typescript-eslint/no-unsafe-return -- the device views are read as the untyped JSON an attacker or on-call sees */
 
 const DTLS = 'acme-wh-door-01';
 const PLAIN = 'acme-hq-hvac-01';
