@@ -112,9 +112,9 @@ export const gatewayConfigSchema = {
     GATEWAY_DELIVERY_RECORD: { type: 'boolean', default: true },
     /**
      * Delivery events are written in batches this often (ms). The record lags by at most two of these plus one
-     * write: a device about to be notified waits one batch so that sent and acknowledged go in one row.
+     * write: a device about to be notified waits up to one interval so that sent and acknowledged share a row.
      */
-    GATEWAY_DELIVERY_FLUSH_MS: { type: 'integer', minimum: 50, maximum: 60000, default: 500 },
+    GATEWAY_DELIVERY_FLUSH_MS: { type: 'integer', minimum: 50, maximum: 60000, default: 1000 },
     /** How long GET /api/devices/{device_id} waits for the other replicas' live parts (ms). */
     GATEWAY_DEVICE_VIEW_DEADLINE_MS: { type: 'integer', minimum: 50, maximum: 10000, default: 1000 },
   },

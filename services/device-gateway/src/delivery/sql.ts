@@ -7,7 +7,10 @@ import type { DeliveryWriter } from './recorder.js';
 export function deliveryWriter(db: Kysely<GatewayDatabase>): DeliveryWriter {
   return {
     async record(replica, rows) {
-      await sql`SELECT device_gateway.delivery_record(${replica}, ${JSON.stringify(rows)}::json)`.execute(db);
+      await this.recordText(replica, JSON.stringify(rows));
+    },
+    async recordText(replica, rowsJson) {
+      await sql`SELECT device_gateway.delivery_record(${replica}, ${rowsJson}::json)`.execute(db);
     },
     async reap(self) {
       const { rows } = await sql<{ n: number }>`
