@@ -559,11 +559,12 @@ CREATE UNIQUE INDEX work_item_decisions_pkey ON enterprise.work_item_decisions U
 CREATE UNIQUE INDEX work_items_id_site_id_key ON enterprise.work_items USING btree (id, site_id)
 CREATE UNIQUE INDEX work_items_pkey ON enterprise.work_items USING btree (id)
 
--- triggers (9)
+-- triggers (10)
 CREATE TRIGGER assets_company BEFORE INSERT OR UPDATE OF site_id, company_id ON enterprise.assets FOR EACH ROW EXECUTE FUNCTION enterprise.set_company_from_site()
 CREATE TRIGGER decision_idempotency_keys_company BEFORE INSERT OR UPDATE OF site_id, company_id ON enterprise.decision_idempotency_keys FOR EACH ROW EXECUTE FUNCTION enterprise.set_company_from_site()
 CREATE TRIGGER maintenance_schedules_company BEFORE INSERT OR UPDATE OF site_id, company_id ON enterprise.maintenance_schedules FOR EACH ROW EXECUTE FUNCTION enterprise.set_company_from_site()
 CREATE TRIGGER media_items_company BEFORE INSERT OR UPDATE OF site_id, company_id ON enterprise.media_items FOR EACH ROW EXECUTE FUNCTION enterprise.set_company_from_site()
+CREATE TRIGGER media_items_keep_multipart_upload_id BEFORE UPDATE OF multipart_upload_id ON enterprise.media_items FOR EACH ROW EXECUTE FUNCTION enterprise.keep_multipart_upload_id()
 CREATE TRIGGER service_records_company BEFORE INSERT OR UPDATE OF site_id, company_id ON enterprise.service_records FOR EACH ROW EXECUTE FUNCTION enterprise.set_company_from_site()
 CREATE TRIGGER upload_intent_idempotency_keys_company BEFORE INSERT OR UPDATE OF site_id, company_id ON enterprise.upload_intent_idempotency_keys FOR EACH ROW EXECUTE FUNCTION enterprise.set_company_from_site()
 CREATE TRIGGER walkthrough_logs_company BEFORE INSERT OR UPDATE OF site_id, company_id ON enterprise.walkthrough_logs FOR EACH ROW EXECUTE FUNCTION enterprise.set_company_from_site()
@@ -601,15 +602,15 @@ enterprise.maintenance_schedules portal_reads_maintenance_schedules PERMISSIVE S
             ELSE enterprise_api.authorized_site_ids()
         END AS authorized_site_ids)::uuid[]))) WITH CHECK -
 
-enterprise.media_items api_abandons_multipart_media PERMISSIVE UPDATE TO enterprise_api_role USING ((company_id = ( SELECT COALESCE((NULLIF(current_setting('enterprise.company_hint'::text, true), ''::text))::uuid, enterprise_api.authorized_company_id()) AS "coalesce")) AND (site_id = ANY (( SELECT
+enterprise.media_items api_abandons_own_multipart_media PERMISSIVE UPDATE TO enterprise_api_role USING ((company_id = ( SELECT COALESCE((NULLIF(current_setting('enterprise.company_hint'::text, true), ''::text))::uuid, enterprise_api.authorized_company_id()) AS "coalesce")) AND (site_id = ANY (( SELECT
         CASE
             WHEN (current_setting('enterprise.company_hint'::text, true) = '00000000-0000-0000-0000-000000000000'::text) THEN '{}'::uuid[]
             ELSE enterprise_api.authorized_site_ids()
-        END AS authorized_site_ids)::uuid[])) AND (status = 'pending_upload'::text) AND (multipart_upload_id IS NOT NULL)) WITH CHECK ((company_id = ( SELECT COALESCE((NULLIF(current_setting('enterprise.company_hint'::text, true), ''::text))::uuid, enterprise_api.authorized_company_id()) AS "coalesce")) AND (site_id = ANY (( SELECT
+        END AS authorized_site_ids)::uuid[])) AND (uploaded_by = ( SELECT enterprise_api.request_sub() AS request_sub)) AND (status = 'pending_upload'::text) AND (multipart_upload_id IS NOT NULL)) WITH CHECK ((company_id = ( SELECT COALESCE((NULLIF(current_setting('enterprise.company_hint'::text, true), ''::text))::uuid, enterprise_api.authorized_company_id()) AS "coalesce")) AND (site_id = ANY (( SELECT
         CASE
             WHEN (current_setting('enterprise.company_hint'::text, true) = '00000000-0000-0000-0000-000000000000'::text) THEN '{}'::uuid[]
             ELSE enterprise_api.authorized_site_ids()
-        END AS authorized_site_ids)::uuid[])) AND (status = 'abandoned'::text) AND (multipart_upload_id IS NOT NULL))
+        END AS authorized_site_ids)::uuid[])) AND (uploaded_by = ( SELECT enterprise_api.request_sub() AS request_sub)) AND (status = 'abandoned'::text) AND (multipart_upload_id IS NOT NULL))
 
 enterprise.media_items api_abandons_own_unstarted_multipart PERMISSIVE UPDATE TO enterprise_api_role USING ((company_id = ( SELECT COALESCE((NULLIF(current_setting('enterprise.company_hint'::text, true), ''::text))::uuid, enterprise_api.authorized_company_id()) AS "coalesce")) AND (site_id = ANY (( SELECT
         CASE
@@ -888,7 +889,20 @@ enterprise_api.work_items AS
    FROM (enterprise.work_items w
      LEFT JOIN enterprise.principals p ON (((p.sub = w.decided_by) AND (p.company_id = w.company_id))));
 
--- functions (12)
+-- functions (13)
+CREATE OR REPLACE FUNCTION enterprise.keep_multipart_upload_id()
+ RETURNS trigger
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+  IF OLD.multipart_upload_id IS NOT NULL AND NEW.multipart_upload_id IS DISTINCT FROM OLD.multipart_upload_id THEN
+    RAISE EXCEPTION 'an upload id, once set, does not change' USING ERRCODE = '42501';
+  END IF;
+  RETURN NEW;
+END $function$
+OWNER <migrator> ACL - COMMENT -
+
 CREATE OR REPLACE FUNCTION enterprise.remember_caller_company()
  RETURNS void
  LANGUAGE sql
@@ -922,6 +936,7 @@ AS $function$
     SELECT mi.id FROM enterprise.media_items mi
     WHERE mi.status = 'pending_upload' AND mi.multipart_upload_id IS NULL AND mi.part_count IS NOT NULL
       AND mi.created_at < LEAST(p_created_before, now())
+      AND COALESCE(pg_catalog.current_setting('request.jwt.claims', true), '') = ''
     ORDER BY mi.created_at
     LIMIT LEAST(GREATEST(p_limit, 0), 1000)
   ), changed AS (
@@ -974,6 +989,7 @@ AS $function$
   FROM enterprise.media_items mi
   WHERE mi.status = 'pending_upload' AND mi.multipart_upload_id IS NOT NULL
     AND mi.upload_expires_at < LEAST(p_expired_before, now())
+    AND COALESCE(pg_catalog.current_setting('request.jwt.claims', true), '') = ''
   ORDER BY mi.upload_expires_at
   LIMIT LEAST(GREATEST(p_limit, 0), 1000)
 $function$
@@ -1036,6 +1052,7 @@ AS $function$
     SET status = 'abandoned', rejection_reason = p_reason, updated_at = now()
     WHERE mi.id = p_media_id AND mi.status = 'pending_upload' AND mi.multipart_upload_id IS NOT NULL
       AND mi.upload_expires_at < now()
+      AND COALESCE(pg_catalog.current_setting('request.jwt.claims', true), '') = ''
     RETURNING mi.id
   )
   SELECT EXISTS (SELECT 1 FROM changed)
@@ -1061,6 +1078,7 @@ AS $function$
   SELECT u.object_key, u.upload_id
   FROM unnest(p_object_keys, p_upload_ids) AS u(object_key, upload_id)
   WHERE u.object_key IS NOT NULL AND u.upload_id IS NOT NULL
+    AND COALESCE(pg_catalog.current_setting('request.jwt.claims', true), '') = ''
     AND NOT EXISTS (
       SELECT 1 FROM enterprise.media_items mi
       WHERE mi.object_key = u.object_key AND mi.multipart_upload_id = u.upload_id

@@ -14,7 +14,7 @@
 // process group, so a Ctrl-C reaches the services only through this sequence, once.
 import { spawn, spawnSync } from 'node:child_process';
 import type { ChildProcess } from 'node:child_process';
-import { fstatSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { fstatSync, mkdirSync, readFileSync } from 'node:fs';
 import { gatewayLoginPassword, GATEWAY_LOGIN_ROLE } from '@platform/device-gateway';
 import { API_LOGIN, AUTHENTICATOR, rolePasswordsFromEnv, urlForLogin } from '@platform/enterprise-db';
 import { startIssuer, startPostgres, startS3 } from '@platform/testkit';
@@ -28,6 +28,7 @@ import { demoCalls, demoExamples } from './lib/demo-examples.js';
 import { envFileText, postgrestEnvironment } from './lib/postgrest.js';
 import { waitReady } from './lib/wait.js';
 import { errorMessage, readSecretList, redactUrl } from '@platform/service-kit';
+import { writePrivateFile } from './lib/private-file.js';
 
 const env = process.env;
 /** The portal's origin in development, whose browser uploads s3rver's CORS rule allows (PORTAL_ORIGINS). */
@@ -181,7 +182,7 @@ async function main(): Promise<void> {
       issuerUrl,
     });
     if (postgrest !== '') spawnService('postgrest', postgrest, { ...common, ...postgrestEnv });
-    writeFileSync(postgrestEnvFile, envFileText(postgrestEnv), { mode: 0o600 });
+    writePrivateFile(postgrestEnvFile, envFileText(postgrestEnv));
     postgrestSettings = postgrestEnvFile;
   } catch (err) {
     if (postgrest !== '' && !running.children.some((c) => c.name === 'postgrest')) throw err;

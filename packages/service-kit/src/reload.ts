@@ -3,6 +3,7 @@
 // new ones have been read and checked.
 import type { Logger } from 'winston';
 import { errorMessage } from './errors.js';
+import { takeHangups } from './hangup.js';
 import type { SecretSet } from './secrets.js';
 
 export interface SecretReloadOptions {
@@ -58,5 +59,7 @@ export function installSecretReload(options: SecretReloadOptions): SecretReloadH
     reload();
   };
   process.on(signal, onSignal);
+  // SIGHUPs that came while the process was still loading (see hangup.ts): one reload covers them.
+  if (signal === 'SIGHUP' && takeHangups() > 0) reload();
   return { reload, dispose: () => process.off(signal, onSignal) };
 }

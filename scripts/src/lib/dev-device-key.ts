@@ -1,9 +1,10 @@
 // The local stack's device key: `npm start` issues one for the demo device on its first start and keeps it in
 // the git-ignored data folder, so its banner can print a ready-to-run coaps command every time. A production
 // key is printed once by `npm run device-key -- issue` and kept by whoever provisions the device.
-import { readFileSync, writeFileSync } from 'node:fs';
+import { readFileSync } from 'node:fs';
 import { issueCredential, listCredentials, type GatewayDatabase } from '@platform/device-gateway';
 import { createDb } from '@platform/service-kit';
+import { writePrivateFile } from './private-file.js';
 
 export interface DevDeviceKey {
   deviceId: string;
@@ -28,7 +29,7 @@ export async function ensureDevDeviceKey(
       identity: `dev-${deviceId}-${Date.now().toString(36)}`,
     });
     const key: DevDeviceKey = { deviceId, identity: issued.identity, keyText: issued.keyText };
-    writeFileSync(file, `${JSON.stringify(key, null, 2)}\n`, { mode: 0o600 });
+    writePrivateFile(file, `${JSON.stringify(key, null, 2)}\n`);
     return key;
   } finally {
     await db.destroy();

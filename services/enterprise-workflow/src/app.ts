@@ -71,6 +71,9 @@ export function buildApp(deps: AppDeps): Express {
   const app = createHttpApp({
     logger: deps.logger,
     trustProxy: deps.config.http?.trustProxy ?? 0,
+    // Never routed by the Ingress (design §5): the store's webhook, the kubelet's probes, Prometheus. Whatever
+    // they answer (a 404 under /internal too), the log names the peer, never a forwarded address.
+    directPaths: ['/internal', '/health', '/ready', '/metrics'],
     ...(deps.metrics === undefined ? {} : { metrics: deps.metrics }),
   });
   addRoutes(

@@ -155,8 +155,22 @@ export function readWebhookTokens(source: { value: string | undefined; file: str
       },
     ]);
   }
+  const short = webhookTokens.filter((t) => t.length < MIN_WEBHOOK_TOKEN_LENGTH).length;
+  if (short > 0) {
+    // A placeholder or a truncated file must not replace the real token (issue 29's cold review, I1): refused
+    // at start and on SIGHUP alike, where the previous tokens then stay valid.
+    throw new ConfigError([
+      {
+        variable: 'WEBHOOK_TOKENS',
+        message: `${short} token(s) are shorter than ${MIN_WEBHOOK_TOKEN_LENGTH} characters: too short to be a secret`,
+      },
+    ]);
+  }
   return webhookTokens;
 }
+
+/** Shortest webhook token accepted (a generated one is 32+ characters; the development one is 17). */
+export const MIN_WEBHOOK_TOKEN_LENGTH = 16;
 
 /** Reads and checks the environment; throws `ConfigError` naming every bad variable. */
 export function loadWorkflowConfig(env: Record<string, string | undefined> = process.env): WorkflowConfig {

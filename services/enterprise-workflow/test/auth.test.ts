@@ -569,7 +569,9 @@ describe('the client address in the request log', () => {
         .send(event);
     }
     await request(app).put('/internal/media/object-created').set('X-Forwarded-For', forged);
-    await request(app).get('/health').set('X-Forwarded-For', forged);
+    await request(app)
+      .get('/sites/5e000000-0000-4000-8000-000000000a01/media/5e000000-0000-4000-8000-000000000b01/download')
+      .set('X-Forwarded-For', forged);
     await new Promise((resolve) => setImmediate(resolve));
     const requests = lines.filter((l) => l.message === 'http request');
     const webhookLines = requests.filter((l) => l.route === '/internal/media/object-created');
@@ -577,6 +579,6 @@ describe('the client address in the request log', () => {
     for (const line of webhookLines) expect(line.ip).toMatch(/^(::ffff:)?127\.0\.0\.1$|^::1$/);
     expect(JSON.stringify(webhookLines)).not.toContain(forged);
     // Portal routes come through the Ingress, the one trusted hop: its X-Forwarded-For names the client.
-    expect(requests.find((l) => l.route === '/health')?.ip).toBe(forged);
+    expect(requests.find((l) => String(l.route).startsWith('/sites/'))?.ip).toBe(forged);
   });
 });

@@ -9,7 +9,7 @@ const minimal = {
   DATABASE_URL: 'postgres://enterprise_api_login:secret-pw@db:5432/platform',
   OIDC_ISSUER_URL: 'https://id.example.com/realms/platform',
   S3_BUCKET: 'media',
-  WEBHOOK_TOKENS: 'tok-a, tok-b',
+  WEBHOOK_TOKENS: 'tok-a-0123456789abcdef, tok-b-0123456789abcdef',
 };
 
 describe('loadWorkflowConfig', () => {
@@ -34,14 +34,14 @@ describe('loadWorkflowConfig', () => {
       forcePathStyle: false,
       endpoint: undefined,
     });
-    expect(config.webhookTokens).toEqual(['tok-a', 'tok-b']);
+    expect(config.webhookTokens).toEqual(['tok-a-0123456789abcdef', 'tok-b-0123456789abcdef']);
     expect(Object.isFrozen(config.media)).toBe(true);
   });
 
   it('coerces values and reads tokens from a file as well', () => {
     const dir = mkdtempSync(join(tmpdir(), 'wf-config-'));
     const file = join(dir, 'tokens');
-    writeFileSync(file, '# rotated 2026-11\ntok-file\n');
+    writeFileSync(file, '# rotated 2026-11\ntok-file-0123456789abcdef\n');
     const config = loadWorkflowConfig({
       ...minimal,
       PORT: '4000',
@@ -52,7 +52,11 @@ describe('loadWorkflowConfig', () => {
     expect(config.http.port).toBe(4000);
     expect(config.s3.forcePathStyle).toBe(true);
     expect(config.media.maxImageBytes).toBe(1048576);
-    expect(config.webhookTokens).toEqual(['tok-a', 'tok-b', 'tok-file']);
+    expect(config.webhookTokens).toEqual([
+      'tok-a-0123456789abcdef',
+      'tok-b-0123456789abcdef',
+      'tok-file-0123456789abcdef',
+    ]);
   });
 
   it('refuses to start without webhook tokens, issuer or database, naming every problem', () => {
@@ -71,10 +75,20 @@ describe('loadWorkflowConfig', () => {
     expect(message).not.toContain('very-secret-key');
   });
 
+  it('refuses a webhook token too short to be a secret (a placeholder, a truncated file), without echoing it', () => {
+    let error: unknown;
+    try {
+      loadWorkflowConfig({ ...minimal, WEBHOOK_TOKENS: 'tok-a-0123456789abcdef, x' });
+    } catch (err) {
+      error = err;
+    }
+    expect((error as Error).message).toMatch(/WEBHOOK_TOKENS: 1 token\(s\) are shorter than 16 characters/);
+  });
+
   it('refuses a webhook token no Authorization header can carry, without echoing it', () => {
     let error: unknown;
     try {
-      loadWorkflowConfig({ ...minimal, WEBHOOK_TOKENS: 'tok-a, token with spaces' });
+      loadWorkflowConfig({ ...minimal, WEBHOOK_TOKENS: 'tok-a-0123456789abcdef, token with spaces' });
     } catch (err) {
       error = err;
     }

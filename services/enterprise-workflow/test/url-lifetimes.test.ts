@@ -22,7 +22,7 @@ beforeAll(async () => {
     DATABASE_URL: 'postgres://unused@127.0.0.1:1/unused',
     OIDC_ISSUER_URL: 'https://id.example.com/realms/platform',
     S3_BUCKET: 'media',
-    WEBHOOK_TOKENS: 'unused',
+    WEBHOOK_TOKENS: 'unused-webhook-token',
     UPLOAD_URL_TTL_S: String(UPLOAD_TTL_S),
     DOWNLOAD_URL_TTL_S: String(DOWNLOAD_TTL_S),
   });

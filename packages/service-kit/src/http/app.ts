@@ -5,7 +5,7 @@ import type { Logger } from 'winston';
 import { DomainError } from '../errors.js';
 import { UNSTORABLE_TEXT_MESSAGE, unstorableTextPaths } from '../text.js';
 import { problemErrorHandler } from './problem.js';
-import { installRequestContext } from './request-context.js';
+import { CLIENT_ADDRESS, installRequestContext } from './request-context.js';
 
 /** design §3.1: JSON bodies over 64 KiB are refused with 413. */
 export const DEFAULT_BODY_LIMIT_BYTES = 64 * 1024;
@@ -22,6 +22,12 @@ export interface HttpAppOptions {
   trustProxy?: boolean | number;
   /** Record `http_requests_total` and `http_request_duration_seconds` on this registry. */
   metrics?: Registry;
+  /**
+   * Path prefixes the trusted proxy never routes (internal webhooks, probes, metrics): requests there come
+   * straight from their peer, so their log line names the socket's address, never `X-Forwarded-For`, whatever
+   * the path's answer (a route's, a 404, a 405). `RouteDefinition.direct` does the same for one route.
+   */
+  directPaths?: readonly string[];
 }
 
 /**
@@ -39,6 +45,14 @@ export function createHttpApp(options: HttpAppOptions): Express {
   app.set('trust proxy', hops);
 
   installRequestContext(app, options.logger, options.metrics);
+  const direct = options.directPaths ?? [];
+  if (direct.length > 0) {
+    app.use((req, res, next) => {
+      if (direct.some((prefix) => req.path.startsWith(prefix)))
+        res.locals[CLIENT_ADDRESS] = req.socket.remoteAddress;
+      next();
+    });
+  }
   app.response.json = jsonAnswer(app.response.json);
   return app;
 }

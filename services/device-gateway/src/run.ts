@@ -1,0 +1,140 @@
+// The gateway process (loaded by main.ts once SIGHUPs are held): load config, bind CoAP and HTTP, load the
+// registry (retrying until the database answers; /api/ready says 503 meanwhile), re-read API keys on SIGHUP,
+// shut down cleanly on SIGTERM/SIGINT.
+import type { Server } from 'node:http';
+import {
+  closeHttpServer,
+  ConfigError,
+  createDb,
+  createLogger,
+  createMetrics,
+  errorMessage,
+  installSecretReload,
+  installShutdown,
+  type SecretSet,
+} from '@platform/service-kit';
+import { buildApp } from './app.js';
+import { loadGatewayConfig, readApiKeys, type GatewayConfig } from './config.js';
+import type { GatewayDatabase } from './db/tables.js';
+
+async function main(): Promise<void> {
+  let config: GatewayConfig;
+  try {
+    config = loadGatewayConfig();
+  } catch (err) {
+    // ConfigError never echoes secret values.
+    process.stderr.write(`${err instanceof ConfigError ? err.message : String(err)}\n`);
+    process.exit(1);
+  }
+  const logger = createLogger({ service: 'device-gateway', level: config.logLevel });
+  let apiKeys: SecretSet;
+  try {
+    apiKeys = readApiKeys(config);
+  } catch (err) {
+    logger.error('refusing to start', { error: errorMessage(err) });
+    process.exit(1);
+  }
+  // Installed before anything is bound (and SIGHUPs that came while the process loaded are held by main.ts and
+  // handed over here): SIGHUP's default action ends the process, so a key rotation that signals a replica
+  // still starting must not kill it. The workflow re-reads its webhook tokens the same way.
+  installSecretReload({
+    logger,
+    what: 'API keys',
+    read: () => readApiKeys(config),
+    apply: (keys) => {
+      apiKeys = keys;
+    },
+  });
+  process.on('unhandledRejection', (reason) => {
+    logger.error('unhandled rejection', { error: errorMessage(reason) });
+  });
+
+  const metrics = createMetrics({ service: 'device-gateway' });
+  const db = createDb<GatewayDatabase>(config.database.url, {
+    max: config.database.poolMax,
+    applicationName: 'device-gateway',
+    statementTimeoutMs: config.database.statementTimeoutMs,
+    queryTimeoutMs: config.database.queryTimeoutMs,
+    connectionTimeoutMs: config.database.connectionTimeoutMs,
+    // The login's only writes are replica-bus messages (design §3.6). notify-settings answers `updated` once
+    // the message is committed: visible to every replica's resync and NOTIFYed, both at commit. It need
+    // not survive a PostgreSQL crash: the override it carries is memory-only state by design, which a
+    // gateway restart forgets too. Waiting for the WAL flush was most of a cross-replica notify's
+    // latency with fsync on (bench:gateway --replicas 2).
+    synchronousCommit: 'off',
+    logger,
+    metrics,
+  });
+  const app = buildApp({ config, logger, db, apiKeys: () => apiKeys, metrics });
+
+  if (config.coap.security !== 'dtls' && config.nodeEnv === 'production') {
+    // Chosen explicitly (production's default is dtls): say so at every start, where on-call will look.
+    logger.warn(
+      'PLAIN CoAP IS ON: devices on port GATEWAY_COAP_PORT are not authenticated and anyone on the device network can read any device and forge notifications; keep the port on a closed device network or set GATEWAY_COAP_SECURITY=dtls',
+      { coap_security: config.coap.security, coap_port: config.coap.port },
+    );
+  }
+  await app.coap.listen(config.coap.port, config.coap.host);
+  logger.info('coap transports listening', {
+    coap_security: config.coap.security,
+    transports: app.coap.transports.map((t) => ({ kind: t.kind, port: t.address().port })),
+  });
+  const server: Server = await new Promise((resolve, reject) => {
+    // Without GATEWAY_HTTP_HOST, Node's default: every interface (IPv6 and IPv4 where available).
+    const s =
+      config.http.host === undefined
+        ? app.http.listen(config.http.port, () => resolve(s))
+        : app.http.listen(config.http.port, config.http.host, () => resolve(s));
+    s.once('error', reject);
+  });
+  const address = server.address();
+  logger.info('http listening', {
+    port: typeof address === 'object' && address !== null ? address.port : address,
+  });
+
+  app.delivery?.start();
+  let stopping = false;
+  installShutdown({
+    logger,
+    timeoutMs: config.shutdownTimeoutMs,
+    steps: [
+      {
+        name: 'http',
+        close: () => {
+          stopping = true;
+          return closeHttpServer(server, 3000);
+        },
+      },
+      { name: 'coap', close: () => app.coap.close(2000) },
+      { name: 'cluster bus', close: () => app.bus?.stop() ?? Promise.resolve() },
+      // After CoAP (nothing more to record) and the bus (no replica can be reaped while its bus session is
+      // up): writes what is left and takes this replica out of every device's observed_by (design §3.8).
+      { name: 'delivery record', close: () => app.delivery?.stop() ?? Promise.resolve() },
+      { name: 'db pool', close: () => db.destroy() },
+    ],
+  });
+
+  if (app.bus !== undefined) {
+    // Replicas (design §3.6): the bus LISTENs, then loads the registry and the retained overrides (retrying with backoff
+    // until the database answers); /api/ready is 503 until that first resync is done.
+    await app.bus.start();
+    if (!stopping) logger.info('registry loaded; cluster bus listening', { origin: app.bus.origin });
+    return;
+  }
+  // Single process: initial load, retried with backoff (0.5 s doubling to 10 s) until the database answers.
+  for (let delayMs = 500; !stopping; delayMs = Math.min(delayMs * 2, 10_000)) {
+    try {
+      const summary = await app.service.reload();
+      logger.info('registry loaded', { ...summary, rejected: summary.rejected.length });
+      break;
+    } catch (err) {
+      logger.warn('registry load failed; retrying', {
+        error: errorMessage(err),
+        retry_in_ms: delayMs,
+      });
+      await new Promise((r) => setTimeout(r, delayMs));
+    }
+  }
+}
+
+await main();
