@@ -901,7 +901,7 @@ BEGIN
   END IF;
   RETURN NEW;
 END $function$
-OWNER <migrator> ACL - COMMENT -
+OWNER <migrator> ACL <migrator>:EXECUTE COMMENT -
 
 CREATE OR REPLACE FUNCTION enterprise.remember_caller_company()
  RETURNS void

@@ -403,13 +403,14 @@ describe('migration 0004 down and up again', () => {
 
   it('down() restores 0003 (same policy count, no stored company) and up() applies again', async () => {
     const migration = enterpriseMigrations.migrations['0004_company_hint'];
-    // 0005's, 0006's, 0007's and 0010's policies are written with the hint too: they come off first and go
-    // back last.
+    // 0005's, 0006's, 0007's, 0010's and 0011's policies are written with the hint too: they come off first and
+    // go back last.
     const later = [
       enterpriseMigrations.migrations['0005_upload_intent_keys'],
       enterpriseMigrations.migrations['0006_decision_history'],
       enterpriseMigrations.migrations['0007_multipart_uploads'],
       enterpriseMigrations.migrations['0010_multipart_intent_first'],
+      enterpriseMigrations.migrations['0011_multipart_ownership_in_the_database'],
     ];
     const rollback = new Error('rollback');
     const seen: unknown[] = [];

@@ -44,6 +44,8 @@ BEGIN
 END $$;
 CREATE TRIGGER media_items_keep_multipart_upload_id BEFORE UPDATE OF multipart_upload_id ON enterprise.media_items
   FOR EACH ROW EXECUTE FUNCTION enterprise.keep_multipart_upload_id();
+-- A trigger function runs whoever updates the row; nobody needs to call it (the anonymous role holds nothing).
+REVOKE ALL ON FUNCTION enterprise.keep_multipart_upload_id() FROM PUBLIC;
 
 CREATE OR REPLACE FUNCTION enterprise_api.expired_multipart_uploads(p_expired_before timestamptz, p_limit integer)
   RETURNS TABLE (media_id uuid, site_id uuid, object_key text, upload_id text)
