@@ -11,7 +11,7 @@ import {
 import type { Express } from 'express';
 import type { Kysely } from 'kysely';
 import { ClusterBus, newReplicaId } from './cluster/bus.js';
-import { Inspector, type LiveView } from './cluster/inspect.js';
+import { Inspector, ownPart, type LocalView } from './cluster/inspect.js';
 import { registerBusMetrics } from './cluster/metrics.js';
 import { DtlsTransport } from './coap/dtls-transport.js';
 import { CoapServer } from './coap/server.js';
@@ -31,7 +31,7 @@ import {
   registerGatewayMetrics,
 } from './metrics.js';
 import { DeliveryRecorder } from './delivery/recorder.js';
-import { deliveryWriter, inspectStore, liveReplicas } from './delivery/sql.js';
+import { deliveryWriter, inspectStore } from './delivery/sql.js';
 import { RegistryLoader } from './registry-loader.js';
 import { GatewayService } from './service.js';
 
@@ -144,9 +144,10 @@ export function buildApp(deps: GatewayDeps): GatewayApp {
   }
   const replicaId = newReplicaId();
   // The device view's live part here (design §3.8): relations and DTLS sessions, never key material.
-  const local = (deviceId: string, limit: number): LiveView => {
+  const local: LocalView = (deviceId, limit) => {
     const { relations, total } = coap.relationsOf(deviceId, limit);
-    const sessions = (dtls?.sessionsOf(deviceId) ?? []).map((v) => ({
+    const all = dtls?.sessionsOf(deviceId) ?? [];
+    const sessions = all.slice(0, limit).map((v) => ({
       identity: v.identity,
       address: v.address,
       port: v.port,
@@ -156,20 +157,15 @@ export function buildApp(deps: GatewayDeps): GatewayApp {
     return {
       relations,
       relations_total: total,
-      dtls_sessions: sessions.slice(0, limit),
-      dtls_sessions_total: sessions.length,
+      dtls_sessions: sessions,
+      dtls_sessions_total: all.length,
     };
   };
-  const inspection = inspectStore(deps.db);
   const inspector = config.cluster.enabled
     ? new Inspector({
         origin: replicaId,
         local,
-        publishRequest: (payload) => inspection.publishRequest(payload),
-        writeAnswer: (query, answer) => inspection.writeAnswer(query, replicaId, answer),
-        readAnswers: (query) => inspection.readAnswers(query),
-        loginPids: () => inspection.loginPids(),
-        liveReplicas: () => liveReplicas(deps.db),
+        store: inspectStore(deps.db),
         deadlineMs: config.delivery.viewDeadlineMs,
         logger: logger.child({ component: 'device-view' }),
       })
@@ -220,9 +216,7 @@ export function buildApp(deps: GatewayDeps): GatewayApp {
     db: deps.db,
     credentials: (deviceId) => credentials.summaryOf(deviceId, Date.now()),
     replicas: async (deviceId) =>
-      inspector === undefined
-        ? [{ replica: replicaId, self: true, answered: true, ...local(deviceId, 16) }]
-        : inspector.gather(deviceId),
+      inspector === undefined ? [ownPart(replicaId, local, deviceId)] : inspector.gather(deviceId),
   });
   const apiKey = requireApiKey(deps.apiKeys);
   const http = createHttpApp({

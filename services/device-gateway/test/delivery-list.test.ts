@@ -8,6 +8,7 @@ import request from 'supertest';
 import type { DeliveryRow } from '../src/delivery/recorder.js';
 import { deliveryWriter, listDeliveryQuery, readDelivery } from '../src/delivery/sql.js';
 import { API_KEYS, startGateway, type GatewayFixture } from './support/gateway.js';
+import { recordRows } from './support/delivery.js';
 
 jest.setTimeout(120_000);
 
@@ -69,7 +70,7 @@ beforeAll(async () => {
       });
     rows.push(row);
   }
-  await writer.record(gw.app.replicaId, rows);
+  await recordRows(writer, gw.app.replicaId, rows);
 });
 
 afterAll(async () => {
@@ -159,13 +160,13 @@ describe('delivery_record keeps the newest of each part, whatever order replicas
   it("an older version never overwrites; the same content under another replica's version keeps desired_at", async () => {
     const writer = deliveryWriter(gw.reader);
     const before = (await readDelivery(gw.reader, device))!;
-    await writer.record(other, [
+    await recordRows(writer, other, [
       { d: device, dv: 150, ds: 'registry', dc: before.desired_content!, da: Date.now() },
     ]);
     let row = (await readDelivery(gw.reader, device))!;
     expect(row.desired_version).toBe('150');
     expect(row.desired_at).toEqual(before.desired_at);
-    await writer.record(other, [
+    await recordRows(writer, other, [
       {
         d: device,
         dv: 120,
@@ -184,7 +185,7 @@ describe('delivery_record keeps the newest of each part, whatever order replicas
       desired_source: 'registry',
       acked_version: before.acked_version,
     });
-    await writer.record(other, [
+    await recordRows(writer, other, [
       { d: device, dv: 200, ds: 'override', dc: 'eeeeeeeeeeeeeeee', da: Date.now() },
     ]);
     row = (await readDelivery(gw.reader, device))!;
@@ -194,7 +195,7 @@ describe('delivery_record keeps the newest of each part, whatever order replicas
 
   it('a replica that is not up is reaped from observed_by; one that leaves removes itself', async () => {
     const writer = deliveryWriter(gw.reader);
-    await writer.record(other, [{ d: id(11), r: 2 }]);
+    await recordRows(writer, other, [{ d: id(11), r: 2 }]);
     expect((await readDelivery(gw.reader, id(11)))!.observed_by).toContain(other);
     await writer.reap(gw.app.replicaId);
     const after = (await readDelivery(gw.reader, id(11)))!;
@@ -211,7 +212,7 @@ describe('delivery_record keeps the newest of each part, whatever order replicas
     await expect(sql`DELETE FROM device_gateway.device_delivery`.execute(gw.reader)).rejects.toThrow(
       /permission denied/,
     );
-    await expect(deliveryWriter(gw.reader).record('not-an-origin', [])).rejects.toThrow(
+    await expect(recordRows(deliveryWriter(gw.reader), 'not-an-origin', [])).rejects.toThrow(
       /invalid delivery batch/,
     );
   });

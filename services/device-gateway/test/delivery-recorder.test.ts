@@ -28,16 +28,14 @@ const doc = (deviceId: string, version: number, interval: number) => {
 class FakeWriter implements DeliveryWriter {
   batches: DeliveryRow[][] = [];
   failNext = 0;
-  async record(_replica: string, rows: readonly DeliveryRow[]): Promise<void> {
+  async record(_replica: string, rowsJson: string): Promise<void> {
+    const rows = JSON.parse(rowsJson) as DeliveryRow[];
     await Promise.resolve();
     if (this.failNext > 0) {
       this.failNext--;
       throw new Error('database unreachable');
     }
     this.batches.push([...rows]);
-  }
-  recordText(replica: string, rowsJson: string): Promise<void> {
-    return this.record(replica, JSON.parse(rowsJson) as DeliveryRow[]);
   }
   async reap(): Promise<number> {
     return Promise.resolve(0);

@@ -286,6 +286,20 @@ describe('where a setting went, across two replicas', () => {
     await silent.close();
   });
 
+  it("counts acknowledged and timed-out notifications and reports the record's lag", async () => {
+    const text = await (await fetch(`${a.url}/metrics`)).text();
+    const value = (series: string): number => Number(new RegExp(`^${series} (\\S+)$`, 'm').exec(text)?.[1]);
+    // The CON and DTLS observers acknowledged; the silent one timed out (above).
+    expect(
+      value('gateway_coap_notifications_total\\{[^}]*outcome="acknowledged"[^}]*\\}'),
+    ).toBeGreaterThanOrEqual(2);
+    expect(
+      value('gateway_coap_notifications_total\\{[^}]*outcome="unacknowledged"[^}]*\\}'),
+    ).toBeGreaterThanOrEqual(1);
+    expect(value('gateway_delivery_record_lag_seconds\\{[^}]*\\}')).toBeLessThan(5);
+    expect(value('gateway_delivery_record_writes_total\\{[^}]*kind="rows"[^}]*\\}')).toBeGreaterThan(0);
+  });
+
   it('the fleet list answers "who has not acknowledged?"', async () => {
     const states = async (delivery: string): Promise<string[]> => {
       const res = await get(b, `/api/devices?delivery=${delivery}`);

@@ -9,6 +9,7 @@ import { encodeCursor } from '../src/delivery/device-view.js';
 import { gatewayLoginUrl } from '../src/db/migrations.js';
 import { deliveryWriter, readDelivery } from '../src/delivery/sql.js';
 import { API_KEYS, startGateway, type GatewayFixture } from './support/gateway.js';
+import { recordRows } from './support/delivery.js';
 
 jest.setTimeout(120_000);
 
@@ -124,7 +125,7 @@ describe("delivery_record / delivery_reap as the gateway's login", () => {
     const big = 'x'.repeat(4 * 1024 * 1024);
     let accepted = true;
     try {
-      await deliveryWriter(gw.reader).record('feedfacefeedface', [
+      await recordRows(deliveryWriter(gw.reader), 'feedfacefeedface', [
         // A version above the HLC's (µs since 1970, ~1.8e15 today), so the part moves.
         { d: OTHER, dv: 5_000_000_000_000_000, ds: 'registry', dc: big, da: 9_224_300_000_000_000 },
       ]);
@@ -160,7 +161,7 @@ describe("delivery_record / delivery_reap as the gateway's login", () => {
     });
     await busSession.connect();
     try {
-      await deliveryWriter(gw.reader).record('abcdefabcdefabcd', [{ d: OTHER, r: 1 }]);
+      await recordRows(deliveryWriter(gw.reader), 'abcdefabcdefabcd', [{ d: OTHER, r: 1 }]);
       expect((await readDelivery(gw.reader, OTHER))!.observed_by).toContain('abcdefabcdefabcd');
       // Anyone with the login, claiming to be that replica leaving:
       const n = await deliveryWriter(gw.reader).reap(null);
@@ -202,14 +203,14 @@ describe("delivery_record / delivery_reap as the gateway's login", () => {
       await sql.raw(`DROP OWNED BY review26_intruder; DROP ROLE review26_intruder`).execute(gw.owner);
     }
     await expect(
-      deliveryWriter(gw.reader).record("feedfacefeedface'); DROP TABLE x; --", []),
+      recordRows(deliveryWriter(gw.reader), "feedfacefeedface'); DROP TABLE x; --", []),
     ).rejects.toThrow(/invalid delivery batch/);
-    await deliveryWriter(gw.reader).record('feedfacefeedface', [
+    await recordRows(deliveryWriter(gw.reader), 'feedfacefeedface', [
       { d: "x'); DELETE FROM device_gateway.device_delivery; --", dv: 1, dc: "'; --", ds: 'registry' },
     ]);
     expect(await readDelivery(gw.reader, DEVICE)).toBeDefined();
     // A device not in the registry is never written.
-    await deliveryWriter(gw.reader).record('feedfacefeedface', [
+    await recordRows(deliveryWriter(gw.reader), 'feedfacefeedface', [
       { d: 'not-in-registry', dv: 1, ds: 'registry' },
     ]);
     expect(await readDelivery(gw.reader, 'not-in-registry')).toBeUndefined();

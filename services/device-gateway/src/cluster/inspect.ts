@@ -43,20 +43,35 @@ interface AnswerNotice {
   o: string;
 }
 
+/** The exchange in PostgreSQL (delivery/sql.ts inspectStore). */
+export interface InspectStore {
+  /** Sends a request on INSPECT_CHANNEL (pg_notify through the pool). */
+  publishRequest(payload: string): Promise<void>;
+  /** Stores a replica's answer and notifies the asker (device_gateway.inspect_answer). */
+  writeAnswer(query: string, replica: string, answer: string): Promise<void>;
+  /** The answers stored for a query, by replica. */
+  readAnswers(query: string): Promise<{ replica: string; answer: unknown }[]>;
+  /** The replicas whose bus session is up now. */
+  liveReplicas(): Promise<string[]>;
+  /** Backend pids of the gateway login's sessions (pg_stat_activity). */
+  loginPids(): Promise<number[]>;
+}
+
+/** Relations and sessions listed per replica; the totals are always exact. */
+export const LIST_LIMIT = 16;
+
+/** This replica's own part of a device view: with the bus (Inspector.gather) or alone. */
+export function ownPart(origin: string, local: LocalView, deviceId: string): ReplicaPart {
+  return { replica: origin, self: true, answered: true, ...local(deviceId, LIST_LIMIT) };
+}
+
+/** This replica's live part of a device, with at most `limit` relations and sessions listed. */
+export type LocalView = (deviceId: string, limit: number) => LiveView;
+
 export interface InspectorOptions {
   origin: string;
-  /** This replica's live part of a device, with at most `limit` relations and sessions listed. */
-  local: (deviceId: string, limit: number) => LiveView;
-  /** Sends a request on INSPECT_CHANNEL (pg_notify through the pool). */
-  publishRequest: (payload: string) => Promise<void>;
-  /** Stores this replica's answer and notifies the asker (device_gateway.inspect_answer). */
-  writeAnswer: (query: string, answer: string) => Promise<void>;
-  /** The answers stored for a query, by replica. */
-  readAnswers: (query: string) => Promise<{ replica: string; answer: unknown }[]>;
-  /** The replicas whose bus session is up now (delivery/sql.ts liveReplicas). */
-  liveReplicas: () => Promise<string[]>;
-  /** Backend pids of the gateway login's sessions (pg_stat_activity). */
-  loginPids: () => Promise<number[]>;
+  local: LocalView;
+  store: InspectStore;
   deadlineMs: number;
   logger: Logger;
   /** Answers sent per second at most. */
@@ -65,8 +80,6 @@ export interface InspectorOptions {
 
 const ID = /^[0-9a-f]{16}$/;
 const QUERY_ID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
-/** Relations and sessions listed per replica; the totals are always exact. */
-const LIST_LIMIT = 16;
 /** Requests and answer notices are short; anything longer is not ours. */
 const MAX_PAYLOAD = 300;
 /** The login's sessions are looked up again at most this often when an unknown sender appears (ms). */
@@ -93,16 +106,11 @@ export class Inspector {
 
   /** This replica's part and every other live replica's (or `answered: false` past the deadline). */
   async gather(deviceId: string): Promise<ReplicaPart[]> {
-    const self: ReplicaPart = {
-      replica: this.options.origin,
-      self: true,
-      answered: true,
-      ...this.options.local(deviceId, LIST_LIMIT),
-    };
+    const self = ownPart(this.options.origin, this.options.local, deviceId);
     const deadline = Date.now() + this.options.deadlineMs;
     let expected: string[];
     try {
-      expected = (await withDeadline(this.options.liveReplicas(), this.options.deadlineMs)).filter(
+      expected = (await withDeadline(this.options.store.liveReplicas(), this.options.deadlineMs)).filter(
         (r) => r !== this.options.origin && ID.test(r),
       );
     } catch (err) {
@@ -124,7 +132,7 @@ export class Inspector {
     const answers = new Map<string, LiveView>();
     try {
       const request: Request = { k: 'q', q, d: deviceId, o: this.options.origin };
-      await withDeadline(this.options.publishRequest(JSON.stringify(request)), this.options.deadlineMs);
+      await withDeadline(this.options.store.publishRequest(JSON.stringify(request)), this.options.deadlineMs);
       const left = deadline - Date.now();
       if (left > 0) {
         let timer: NodeJS.Timeout | undefined;
@@ -132,7 +140,7 @@ export class Inspector {
         clearTimeout(timer);
       }
       // Also answers whose notice was missed: the table is the truth, for the replicas asked.
-      const rows = await withDeadline(this.options.readAnswers(q), this.options.deadlineMs);
+      const rows = await withDeadline(this.options.store.readAnswers(q), this.options.deadlineMs);
       for (const row of rows) {
         if (!expected.includes(row.replica) || answers.has(row.replica)) continue;
         const view = liveView(row.answer);
@@ -182,7 +190,7 @@ export class Inspector {
     if (this.refreshTimer !== undefined) return;
     const wait = Math.max(0, this.pidsAt + PID_REFRESH_MS - Date.now());
     this.refreshTimer = setTimeout(() => {
-      void this.options
+      void this.options.store
         .loginPids()
         .then(
           (pids) => {
@@ -224,7 +232,7 @@ export class Inspector {
       return;
     }
     const answer = JSON.stringify(this.options.local(message.d, LIST_LIMIT));
-    this.options.writeAnswer(message.q, answer).then(
+    this.options.store.writeAnswer(message.q, this.options.origin, answer).then(
       () => this.stats.answered++,
       (err: unknown) =>
         this.options.logger.warn('device view: answer not written', { error: errorMessage(err) }),

@@ -332,16 +332,7 @@ export class ObserveLayer implements ExchangeHandler<Relation> {
     this.relations++;
     rel.lastDoc = doc;
     this.event('registered', rel);
-    const delivery = this.delivery;
-    if (delivery !== undefined) {
-      delivery.heard(deviceId, transportOf(rel));
-      if (kind === 'settings') {
-        delivery.relationsChanged(deviceId);
-        // The response to a registration is never confirmable (piggybacked in the ACK of a CON request, or
-        // NON): the device has it, but has not acknowledged it.
-        delivery.sent(deviceId, doc, transportOf(rel), false);
-      }
-    }
+    this.delivery?.registered(deviceId, kind === 'settings' ? doc : null, transportOf(rel));
     // Piggybacked in the ACK of a CON registration; a NON registration gets a NON response (RFC 7252 5.2),
     // whose RST cancels the relation like a notification's.
     const mid = this.messages.replyMid(msg);

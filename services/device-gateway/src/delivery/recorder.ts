@@ -13,6 +13,11 @@ export interface DeliveryEvents {
   sent(deviceId: string, doc: VisibleDocument, transport: DeliveryTransport, confirmable: boolean): void;
   acknowledged(deviceId: string, doc: VisibleDocument, transport: DeliveryTransport): void;
   heard(deviceId: string, transport: DeliveryTransport): void;
+  /**
+   * A relation was registered: the device was heard from, and for its settings (`settings`, the document the
+   * response carried) the relations changed and the document was sent, unconfirmed. One event, one lookup.
+   */
+  registered(deviceId: string, settings: VisibleDocument | null, transport: DeliveryTransport): void;
   /** The device's relations to its settings on this replica changed (count read at the flush). */
   relationsChanged(deviceId: string): void;
 }
@@ -41,9 +46,8 @@ export interface DeliveryRow {
 
 /** Where batches go (delivery/sql.ts against PostgreSQL). */
 export interface DeliveryWriter {
-  record(replica: string, rows: readonly DeliveryRow[]): Promise<void>;
-  /** The same, with the rows already encoded: a JSON array of DeliveryRow (what the recorder sends). */
-  recordText(replica: string, rowsJson: string): Promise<void>;
+  /** `rowsJson`: a JSON array of DeliveryRow. */
+  record(replica: string, rowsJson: string): Promise<void>;
   /** Removes from observed_by every replica whose bus session is not up, except `self` (null: none). */
   reap(self: string | null): Promise<number>;
 }
@@ -107,14 +111,15 @@ class Pending {
   }
 }
 
+/** Device ids JSON writes as they are (the registry's pattern). */
+const PLAIN_ID = /^[A-Za-z0-9._:-]{1,128}$/;
+
 /**
  * A document's content hash: 16 hex digits of SHA-256 of its content key (a settings document's is its source
  * and settings, not its device or version). Cached by content key, so a fleet on the same settings costs one
  * hash per flush, not one per device; the cache is dropped when it grows past a few thousand contents.
  */
 const contentHashes = new Map<string, string>();
-/** Device ids JSON writes as they are (the registry's pattern). */
-const PLAIN_ID = /^[A-Za-z0-9._:-]{1,128}$/;
 export function contentHash(doc: VisibleDocument): string {
   const key = doc.contentKey;
   let h = contentHashes.get(key);
@@ -141,8 +146,6 @@ export class DeliveryRecorder implements DeliveryEvents {
     flushes: 0,
     rows: 0,
     failures: 0,
-    lastFlushMs: 0,
-    lastFlushRows: 0,
     totalFlushMs: 0,
     maxFlushMs: 0,
   };
@@ -150,10 +153,6 @@ export class DeliveryRecorder implements DeliveryEvents {
   constructor(private readonly options: DeliveryRecorderOptions) {
     this.chunkRows = options.chunkRows ?? 2000;
     this.reapMs = options.reapMs ?? 10_000;
-  }
-
-  get replica(): string {
-    return this.options.replica;
   }
 
   start(): void {
@@ -222,6 +221,21 @@ export class DeliveryRecorder implements DeliveryEvents {
     this.entry(deviceId).heardAt = Date.now();
   }
 
+  registered(deviceId: string, settings: VisibleDocument | null, transport: DeliveryTransport): void {
+    const p = this.entry(deviceId);
+    if (settings !== null) p.relations = true;
+    if (this.options.trusts?.(deviceId, transport) === false) return;
+    const now = Date.now();
+    p.heardAt = now;
+    if (settings === null) return;
+    // The response to a registration is never confirmable (piggybacked in the ACK of a CON request, or NON):
+    // the device has it, but has not acknowledged it.
+    p.sent = settings;
+    p.sentAt = now;
+    p.sentTransport = transport;
+    p.sentConfirmable = false;
+  }
+
   relationsChanged(deviceId: string): void {
     this.entry(deviceId).relations = true;
   }
@@ -255,6 +269,11 @@ export class DeliveryRecorder implements DeliveryEvents {
       // loop for more than one chunk's hashing and encoding (a few ms), so ACKs keep being read meanwhile.
       let written = 0;
       let chunk: string[] = [];
+      const send = async (): Promise<void> => {
+        await this.options.writer.record(this.options.replica, `[${chunk.join(',')}]`);
+        written += chunk.length;
+        chunk = [];
+      };
       let deferred = false;
       const now = Date.now();
       for (const [deviceId, pending] of batch) {
@@ -263,22 +282,14 @@ export class DeliveryRecorder implements DeliveryEvents {
           continue;
         }
         chunk.push(this.rowText(deviceId, pending));
-        if (chunk.length === this.chunkRows) {
-          await this.options.writer.recordText(this.options.replica, `[${chunk.join(',')}]`);
-          written += chunk.length;
-          chunk = [];
-        }
+        if (chunk.length === this.chunkRows) await send();
       }
-      if (chunk.length > 0)
-        await this.options.writer.recordText(this.options.replica, `[${chunk.join(',')}]`);
-      written += chunk.length;
+      if (chunk.length > 0) await send();
       if (deferred)
         this.oldest = this.oldest === 0 ? this.inFlightOldest : Math.min(this.oldest, this.inFlightOldest);
       this.stats.flushes++;
       this.stats.rows += written;
-      this.stats.lastFlushRows = written;
       const ms = performance.now() - started;
-      this.stats.lastFlushMs = ms;
       if (written > 0) {
         this.stats.totalFlushMs += ms;
         if (ms > this.stats.maxFlushMs) this.stats.maxFlushMs = ms;

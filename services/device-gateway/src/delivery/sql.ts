@@ -2,14 +2,12 @@
 import { sql, type Kysely } from 'kysely';
 import type { DeliveryState, DeviceDeliveryTable, GatewayDatabase } from '../db/tables.js';
 import { INSPECT_CHANNEL } from '../cluster/messages.js';
+import type { InspectStore } from '../cluster/inspect.js';
 import type { DeliveryWriter } from './recorder.js';
 
 export function deliveryWriter(db: Kysely<GatewayDatabase>): DeliveryWriter {
   return {
-    async record(replica, rows) {
-      await this.recordText(replica, JSON.stringify(rows));
-    },
-    async recordText(replica, rowsJson) {
+    async record(replica, rowsJson) {
       await sql`SELECT device_gateway.delivery_record(${replica}, ${rowsJson}::json)`.execute(db);
     },
     async reap(self) {
@@ -90,7 +88,7 @@ export async function listDelivery(
 }
 
 /** The device view's exchange between replicas (cluster/inspect.ts; migration 0005's inspect_answers). */
-export function inspectStore(db: Kysely<GatewayDatabase>) {
+export function inspectStore(db: Kysely<GatewayDatabase>): InspectStore {
   return {
     async publishRequest(payload: string): Promise<void> {
       await sql`SELECT pg_catalog.pg_notify(${INSPECT_CHANNEL}, ${payload})`.execute(db);
@@ -107,19 +105,18 @@ export function inspectStore(db: Kysely<GatewayDatabase>) {
       );
       return rows;
     },
+    /** bus_join's rule (migration 0003): sessions of this login named `device-gateway-bus <origin>`. */
+    async liveReplicas(): Promise<string[]> {
+      const { rows } = await sql<{ origin: string }>`
+        SELECT DISTINCT split_part(application_name, ' ', 2) AS origin FROM pg_catalog.pg_stat_activity
+        WHERE datname = current_database() AND usename = current_user
+          AND application_name LIKE 'device-gateway-bus %'`.execute(db);
+      return rows.map((r) => r.origin);
+    },
     async loginPids(): Promise<number[]> {
       const { rows } = await sql<{ pid: number }>`
         SELECT pid FROM pg_catalog.pg_stat_activity WHERE usename = current_user`.execute(db);
       return rows.map((r) => r.pid);
     },
   };
-}
-
-/** The replicas whose bus session is up (bus_join's rule, migration 0003): what a device view waits for. */
-export async function liveReplicas(db: Kysely<GatewayDatabase>): Promise<string[]> {
-  const { rows } = await sql<{ origin: string }>`
-    SELECT DISTINCT split_part(application_name, ' ', 2) AS origin FROM pg_catalog.pg_stat_activity
-    WHERE datname = current_database() AND usename = current_user
-      AND application_name LIKE 'device-gateway-bus %'`.execute(db);
-  return rows.map((r) => r.origin);
 }
