@@ -105,13 +105,13 @@ export function additionalData(
 }
 
 /** The CCM-8 parameters of every record cipher (one object, not one per record). */
-const CCM_8 = { authTagLength: TAG_BYTES } as const;
+const CCM_8 = Object.freeze({ authTagLength: TAG_BYTES });
 
 // One nonce and one additional-data buffer for every record: createCipheriv/createDecipheriv copy the nonce
 // into the OpenSSL context and setAAD consumes its input before returning (node:crypto is synchronous here), so
 // reusing them is safe, and it saves two Buffers per record (fewer objects for the scavenger on a fan-out).
 // The nonce's first 4 bytes are the write IV (key block material): they are zeroed as soon as the cipher holds
-// them (releaseNonce).
+// them (withNonce).
 const nonceScratch = Buffer.alloc(FIXED_IV_BYTES + EXPLICIT_NONCE_BYTES);
 const aadScratch = Buffer.alloc(13);
 
@@ -121,14 +121,23 @@ const aadScratch = Buffer.alloc(13);
  */
 function ccmNonce(salt: Buffer | number, explicit: Buffer, at: number): Buffer {
   if (typeof salt === 'number') nonceScratch.writeInt32BE(salt, 0);
-  else salt.copy(nonceScratch, 0, 0, FIXED_IV_BYTES);
+  else if (salt.length === FIXED_IV_BYTES) salt.copy(nonceScratch, 0);
+  else throw new RangeError(`the CCM salt must be ${FIXED_IV_BYTES} bytes`);
   explicit.copy(nonceScratch, FIXED_IV_BYTES, at, at + EXPLICIT_NONCE_BYTES);
   return nonceScratch;
 }
 
-/** Zeroes the salt in the shared nonce once the cipher has taken its copy. */
-function releaseNonce(): void {
-  nonceScratch.writeInt32BE(0, 0);
+/**
+ * A record cipher (createCipheriv or createDecipheriv) made with the shared nonce, whose salt is zeroed as soon
+ * as the cipher holds its copy, also when making it throws (a cold review found a throwing call left a write
+ * IV behind for the next one).
+ */
+function withNonce<C>(make: (nonce: Buffer) => C, salt: Buffer | number, explicit: Buffer, at: number): C {
+  try {
+    return make(ccmNonce(salt, explicit, at));
+  } finally {
+    nonceScratch.writeInt32BE(0, 0);
+  }
 }
 
 /** additionalData written into the shared scratch buffer (see above); the record paths use this one. */
@@ -186,8 +195,7 @@ function sealCcm8Into(
 ): void {
   out.writeUInt16BE(epoch, at);
   out.writeUIntBE(seq, at + 2, 6);
-  const cipher = createCipheriv('aes-128-ccm', key, ccmNonce(salt, out, at), CCM_8);
-  releaseNonce();
+  const cipher = withNonce((nonce) => createCipheriv('aes-128-ccm', key, nonce, CCM_8), salt, out, at);
   cipher.setAAD(additionalDataScratch(epoch, seq, type, version, plaintext.length), {
     plaintextLength: plaintext.length,
   });
@@ -213,8 +221,12 @@ export function openCcm8(
 ): Buffer | undefined {
   const plaintextLength = fragment.length - EXPLICIT_NONCE_BYTES - TAG_BYTES;
   if (plaintextLength < 0) return undefined;
-  const decipher = createDecipheriv('aes-128-ccm', key, ccmNonce(salt, fragment, 0), CCM_8);
-  releaseNonce();
+  const decipher = withNonce(
+    (nonce) => createDecipheriv('aes-128-ccm', key, nonce, CCM_8),
+    salt,
+    fragment,
+    0,
+  );
   decipher.setAuthTag(fragment.subarray(fragment.length - TAG_BYTES));
   decipher.setAAD(additionalDataScratch(epoch, seq, type, version, plaintextLength), { plaintextLength });
   // node's CCM decipher reports a failed tag by throwing from update() or final(); both mean "drop".
