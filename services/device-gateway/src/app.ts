@@ -30,7 +30,7 @@ import {
   registerDtlsMetrics,
   registerGatewayMetrics,
 } from './metrics.js';
-import { DeliveryRecorder } from './delivery/recorder.js';
+import { DeliveryRecorder, type DeliveryWriter } from './delivery/recorder.js';
 import { deliveryWriter, inspectStore } from './delivery/sql.js';
 import { RegistryLoader } from './registry-loader.js';
 import { GatewayService } from './service.js';
@@ -44,6 +44,8 @@ export interface GatewayDeps {
   apiKeys: () => SecretSet;
   metrics?: Registry;
   clock?: VersionClock;
+  /** Where the delivery record's batches go (default: PostgreSQL through `db`); bench:gateway replaces it. */
+  deliveryWriter?: DeliveryWriter;
 }
 
 export interface GatewayApp {
@@ -175,7 +177,7 @@ export function buildApp(deps: GatewayDeps): GatewayApp {
   const delivery = config.delivery.enabled
     ? new DeliveryRecorder({
         replica: replicaId,
-        writer: deliveryWriter(deps.db),
+        writer: deps.deliveryWriter ?? deliveryWriter(deps.db),
         logger: logger.child({ component: 'delivery' }),
         flushMs: config.delivery.flushMs,
         relationsOf: (deviceId) => coap.settingsRelationsOf(deviceId, dtlsOnly(deviceId)),

@@ -150,4 +150,28 @@ describe('DeliveryRecorder', () => {
     expect(d9).toMatchObject({ dv: 2 });
     expect(d9!.sv).toBeUndefined();
   });
+
+  it('holds a device only while it has events: quiet ones are forgotten after one to two reap intervals', async () => {
+    const w = new FakeWriter();
+    const r = new DeliveryRecorder({
+      replica: '0123456789abcdef',
+      writer: w,
+      logger,
+      flushMs: 1_000_000,
+      relationsOf: () => 0,
+      reapMs: 0,
+    });
+    for (let i = 0; i < 100; i++) r.heard(`d${i}`, 'plain');
+    await r.flush(); // written; every device had an event since the last sweep
+    expect(r.devicesHeld).toBe(100);
+    r.heard('d7', 'plain');
+    await r.flush(); // d7 had another event: kept; the rest were quiet for a whole sweep interval
+    expect(r.devicesHeld).toBe(1);
+    await r.flush();
+    expect(r.devicesHeld).toBe(0);
+    // A forgotten device starts again from nothing: its next event is written as usual.
+    r.heard('d3', 'plain');
+    await r.flush();
+    expect(w.batches.flat().filter((row) => row.d === 'd3')).toHaveLength(2);
+  });
 });

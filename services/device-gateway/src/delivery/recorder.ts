@@ -2,7 +2,6 @@
 // relations) and what each device should have (desired), gathered in memory per device and written to
 // PostgreSQL in batches, off the hot path: an event costs a map lookup and a few field writes, a flush one
 // function call per chunk of devices. A replica that dies loses at most what it had not flushed yet.
-import { hash } from 'node:crypto';
 import { errorMessage, type Logger } from '@platform/service-kit';
 import type { DeviceRecord, VisibleDocument } from '../domain/documents.js';
 
@@ -73,8 +72,21 @@ export interface DeliveryRecorderOptions {
   reapMs?: number;
 }
 
-/** One device's unflushed events; each part holds its newest. Times are wall-clock ms. */
-class Pending {
+// The parts of a device's facts not yet written (bits of `Facts.unwritten`).
+const DESIRED = 1;
+const SENT = 2;
+const ACKED = 4;
+const HEARD = 8;
+const RELATIONS = 16;
+
+/**
+ * What this replica knows of one device, kept for as long as the device has events (not made per flush): each
+ * part holds its newest, `unwritten` says which parts the next row carries. Times are wall-clock ms. A part is
+ * never cleared, only marked written, so a failed write is undone by marking its parts unwritten again: the
+ * row then carries their newest values, which the function's rules (each part only moves to a higher version)
+ * accept in any order.
+ */
+class Facts {
   siteId: string | null = null;
   desired: VisibleDocument | null = null;
   desiredAt = 0;
@@ -86,55 +98,34 @@ class Pending {
   ackedAt = 0;
   ackedTransport: DeliveryTransport = 'plain';
   heardAt = 0;
-  relations = false;
+  unwritten = 0;
+  /** In the list of the next flush (or the one being written); set with `unwritten`, cleared when built. */
+  queued = false;
+  /** An event came since the previous sweep (see `sweep`). */
+  touched = true;
+  /** Wall-clock ms of the oldest unwritten event (for the lag gauge). */
+  since = 0;
+  /** The parts of the row being written (marked unwritten again if its write fails). */
+  writing = 0;
 
-  /** Folds an older, unwritten batch's entry under this one (a failed flush): newer parts win. */
-  absorb(older: Pending): void {
-    if (this.siteId === null) this.siteId = older.siteId;
-    if (this.desired === null && older.desired !== null) {
-      this.desired = older.desired;
-      this.desiredAt = older.desiredAt;
-    }
-    if (this.sent === null && older.sent !== null) {
-      this.sent = older.sent;
-      this.sentAt = older.sentAt;
-      this.sentTransport = older.sentTransport;
-      this.sentConfirmable = older.sentConfirmable;
-    }
-    if (this.acked === null && older.acked !== null) {
-      this.acked = older.acked;
-      this.ackedAt = older.ackedAt;
-      this.ackedTransport = older.ackedTransport;
-    }
-    if (older.heardAt > this.heardAt) this.heardAt = older.heardAt;
-    this.relations ||= older.relations;
-  }
+  constructor(readonly deviceId: string) {}
 }
 
 /** Device ids JSON writes as they are (the registry's pattern). */
 const PLAIN_ID = /^[A-Za-z0-9._:-]{1,128}$/;
 
-/**
- * A document's content hash: 16 hex digits of SHA-256 of its content key (a settings document's is its source
- * and settings, not its device or version). Cached by content key, so a fleet on the same settings costs one
- * hash per flush, not one per device; the cache is dropped when it grows past a few thousand contents.
- */
-const contentHashes = new Map<string, string>();
+/** A document's content hash (`VisibleDocument.contentDigest`): what the record compares, not versions. */
 export function contentHash(doc: VisibleDocument): string {
-  const key = doc.contentKey;
-  let h = contentHashes.get(key);
-  if (h === undefined) {
-    h = hash('sha256', key, 'hex').slice(0, 16);
-    if (contentHashes.size >= 4096) contentHashes.clear();
-    contentHashes.set(key, h);
-  }
-  return h;
+  return doc.contentDigest;
 }
 
 export class DeliveryRecorder implements DeliveryEvents {
-  private pending = new Map<string, Pending>();
-  /** Wall-clock ms of the oldest event not yet written (0: none), for the lag gauge. */
-  private oldest = 0;
+  /** Every device with events since the last sweep or unwritten parts; one object each, kept across flushes. */
+  private readonly facts = new Map<string, Facts>();
+  /** Devices with unwritten parts, in the order of their first unwritten event. */
+  private queue: Facts[] = [];
+  /** Wall-clock ms of the oldest unwritten event in `queue` (0: empty), for the lag gauge. */
+  private queueOldest = 0;
   /** The batch being written, and its oldest event. */
   private inFlightOldest = 0;
   private flushing: Promise<void> | undefined;
@@ -173,71 +164,90 @@ export class DeliveryRecorder implements DeliveryEvents {
     });
   }
 
+  /** Devices whose facts are held: those with events in the last one or two reap intervals, or unwritten parts. */
+  get devicesHeld(): number {
+    return this.facts.size;
+  }
+
   /** Seconds since the oldest event not yet written (0 when everything is written). */
   lagSeconds(): number {
-    const oldest = Math.min(this.oldest || Infinity, this.inFlightOldest || Infinity);
+    const oldest = Math.min(this.queueOldest || Infinity, this.inFlightOldest || Infinity);
     return oldest === Infinity ? 0 : Math.max(0, (Date.now() - oldest) / 1000);
   }
 
-  // ---- events (hot path: one map lookup, a few writes) ------------------------------------------------
+  // ---- events (hot path: one map lookup and a few field writes, no allocation) ---------------------------
 
-  private entry(deviceId: string): Pending {
-    let p = this.pending.get(deviceId);
-    if (p === undefined) {
-      p = new Pending();
-      this.pending.set(deviceId, p);
-      if (this.oldest === 0) this.oldest = Date.now();
+  /** The device's facts, with `part` marked unwritten (queued for the next flush if it was not). */
+  private mark(deviceId: string, part: number, now: number): Facts {
+    let f = this.facts.get(deviceId);
+    if (f === undefined) {
+      f = new Facts(deviceId);
+      this.facts.set(deviceId, f);
     }
-    return p;
+    f.unwritten |= part;
+    f.touched = true;
+    if (!f.queued) {
+      f.queued = true;
+      f.since = now;
+      this.enqueue(f);
+    }
+    return f;
   }
 
   /** The settings document this replica serves the device now, and the device's site. */
   desired(record: DeviceRecord, doc: VisibleDocument): void {
-    const p = this.entry(record.deviceId);
-    p.siteId = record.siteId;
-    p.desired = doc;
-    p.desiredAt = Date.now();
+    const now = Date.now();
+    const f = this.mark(record.deviceId, DESIRED, now);
+    f.siteId = record.siteId;
+    f.desired = doc;
+    f.desiredAt = now;
   }
 
   sent(deviceId: string, doc: VisibleDocument, transport: DeliveryTransport, confirmable: boolean): void {
     if (this.options.trusts?.(deviceId, transport) === false) return;
-    const p = this.entry(deviceId);
-    p.sent = doc;
-    p.sentAt = Date.now();
-    p.sentTransport = transport;
-    p.sentConfirmable = confirmable;
+    const now = Date.now();
+    const f = this.mark(deviceId, SENT, now);
+    f.sent = doc;
+    f.sentAt = now;
+    f.sentTransport = transport;
+    f.sentConfirmable = confirmable;
   }
 
   acknowledged(deviceId: string, doc: VisibleDocument, transport: DeliveryTransport): void {
     if (this.options.trusts?.(deviceId, transport) === false) return;
-    const p = this.entry(deviceId);
-    p.acked = doc;
-    p.ackedAt = p.heardAt = Date.now();
-    p.ackedTransport = transport;
+    const now = Date.now();
+    const f = this.mark(deviceId, ACKED | HEARD, now);
+    f.acked = doc;
+    f.ackedAt = f.heardAt = now;
+    f.ackedTransport = transport;
   }
 
   heard(deviceId: string, transport: DeliveryTransport): void {
     if (this.options.trusts?.(deviceId, transport) === false) return;
-    this.entry(deviceId).heardAt = Date.now();
+    const now = Date.now();
+    this.mark(deviceId, HEARD, now).heardAt = now;
   }
 
   registered(deviceId: string, settings: VisibleDocument | null, transport: DeliveryTransport): void {
-    const p = this.entry(deviceId);
-    if (settings !== null) p.relations = true;
-    if (this.options.trusts?.(deviceId, transport) === false) return;
     const now = Date.now();
-    p.heardAt = now;
+    const trusted = this.options.trusts?.(deviceId, transport) !== false;
+    const part =
+      (settings !== null ? RELATIONS : 0) | (trusted ? HEARD : 0) | (trusted && settings !== null ? SENT : 0);
+    if (part === 0) return;
+    const f = this.mark(deviceId, part, now);
+    if (!trusted) return;
+    f.heardAt = now;
     if (settings === null) return;
     // The response to a registration is never confirmable (piggybacked in the ACK of a CON request, or NON):
     // the device has it, but has not acknowledged it.
-    p.sent = settings;
-    p.sentAt = now;
-    p.sentTransport = transport;
-    p.sentConfirmable = false;
+    f.sent = settings;
+    f.sentAt = now;
+    f.sentTransport = transport;
+    f.sentConfirmable = false;
   }
 
   relationsChanged(deviceId: string): void {
-    this.entry(deviceId).relations = true;
+    this.mark(deviceId, RELATIONS, Date.now());
   }
 
   /**
@@ -245,48 +255,58 @@ export class DeliveryRecorder implements DeliveryEvents {
    * replica may have reaped it from every `observed_by` (delivery_reap), and nothing else would put it back.
    */
   reportRelations(deviceIds: Iterable<string>): void {
-    for (const deviceId of deviceIds) this.entry(deviceId).relations = true;
+    const now = Date.now();
+    for (const deviceId of deviceIds) this.mark(deviceId, RELATIONS, now);
   }
 
   // ---- flushing -----------------------------------------------------------------------------------------
 
-  /** Writes every pending event; one flush at a time (a tick during a flush waits for the next). */
+  /** Writes every unwritten part; one flush at a time (a tick during a flush waits for the next). */
   flush(): Promise<void> {
     if (this.flushing !== undefined) return this.flushing;
-    if (this.pending.size === 0 && Date.now() - this.lastReap < this.reapMs) return Promise.resolve();
+    if (this.queue.length === 0 && Date.now() - this.lastReap < this.reapMs) return Promise.resolve();
     this.flushing = this.write().finally(() => (this.flushing = undefined));
     return this.flushing;
   }
 
   private async write(): Promise<void> {
-    const batch = this.pending;
-    this.pending = new Map();
-    this.inFlightOldest = this.oldest;
-    this.oldest = 0;
+    const batch = this.queue;
+    this.queue = [];
+    this.inFlightOldest = this.queueOldest;
+    this.queueOldest = 0;
     const started = performance.now();
+    // Rows are built a chunk at a time, between the writes: a 100,000-device batch never holds the event loop
+    // for more than one chunk's encoding (a few ms), so ACKs keep being read meanwhile. A device is taken off
+    // the queue when its row is built; an event after that queues it again for the next flush.
+    let written = 0;
+    let i = 0;
+    const now = Date.now();
     try {
-      // Rows are built a chunk at a time, between the writes: a 100,000-device batch never holds the event
-      // loop for more than one chunk's hashing and encoding (a few ms), so ACKs keep being read meanwhile.
-      let written = 0;
-      let chunk: string[] = [];
-      const send = async (): Promise<void> => {
-        await this.options.writer.record(this.options.replica, `[${chunk.join(',')}]`);
-        written += chunk.length;
-        chunk = [];
-      };
-      let deferred = false;
-      const now = Date.now();
-      for (const [deviceId, pending] of batch) {
-        if (this.defer(deviceId, pending, now)) {
-          deferred = true;
-          continue;
+      while (i < batch.length) {
+        const rows: string[] = [];
+        const chunk: Facts[] = [];
+        for (; i < batch.length && rows.length < this.chunkRows; i++) {
+          const f = batch[i]!;
+          if (this.defer(f, now)) {
+            this.enqueue(f);
+            continue;
+          }
+          rows.push(this.rowText(f));
+          chunk.push(f);
+          f.writing = f.unwritten;
+          f.unwritten = 0;
+          f.queued = false;
         }
-        chunk.push(this.rowText(deviceId, pending));
-        if (chunk.length === this.chunkRows) await send();
+        if (rows.length === 0) continue;
+        try {
+          await this.options.writer.record(this.options.replica, `[${rows.join(',')}]`);
+        } catch (err) {
+          // Its parts are unwritten again (with whatever newer values arrived meanwhile).
+          for (const f of chunk) this.requeue(f, f.writing, now);
+          throw err;
+        }
+        written += rows.length;
       }
-      if (chunk.length > 0) await send();
-      if (deferred)
-        this.oldest = this.oldest === 0 ? this.inFlightOldest : Math.min(this.oldest, this.inFlightOldest);
       this.stats.flushes++;
       this.stats.rows += written;
       const ms = performance.now() - started;
@@ -296,24 +316,47 @@ export class DeliveryRecorder implements DeliveryEvents {
       }
       if (Date.now() - this.lastReap >= this.reapMs) {
         this.lastReap = Date.now();
+        this.sweep();
         await this.options.writer.reap(this.options.replica);
       }
     } catch (err) {
-      // Nothing is lost but time: the batch goes back under whatever arrived meanwhile, and the next tick
-      // writes both (a chunk written before the failure is written again, which the function's rules absorb).
+      // Nothing is lost but time: what was not written goes back on the queue, and the next tick writes it
+      // under whatever arrived meanwhile (a chunk written before the failure is written again, which the
+      // function's rules absorb).
       this.stats.failures++;
       this.options.logger.warn('delivery record: flush failed; retrying at the next tick', {
         error: errorMessage(err),
-        devices: batch.size,
+        devices: batch.length,
       });
-      for (const [deviceId, older] of batch) {
-        const newer = this.pending.get(deviceId);
-        if (newer === undefined) this.pending.set(deviceId, older);
-        else newer.absorb(older);
-      }
-      this.oldest = this.oldest === 0 ? this.inFlightOldest : Math.min(this.oldest, this.inFlightOldest);
+      for (; i < batch.length; i++) if (batch[i]!.queued) this.enqueue(batch[i]!);
     } finally {
       this.inFlightOldest = 0;
+    }
+  }
+
+  /** Marks `parts` of `f` unwritten again after a failed write. */
+  private requeue(f: Facts, parts: number, now: number): void {
+    f.unwritten |= parts;
+    if (!f.queued) {
+      f.queued = true;
+      f.since = now;
+      this.enqueue(f);
+    }
+  }
+
+  private enqueue(f: Facts): void {
+    this.queue.push(f);
+    if (this.queueOldest === 0 || f.since < this.queueOldest) this.queueOldest = f.since;
+  }
+
+  /**
+   * Forgets devices with nothing unwritten and no event since the previous sweep (one per reap interval), so
+   * the map holds the devices that are active, not every device ever seen.
+   */
+  private sweep(): void {
+    for (const [deviceId, f] of this.facts) {
+      if (f.queued || f.touched) f.touched = false;
+      else this.facts.delete(deviceId);
     }
   }
 
@@ -323,41 +366,35 @@ export class DeliveryRecorder implements DeliveryEvents {
    * flush interval, so a fleet-wide change writes one row per device (desired, sent and acknowledged together)
    * instead of two, and the record's lag stays within two intervals.
    */
-  private defer(deviceId: string, p: Pending, now: number): boolean {
-    if (
-      p.desired === null ||
-      now - p.desiredAt >= this.options.flushMs ||
-      p.sent !== null ||
-      p.acked !== null ||
-      p.relations ||
-      p.heardAt > 0
-    )
-      return false;
-    if (this.options.relationsOf(deviceId) === 0) return false;
-    const newer = this.pending.get(deviceId);
-    if (newer === undefined) this.pending.set(deviceId, p);
-    else newer.absorb(p);
-    return true;
+  private defer(f: Facts, now: number): boolean {
+    return (
+      f.unwritten === DESIRED &&
+      now - f.desiredAt < this.options.flushMs &&
+      this.options.relationsOf(f.deviceId) > 0
+    );
   }
 
   /**
-   * One row as JSON text (a DeliveryRow), written directly: 100,000 rows a fan-out, and building objects for
-   * JSON.stringify cost more than the text. Every value is a number, a boolean, a fixed word, a hex digest or a
-   * device id (1-128 of [A-Za-z0-9._:-], nothing JSON escapes; anything else goes through JSON.stringify).
+   * One row as JSON text (a DeliveryRow) of the unwritten parts, written directly: 100,000 rows a fan-out, and
+   * building objects for JSON.stringify cost more than the text. Every value is a number, a boolean, a fixed
+   * word, a hex digest or a device id (1-128 of [A-Za-z0-9._:-], nothing JSON escapes; anything else goes
+   * through JSON.stringify).
    */
-  private rowText(d: string, p: Pending): string {
+  private rowText(f: Facts): string {
+    const d = f.deviceId;
+    const parts = f.unwritten;
     let t = `{"d":${PLAIN_ID.test(d) ? `"${d}"` : JSON.stringify(d)}`;
-    const desired = p.desired;
-    if (desired !== null) {
+    const desired = f.desired;
+    if (parts & DESIRED && desired !== null) {
       const source = (desired.body as { source: string }).source === 'override' ? 'override' : 'registry';
-      t += `,"dv":${desired.version},"ds":"${source}","dc":"${contentHash(desired)}","da":${p.desiredAt}`;
+      t += `,"dv":${desired.version},"ds":"${source}","dc":"${contentHash(desired)}","da":${f.desiredAt}`;
     }
-    if (p.sent !== null)
-      t += `,"sv":${p.sent.version},"sc":"${contentHash(p.sent)}","sa":${p.sentAt},"st":"${p.sentTransport}","sk":${p.sentConfirmable}`;
-    if (p.acked !== null)
-      t += `,"av":${p.acked.version},"ac":"${contentHash(p.acked)}","aa":${p.ackedAt},"at":"${p.ackedTransport}"`;
-    if (p.heardAt > 0) t += `,"h":${p.heardAt}`;
-    if (p.relations) t += `,"r":${this.options.relationsOf(d)}`;
+    if (parts & SENT && f.sent !== null)
+      t += `,"sv":${f.sent.version},"sc":"${contentHash(f.sent)}","sa":${f.sentAt},"st":"${f.sentTransport}","sk":${f.sentConfirmable}`;
+    if (parts & ACKED && f.acked !== null)
+      t += `,"av":${f.acked.version},"ac":"${contentHash(f.acked)}","aa":${f.ackedAt},"at":"${f.ackedTransport}"`;
+    if (parts & HEARD && f.heardAt > 0) t += `,"h":${f.heardAt}`;
+    if (parts & RELATIONS) t += `,"r":${this.options.relationsOf(d)}`;
     return `${t}}`;
   }
 }

@@ -1,3 +1,4 @@
+import { hash } from 'node:crypto';
 import { Encoder } from 'cbor-x';
 
 /** Settings as the registry or an override holds them (validated against the contracts schema before use). */
@@ -26,6 +27,7 @@ const cbor = new Encoder({ useRecords: false, variableMapSize: true });
 export class VisibleDocument {
   private jsonBytes: Buffer | undefined;
   private cborBytes: Buffer | undefined;
+  private digest: string | undefined;
 
   constructor(
     readonly version: number,
@@ -42,6 +44,15 @@ export class VisibleDocument {
 
   get json(): Buffer {
     return (this.jsonBytes ??= Buffer.from(this.jsonText()));
+  }
+
+  /**
+   * 16 hex digits of SHA-256 of `contentKey`: what replicas, which number versions each on its own clock, compare
+   * to tell whether a device has the content it should (the delivery record, design §3.8). Kept per document,
+   * and per content key across documents, so a fleet on the same settings costs one hash.
+   */
+  get contentDigest(): string {
+    return (this.digest ??= contentDigestOf(this.contentKey));
   }
 
   /**
@@ -194,6 +205,17 @@ function decimalDigits(n: number): number {
   let digits = 1;
   for (let bound = 10; n >= bound && digits < 16; bound *= 10) digits++;
   return digits;
+}
+
+const digests = new Map<string, string>();
+function contentDigestOf(key: string): string {
+  let h = digests.get(key);
+  if (h === undefined) {
+    h = hash('sha256', key, 'hex').slice(0, 16);
+    if (digests.size >= 4096) digests.clear();
+    digests.set(key, h);
+  }
+  return h;
 }
 
 export function settingsDocument(
