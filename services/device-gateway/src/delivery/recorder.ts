@@ -349,7 +349,8 @@ export class DeliveryRecorder implements DeliveryEvents {
     let t = `{"d":${PLAIN_ID.test(d) ? `"${d}"` : JSON.stringify(d)}`;
     const desired = p.desired;
     if (desired !== null) {
-      const source = (desired.body as { source: string }).source === 'override' ? 'override' : 'registry';
+      const named = (desired.body as { source: string }).source;
+      const source = named === 'override' || named === 'rollout' ? named : 'registry';
       t += `,"dv":${desired.version},"ds":"${source}","dc":"${contentHash(desired)}","da":${p.desiredAt}`;
     }
     if (p.sent !== null)
