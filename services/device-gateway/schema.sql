@@ -839,7 +839,7 @@ BEGIN
       UPDATE device_gateway.rollouts
       SET state = 'paused', aborted = true, halted_wave = r.current_wave, updated_at = now(),
           reason = format('aborted: wave %s had %s of %s devices fail (abort at %s%%)', r.current_wave,
-                          v_failed, v_total, round((r.abort_share * 100)::numeric, 2))
+                          v_failed, v_total, trim_scale(round((r.abort_share * 100)::numeric, 2)))
       WHERE rollout_id = r.rollout_id;
       INSERT INTO device_gateway.rollout_events (rollout_id, kind, wave, actor, detail)
       VALUES (r.rollout_id, 'aborted', r.current_wave, v_actor, v_failed || ' of ' || v_total || ' failed');
@@ -852,7 +852,7 @@ BEGIN
         UPDATE device_gateway.rollouts
         SET state = 'paused', halted_wave = r.current_wave, updated_at = now(),
             reason = format('wave %s: %s of %s devices acknowledged, below the success criterion (%s%%)',
-                            r.current_wave, v_acked, v_total, round((r.success_share * 100)::numeric, 2))
+                            r.current_wave, v_acked, v_total, trim_scale(round((r.success_share * 100)::numeric, 2)))
         WHERE rollout_id = r.rollout_id;
         INSERT INTO device_gateway.rollout_events (rollout_id, kind, wave, actor, detail)
         VALUES (r.rollout_id, 'paused', r.current_wave, v_actor, v_acked || ' of ' || v_total || ' acknowledged');

@@ -1,8 +1,4 @@
-import {
-  isDeviceId,
-  validateNotifySettingsRequest,
-  validateRolloutCreateRequest,
-} from '@platform/contracts';
+import { isDeviceId, validateNotifySettingsRequest, validateRolloutCreateRequest } from '@platform/contracts';
 import { DomainError, mapDbError, requireValid, sqlState, type RouteDefinition } from '@platform/service-kit';
 import type { Request, RequestHandler } from 'express';
 import type { DeliveryState } from '../db/tables.js';
@@ -171,7 +167,10 @@ export function gatewayRoutes(service: GatewayService, auth: RequestHandler): Ro
 function settingsTooLarge(err: DocumentTooLargeError): DomainError {
   return new DomainError('settings_too_large', err.message, {
     errors: [
-      { path: '/settings', message: `must encode to at most ${err.limitBytes} bytes (is ${err.encodedBytes})` },
+      {
+        path: '/settings',
+        message: `must encode to at most ${err.limitBytes} bytes (is ${err.encodedBytes})`,
+      },
     ],
   });
 }

@@ -75,21 +75,29 @@ export class RolloutService {
   /**
    * `request` is valid (the edge checked it). Throws DocumentTooLargeError, NoTargetsError, RolloutOverlapError.
    */
-  async create(request: RolloutCreateRequest): Promise<{ rollout_id: string; targets: number; waves: number }> {
+  async create(
+    request: RolloutCreateRequest,
+  ): Promise<{ rollout_id: string; targets: number; waves: number }> {
     const assignment = this.options.state.prepareAssignment(LONGEST_DEVICE_ID, 'new', request.settings);
     const content = contentHash(
       settingsDocument(LONGEST_DEVICE_ID, 0, 'rollout', assignment.settings.value, assignment.settings),
     );
     const plan = request.plan;
-    const result: CreateResult = await createRollout(this.options.db, request.selector, assignment.settings.json, content, {
-      ...(plan.first_wave_count === undefined ? {} : { first_wave_count: plan.first_wave_count }),
-      ...(plan.first_wave_percent === undefined ? {} : { first_wave_percent: plan.first_wave_percent }),
-      growth_factor: plan.growth_factor ?? 2,
-      ...(plan.max_per_minute === undefined ? {} : { max_per_minute: plan.max_per_minute }),
-      success_share: plan.success_share,
-      abort_share: plan.abort_share,
-      deadline_s: plan.deadline_s,
-    });
+    const result: CreateResult = await createRollout(
+      this.options.db,
+      request.selector,
+      assignment.settings.json,
+      content,
+      {
+        ...(plan.first_wave_count === undefined ? {} : { first_wave_count: plan.first_wave_count }),
+        ...(plan.first_wave_percent === undefined ? {} : { first_wave_percent: plan.first_wave_percent }),
+        growth_factor: plan.growth_factor ?? 2,
+        ...(plan.max_per_minute === undefined ? {} : { max_per_minute: plan.max_per_minute }),
+        success_share: plan.success_share,
+        abort_share: plan.abort_share,
+        deadline_s: plan.deadline_s,
+      },
+    );
     if ('error' in result) throw new NoTargetsError();
     if ('conflict' in result) throw new RolloutOverlapError(result.conflict, result.devices);
     this.options.wake();
@@ -142,7 +150,10 @@ export class RolloutService {
   }
 
   /** Throws UnknownRolloutError, RolloutStateError. */
-  async control(rolloutId: string, action: RolloutAction): Promise<{ state: RolloutState; returned: number }> {
+  async control(
+    rolloutId: string,
+    action: RolloutAction,
+  ): Promise<{ state: RolloutState; returned: number }> {
     const result: ControlResult = await controlRollout(this.options.db, rolloutId, action);
     if ('conflict' in result)
       throw new RolloutStateError(

@@ -42,7 +42,11 @@ export type ControlResult =
   | { error: 'state'; state: RolloutState }
   | { conflict: string };
 
-export async function controlRollout(db: Db, rolloutId: string, action: RolloutAction): Promise<ControlResult> {
+export async function controlRollout(
+  db: Db,
+  rolloutId: string,
+  action: RolloutAction,
+): Promise<ControlResult> {
   const { rows } = await sql<{ r: ControlResult }>`
     SELECT device_gateway.rollout_control(${rolloutId}::uuid, ${action}) AS r`.execute(db);
   return rows[0]!.r;
