@@ -217,9 +217,7 @@ export function buildApp(deps: GatewayDeps): GatewayApp {
     db: deps.db,
     state,
     afterChange: syncHere,
-    wake: () => {
-      if (config.rollouts.driver) void driver.tick();
-    },
+    wake: () => driver.wake(),
   });
   const bus = config.cluster.enabled
     ? new ClusterBus({

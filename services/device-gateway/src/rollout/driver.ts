@@ -33,7 +33,8 @@ export interface DriverStats {
 export class RolloutDriver {
   private timer: NodeJS.Timeout | undefined;
   private ticking: Promise<void> | undefined;
-  private stopped = false;
+  /** Not ticking: before start() and after stop(). */
+  private stopped = true;
   private holder = false;
   private lastCounts = 0;
   readonly stats: DriverStats = { steps: 0, assigned: 0, failures: 0, terms: 0 };
@@ -65,7 +66,12 @@ export class RolloutDriver {
     });
   }
 
-  /** One tick now (tests, and the API after a change a driver should see at once). */
+  /** A tick soon, when this replica drives (started): a creation or resume need not wait for the next one. */
+  wake(): void {
+    if (!this.stopped && this.ticking === undefined) this.schedule(0);
+  }
+
+  /** One tick now, or the one under way. */
   tick(): Promise<void> {
     this.ticking ??= this.run().finally(() => (this.ticking = undefined));
     return this.ticking;
