@@ -143,7 +143,8 @@ export const rolloutCreateRequestSchema = {
       properties: {
         first_wave_count: { type: 'integer', minimum: 1, maximum: 10000000 },
         first_wave_percent: { type: 'number', exclusiveMinimum: 0, maximum: 100 },
-        growth_factor: { type: 'number', minimum: 1, maximum: 100, default: 2 },
+        // Default 2 (applied by the gateway; a schema default would make the derived type require it).
+        growth_factor: { type: 'number', minimum: 1, maximum: 100 },
         max_per_minute: { type: 'integer', minimum: 1, maximum: 100000000 },
         success_share: { type: 'number', minimum: 0, maximum: 1 },
         abort_share: { type: 'number', exclusiveMinimum: 0, maximum: 1 },

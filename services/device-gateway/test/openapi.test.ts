@@ -106,7 +106,8 @@ describe('openapi.yaml describes the management API exactly', () => {
     device_id: 'acme-hq-hvac-01',
     settings: { reporting_interval_s: path.length },
   });
-  const scenarios: Record<string, (path: string) => request.Test> = {
+  type Scenario = (path: string) => request.Test | Promise<request.Response>;
+  const scenarios: Record<string, Scenario> = {
     'get /api/health 200': (p) => request(gw.app.http).get(p),
     'get /api/ready 200': (p) => request(gw.app.http).get(p),
     'get /api/ready 503': (p) => request(unloaded.app.http).get(p),
@@ -196,7 +197,7 @@ describe('openapi.yaml describes the management API exactly', () => {
           ],
         ];
       }),
-    ) as Record<string, (path: string) => request.Test>),
+    ) as Record<string, Scenario>),
     'post notify 415': (p) =>
       request(gw.app.http).post(p).set('Authorization', key).set('Content-Type', 'text/plain').send('x'),
   };

@@ -54,7 +54,7 @@ async function targets(id: unknown) {
     outcome: string | null;
     outcome_reason: string | null;
   }>`SELECT device_id, wave, notified_at IS NOT NULL AS notified, outcome, outcome_reason
-     FROM device_gateway.rollout_targets WHERE rollout_id = ${id as string} ORDER BY position`.execute(owner);
+     FROM device_gateway.rollout_targets WHERE rollout_id = ${id} ORDER BY position`.execute(owner);
   return rows;
 }
 
@@ -123,9 +123,7 @@ describe('rollout_create', () => {
     expect(new Set(t.map((x) => x.device_id))).toEqual(
       new Set(['ro-00', 'ro-02', 'ro-04', 'ro-06', 'ro-08']),
     );
-    await sql`SELECT device_gateway.rollout_control(${r.rollout_id as string}::uuid, 'cancel')`.execute(
-      login,
-    );
+    await sql`SELECT device_gateway.rollout_control(${r.rollout_id}::uuid, 'cancel')`.execute(login);
   });
 
   it('refuses an overlap with an open rollout, naming it, and finds no targets as such', async () => {
@@ -133,9 +131,7 @@ describe('rollout_create', () => {
     const second = await create({ site_ids: [SITE], models: ['meter'] }, plan());
     expect(second).toEqual({ conflict: first.rollout_id, devices: 2 });
     expect(await create({ device_ids: ['nope'] }, plan())).toEqual({ error: 'no_targets' });
-    await sql`SELECT device_gateway.rollout_control(${first.rollout_id as string}::uuid, 'cancel')`.execute(
-      login,
-    );
+    await sql`SELECT device_gateway.rollout_control(${first.rollout_id}::uuid, 'cancel')`.execute(login);
     expect(await create({ site_ids: [SITE], models: ['meter'] }, plan())).toHaveProperty('targets', 5);
     const { rows } = await sql<{ id: string }>`
       SELECT rollout_id::text AS id FROM device_gateway.rollouts WHERE state = 'active'`.execute(owner);

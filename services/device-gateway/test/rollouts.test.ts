@@ -120,8 +120,9 @@ function observeLibcoap(replica: Replica, deviceId: string): Observer {
   const observer: Observer = {
     deviceId,
     docs: () => docs,
-    close: async () => {
+    close: () => {
       child.kill('SIGKILL');
+      return Promise.resolve();
     },
   };
   observers.push(observer);
@@ -296,7 +297,7 @@ describe('the API refuses what it cannot do', () => {
       plan: { first_wave_count: 1, success_share: 1, abort_share: 1, deadline_s: 10 },
     });
     expect(none.status).toBe(400);
-    expect(none.body.errors).toEqual([{ path: '/selector', message: expect.any(String) as string }]);
+    expect(none.body.errors).toMatchObject([{ path: '/selector' }]);
     expect((await api(b, 'GET', '/api/rollouts/not-a-uuid')).body.code).toBe('unknown_rollout');
     const unknown = await api(b, 'POST', '/api/rollouts/00000000-0000-4000-8000-000000000000/rollback', {});
     expect(unknown.status).toBe(404);
