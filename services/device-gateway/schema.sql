@@ -344,7 +344,7 @@ CREATE INDEX device_registry_site_id_idx ON device_gateway.device_registry USING
 CREATE INDEX rollout_assignments_seq_idx ON device_gateway.rollout_assignments USING btree (seq)
 CREATE INDEX rollout_events_rollout_idx ON device_gateway.rollout_events USING btree (rollout_id, event_id)
 CREATE INDEX rollout_targets_device_idx ON device_gateway.rollout_targets USING btree (device_id)
-CREATE INDEX rollout_targets_wave_idx ON device_gateway.rollout_targets USING btree (rollout_id, wave, "position")
+CREATE INDEX rollout_targets_open_idx ON device_gateway.rollout_targets USING btree (rollout_id, wave, "position") WHERE (outcome IS NULL)
 CREATE INDEX rollouts_open_idx ON device_gateway.rollouts USING btree (seq) WHERE (state = ANY (ARRAY['active'::text, 'paused'::text]))
 CREATE UNIQUE INDEX bus_overrides_pkey ON device_gateway.bus_overrides USING btree (device_id)
 CREATE UNIQUE INDEX device_credentials_pkey ON device_gateway.device_credentials USING btree (credential_id)
