@@ -168,8 +168,8 @@ describe('the driver', () => {
       .set({ enabled: false })
       .where('device_id', '=', disabled)
       .execute();
+    // The disabled device is skipped, not assigned.
     expect(await step(A)).toMatchObject({ assigned: 5 });
-    // The disabled device was not assigned; the next step marks it skipped.
     expect(await step(A)).toMatchObject({ assigned: 0 });
     t = await targets(id);
     expect(t.filter((x) => x.wave === 1).every((x) => x.outcome === 'acknowledged')).toBe(true);
@@ -177,17 +177,28 @@ describe('the driver', () => {
       outcome: 'skipped',
       outcome_reason: 'disabled',
     });
-    // Wave 2: three of five acknowledge, two never do: at the deadline 2 of 5 failed, below the 50 % abort
-    // share; 3 of 5 acknowledged meets the 50 % success share: wave 3 starts.
+    // Wave 2: three of five acknowledge, two never do, and one of those leaves the registry after it was
+    // notified: at the deadline it is skipped, the other failed (1 of 4, below the 50 % abort share); 3 of 4
+    // acknowledged meets the 50 % success share: wave 3 starts.
     const wave2 = t.filter((x) => x.wave === 2 && x.outcome === null).map((x) => x.device_id);
     await acknowledge(wave2.slice(0, 3));
+    const leaving = await owner
+      .deleteFrom('device_gateway.device_registry')
+      .where('device_id', '=', wave2[4]!)
+      .returningAll()
+      .executeTakeFirstOrThrow();
     await new Promise((res) => setTimeout(res, 1100));
     expect(await step(A)).toMatchObject({ assigned: 2 });
     t = await targets(id);
-    expect(t.filter((x) => x.outcome === 'failed').map((x) => x.outcome_reason)).toEqual([
-      'no_relation',
-      'no_relation',
-    ]);
+    expect(t.filter((x) => x.outcome === 'failed').map((x) => x.outcome_reason)).toEqual(['no_relation']);
+    expect(t.find((x) => x.device_id === wave2[4])).toMatchObject({
+      outcome: 'skipped',
+      outcome_reason: 'left_registry',
+    });
+    await owner
+      .insertInto('device_gateway.device_registry')
+      .values({ ...leaving, desired_settings: JSON.stringify(leaving.desired_settings) })
+      .execute();
     // Wave 3: both silent: 2 of 2 failed, the rollout pauses itself with the reason.
     await new Promise((res) => setTimeout(res, 1100));
     await step(A);

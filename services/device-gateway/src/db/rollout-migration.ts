@@ -319,6 +319,7 @@ DECLARE
   v_acked integer;
   v_failed integer;
   v_left integer;
+  v_timed_out integer;
   v_actor text;
 BEGIN
   SELECT * INTO d FROM device_gateway.rollout_driver FOR UPDATE;
@@ -330,39 +331,43 @@ BEGIN
   LOOP
     v_open := v_open + 1;
     CONTINUE WHEN r.state <> 'active';
-    -- Devices of this wave that left the registry or were disabled: skipped, not failed.
-    UPDATE device_gateway.rollout_targets t
-    SET outcome = 'skipped', outcome_reason = CASE WHEN reg.device_id IS NULL THEN 'left_registry' ELSE 'disabled' END,
-        outcome_at = now()
-    FROM device_gateway.rollout_targets x
-    LEFT JOIN device_gateway.device_registry reg ON reg.device_id = x.device_id
-    WHERE x.rollout_id = r.rollout_id AND x.wave = r.current_wave AND x.outcome IS NULL
-      AND (reg.device_id IS NULL OR NOT reg.enabled)
-      AND t.rollout_id = x.rollout_id AND t.device_id = x.device_id;
     -- Acknowledged: the delivery record holds this rollout's content as the device's acknowledged content.
     UPDATE device_gateway.rollout_targets t
     SET outcome = 'acknowledged', outcome_reason = 'acknowledged', outcome_at = now()
     FROM device_gateway.device_delivery dd
     WHERE t.rollout_id = r.rollout_id AND t.wave = r.current_wave AND t.outcome IS NULL
       AND t.notified_at IS NOT NULL AND dd.device_id = t.device_id AND dd.acked_content = r.content;
-    -- Failed: not acknowledged within the deadline; why, as far as the record tells.
+    -- Not acknowledged within the deadline: skipped when the device left the registry or was disabled since,
+    -- else failed, with why as far as the record tells.
     UPDATE device_gateway.rollout_targets t
-    SET outcome = 'failed', outcome_at = now(),
+    SET outcome = CASE WHEN reg.device_id IS NULL OR NOT reg.enabled THEN 'skipped' ELSE 'failed' END,
+        outcome_at = now(),
         outcome_reason = CASE
+          WHEN reg.device_id IS NULL THEN 'left_registry'
+          WHEN NOT reg.enabled THEN 'disabled'
           WHEN dd.device_id IS NULL OR cardinality(dd.observed_by) = 0 THEN 'no_relation'
           WHEN dd.sent_content = r.content THEN 'not_acknowledged'
           ELSE 'not_sent' END
     FROM device_gateway.rollout_targets x
     LEFT JOIN device_gateway.device_delivery dd ON dd.device_id = x.device_id
+    LEFT JOIN device_gateway.device_registry reg ON reg.device_id = x.device_id
     WHERE x.rollout_id = r.rollout_id AND x.wave = r.current_wave AND x.outcome IS NULL
       AND x.notified_at < now() - r.deadline_s * interval '1 second'
       AND t.rollout_id = x.rollout_id AND t.device_id = x.device_id;
-    SELECT count(*) FILTER (WHERE outcome IS DISTINCT FROM 'skipped'),
-           count(*) FILTER (WHERE outcome = 'acknowledged'),
-           count(*) FILTER (WHERE outcome = 'failed'),
-           count(*) FILTER (WHERE outcome IS NULL)
-    INTO v_total, v_acked, v_failed, v_left
-    FROM device_gateway.rollout_targets WHERE rollout_id = r.rollout_id AND wave = r.current_wave;
+    GET DIAGNOSTICS v_timed_out = ROW_COUNT;
+    -- The wave's open targets (the partial index), every tick; the whole wave's counts only when they can
+    -- decide something: a target timed out (the abort criterion), or none is open (the wave is over).
+    SELECT count(*) INTO v_left FROM device_gateway.rollout_targets
+    WHERE rollout_id = r.rollout_id AND wave = r.current_wave AND outcome IS NULL;
+    IF v_timed_out > 0 OR v_left = 0 THEN
+      SELECT count(*) FILTER (WHERE outcome IS DISTINCT FROM 'skipped'),
+             count(*) FILTER (WHERE outcome = 'acknowledged'),
+             count(*) FILTER (WHERE outcome = 'failed')
+      INTO v_total, v_acked, v_failed
+      FROM device_gateway.rollout_targets WHERE rollout_id = r.rollout_id AND wave = r.current_wave;
+    ELSE
+      v_failed := 0;
+    END IF;
     -- The abort criterion, as soon as it is met (failures only grow): paused for a human, with the reason.
     IF r.accepted_wave IS DISTINCT FROM r.current_wave AND v_failed > 0 AND v_failed >= r.abort_share * v_total THEN
       UPDATE device_gateway.rollouts
@@ -416,20 +421,27 @@ BEGIN
     v_assigned := 0;
     IF v_allow > 0 THEN
       WITH next AS (
-        -- A device that left the registry or was disabled is not assigned (the next step marks it skipped).
-        SELECT t.device_id FROM device_gateway.rollout_targets t
-        JOIN device_gateway.device_registry reg ON reg.device_id = t.device_id AND reg.enabled
+        -- The next devices of the wave in order; one that left the registry or was disabled is skipped here,
+        -- not notified.
+        SELECT t.device_id, coalesce(reg.enabled, false) AS ok,
+               CASE WHEN reg.device_id IS NULL THEN 'left_registry' ELSE 'disabled' END AS why
+        FROM device_gateway.rollout_targets t
+        LEFT JOIN device_gateway.device_registry reg ON reg.device_id = t.device_id
         WHERE t.rollout_id = r.rollout_id AND t.wave = r.current_wave AND t.notified_at IS NULL
           AND t.outcome IS NULL
         ORDER BY t.position LIMIT v_allow
       ), marked AS (
-        UPDATE device_gateway.rollout_targets t SET notified_at = now()
+        UPDATE device_gateway.rollout_targets t
+        SET notified_at = CASE WHEN next.ok THEN now() END,
+            outcome = CASE WHEN next.ok THEN NULL ELSE 'skipped' END,
+            outcome_reason = CASE WHEN next.ok THEN NULL ELSE next.why END,
+            outcome_at = CASE WHEN next.ok THEN NULL ELSE now() END
         FROM next WHERE t.rollout_id = r.rollout_id AND t.device_id = next.device_id
-        RETURNING t.device_id
+        RETURNING t.device_id, next.ok
       )
       INSERT INTO device_gateway.rollout_assignments AS a (device_id, rollout_id, settings, seq, assigned_at)
       SELECT m.device_id, r.rollout_id, r.settings, nextval('device_gateway.rollout_assignment_seq'), now()
-      FROM marked m
+      FROM marked m WHERE m.ok
       ON CONFLICT (device_id) DO UPDATE SET rollout_id = excluded.rollout_id, settings = excluded.settings,
         seq = excluded.seq, assigned_at = excluded.assigned_at;
       GET DIAGNOSTICS v_assigned = ROW_COUNT;
