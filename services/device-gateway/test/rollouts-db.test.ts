@@ -34,9 +34,9 @@ async function create(selector: unknown, p: unknown): Promise<Record<string, unk
   return rows[0]!.r;
 }
 
-async function step(replica: string, max = 1000): Promise<Record<string, unknown>> {
+async function step(replica: string, max = 1000, judge = true): Promise<Record<string, unknown>> {
   const { rows } = await sql<{ r: Record<string, unknown> }>`
-    SELECT device_gateway.rollout_step(${replica}, ${max}) AS r`.execute(login);
+    SELECT device_gateway.rollout_step(${replica}, ${max}, ${judge}) AS r`.execute(login);
   return rows[0]!.r;
 }
 

@@ -37,6 +37,8 @@ export class RolloutDriver {
   private stopped = true;
   private holder = false;
   private lastCounts = 0;
+  /** The last step assigned a full batch: the next one follows at once. */
+  private busy = false;
   readonly stats: DriverStats = { steps: 0, assigned: 0, failures: 0, terms: 0 };
   /** Open rollouts by state (and aborted), as the driver last read them; empty on other replicas. */
   counts: { state: RolloutState; aborted: boolean; n: number }[] = [];
@@ -85,7 +87,6 @@ export class RolloutDriver {
   }
 
   private async run(): Promise<void> {
-    let busy = false;
     const { db, replica, logger } = this.options;
     try {
       const held = await takeLease(db, replica, this.options.leaseMs);
@@ -100,11 +101,13 @@ export class RolloutDriver {
         this.counts = [];
         return;
       }
-      const result = await step(db, replica, this.options.maxAssign);
+      // The steps of a busy streak (a full batch assigned, the next step at once) only assign; the step after
+      // it, a tick later, reads the outcomes.
+      const result = await step(db, replica, this.options.maxAssign, !this.busy);
       this.stats.steps++;
       const assigned = result.assigned ?? 0;
       this.stats.assigned += assigned;
-      busy = assigned >= this.options.maxAssign;
+      this.busy = assigned >= this.options.maxAssign;
       if (assigned > 0) this.options.onAssigned?.();
       if (Date.now() - this.lastCounts >= 5000 || assigned > 0) {
         this.lastCounts = Date.now();
@@ -112,9 +115,10 @@ export class RolloutDriver {
       }
     } catch (err) {
       this.stats.failures++;
+      this.busy = false;
       logger.warn('rollout driver: step failed; retrying at the next tick', { error: errorMessage(err) });
     } finally {
-      this.schedule(busy ? 0 : this.options.stepMs);
+      this.schedule(this.busy ? 0 : this.options.stepMs);
     }
   }
 }

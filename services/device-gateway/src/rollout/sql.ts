@@ -69,9 +69,10 @@ export interface StepResult {
   term?: number;
 }
 
-export async function step(db: Db, replica: string, maxAssign: number): Promise<StepResult> {
+/** `judge`: read outcomes from the delivery record in this step (not within a busy streak, design §3.9). */
+export async function step(db: Db, replica: string, maxAssign: number, judge: boolean): Promise<StepResult> {
   const { rows } = await sql<{ r: StepResult }>`
-    SELECT device_gateway.rollout_step(${replica}, ${maxAssign}) AS r`.execute(db);
+    SELECT device_gateway.rollout_step(${replica}, ${maxAssign}, ${judge}) AS r`.execute(db);
   return rows[0]!.r;
 }
 
