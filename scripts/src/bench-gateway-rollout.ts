@@ -49,23 +49,35 @@ export interface RolloutBenchDeps {
 const ROLLOUT_SITE = 'a1000000-0000-4000-8000-000000000001';
 const OTHER_SITE = 'a1000000-0000-4000-8000-0000000000ff';
 
-/** CPU ms (user + system) of every process whose parent is `pid` (PostgreSQL's backends), from /proc. */
-function childrenCpuMs(pid: number | undefined): number {
-  if (pid === undefined) return NaN;
-  let ticks = 0;
+/**
+ * CPU ms (user + system) of PostgreSQL's processes (children of the postmaster `pid`), from /proc: the backends
+ * of the gateway's login, and the rest (autovacuum, WAL writer, checkpointer, the benchmark's owner session).
+ */
+function pgCpuMs(pid: number | undefined): { login: number; other: number } {
+  if (pid === undefined) return { login: NaN, other: NaN };
+  let login = 0;
+  let other = 0;
   for (const entry of readdirSync('/proc')) {
     if (!/^\d+$/.test(entry)) continue;
     try {
       const stat = readFileSync(`/proc/${entry}/stat`, 'utf8');
       const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
       // After the command: state(0) ppid(1) … utime(11) stime(12), in clock ticks (100 a second).
-      if (Number(fields[1]) === pid) ticks += Number(fields[11]) + Number(fields[12]);
+      if (Number(fields[1]) !== pid) continue;
+      const ms = (Number(fields[11]) + Number(fields[12])) * 10;
+      if (readFileSync(`/proc/${entry}/cmdline`, 'latin1').includes('device_gateway_login')) login += ms;
+      else other += ms;
     } catch {
       // The process ended meanwhile.
     }
   }
-  return ticks * 10;
+  return { login, other };
 }
+
+const pgSince = (pid: number | undefined, p0: { login: number; other: number }) => {
+  const p1 = pgCpuMs(pid);
+  return { login: p1.login - p0.login, other: p1.other - p0.other };
+};
 
 export async function benchRollout(deps: RolloutBenchDeps): Promise<void> {
   const { url, owner, n } = deps;
@@ -85,14 +97,14 @@ export async function benchRollout(deps: RolloutBenchDeps): Promise<void> {
     owner,
   );
   let c0 = await cpu();
-  let p0 = childrenCpuMs(deps.pgPid);
+  let p0 = pgCpuMs(deps.pgPid);
   let t0 = performance.now();
   await child.ask({ cmd: 'reload' });
   await obs.settle();
   const reload = {
     seconds: (obs.lastAt - t0) / 1000,
     cpuMs: (await cpu()) - c0,
-    pgCpuMs: childrenCpuMs(deps.pgPid) - p0,
+    pg: pgSince(deps.pgPid, p0),
     got: obs.deliveredCount,
     dup: obs.duplicates,
   };
@@ -109,7 +121,7 @@ export async function benchRollout(deps: RolloutBenchDeps): Promise<void> {
   };
   obs.mark(300);
   c0 = await cpu();
-  p0 = childrenCpuMs(deps.pgPid);
+  p0 = pgCpuMs(deps.pgPid);
   t0 = performance.now();
   const created = await api('POST', '/api/rollouts', {
     selector: { site_ids: [ROLLOUT_SITE] },
@@ -133,7 +145,7 @@ export async function benchRollout(deps: RolloutBenchDeps): Promise<void> {
   }
   const doneAt = performance.now();
   const rolloutCpuMs = (await cpu()) - c0;
-  const rolloutPgCpuMs = childrenCpuMs(deps.pgPid) - p0;
+  const rolloutPg = pgSince(deps.pgPid, p0);
   const view = await api('GET', `/api/rollouts/${id}`);
   await obs.settle(1000, 3500);
   const rollout = {
@@ -143,7 +155,7 @@ export async function benchRollout(deps: RolloutBenchDeps): Promise<void> {
     seconds: (doneAt - t0) / 1000,
     sendSeconds: (obs.lastAt - t0) / 1000,
     cpuMs: rolloutCpuMs,
-    pgCpuMs: rolloutPgCpuMs,
+    pg: rolloutPg,
     got: obs.deliveredCount,
     dup: obs.duplicates,
     totals: view.totals as Record<string, number>,
@@ -212,13 +224,13 @@ export async function benchRollout(deps: RolloutBenchDeps): Promise<void> {
     `\n== staged rollout to ${n} CON observers (design §3.9) — load average ${loadavg()[0]!.toFixed(2)} ==`,
   );
   console.log(
-    `plain reload fan-out: ${f(reload.got)} delivered (${reload.dup} duplicated) in ${f(reload.seconds, 2)} s; gateway CPU ${f(reload.cpuMs)} ms, PostgreSQL CPU ${f(reload.pgCpuMs)} ms`,
+    `plain reload fan-out: ${f(reload.got)} delivered (${reload.dup} duplicated) in ${f(reload.seconds, 2)} s; gateway CPU ${f(reload.cpuMs)} ms, PostgreSQL CPU ${f(reload.pg.login)} ms in the gateway's sessions + ${f(reload.pg.other)} ms other (autovacuum, WAL, checkpoints)`,
   );
   console.log(
     `rollout, unlimited rate, ${rollout.waves} waves (10 % ×3): ${rollout.state} in ${f(rollout.seconds, 2)} s (last notification at ${f(rollout.sendSeconds, 2)} s); ${f(rollout.got)} delivered (${rollout.dup} duplicated), totals ${JSON.stringify(rollout.totals)}`,
   );
   console.log(
-    `  gateway CPU ${f(rollout.cpuMs)} ms (${(rollout.cpuMs / reload.cpuMs).toFixed(2)}x the reload fan-out's), PostgreSQL CPU ${f(rollout.pgCpuMs)} ms (${(rollout.pgCpuMs / Math.max(1, reload.pgCpuMs)).toFixed(2)}x)`,
+    `  gateway CPU ${f(rollout.cpuMs)} ms (${(rollout.cpuMs / reload.cpuMs).toFixed(2)}x the reload fan-out's), PostgreSQL CPU ${f(rollout.pg.login)} ms in the gateway's sessions (${(rollout.pg.login / Math.max(1, reload.pg.login)).toFixed(2)}x) + ${f(rollout.pg.other)} ms other`,
   );
   console.log(
     `notify → device 0, open loop 1,000/s for 5 s: p99 ${f(before.p99, 3)} ms without a rollout, ${f(during.p99, 3)} ms with one running at 1,000 devices/s (${progressed.notified ?? 0} notified by then), ${f(after.p99, 3)} ms after; p50 ${f(before.p50, 3)} / ${f(during.p50, 3)} / ${f(after.p50, 3)} ms; samples ${before.seen}/${during.seen}/${after.seen}`,
