@@ -692,7 +692,7 @@ async function main(): Promise<void> {
         pgPid: pg.pid,
         n: Math.max(...SIZES),
         startChild,
-        stopChild: stopChild as (child: never) => Promise<void>,
+        stopChild,
         observers: (port, n) => new Observers(port, n),
       });
       await owner.destroy();
