@@ -88,8 +88,11 @@ async function gateway(): Promise<void> {
   await app.coap.listen(0, '127.0.0.1');
   const server = app.http.listen(0, '127.0.0.1');
   await new Promise((r) => server.once('listening', r));
+  await app.rollouts.assignments.sync();
   await app.service.reload();
   app.delivery?.start();
+  // BENCH_ROLLOUT=true: this child drives rollouts (design §3.9); the rollout benchmark creates them over HTTP.
+  if (process.env.BENCH_ROLLOUT === 'true') app.rollouts.driver.start();
   observers = () => app.coap.observerCount;
   process.on('message', (m: Command) => {
     void (async () => {

@@ -11,6 +11,7 @@ import { sql } from 'kysely';
 import { dtlsFanout, dtlsLatency, issueBenchKeys } from './bench-gateway-dtls.js';
 import { runDtlsBench } from './bench-dtls.js';
 import { benchDeviceReads } from './bench-gateway-devices.js';
+import { benchRollout } from './bench-gateway-rollout.js';
 import { benchNodeArgs } from './lib/node-args.js';
 import { openLoop } from './lib/open-loop.js';
 import { RawHttpClient } from './lib/raw-http-client.js';
@@ -23,6 +24,9 @@ const ONLY_NOTIFY = process.env.BENCH_ONLY === 'notify';
 // BENCH_ONLY=delivery: only the delivery record's figures (design §3.8): the largest fan-out with recording on
 // and off in ABBA order (on, off, off, on), then on-call's reads; the node-coap, notify and DTLS parts skipped.
 const ONLY_DELIVERY = process.env.BENCH_ONLY === 'delivery';
+// BENCH_ONLY=rollout: staged rollouts (design §3.9, bench-gateway-rollout.ts): the largest size's reload fan-out,
+// a rollout to the same observers at an unlimited rate, and notify p99 with and without a running rollout.
+const ONLY_ROLLOUT = process.env.BENCH_ONLY === 'rollout';
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 1);
 const ROWS = ONLY_NOTIFY ? 1000 : Math.max(...SIZES);
 // Many sockets: real devices are one endpoint each, and the gateway caps relations per endpoint (256).
@@ -693,6 +697,19 @@ async function main(): Promise<void> {
         });
       printDelivery(n, runs);
       await benchDeviceReads(url, owner, deviceId, ROWS);
+      await owner.destroy();
+      return;
+    }
+    if (ONLY_ROLLOUT) {
+      await benchRollout({
+        url,
+        owner,
+        pgPid: pg.pid,
+        n: Math.max(...SIZES),
+        startChild,
+        stopChild,
+        observers: (port, n) => new Observers(port, n),
+      });
       await owner.destroy();
       return;
     }

@@ -9,14 +9,19 @@ device_gateway_login LOGIN NOINHERIT
 -- schemas (1)
 device_gateway OWNER <migrator> ACL <migrator>:CREATE,<migrator>:USAGE,device_gateway_login:USAGE COMMENT -
 
--- tables and views (5)
+-- tables and views (10)
 r device_gateway.bus_overrides RLS false FORCE false OWNER <migrator> OPTIONS - ACL <migrator>:DELETE,<migrator>:INSERT,<migrator>:MAINTAIN,<migrator>:REFERENCES,<migrator>:SELECT,<migrator>:TRIGGER,<migrator>:TRUNCATE,<migrator>:UPDATE,device_gateway_login:SELECT COMMENT -
 r device_gateway.device_credentials RLS false FORCE false OWNER <migrator> OPTIONS - ACL <migrator>:DELETE,<migrator>:INSERT,<migrator>:MAINTAIN,<migrator>:REFERENCES,<migrator>:SELECT,<migrator>:TRIGGER,<migrator>:TRUNCATE,<migrator>:UPDATE,device_gateway_login:SELECT COMMENT -
 r device_gateway.device_delivery RLS false FORCE false OWNER <migrator> OPTIONS - ACL <migrator>:DELETE,<migrator>:INSERT,<migrator>:MAINTAIN,<migrator>:REFERENCES,<migrator>:SELECT,<migrator>:TRIGGER,<migrator>:TRUNCATE,<migrator>:UPDATE,device_gateway_login:SELECT COMMENT -
 r device_gateway.device_registry RLS false FORCE false OWNER <migrator> OPTIONS - ACL <migrator>:DELETE,<migrator>:INSERT,<migrator>:MAINTAIN,<migrator>:REFERENCES,<migrator>:SELECT,<migrator>:TRIGGER,<migrator>:TRUNCATE,<migrator>:UPDATE,device_gateway_login:SELECT COMMENT -
 r device_gateway.inspect_answers RLS false FORCE false OWNER <migrator> OPTIONS - ACL <migrator>:DELETE,<migrator>:INSERT,<migrator>:MAINTAIN,<migrator>:REFERENCES,<migrator>:SELECT,<migrator>:TRIGGER,<migrator>:TRUNCATE,<migrator>:UPDATE,device_gateway_login:SELECT COMMENT -
+r device_gateway.rollout_assignments RLS false FORCE false OWNER <migrator> OPTIONS - ACL <migrator>:DELETE,<migrator>:INSERT,<migrator>:MAINTAIN,<migrator>:REFERENCES,<migrator>:SELECT,<migrator>:TRIGGER,<migrator>:TRUNCATE,<migrator>:UPDATE,device_gateway_login:SELECT COMMENT -
+r device_gateway.rollout_driver RLS false FORCE false OWNER <migrator> OPTIONS - ACL <migrator>:DELETE,<migrator>:INSERT,<migrator>:MAINTAIN,<migrator>:REFERENCES,<migrator>:SELECT,<migrator>:TRIGGER,<migrator>:TRUNCATE,<migrator>:UPDATE,device_gateway_login:SELECT COMMENT -
+r device_gateway.rollout_events RLS false FORCE false OWNER <migrator> OPTIONS - ACL <migrator>:DELETE,<migrator>:INSERT,<migrator>:MAINTAIN,<migrator>:REFERENCES,<migrator>:SELECT,<migrator>:TRIGGER,<migrator>:TRUNCATE,<migrator>:UPDATE,device_gateway_login:SELECT COMMENT -
+r device_gateway.rollout_targets RLS false FORCE false OWNER <migrator> OPTIONS - ACL <migrator>:DELETE,<migrator>:INSERT,<migrator>:MAINTAIN,<migrator>:REFERENCES,<migrator>:SELECT,<migrator>:TRIGGER,<migrator>:TRUNCATE,<migrator>:UPDATE,device_gateway_login:SELECT COMMENT -
+r device_gateway.rollouts RLS false FORCE false OWNER <migrator> OPTIONS - ACL <migrator>:DELETE,<migrator>:INSERT,<migrator>:MAINTAIN,<migrator>:REFERENCES,<migrator>:SELECT,<migrator>:TRIGGER,<migrator>:TRUNCATE,<migrator>:UPDATE,device_gateway_login:SELECT COMMENT -
 
--- columns (45)
+-- columns (95)
 device_gateway.bus_overrides.device_id text NOT NULL COMMENT -
 
 device_gateway.bus_overrides.origin text NOT NULL COLLATE "C" COMMENT -
@@ -113,7 +118,107 @@ device_gateway.inspect_answers.query_id uuid NOT NULL COMMENT -
 
 device_gateway.inspect_answers.replica text NOT NULL COMMENT -
 
--- constraints (52)
+device_gateway.rollout_assignments.assigned_at timestamp with time zone NOT NULL DEFAULT now() COMMENT -
+
+device_gateway.rollout_assignments.device_id text NOT NULL COMMENT -
+
+device_gateway.rollout_assignments.rollout_id uuid NOT NULL COMMENT -
+
+device_gateway.rollout_assignments.seq bigint NOT NULL COMMENT -
+
+device_gateway.rollout_assignments.settings jsonb COMMENT -
+
+device_gateway.rollout_driver.expires_at timestamp with time zone COMMENT -
+
+device_gateway.rollout_driver.holder text COMMENT -
+
+device_gateway.rollout_driver.id boolean NOT NULL DEFAULT true COMMENT -
+
+device_gateway.rollout_driver.term bigint NOT NULL DEFAULT 0 COMMENT -
+
+device_gateway.rollout_events.actor text NOT NULL COMMENT -
+
+device_gateway.rollout_events.at timestamp with time zone NOT NULL DEFAULT clock_timestamp() COMMENT -
+
+device_gateway.rollout_events.detail text COMMENT -
+
+device_gateway.rollout_events.event_id bigint NOT NULL IDENTITY a COMMENT -
+
+device_gateway.rollout_events.kind text NOT NULL COMMENT -
+
+device_gateway.rollout_events.rollout_id uuid NOT NULL COMMENT -
+
+device_gateway.rollout_events.wave integer COMMENT -
+
+device_gateway.rollout_targets.device_id text NOT NULL COMMENT -
+
+device_gateway.rollout_targets.notified_at timestamp with time zone COMMENT -
+
+device_gateway.rollout_targets.outcome text COMMENT -
+
+device_gateway.rollout_targets.outcome_at timestamp with time zone COMMENT -
+
+device_gateway.rollout_targets.outcome_reason text COMMENT -
+
+device_gateway.rollout_targets.position integer NOT NULL COMMENT -
+
+device_gateway.rollout_targets.prev_rollout_id uuid COMMENT -
+
+device_gateway.rollout_targets.prev_settings jsonb NOT NULL COMMENT -
+
+device_gateway.rollout_targets.rollout_id uuid NOT NULL COMMENT -
+
+device_gateway.rollout_targets.wave integer NOT NULL COMMENT -
+
+device_gateway.rollouts.abort_share double precision NOT NULL COMMENT -
+
+device_gateway.rollouts.aborted boolean NOT NULL DEFAULT false COMMENT -
+
+device_gateway.rollouts.accepted_wave integer COMMENT -
+
+device_gateway.rollouts.content text NOT NULL COMMENT -
+
+device_gateway.rollouts.created_at timestamp with time zone NOT NULL DEFAULT now() COMMENT -
+
+device_gateway.rollouts.current_wave integer NOT NULL DEFAULT 1 COMMENT -
+
+device_gateway.rollouts.deadline_s integer NOT NULL COMMENT -
+
+device_gateway.rollouts.first_wave_count integer COMMENT -
+
+device_gateway.rollouts.first_wave_percent double precision COMMENT -
+
+device_gateway.rollouts.growth_factor double precision NOT NULL COMMENT -
+
+device_gateway.rollouts.halted_wave integer COMMENT -
+
+device_gateway.rollouts.max_per_minute integer COMMENT -
+
+device_gateway.rollouts.reason text COMMENT -
+
+device_gateway.rollouts.rollout_id uuid NOT NULL DEFAULT gen_random_uuid() COMMENT -
+
+device_gateway.rollouts.selector jsonb NOT NULL COMMENT -
+
+device_gateway.rollouts.seq bigint NOT NULL IDENTITY a COMMENT -
+
+device_gateway.rollouts.settings jsonb NOT NULL COMMENT -
+
+device_gateway.rollouts.state text NOT NULL COMMENT -
+
+device_gateway.rollouts.success_share double precision NOT NULL COMMENT -
+
+device_gateway.rollouts.targets integer NOT NULL COMMENT -
+
+device_gateway.rollouts.tokens double precision NOT NULL DEFAULT 0 COMMENT -
+
+device_gateway.rollouts.tokens_at timestamp with time zone COMMENT -
+
+device_gateway.rollouts.updated_at timestamp with time zone NOT NULL DEFAULT now() COMMENT -
+
+device_gateway.rollouts.waves integer NOT NULL COMMENT -
+
+-- constraints (113)
 device_gateway.bus_overrides bus_overrides_device_id_check CHECK ((device_id ~ '^[A-Za-z0-9._:-]{1,128}$'::text))
 device_gateway.bus_overrides bus_overrides_device_id_not_null NOT NULL device_id
 device_gateway.bus_overrides bus_overrides_origin_check CHECK ((origin ~ '^[A-Za-z0-9._:-]{1,64}$'::text))
@@ -139,7 +244,7 @@ device_gateway.device_credentials device_credentials_psk_key_not_null NOT NULL p
 device_gateway.device_credentials device_credentials_window CHECK (((not_after IS NULL) OR (not_after > not_before)))
 device_gateway.device_delivery device_delivery_acked_transport_check CHECK ((acked_transport = ANY (ARRAY['plain'::text, 'dtls'::text])))
 device_gateway.device_delivery device_delivery_desired_at_not_null NOT NULL desired_at
-device_gateway.device_delivery device_delivery_desired_source_check CHECK ((desired_source = ANY (ARRAY['registry'::text, 'override'::text])))
+device_gateway.device_delivery device_delivery_desired_source_check CHECK ((desired_source = ANY (ARRAY['registry'::text, 'override'::text, 'rollout'::text])))
 device_gateway.device_delivery device_delivery_device_id_fkey FOREIGN KEY (device_id) REFERENCES device_gateway.device_registry(device_id) ON DELETE CASCADE
 device_gateway.device_delivery device_delivery_device_id_not_null NOT NULL device_id
 device_gateway.device_delivery device_delivery_observed_by_not_null NOT NULL observed_by
@@ -166,8 +271,69 @@ device_gateway.inspect_answers inspect_answers_pkey PRIMARY KEY (query_id, repli
 device_gateway.inspect_answers inspect_answers_query_id_not_null NOT NULL query_id
 device_gateway.inspect_answers inspect_answers_replica_check CHECK ((replica ~ '^[0-9a-f]{16}$'::text))
 device_gateway.inspect_answers inspect_answers_replica_not_null NOT NULL replica
+device_gateway.rollout_assignments rollout_assignments_assigned_at_not_null NOT NULL assigned_at
+device_gateway.rollout_assignments rollout_assignments_device_id_not_null NOT NULL device_id
+device_gateway.rollout_assignments rollout_assignments_pkey PRIMARY KEY (device_id)
+device_gateway.rollout_assignments rollout_assignments_rollout_id_not_null NOT NULL rollout_id
+device_gateway.rollout_assignments rollout_assignments_seq_not_null NOT NULL seq
+device_gateway.rollout_assignments rollout_assignments_settings_check CHECK (((settings IS NULL) OR (jsonb_typeof(settings) = 'object'::text)))
+device_gateway.rollout_driver rollout_driver_holder_check CHECK ((holder ~ '^[0-9a-f]{16}$'::text))
+device_gateway.rollout_driver rollout_driver_id_check CHECK (id)
+device_gateway.rollout_driver rollout_driver_id_not_null NOT NULL id
+device_gateway.rollout_driver rollout_driver_pkey PRIMARY KEY (id)
+device_gateway.rollout_driver rollout_driver_term_not_null NOT NULL term
+device_gateway.rollout_events rollout_events_actor_not_null NOT NULL actor
+device_gateway.rollout_events rollout_events_at_not_null NOT NULL at
+device_gateway.rollout_events rollout_events_event_id_not_null NOT NULL event_id
+device_gateway.rollout_events rollout_events_kind_check CHECK ((kind = ANY (ARRAY['created'::text, 'wave_started'::text, 'wave_completed'::text, 'paused'::text, 'aborted'::text, 'resumed'::text, 'cancelled'::text, 'rolled_back'::text, 'completed'::text])))
+device_gateway.rollout_events rollout_events_kind_not_null NOT NULL kind
+device_gateway.rollout_events rollout_events_pkey PRIMARY KEY (event_id)
+device_gateway.rollout_events rollout_events_rollout_id_fkey FOREIGN KEY (rollout_id) REFERENCES device_gateway.rollouts(rollout_id) ON DELETE CASCADE
+device_gateway.rollout_events rollout_events_rollout_id_not_null NOT NULL rollout_id
+device_gateway.rollout_targets rollout_targets_device_id_not_null NOT NULL device_id
+device_gateway.rollout_targets rollout_targets_outcome_check CHECK ((outcome = ANY (ARRAY['acknowledged'::text, 'failed'::text, 'skipped'::text])))
+device_gateway.rollout_targets rollout_targets_outcome_reason_check CHECK ((outcome_reason = ANY (ARRAY['acknowledged'::text, 'no_relation'::text, 'not_acknowledged'::text, 'not_sent'::text, 'left_registry'::text, 'disabled'::text])))
+device_gateway.rollout_targets rollout_targets_pkey PRIMARY KEY (rollout_id, device_id)
+device_gateway.rollout_targets rollout_targets_position_not_null NOT NULL "position"
+device_gateway.rollout_targets rollout_targets_prev_settings_not_null NOT NULL prev_settings
+device_gateway.rollout_targets rollout_targets_rollout_id_fkey FOREIGN KEY (rollout_id) REFERENCES device_gateway.rollouts(rollout_id) ON DELETE CASCADE
+device_gateway.rollout_targets rollout_targets_rollout_id_not_null NOT NULL rollout_id
+device_gateway.rollout_targets rollout_targets_wave_not_null NOT NULL wave
+device_gateway.rollouts rollouts_abort_share_check CHECK (((abort_share > (0)::double precision) AND (abort_share <= (1)::double precision)))
+device_gateway.rollouts rollouts_abort_share_not_null NOT NULL abort_share
+device_gateway.rollouts rollouts_aborted_not_null NOT NULL aborted
+device_gateway.rollouts rollouts_check CHECK (((first_wave_count IS NULL) <> (first_wave_percent IS NULL)))
+device_gateway.rollouts rollouts_content_check CHECK ((content ~ '^[0-9a-f]{16}$'::text))
+device_gateway.rollouts rollouts_content_not_null NOT NULL content
+device_gateway.rollouts rollouts_created_at_not_null NOT NULL created_at
+device_gateway.rollouts rollouts_current_wave_not_null NOT NULL current_wave
+device_gateway.rollouts rollouts_deadline_s_check CHECK (((deadline_s >= 1) AND (deadline_s <= 86400)))
+device_gateway.rollouts rollouts_deadline_s_not_null NOT NULL deadline_s
+device_gateway.rollouts rollouts_first_wave_count_check CHECK (((first_wave_count >= 1) AND (first_wave_count <= 10000000)))
+device_gateway.rollouts rollouts_first_wave_percent_check CHECK (((first_wave_percent > (0)::double precision) AND (first_wave_percent <= (100)::double precision)))
+device_gateway.rollouts rollouts_growth_factor_check CHECK (((growth_factor >= (1)::double precision) AND (growth_factor <= (100)::double precision)))
+device_gateway.rollouts rollouts_growth_factor_not_null NOT NULL growth_factor
+device_gateway.rollouts rollouts_max_per_minute_check CHECK (((max_per_minute >= 1) AND (max_per_minute <= 100000000)))
+device_gateway.rollouts rollouts_pkey PRIMARY KEY (rollout_id)
+device_gateway.rollouts rollouts_reason_check CHECK ((char_length(reason) <= 500))
+device_gateway.rollouts rollouts_rollout_id_not_null NOT NULL rollout_id
+device_gateway.rollouts rollouts_selector_check CHECK (((jsonb_typeof(selector) = 'object'::text) AND (octet_length((selector)::text) <= 65536)))
+device_gateway.rollouts rollouts_selector_not_null NOT NULL selector
+device_gateway.rollouts rollouts_seq_key UNIQUE (seq)
+device_gateway.rollouts rollouts_seq_not_null NOT NULL seq
+device_gateway.rollouts rollouts_settings_check CHECK (((jsonb_typeof(settings) = 'object'::text) AND (octet_length((settings)::text) <= 1024)))
+device_gateway.rollouts rollouts_settings_not_null NOT NULL settings
+device_gateway.rollouts rollouts_state_check CHECK ((state = ANY (ARRAY['active'::text, 'paused'::text, 'completed'::text, 'cancelled'::text, 'rolled_back'::text])))
+device_gateway.rollouts rollouts_state_not_null NOT NULL state
+device_gateway.rollouts rollouts_success_share_check CHECK (((success_share >= (0)::double precision) AND (success_share <= (1)::double precision)))
+device_gateway.rollouts rollouts_success_share_not_null NOT NULL success_share
+device_gateway.rollouts rollouts_targets_not_null NOT NULL targets
+device_gateway.rollouts rollouts_tokens_not_null NOT NULL tokens
+device_gateway.rollouts rollouts_updated_at_not_null NOT NULL updated_at
+device_gateway.rollouts rollouts_waves_check CHECK (((waves >= 1) AND (waves <= 1000)))
+device_gateway.rollouts rollouts_waves_not_null NOT NULL waves
 
--- indexes (13)
+-- indexes (25)
 CREATE INDEX device_credentials_device_idx ON device_gateway.device_credentials USING btree (device_id)
 CREATE INDEX device_credentials_live_idx ON device_gateway.device_credentials USING btree (not_after) WHERE (revoked_at IS NULL)
 CREATE INDEX device_delivery_open_idx ON device_gateway.device_delivery USING btree (state, desired_at, device_id) WHERE (state <> 'acknowledged'::text)
@@ -175,12 +341,24 @@ CREATE INDEX device_delivery_page_idx ON device_gateway.device_delivery USING bt
 CREATE INDEX device_delivery_site_idx ON device_gateway.device_delivery USING btree (site_id, desired_at, device_id)
 CREATE INDEX device_delivery_site_open_idx ON device_gateway.device_delivery USING btree (site_id, state, desired_at, device_id) WHERE (state <> 'acknowledged'::text)
 CREATE INDEX device_registry_site_id_idx ON device_gateway.device_registry USING btree (site_id)
+CREATE INDEX rollout_assignments_seq_idx ON device_gateway.rollout_assignments USING btree (seq)
+CREATE INDEX rollout_events_rollout_idx ON device_gateway.rollout_events USING btree (rollout_id, event_id)
+CREATE INDEX rollout_targets_device_idx ON device_gateway.rollout_targets USING btree (device_id)
+CREATE INDEX rollout_targets_next_idx ON device_gateway.rollout_targets USING btree (rollout_id, wave, "position") WHERE ((outcome IS NULL) AND (notified_at IS NULL))
+CREATE INDEX rollout_targets_open_idx ON device_gateway.rollout_targets USING btree (rollout_id, wave, "position") WHERE (outcome IS NULL)
+CREATE INDEX rollouts_open_idx ON device_gateway.rollouts USING btree (seq) WHERE (state = ANY (ARRAY['active'::text, 'paused'::text]))
 CREATE UNIQUE INDEX bus_overrides_pkey ON device_gateway.bus_overrides USING btree (device_id)
 CREATE UNIQUE INDEX device_credentials_pkey ON device_gateway.device_credentials USING btree (credential_id)
 CREATE UNIQUE INDEX device_credentials_psk_identity_key ON device_gateway.device_credentials USING btree (psk_identity)
 CREATE UNIQUE INDEX device_delivery_pkey ON device_gateway.device_delivery USING btree (device_id)
 CREATE UNIQUE INDEX device_registry_pkey ON device_gateway.device_registry USING btree (device_id)
 CREATE UNIQUE INDEX inspect_answers_pkey ON device_gateway.inspect_answers USING btree (query_id, replica)
+CREATE UNIQUE INDEX rollout_assignments_pkey ON device_gateway.rollout_assignments USING btree (device_id)
+CREATE UNIQUE INDEX rollout_driver_pkey ON device_gateway.rollout_driver USING btree (id)
+CREATE UNIQUE INDEX rollout_events_pkey ON device_gateway.rollout_events USING btree (event_id)
+CREATE UNIQUE INDEX rollout_targets_pkey ON device_gateway.rollout_targets USING btree (rollout_id, device_id)
+CREATE UNIQUE INDEX rollouts_pkey ON device_gateway.rollouts USING btree (rollout_id)
+CREATE UNIQUE INDEX rollouts_seq_key ON device_gateway.rollouts USING btree (seq)
 
 -- triggers (1)
 CREATE TRIGGER device_registry_touch BEFORE UPDATE ON device_gateway.device_registry FOR EACH ROW EXECUTE FUNCTION device_gateway.touch_updated_at()
@@ -191,7 +369,7 @@ CREATE TRIGGER device_registry_touch BEFORE UPDATE ON device_gateway.device_regi
 -- view definitions (0)
 
 
--- functions (7)
+-- functions (12)
 CREATE OR REPLACE FUNCTION device_gateway.bus_join(OUT cleared integer, OUT top_version bigint)
  RETURNS record
  LANGUAGE plpgsql
@@ -408,6 +586,354 @@ BEGIN
   ON CONFLICT DO NOTHING;
   PERFORM pg_catalog.pg_notify('device_gateway_inspect',
     pg_catalog.json_build_object('k', 'a', 'q', p_query, 'o', p_replica)::text);
+END $function$
+OWNER <migrator> ACL <migrator>:EXECUTE,device_gateway_login:EXECUTE COMMENT -
+
+CREATE OR REPLACE FUNCTION device_gateway.rollout_control(p_rollout uuid, p_action text)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog'
+AS $function$
+DECLARE
+  r device_gateway.rollouts%ROWTYPE;
+  v_next text;
+  v_conflict uuid;
+  v_changed integer := 0;
+BEGIN
+  SELECT * INTO r FROM device_gateway.rollouts WHERE rollout_id = p_rollout FOR UPDATE;
+  IF NOT FOUND THEN
+    RETURN jsonb_build_object('error', 'unknown');
+  END IF;
+  IF p_action = 'pause' AND r.state = 'active' THEN
+    UPDATE device_gateway.rollouts SET state = 'paused', reason = 'paused by an operator', updated_at = now()
+    WHERE rollout_id = p_rollout;
+    v_next := 'paused';
+  ELSIF p_action = 'resume' AND r.state = 'paused' THEN
+    UPDATE device_gateway.rollouts SET state = 'active', reason = NULL, aborted = false, halted_wave = NULL,
+      accepted_wave = coalesce(r.halted_wave, r.accepted_wave), tokens_at = now(), updated_at = now()
+    WHERE rollout_id = p_rollout;
+    v_next := 'active';
+  ELSIF p_action = 'cancel' AND r.state IN ('active', 'paused') THEN
+    UPDATE device_gateway.rollouts SET state = 'cancelled', updated_at = now() WHERE rollout_id = p_rollout;
+    v_next := 'cancelled';
+  ELSIF p_action = 'rollback' AND r.state <> 'rolled_back' THEN
+    SELECT o.rollout_id INTO v_conflict
+    FROM device_gateway.rollout_targets t
+    JOIN device_gateway.rollout_targets u ON u.device_id = t.device_id AND u.rollout_id <> t.rollout_id
+    JOIN device_gateway.rollouts o ON o.rollout_id = u.rollout_id AND o.state IN ('active', 'paused')
+    WHERE t.rollout_id = p_rollout AND t.notified_at IS NOT NULL
+    LIMIT 1;
+    IF v_conflict IS NOT NULL THEN
+      RETURN jsonb_build_object('conflict', v_conflict);
+    END IF;
+    UPDATE device_gateway.rollout_assignments a
+    SET rollout_id = coalesce(t.prev_rollout_id, p_rollout),
+        settings = CASE WHEN t.prev_rollout_id IS NULL THEN NULL ELSE t.prev_settings END,
+        seq = nextval('device_gateway.rollout_assignment_seq'), assigned_at = now()
+    FROM device_gateway.rollout_targets t
+    WHERE t.rollout_id = p_rollout AND t.notified_at IS NOT NULL AND a.device_id = t.device_id
+      AND a.rollout_id = p_rollout;
+    GET DIAGNOSTICS v_changed = ROW_COUNT;
+    UPDATE device_gateway.rollouts SET state = 'rolled_back', updated_at = now() WHERE rollout_id = p_rollout;
+    v_next := 'rolled_back';
+    IF v_changed > 0 THEN
+      PERFORM pg_catalog.pg_notify('device_gateway_rollout', '{"k":"a"}');
+    END IF;
+  ELSE
+    RETURN jsonb_build_object('error', 'state', 'state', r.state);
+  END IF;
+  INSERT INTO device_gateway.rollout_events (rollout_id, kind, wave, actor, detail)
+  VALUES (p_rollout, CASE p_action WHEN 'pause' THEN 'paused' WHEN 'resume' THEN 'resumed'
+    WHEN 'cancel' THEN 'cancelled' ELSE 'rolled_back' END, r.current_wave, 'api',
+    CASE WHEN p_action = 'rollback' THEN v_changed || ' devices returned' END);
+  RETURN jsonb_build_object('state', v_next, 'returned', v_changed);
+END $function$
+OWNER <migrator> ACL <migrator>:EXECUTE,device_gateway_login:EXECUTE COMMENT -
+
+CREATE OR REPLACE FUNCTION device_gateway.rollout_create(p_selector jsonb, p_settings jsonb, p_content text, p_plan jsonb)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog'
+AS $function$
+DECLARE
+  v_id uuid := gen_random_uuid();
+  v_sites uuid[];
+  v_models text[];
+  v_ids text[];
+  v_n integer;
+  v_first integer;
+  v_growth double precision := (p_plan->>'growth_factor')::double precision;
+  v_size double precision;
+  v_end integer := 0;
+  v_wave integer := 0;
+  v_conflict uuid;
+  v_overlap integer;
+  v_resolved text[];
+  v_starts integer[] := '{}';
+BEGIN
+  LOCK TABLE device_gateway.rollouts IN SHARE ROW EXCLUSIVE MODE;
+  IF p_selector ? 'site_ids' THEN
+    v_sites := ARRAY(SELECT jsonb_array_elements_text(p_selector->'site_ids'))::uuid[];
+  END IF;
+  IF p_selector ? 'models' THEN
+    v_models := ARRAY(SELECT jsonb_array_elements_text(p_selector->'models'));
+  END IF;
+  IF p_selector ? 'device_ids' THEN
+    v_ids := ARRAY(SELECT jsonb_array_elements_text(p_selector->'device_ids'));
+  END IF;
+  IF v_sites IS NULL AND v_models IS NULL AND v_ids IS NULL THEN
+    RAISE EXCEPTION 'a selector needs at least one criterion' USING ERRCODE = '22023';
+  END IF;
+  SELECT coalesce(array_agg(r.device_id ORDER BY md5(v_id::text || r.device_id), r.device_id), '{}')
+  INTO v_resolved
+  FROM device_gateway.device_registry r
+  WHERE r.enabled
+    AND (v_sites IS NULL OR r.site_id = ANY (v_sites))
+    AND (v_models IS NULL OR r.model = ANY (v_models))
+    AND (v_ids IS NULL OR r.device_id = ANY (v_ids));
+  v_n := cardinality(v_resolved);
+  IF v_n = 0 THEN
+    RETURN jsonb_build_object('error', 'no_targets');
+  END IF;
+  SELECT t.rollout_id, count(*) INTO v_conflict, v_overlap
+  FROM device_gateway.rollout_targets t
+  JOIN device_gateway.rollouts o ON o.rollout_id = t.rollout_id AND o.state IN ('active', 'paused')
+  WHERE t.device_id = ANY (v_resolved)
+  GROUP BY t.rollout_id ORDER BY count(*) DESC LIMIT 1;
+  IF v_conflict IS NOT NULL THEN
+    RETURN jsonb_build_object('conflict', v_conflict, 'devices', v_overlap);
+  END IF;
+  IF p_plan ? 'first_wave_count' THEN
+    v_first := least((p_plan->>'first_wave_count')::integer, v_n);
+  ELSE
+    v_first := greatest(1, ceil(v_n * (p_plan->>'first_wave_percent')::double precision / 100.0)::integer);
+  END IF;
+  -- Wave k holds ceil(first * growth^(k-1)) devices; the last takes what is left. v_starts: each wave's first
+  -- position, so width_bucket finds a position's wave by binary search.
+  v_size := v_first;
+  WHILE v_end < v_n LOOP
+    v_wave := v_wave + 1;
+    IF v_wave > 1000 THEN
+      RAISE EXCEPTION 'the plan makes more than 1000 waves' USING ERRCODE = '22023';
+    END IF;
+    v_starts := v_starts || (v_end + 1);
+    v_end := least(v_n, v_end + ceil(v_size)::integer);
+    v_size := v_size * v_growth;
+  END LOOP;
+  INSERT INTO device_gateway.rollouts (rollout_id, state, selector, settings, content, first_wave_count,
+    first_wave_percent, growth_factor, max_per_minute, success_share, abort_share, deadline_s, targets, waves,
+    tokens_at)
+  VALUES (v_id, 'active', p_selector, p_settings, p_content, (p_plan->>'first_wave_count')::integer,
+    (p_plan->>'first_wave_percent')::double precision, v_growth, (p_plan->>'max_per_minute')::integer,
+    (p_plan->>'success_share')::double precision, (p_plan->>'abort_share')::double precision,
+    (p_plan->>'deadline_s')::integer, v_n, v_wave, now());
+  INSERT INTO device_gateway.rollout_targets (rollout_id, device_id, wave, position, prev_rollout_id,
+    prev_settings)
+  SELECT v_id, x.device_id, width_bucket(x.position::integer, v_starts), x.position, a.rollout_id,
+         coalesce(a.settings, r.desired_settings)
+  FROM unnest(v_resolved) WITH ORDINALITY AS x(device_id, position)
+  JOIN device_gateway.device_registry r ON r.device_id = x.device_id
+  LEFT JOIN device_gateway.rollout_assignments a ON a.device_id = x.device_id AND a.settings IS NOT NULL;
+  INSERT INTO device_gateway.rollout_events (rollout_id, kind, wave, actor, detail)
+  VALUES (v_id, 'created', NULL, 'api', v_n || ' targets in ' || v_wave || ' waves'),
+         (v_id, 'wave_started', 1, 'api', NULL);
+  PERFORM pg_catalog.pg_notify('device_gateway_rollout', '{"k":"r"}');
+  RETURN jsonb_build_object('rollout_id', v_id, 'targets', v_n, 'waves', v_wave);
+END $function$
+OWNER <migrator> ACL <migrator>:EXECUTE,device_gateway_login:EXECUTE COMMENT -
+
+CREATE OR REPLACE FUNCTION device_gateway.rollout_lease(p_replica text, p_ttl_ms integer)
+ RETURNS boolean
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog'
+AS $function$
+BEGIN
+  IF p_replica !~ '^[0-9a-f]{16}$' OR p_ttl_ms NOT BETWEEN 100 AND 600000 THEN
+    RAISE EXCEPTION 'invalid lease request' USING ERRCODE = '22023';
+  END IF;
+  UPDATE device_gateway.rollout_driver
+  SET term = CASE WHEN holder IS DISTINCT FROM p_replica THEN term + 1 ELSE term END,
+      holder = p_replica,
+      expires_at = clock_timestamp() + p_ttl_ms * interval '1 millisecond'
+  WHERE holder = p_replica OR holder IS NULL OR expires_at < clock_timestamp();
+  RETURN FOUND;
+END $function$
+OWNER <migrator> ACL <migrator>:EXECUTE,device_gateway_login:EXECUTE COMMENT -
+
+CREATE OR REPLACE FUNCTION device_gateway.rollout_release(p_replica text)
+ RETURNS void
+ LANGUAGE sql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog'
+AS $function$
+  UPDATE device_gateway.rollout_driver SET holder = NULL, expires_at = NULL WHERE holder = p_replica;
+$function$
+OWNER <migrator> ACL <migrator>:EXECUTE,device_gateway_login:EXECUTE COMMENT -
+
+CREATE OR REPLACE FUNCTION device_gateway.rollout_step(p_replica text, p_max_assign integer, p_judge boolean)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog'
+AS $function$
+DECLARE
+  d device_gateway.rollout_driver%ROWTYPE;
+  r device_gateway.rollouts%ROWTYPE;
+  v_assigned integer := 0;
+  v_total_assigned integer := 0;
+  v_open integer := 0;
+  v_allow integer;
+  v_tokens double precision;
+  v_total integer;
+  v_acked integer;
+  v_failed integer;
+  v_left integer;
+  v_timed_out integer;
+  v_actor text;
+BEGIN
+  SELECT * INTO d FROM device_gateway.rollout_driver FOR UPDATE;
+  IF d.holder IS DISTINCT FROM p_replica OR d.expires_at < clock_timestamp() THEN
+    RETURN jsonb_build_object('driver', false);
+  END IF;
+  v_actor := 'driver ' || p_replica || ' term ' || d.term;
+  FOR r IN SELECT * FROM device_gateway.rollouts WHERE state IN ('active', 'paused') ORDER BY seq FOR UPDATE
+  LOOP
+    v_open := v_open + 1;
+    CONTINUE WHEN r.state <> 'active';
+    -- Outcomes are read when the driver asks (p_judge): it does not between the steps of a busy streak (a
+    -- wave assigned 5,000 devices a step back to back), where reading every notified device's record each
+    -- step would cost more than the assignment, and the record has not been written since anyway.
+    v_timed_out := 0;
+    IF p_judge THEN
+      -- Acknowledged: the delivery record holds this rollout's content as the device's acknowledged content.
+      UPDATE device_gateway.rollout_targets t
+      SET outcome = 'acknowledged', outcome_reason = 'acknowledged', outcome_at = now()
+      FROM device_gateway.device_delivery dd
+      WHERE t.rollout_id = r.rollout_id AND t.wave = r.current_wave AND t.outcome IS NULL
+        AND t.notified_at IS NOT NULL AND dd.device_id = t.device_id AND dd.acked_content = r.content;
+      -- Not acknowledged within the deadline: skipped when the device left the registry or was disabled since,
+      -- else failed, with why as far as the record tells.
+      UPDATE device_gateway.rollout_targets t
+      SET outcome = CASE WHEN reg.device_id IS NULL OR NOT reg.enabled THEN 'skipped' ELSE 'failed' END,
+          outcome_at = now(),
+          outcome_reason = CASE
+            WHEN reg.device_id IS NULL THEN 'left_registry'
+            WHEN NOT reg.enabled THEN 'disabled'
+            WHEN dd.device_id IS NULL OR cardinality(dd.observed_by) = 0 THEN 'no_relation'
+            WHEN dd.sent_content = r.content THEN 'not_acknowledged'
+            ELSE 'not_sent' END
+      FROM device_gateway.rollout_targets x
+      LEFT JOIN device_gateway.device_delivery dd ON dd.device_id = x.device_id
+      LEFT JOIN device_gateway.device_registry reg ON reg.device_id = x.device_id
+      WHERE x.rollout_id = r.rollout_id AND x.wave = r.current_wave AND x.outcome IS NULL
+        AND x.notified_at < now() - r.deadline_s * interval '1 second'
+        AND t.rollout_id = x.rollout_id AND t.device_id = x.device_id;
+      GET DIAGNOSTICS v_timed_out = ROW_COUNT;
+    END IF;
+    -- The wave's open targets (the partial index), every tick; the whole wave's counts only when they can
+    -- decide something: a target timed out (the abort criterion), or none is open (the wave is over).
+    SELECT count(*) INTO v_left FROM device_gateway.rollout_targets
+    WHERE rollout_id = r.rollout_id AND wave = r.current_wave AND outcome IS NULL;
+    IF v_timed_out > 0 OR v_left = 0 THEN
+      SELECT count(*) FILTER (WHERE outcome IS DISTINCT FROM 'skipped'),
+             count(*) FILTER (WHERE outcome = 'acknowledged'),
+             count(*) FILTER (WHERE outcome = 'failed')
+      INTO v_total, v_acked, v_failed
+      FROM device_gateway.rollout_targets WHERE rollout_id = r.rollout_id AND wave = r.current_wave;
+    ELSE
+      v_failed := 0;
+    END IF;
+    -- The abort criterion, as soon as it is met (failures only grow): paused for a human, with the reason.
+    IF r.accepted_wave IS DISTINCT FROM r.current_wave AND v_failed > 0 AND v_failed >= r.abort_share * v_total THEN
+      UPDATE device_gateway.rollouts
+      SET state = 'paused', aborted = true, halted_wave = r.current_wave, updated_at = now(),
+          reason = format('aborted: wave %s had %s of %s devices fail (abort at %s%%)', r.current_wave,
+                          v_failed, v_total, trim_scale(round((r.abort_share * 100)::numeric, 2)))
+      WHERE rollout_id = r.rollout_id;
+      INSERT INTO device_gateway.rollout_events (rollout_id, kind, wave, actor, detail)
+      VALUES (r.rollout_id, 'aborted', r.current_wave, v_actor, v_failed || ' of ' || v_total || ' failed');
+      CONTINUE;
+    END IF;
+    IF v_left = 0 THEN
+      -- The wave is over: judged by the success criterion.
+      IF r.accepted_wave IS DISTINCT FROM r.current_wave AND v_total > 0
+          AND v_acked < r.success_share * v_total THEN
+        UPDATE device_gateway.rollouts
+        SET state = 'paused', halted_wave = r.current_wave, updated_at = now(),
+            reason = format('wave %s: %s of %s devices acknowledged, below the success criterion (%s%%)',
+                            r.current_wave, v_acked, v_total, trim_scale(round((r.success_share * 100)::numeric, 2)))
+        WHERE rollout_id = r.rollout_id;
+        INSERT INTO device_gateway.rollout_events (rollout_id, kind, wave, actor, detail)
+        VALUES (r.rollout_id, 'paused', r.current_wave, v_actor, v_acked || ' of ' || v_total || ' acknowledged');
+        CONTINUE;
+      END IF;
+      INSERT INTO device_gateway.rollout_events (rollout_id, kind, wave, actor, detail)
+      VALUES (r.rollout_id, 'wave_completed', r.current_wave, v_actor,
+              v_acked || ' of ' || v_total || ' acknowledged');
+      IF r.current_wave >= r.waves THEN
+        UPDATE device_gateway.rollouts SET state = 'completed', updated_at = now()
+        WHERE rollout_id = r.rollout_id;
+        INSERT INTO device_gateway.rollout_events (rollout_id, kind, wave, actor)
+        VALUES (r.rollout_id, 'completed', r.current_wave, v_actor);
+        v_open := v_open - 1;
+        CONTINUE;
+      END IF;
+      r.current_wave := r.current_wave + 1;
+      UPDATE device_gateway.rollouts SET current_wave = r.current_wave, updated_at = now()
+      WHERE rollout_id = r.rollout_id;
+      INSERT INTO device_gateway.rollout_events (rollout_id, kind, wave, actor)
+      VALUES (r.rollout_id, 'wave_started', r.current_wave, v_actor);
+    END IF;
+    -- The rate limit: a token bucket refilled at max_per_minute / 60 a second, holding at most one second's
+    -- worth (at least one token), so no minute sees more than max_per_minute plus that second.
+    IF r.max_per_minute IS NULL THEN
+      v_allow := p_max_assign;
+    ELSE
+      v_tokens := least(greatest(r.max_per_minute / 60.0, 1.0),
+        r.tokens + extract(epoch FROM now() - coalesce(r.tokens_at, now())) * r.max_per_minute / 60.0);
+      v_allow := least(p_max_assign, floor(v_tokens)::integer);
+    END IF;
+    v_assigned := 0;
+    IF v_allow > 0 THEN
+      WITH next AS (
+        -- The next devices of the wave in order; one that left the registry or was disabled is skipped here,
+        -- not notified.
+        SELECT t.device_id, coalesce(reg.enabled, false) AS ok,
+               CASE WHEN reg.device_id IS NULL THEN 'left_registry' ELSE 'disabled' END AS why
+        FROM device_gateway.rollout_targets t
+        LEFT JOIN device_gateway.device_registry reg ON reg.device_id = t.device_id
+        WHERE t.rollout_id = r.rollout_id AND t.wave = r.current_wave AND t.notified_at IS NULL
+          AND t.outcome IS NULL
+        ORDER BY t.position LIMIT v_allow
+      ), marked AS (
+        UPDATE device_gateway.rollout_targets t
+        SET notified_at = CASE WHEN next.ok THEN now() END,
+            outcome = CASE WHEN next.ok THEN NULL ELSE 'skipped' END,
+            outcome_reason = CASE WHEN next.ok THEN NULL ELSE next.why END,
+            outcome_at = CASE WHEN next.ok THEN NULL ELSE now() END
+        FROM next WHERE t.rollout_id = r.rollout_id AND t.device_id = next.device_id
+        RETURNING t.device_id, next.ok
+      )
+      INSERT INTO device_gateway.rollout_assignments AS a (device_id, rollout_id, settings, seq, assigned_at)
+      SELECT m.device_id, r.rollout_id, r.settings, nextval('device_gateway.rollout_assignment_seq'), now()
+      FROM marked m WHERE m.ok
+      ON CONFLICT (device_id) DO UPDATE SET rollout_id = excluded.rollout_id, settings = excluded.settings,
+        seq = excluded.seq, assigned_at = excluded.assigned_at;
+      GET DIAGNOSTICS v_assigned = ROW_COUNT;
+    END IF;
+    IF r.max_per_minute IS NOT NULL THEN
+      UPDATE device_gateway.rollouts SET tokens = v_tokens - v_assigned, tokens_at = now()
+      WHERE rollout_id = r.rollout_id;
+    END IF;
+    v_total_assigned := v_total_assigned + v_assigned;
+  END LOOP;
+  IF v_total_assigned > 0 THEN
+    PERFORM pg_catalog.pg_notify('device_gateway_rollout', '{"k":"a"}');
+  END IF;
+  RETURN jsonb_build_object('driver', true, 'assigned', v_total_assigned, 'open', v_open, 'term', d.term);
 END $function$
 OWNER <migrator> ACL <migrator>:EXECUTE,device_gateway_login:EXECUTE COMMENT -
 

@@ -12,8 +12,10 @@ export const errorCodes = [
   'forbidden',
   'not_found',
   'unknown_device',
+  'unknown_rollout',
   'method_not_allowed',
   'conflict',
+  'rollout_conflict',
   'media_pending',
   'payload_too_large',
   'unsupported_media_type',
@@ -41,10 +43,13 @@ export const errorCatalogue = {
   // 404: unknown resource, or one outside the caller's sites (never reveal that it exists).
   not_found: { status: 404, title: 'Not found' },
   unknown_device: { status: 404, title: 'Unknown device' },
+  unknown_rollout: { status: 404, title: 'Unknown rollout' },
   // 405: known path, other method; the response carries Allow.
   method_not_allowed: { status: 405, title: 'Method not allowed' },
   // 409: the resource's state forbids the request (e.g. a final work-item decision changed).
   conflict: { status: 409, title: 'Conflict' },
+  // 409: a rollout that overlaps an open one, or an action its state does not allow (design §3.9).
+  rollout_conflict: { status: 409, title: 'Rollout conflict' },
   // 409: a media item whose object has not arrived in storage yet.
   media_pending: { status: 409, title: 'Media upload not completed' },
   payload_too_large: { status: 413, title: 'Payload too large' },

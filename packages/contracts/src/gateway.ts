@@ -1,6 +1,7 @@
 // Bodies of the device gateway: the management API (design §3.1) and the CoAP settings document (3.4).
 import type { FromSchema } from 'json-schema-to-ts';
 import { deviceSettingsSchema, desiredSettingsSchema } from './device-settings.js';
+import { UUID_PATTERN } from './media.js';
 import { compileValidator } from './validation.js';
 
 /** A registry device id (design §3.2): 1–128 characters of `[A-Za-z0-9._:-]`. */
@@ -56,7 +57,7 @@ export const settingsDocumentSchema = {
       maximum: Number.MAX_SAFE_INTEGER,
       description: 'strictly increases with every change a device could see',
     },
-    source: { type: 'string', enum: ['override', 'registry'] },
+    source: { type: 'string', enum: ['override', 'rollout', 'registry'] },
     settings: { $ref: desiredSettingsSchema.$id },
   },
 } as const;
@@ -95,6 +96,72 @@ export const gatewayUpdatedResponseSchema = statusResponseSchema(
 export type GatewayOkResponse = FromSchema<typeof gatewayOkResponseSchema>;
 export type GatewayReloadedResponse = FromSchema<typeof gatewayReloadedResponseSchema>;
 export type GatewayUpdatedResponse = FromSchema<typeof gatewayUpdatedResponseSchema>;
+
+/**
+ * POST /api/rollouts (design §3.9): which devices (every criterion given must match; at least one), the settings
+ * (validated exactly like a notify body's) and the plan. Shares are fractions from 0 to 1.
+ */
+export const rolloutCreateRequestSchema = {
+  $id: 'https://platform.example/schemas/rollout-create-request.json',
+  type: 'object',
+  additionalProperties: false,
+  required: ['selector', 'settings', 'plan'],
+  properties: {
+    selector: {
+      type: 'object',
+      additionalProperties: false,
+      minProperties: 1,
+      properties: {
+        site_ids: {
+          type: 'array',
+          minItems: 1,
+          maxItems: 1000,
+          uniqueItems: true,
+          items: { type: 'string', pattern: UUID_PATTERN, patternMessage: 'must be a UUID' },
+        },
+        models: {
+          type: 'array',
+          minItems: 1,
+          maxItems: 1000,
+          uniqueItems: true,
+          items: { type: 'string', minLength: 1, maxLength: 100 },
+        },
+        device_ids: {
+          type: 'array',
+          minItems: 1,
+          maxItems: 10000,
+          uniqueItems: true,
+          items: deviceIdProperty,
+        },
+      },
+    },
+    settings: { $ref: deviceSettingsSchema.$id },
+    plan: {
+      type: 'object',
+      additionalProperties: false,
+      required: ['success_share', 'abort_share', 'deadline_s'],
+      properties: {
+        first_wave_count: { type: 'integer', minimum: 1, maximum: 10000000 },
+        first_wave_percent: { type: 'number', exclusiveMinimum: 0, maximum: 100 },
+        // Default 2 (applied by the gateway; a schema default would make the derived type require it).
+        growth_factor: { type: 'number', minimum: 1, maximum: 100 },
+        max_per_minute: { type: 'integer', minimum: 1, maximum: 100000000 },
+        success_share: { type: 'number', minimum: 0, maximum: 1 },
+        abort_share: { type: 'number', exclusiveMinimum: 0, maximum: 1 },
+        deadline_s: { type: 'integer', minimum: 1, maximum: 86400 },
+      },
+      oneOf: [{ required: ['first_wave_count'] }, { required: ['first_wave_percent'] }],
+    },
+  },
+} as const;
+
+export type RolloutCreateRequest = FromSchema<
+  typeof rolloutCreateRequestSchema,
+  { references: [typeof deviceSettingsSchema] }
+>;
+
+export const validateRolloutCreateRequest =
+  compileValidator<RolloutCreateRequest>(rolloutCreateRequestSchema);
 
 export const validateNotifySettingsRequest =
   compileValidator<NotifySettingsRequest>(notifySettingsRequestSchema);

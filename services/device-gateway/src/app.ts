@@ -29,10 +29,14 @@ import {
   registerDeliveryMetrics,
   registerDtlsMetrics,
   registerGatewayMetrics,
+  registerRolloutMetrics,
 } from './metrics.js';
 import { DeliveryRecorder, type DeliveryWriter } from './delivery/recorder.js';
 import { deliveryWriter, inspectStore } from './delivery/sql.js';
 import { RegistryLoader } from './registry-loader.js';
+import { AssignmentSync } from './rollout/assignments.js';
+import { RolloutDriver } from './rollout/driver.js';
+import { RolloutService } from './rollout/service.js';
 import { GatewayService } from './service.js';
 
 export interface GatewayDeps {
@@ -66,6 +70,11 @@ export interface GatewayApp {
   delivery: DeliveryRecorder | undefined;
   /** This replica's id: the bus origin, and the replica the delivery record names. */
   replicaId: string;
+  /**
+   * Staged rollouts (design §3.9): the assignments this replica serves (read from the database) and the driver
+   * loop (main.ts starts it unless GATEWAY_ROLLOUT_DRIVER=false).
+   */
+  rollouts: { assignments: AssignmentSync; driver: RolloutDriver; service: RolloutService };
 }
 
 /** Wires the gateway without listening: tests drive `http` with supertest and bind `coap` to a free port. */
@@ -188,10 +197,35 @@ export function buildApp(deps: GatewayDeps): GatewayApp {
     coap.delivery = delivery;
     state.onSettings((record, doc) => delivery.desired(record, doc));
   }
+  // Rollouts (design §3.9): every replica serves the assignments from the database; one drives.
+  const assignments = new AssignmentSync({
+    db: deps.db,
+    state,
+    validateSettings: validateDesiredSettings,
+    logger: logger.child({ component: 'rollouts' }),
+  });
+  const syncHere = (): Promise<void> => assignments.sync();
+  const driver = new RolloutDriver({
+    db: deps.db,
+    replica: replicaId,
+    logger: logger.child({ component: 'rollout-driver' }),
+    leaseMs: config.rollouts.leaseMs,
+    stepMs: config.rollouts.stepMs,
+    maxAssign: config.rollouts.stepMax,
+    // With the bus, the step's NOTIFY tells every replica, this one included.
+    ...(config.cluster.enabled ? {} : { onAssigned: () => void syncHere().catch(() => undefined) }),
+  });
+  const rollouts = new RolloutService({
+    db: deps.db,
+    state,
+    afterChange: syncHere,
+    wake: () => driver.wake(),
+  });
   const bus = config.cluster.enabled
     ? new ClusterBus({
         origin: replicaId,
         ...(inspector === undefined ? {} : { inspector }),
+        rollouts: assignments,
         // While this replica's bus session was down another one may have reaped it from observed_by.
         ...(delivery === undefined
           ? {}
@@ -217,6 +251,7 @@ export function buildApp(deps: GatewayDeps): GatewayApp {
     ...(bus === undefined ? {} : { cluster: bus }),
     db: deps.db,
     credentials: (deviceId) => credentials.summaryOf(deviceId, Date.now()),
+    rollouts,
     replicas: async (deviceId) =>
       inspector === undefined ? [ownPart(replicaId, local, deviceId)] : inspector.gather(deviceId),
   });
@@ -236,8 +271,20 @@ export function buildApp(deps: GatewayDeps): GatewayApp {
       });
     if (bus !== undefined) registerBusMetrics(deps.metrics, bus);
     if (delivery !== undefined) registerDeliveryMetrics(deps.metrics, delivery);
+    registerRolloutMetrics(deps.metrics, driver, assignments, state);
     addRoutes(http, [{ method: 'GET', path: '/metrics', handler: metricsHandler(deps.metrics) }]);
   }
   finishHttpApp(http, logger);
-  return { http, coap, dtls, state, registry, service, bus, delivery, replicaId };
+  return {
+    http,
+    coap,
+    dtls,
+    state,
+    registry,
+    service,
+    bus,
+    delivery,
+    replicaId,
+    rollouts: { assignments, driver, service: rollouts },
+  };
 }

@@ -117,6 +117,14 @@ export const gatewayConfigSchema = {
     GATEWAY_DELIVERY_FLUSH_MS: { type: 'integer', minimum: 50, maximum: 60000, default: 1000 },
     /** How long GET /api/devices/{device_id} waits for the other replicas' live parts (ms). */
     GATEWAY_DEVICE_VIEW_DEADLINE_MS: { type: 'integer', minimum: 50, maximum: 10000, default: 1000 },
+    /** Staged rollouts (design §3.9): whether this replica may drive them (hold the lease and advance waves). */
+    GATEWAY_ROLLOUT_DRIVER: { type: 'boolean', default: true },
+    /** The driver's lease (ms): a driver that died is replaced within this plus one tick. */
+    GATEWAY_ROLLOUT_LEASE_MS: { type: 'integer', minimum: 500, maximum: 600000, default: 3000 },
+    /** A driver tick this often (ms): renews the lease and runs one step; at most a third of the lease. */
+    GATEWAY_ROLLOUT_STEP_MS: { type: 'integer', minimum: 50, maximum: 200000, default: 500 },
+    /** Devices one step assigns at most (one transaction); a busy driver steps again at once. */
+    GATEWAY_ROLLOUT_STEP_MAX: { type: 'integer', minimum: 1, maximum: 100000, default: 5000 },
   },
 } as const;
 
@@ -178,6 +186,13 @@ export function loadGatewayConfig(env: Record<string, string | undefined> = proc
       enabled: raw.GATEWAY_DELIVERY_RECORD,
       flushMs: raw.GATEWAY_DELIVERY_FLUSH_MS,
       viewDeadlineMs: raw.GATEWAY_DEVICE_VIEW_DEADLINE_MS,
+    },
+    rollouts: {
+      driver: raw.GATEWAY_ROLLOUT_DRIVER,
+      leaseMs: raw.GATEWAY_ROLLOUT_LEASE_MS,
+      // A tick renews the lease: three ticks fit in one lease, so one slow tick does not lose it.
+      stepMs: Math.min(raw.GATEWAY_ROLLOUT_STEP_MS, Math.floor(raw.GATEWAY_ROLLOUT_LEASE_MS / 3)),
+      stepMax: raw.GATEWAY_ROLLOUT_STEP_MAX,
     },
     shutdownTimeoutMs: raw.SHUTDOWN_TIMEOUT_MS,
   });
@@ -272,6 +287,12 @@ export function publicConfig(config: GatewayConfig, apiKeys: SecretSet): Record<
       record: config.delivery.enabled,
       flush_ms: config.delivery.flushMs,
       view_deadline_ms: config.delivery.viewDeadlineMs,
+    },
+    rollouts: {
+      driver: config.rollouts.driver,
+      lease_ms: config.rollouts.leaseMs,
+      step_ms: config.rollouts.stepMs,
+      step_max: config.rollouts.stepMax,
     },
   };
 }

@@ -3,6 +3,8 @@ import type { CoapServer } from './coap/server.js';
 import type { GatewayState } from './domain/gateway-state.js';
 import type { DeliveryRecorder } from './delivery/recorder.js';
 import type { DtlsServer } from './dtls/index.js';
+import type { AssignmentSync } from './rollout/assignments.js';
+import type { RolloutDriver } from './rollout/driver.js';
 
 /**
  * A Prometheus counter fed from a monotonic figure the CoAP server already keeps: at scrape time it adds
@@ -248,4 +250,74 @@ export function registerDeliveryMetrics(registry: Registry, delivery: DeliveryRe
     'kind',
     () => ({ rows: delivery.stats.rows, flushes: delivery.stats.flushes, failures: delivery.stats.failures }),
   );
+}
+
+/** Staged rollouts (design §3.9): the driver's work, the assignments served here, and open rollouts. */
+export function registerRolloutMetrics(
+  registry: Registry,
+  driver: RolloutDriver,
+  assignments: AssignmentSync,
+  state: GatewayState,
+): void {
+  new Gauge({
+    name: 'gateway_rollout_driver',
+    help: '1 while this replica holds the rollout driver lease',
+    registers: [registry],
+    collect() {
+      this.set(driver.isDriver ? 1 : 0);
+    },
+  });
+  counterFrom(
+    registry,
+    'gateway_rollout_driver_total',
+    'Rollout driver: steps run, devices assigned, failed steps, terms begun (lease taken) on this replica',
+    'kind',
+    () => ({
+      steps: driver.stats.steps,
+      assigned: driver.stats.assigned,
+      failures: driver.stats.failures,
+      terms: driver.stats.terms,
+    }),
+  );
+  new Gauge({
+    name: 'gateway_rollout_assignments',
+    help: 'Rollout assignments this replica holds (served unless a development override wins)',
+    registers: [registry],
+    collect() {
+      this.set(state.assignmentCount);
+    },
+  });
+  counterFrom(
+    registry,
+    'gateway_rollout_assignment_reads_total',
+    'Rollout assignment reads: reads, documents changed, assignments refused, failed reads',
+    'kind',
+    () => ({
+      reads: assignments.stats.reads,
+      applied: assignments.stats.applied,
+      refused: assignments.stats.refused,
+      failures: assignments.stats.failures,
+    }),
+  );
+  new Gauge({
+    name: 'gateway_rollouts',
+    help: 'Open rollouts by state, as the driver last read them (reported by the driver replica only)',
+    labelNames: ['state'],
+    registers: [registry],
+    collect() {
+      this.reset();
+      if (!driver.isDriver) return;
+      const by = { active: 0, paused: 0 } as Record<string, number>;
+      for (const c of driver.counts) by[c.state] = (by[c.state] ?? 0) + c.n;
+      for (const [s, n] of Object.entries(by)) this.set({ state: s }, n);
+    },
+  });
+  new Gauge({
+    name: 'gateway_rollouts_aborted',
+    help: 'Rollouts paused by their abort criterion and not resumed, cancelled or rolled back (driver replica only)',
+    registers: [registry],
+    collect() {
+      this.set(driver.counts.filter((c) => c.aborted && c.state === 'paused').reduce((n, c) => n + c.n, 0));
+    },
+  });
 }

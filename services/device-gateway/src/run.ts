@@ -106,6 +106,8 @@ async function main(): Promise<void> {
         },
       },
       { name: 'coap', close: () => app.coap.close(2000) },
+      // Gives the driver lease up, so another replica drives at its next tick instead of after the lease.
+      { name: 'rollout driver', close: () => app.rollouts.driver.stop() },
       { name: 'cluster bus', close: () => app.bus?.stop() ?? Promise.resolve() },
       // After CoAP (nothing more to record) and the bus (no replica can be reaped while its bus session is
       // up): writes what is left and takes this replica out of every device's observed_by (design §3.8).
@@ -119,11 +121,14 @@ async function main(): Promise<void> {
     // until the database answers); /api/ready is 503 until that first resync is done.
     await app.bus.start();
     if (!stopping) logger.info('registry loaded; cluster bus listening', { origin: app.bus.origin });
+    if (!stopping && config.rollouts.driver) app.rollouts.driver.start();
     return;
   }
   // Single process: initial load, retried with backoff (0.5 s doubling to 10 s) until the database answers.
   for (let delayMs = 500; !stopping; delayMs = Math.min(delayMs * 2, 10_000)) {
     try {
+      // Rollout assignments first, so every device enters the registry with its effective settings (§3.9).
+      await app.rollouts.assignments.sync();
       const summary = await app.service.reload();
       logger.info('registry loaded', { ...summary, rejected: summary.rejected.length });
       break;
@@ -135,6 +140,7 @@ async function main(): Promise<void> {
       await new Promise((r) => setTimeout(r, delayMs));
     }
   }
+  if (!stopping && config.rollouts.driver) app.rollouts.driver.start();
 }
 
 await main();

@@ -9,6 +9,7 @@ import { publicConfig, type GatewayConfig } from './config.js';
 import type { Settings } from './domain/documents.js';
 import { UnknownDeviceError, type GatewayState, type Override } from './domain/gateway-state.js';
 import type { GatewayReloadSummary, RegistryLoader } from './registry-loader.js';
+import type { RolloutService } from './rollout/service.js';
 
 /** The replica bus as the service uses it (design §3.6; implemented by cluster/bus.ts). */
 export interface ClusterLink {
@@ -35,6 +36,8 @@ export class GatewayService {
       cluster?: ClusterLink;
       db: Kysely<GatewayDatabase>;
       credentials: (deviceId: string) => CredentialSummary;
+      /** Staged rollouts (design §3.9). */
+      rollouts: RolloutService;
       /** Every replica's live part of a device (the bus's Inspector, or this replica's alone). */
       replicas: (deviceId: string) => Promise<ReplicaPart[]>;
     },
@@ -84,6 +87,11 @@ export class GatewayService {
     query: DeviceListQuery,
   ): Promise<{ items: Record<string, unknown>[]; next_cursor: string | null }> {
     return deviceList(this.deps.db, query);
+  }
+
+  /** Staged rollouts (design §3.9): create, read, list, pause, resume, cancel, roll back. */
+  get rollouts(): RolloutService {
+    return this.deps.rollouts;
   }
 
   readinessProblems(): string[] {

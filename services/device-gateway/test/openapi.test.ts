@@ -106,7 +106,8 @@ describe('openapi.yaml describes the management API exactly', () => {
     device_id: 'acme-hq-hvac-01',
     settings: { reporting_interval_s: path.length },
   });
-  const scenarios: Record<string, (path: string) => request.Test> = {
+  type Scenario = (path: string) => request.Test | Promise<request.Response>;
+  const scenarios: Record<string, Scenario> = {
     'get /api/health 200': (p) => request(gw.app.http).get(p),
     'get /api/ready 200': (p) => request(gw.app.http).get(p),
     'get /api/ready 503': (p) => request(unloaded.app.http).get(p),
@@ -142,9 +143,81 @@ describe('openapi.yaml describes the management API exactly', () => {
       request(gw.app.http).get('/api/devices/acme-hq-meter-02').set('Authorization', key),
     'get /api/devices/{device_id} 503': () =>
       request(offline.http).get('/api/devices/acme-hq-hvac-01').set('Authorization', key),
+    'post /api/rollouts 201': (p) =>
+      request(gw.app.http).post(p).set('Authorization', key).send(rolloutBody('acme-hq-hvac-01')),
+    'post /api/rollouts 400': (p) =>
+      request(gw.app.http).post(p).set('Authorization', key).send({ selector: {}, plan: {} }),
+    'post /api/rollouts 401': (p) => request(gw.app.http).post(p).send(rolloutBody('acme-hq-hvac-01')),
+    'post /api/rollouts 409': async (p) => {
+      await fixtures();
+      return request(gw.app.http).post(p).set('Authorization', key).send(rolloutBody(ACTIVE_DEVICE));
+    },
+    'post /api/rollouts 503': (p) =>
+      request(offline.http).post(p).set('Authorization', key).send(rolloutBody('acme-hq-hvac-01')),
+    'get /api/rollouts 200': async (p) => {
+      await fixtures();
+      return request(gw.app.http).get(`${p}?limit=1`).set('Authorization', key);
+    },
+    'get /api/rollouts 400': (p) => request(gw.app.http).get(`${p}?limit=0`).set('Authorization', key),
+    'get /api/rollouts 401': (p) => request(gw.app.http).get(p),
+    'get /api/rollouts 503': (p) => request(offline.http).get(p).set('Authorization', key),
+    'get /api/rollouts/{rollout_id} 200': async () =>
+      request(gw.app.http)
+        .get(`/api/rollouts/${(await fixtures()).active}`)
+        .set('Authorization', key),
+    'get /api/rollouts/{rollout_id} 401': async () =>
+      request(gw.app.http).get(`/api/rollouts/${(await fixtures()).active}`),
+    'get /api/rollouts/{rollout_id} 404': () =>
+      request(gw.app.http).get(`/api/rollouts/${UNKNOWN_ROLLOUT}`).set('Authorization', key),
+    ...(Object.fromEntries(
+      ['pause', 'resume', 'cancel', 'rollback'].flatMap((action) => {
+        const path = `/api/rollouts/{rollout_id}/${action}`;
+        const at = (id: string) => `/api/rollouts/${id}/${action}`;
+        return [
+          // In the document's order: pause, resume, cancel, roll back the same rollout.
+          [
+            `post ${path} 200`,
+            async () =>
+              request(gw.app.http)
+                .post(at((await fixtures()).active))
+                .set('Authorization', key),
+          ],
+          [`post ${path} 401`, async () => request(gw.app.http).post(at((await fixtures()).active))],
+          [
+            `post ${path} 404`,
+            () => request(gw.app.http).post(at(UNKNOWN_ROLLOUT)).set('Authorization', key),
+          ],
+          // Nothing may be done to a rolled-back rollout.
+          [
+            `post ${path} 409`,
+            async () =>
+              request(gw.app.http)
+                .post(at((await fixtures()).rolledBack))
+                .set('Authorization', key),
+          ],
+        ];
+      }),
+    ) as Record<string, Scenario>),
     'post notify 415': (p) =>
       request(gw.app.http).post(p).set('Authorization', key).set('Content-Type', 'text/plain').send('x'),
   };
+  const ACTIVE_DEVICE = 'acme-hq-lobby-sensor-03';
+  const UNKNOWN_ROLLOUT = '00000000-0000-4000-8000-000000000000';
+  const rolloutBody = (deviceId: string) => ({
+    selector: { device_ids: [deviceId] },
+    settings: { reporting_interval_s: 300 },
+    plan: { first_wave_count: 1, success_share: 1, abort_share: 1, deadline_s: 60 },
+  });
+  // One rollout that the action scenarios walk through every state, and one rolled back that refuses them all.
+  let made: Promise<{ active: string; rolledBack: string }> | undefined;
+  const fixtures = () =>
+    (made ??= (async () => {
+      const make = async (deviceId: string): Promise<string> =>
+        (await gw.app.service.rollouts.create(rolloutBody(deviceId))).rollout_id;
+      const rolledBack = await make('acme-wh-freezer-02');
+      await gw.app.service.rollouts.control(rolledBack, 'rollback');
+      return { active: await make(ACTIVE_DEVICE), rolledBack };
+    })());
   const scenarioFor = (path: string, method: string, status: string) => {
     const family =
       path.includes('reload') || path.includes('register')

@@ -43,6 +43,7 @@ import { ListenConnection, type ListenerStatus } from './listener.js';
 import {
   BUS_CHANNEL,
   INSPECT_CHANNEL,
+  ROLLOUT_CHANNEL,
   encodeMessage,
   NOTIFY_PAYLOAD_LIMIT_BYTES,
   type BusMessage,
@@ -97,6 +98,11 @@ export interface ClusterBusOptions {
   onSynchronised?: () => void;
   /** The device view's requests and answers between replicas (design §3.8), on their own channel. */
   inspector?: { receive(payload: string, senderPid: number): void };
+  /**
+   * Rollout assignments (design §3.9): read again at every resync (before the registry, so a device enters it
+   * with its assignment) and whenever the rollout channel says they changed.
+   */
+  rollouts?: { receive(): void; sync(): Promise<void> };
 }
 
 export interface BusStats extends ReplicaStats {
@@ -138,7 +144,11 @@ export class ClusterBus {
     });
     this.listener = new ListenConnection({
       databaseUrl: options.databaseUrl,
-      channels: options.inspector === undefined ? [BUS_CHANNEL] : [BUS_CHANNEL, INSPECT_CHANNEL],
+      channels: [
+        BUS_CHANNEL,
+        ...(options.inspector === undefined ? [] : [INSPECT_CHANNEL]),
+        ...(options.rollouts === undefined ? [] : [ROLLOUT_CHANNEL]),
+      ],
       logger: this.log,
       applicationName: () => this.sessionName(!this.synced),
       reconnectMinMs: options.reconnectMinMs,
@@ -146,6 +156,7 @@ export class ClusterBus {
       heartbeatMs: options.heartbeatMs,
       onNotification: (payload, channel, senderPid) => {
         if (channel === BUS_CHANNEL) this.follow(this.replica.receive(payload));
+        else if (channel === ROLLOUT_CHANNEL) options.rollouts?.receive();
         else options.inspector?.receive(payload, senderPid);
       },
       onListening: (client) => this.resync(client),
@@ -296,6 +307,7 @@ export class ClusterBus {
   private async resync(client: pg.Client): Promise<void> {
     if (!this.joined) await this.join(client);
     this.resyncs++;
+    await this.options.rollouts?.sync();
     await this.reload();
     const { decision, republish } = this.replica.resync(await busSql.readRetained(this.options.db));
     this.follow(decision);

@@ -12,6 +12,13 @@ export const BUS_CHANNEL = 'device_gateway_bus';
 export const INSPECT_CHANNEL = 'device_gateway_inspect';
 
 /**
+ * Rollouts' channel (design §3.9): the driver's step and a rollback NOTIFY here, in their transaction, when
+ * assignments changed; every replica then reads them from the database. Apart from BUS_CHANNEL for the same
+ * reason as INSPECT_CHANNEL. The payload means only "read"; it is never trusted.
+ */
+export const ROLLOUT_CHANNEL = 'device_gateway_rollout';
+
+/**
  * PostgreSQL refuses (never truncates) a NOTIFY payload of 8000 bytes or more in a default build
  * (`NOTIFY_PAYLOAD_MAX_LENGTH` = BLCKSZ - NAMEDATALEN - 128; docs: sql-notify.html, "must be shorter than
  * 8000 bytes"). The gateway refuses such a message itself, before anything is published.

@@ -7,6 +7,7 @@ import type { MigrationSet } from '@platform/service-kit';
 import { clusterBusMigration, clusterLifetimeMigration } from './cluster-bus-migration.js';
 import { deviceCredentialsMigration } from './credentials-migration.js';
 import { deliveryMigration } from './delivery-migration.js';
+import { rolloutMigration } from './rollout-migration.js';
 
 /** The read-only login the running gateway uses (design §4.2): SELECT on its registry, nothing else. */
 export const GATEWAY_LOGIN_ROLE = 'device_gateway_login';
@@ -114,6 +115,7 @@ export function gatewayMigrationsWith(loginPassword: string): MigrationSet {
       '0003_cluster_lifetime': clusterLifetimeMigration,
       '0004_device_credentials': deviceCredentialsMigration,
       '0005_device_delivery': deliveryMigration,
+      '0006_rollouts': rolloutMigration,
     },
   };
 }

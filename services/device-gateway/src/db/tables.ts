@@ -38,7 +38,7 @@ export interface DeviceDeliveryTable {
   site_id: string | null;
   /** bigint: pg returns int8 as a string. */
   desired_version: string | null;
-  desired_source: 'registry' | 'override' | null;
+  desired_source: 'registry' | 'override' | 'rollout' | null;
   desired_content: string | null;
   desired_at: Date;
   sent_version: string | null;

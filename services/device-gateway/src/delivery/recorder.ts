@@ -386,7 +386,8 @@ export class DeliveryRecorder implements DeliveryEvents {
     let t = `{"d":${PLAIN_ID.test(d) ? `"${d}"` : JSON.stringify(d)}`;
     const desired = f.desired;
     if (parts & DESIRED && desired !== null) {
-      const source = (desired.body as { source: string }).source === 'override' ? 'override' : 'registry';
+      const named = (desired.body as { source: string }).source;
+      const source = named === 'override' || named === 'rollout' ? named : 'registry';
       t += `,"dv":${desired.version},"ds":"${source}","dc":"${contentHash(desired)}","da":${f.desiredAt}`;
     }
     if (parts & SENT && f.sent !== null)

@@ -4,7 +4,8 @@ import { Encoder } from 'cbor-x';
 /** Settings as the registry or an override holds them (validated against the contracts schema before use). */
 export type Settings = Readonly<Record<string, unknown>>;
 
-export type SettingsSource = 'override' | 'registry';
+/** Where a device's settings come from, in precedence order (design §3.3). */
+export type SettingsSource = 'override' | 'rollout' | 'registry';
 
 /** The public part of a registry record (design §3.2): no secrets, nothing but what a device may see. */
 export interface DeviceRecord {
@@ -167,6 +168,8 @@ export function settingsDocumentSizes(
   deviceId: string,
   version: number,
   prepared: PreparedSettings,
+  /** Characters of the source's name: 8 ('override', 'registry', the longest), 7 for 'rollout'. */
+  sourceBytes: number = SOURCE_NAME_BYTES,
 ): { jsonLength: number; cborSlack: number; settingsJson: string } {
   return {
     settingsJson: prepared.json,
@@ -174,14 +177,14 @@ export function settingsDocumentSizes(
       SETTINGS_DOCUMENT_FRAME_BYTES +
       jsonStringBytes(deviceId) +
       decimalDigits(version) +
-      SOURCE_NAME_BYTES +
+      sourceBytes +
       2 +
       prepared.jsonLength,
     cborSlack: SETTINGS_DOCUMENT_FRAME_SLACK + prepared.cborSlack,
   };
 }
 
-/** 'override' and 'registry' alike. */
+/** 'override' and 'registry' alike; 'rollout' is one shorter, so 8 bounds every source. */
 const SOURCE_NAME_BYTES = 8;
 
 /** Printable ASCII without `"` and `\`: JSON writes such a string as itself between two quotes. */
@@ -231,7 +234,7 @@ export function settingsDocument(
     version,
     { device_id: deviceId, version, source, settings: prepared.value },
     contentKey,
-    settingsDocumentSizes(deviceId, version, prepared),
+    settingsDocumentSizes(deviceId, version, prepared, source.length),
   );
 }
 

@@ -71,6 +71,17 @@ export interface Override {
   readonly contentKey: string;
 }
 
+/**
+ * What a rollout assigned one device (design §3.9): served between a development override and the registry's
+ * settings (precedence, design §3.3). Prepared once, like an override.
+ */
+export interface Assignment {
+  readonly deviceId: string;
+  readonly rolloutId: string;
+  readonly settings: PreparedSettings;
+  readonly contentKey: string;
+}
+
 interface Entry {
   record: DeviceRecord;
   recordDoc: VisibleDocument;
@@ -92,6 +103,8 @@ export interface GatewayStateOptions {
 export class GatewayState {
   private entries = new Map<string, Entry>();
   private readonly overrides = new Map<string, Override>();
+  /** Rollout assignments, also of devices not (yet) visible: they apply when the device is. */
+  private readonly assignments = new Map<string, Assignment>();
   private readonly listeners: ((changes: DeviceChange[]) => void)[] = [];
   private settingsListener: SettingsListener | undefined;
   private loadedOnce = false;
@@ -133,6 +146,15 @@ export class GatewayState {
 
   get overrideCount(): number {
     return this.overrides.size;
+  }
+
+  get assignmentCount(): number {
+    return this.assignments.size;
+  }
+
+  /** The rollout assignment this replica holds for the device (served unless an override wins). */
+  assignmentOf(deviceId: string): Assignment | undefined {
+    return this.assignments.get(deviceId);
   }
 
   onChange(listener: (changes: DeviceChange[]) => void): void {
@@ -183,9 +205,13 @@ export class GatewayState {
           continue;
         }
       }
+      // Precedence (design §3.3): development override > rollout assignment > registry.
       const override = this.overrides.get(record.deviceId);
-      const source: SettingsSource = override === undefined ? 'registry' : 'override';
-      const settings = override?.settings.value ?? record.desiredSettings;
+      const assignment = override === undefined ? this.assignments.get(record.deviceId) : undefined;
+      const chosen = override ?? assignment;
+      const source: SettingsSource =
+        override !== undefined ? 'override' : assignment !== undefined ? 'rollout' : 'registry';
+      const settings = chosen?.settings.value ?? record.desiredSettings;
       const recordChanged = previous === undefined || !samePublicRecord(previous.record, record);
       const settingsChanged =
         previous === undefined ||
@@ -201,13 +227,13 @@ export class GatewayState {
             this.options.clock.next(),
             source,
             settings,
-            override?.settings ?? this.factsOf(settings).prepared,
+            chosen?.settings ?? this.factsOf(settings).prepared,
           )
         : previous.settingsDoc;
       const problem = this.checkRecord(
         record,
         recordChanged ? recordDoc : undefined,
-        settingsChanged && override === undefined ? settingsDoc : undefined,
+        settingsChanged && chosen === undefined ? settingsDoc : undefined,
       );
       if (problem !== undefined) {
         rejected.push({ deviceId: record.deviceId, reason: problem });
@@ -293,6 +319,65 @@ export class GatewayState {
     this.settingsListener?.(entry.record, document);
     this.emit([{ deviceId, settings: true, record: false, removed: false }]);
     return { changed: true, document };
+  }
+
+  /**
+   * Prepares a rollout's settings for a device (valid Device Settings, checked by the caller). Throws
+   * DocumentTooLargeError when its document would not fit one datagram.
+   */
+  prepareAssignment(
+    deviceId: string,
+    rolloutId: string,
+    settings: Settings,
+    /** The same settings prepared for another device already (a wave shares one document). */
+    preparedBefore?: PreparedSettings,
+  ): Assignment {
+    const prepared = preparedBefore ?? prepareSettings(settings);
+    this.assertSettingsFit(deviceId, prepared);
+    return { deviceId, rolloutId, settings: prepared, contentKey: settingsContentKey('rollout', prepared) };
+  }
+
+  /**
+   * Sets (an Assignment) or removes (a device id) rollout assignments, and gives every visible device whose
+   * effective settings changed a new document under a new version, in one change set: a wave of thousands is
+   * one fan-out. A device under a development override keeps it (the assignment waits underneath). A removal
+   * returns the device to the registry's settings, as a new, higher version.
+   */
+  applyAssignments(updates: readonly (Assignment | string)[]): number {
+    const changes: DeviceChange[] = [];
+    for (const update of updates) {
+      const deviceId = typeof update === 'string' ? update : update.deviceId;
+      if (typeof update === 'string') this.assignments.delete(deviceId);
+      else this.assignments.set(deviceId, update);
+      const entry = this.entries.get(deviceId);
+      if (entry === undefined || this.overrides.has(deviceId)) continue;
+      const document =
+        typeof update === 'string'
+          ? this.registryDocument(entry)
+          : update.contentKey === entry.settingsDoc.contentKey
+            ? undefined
+            : settingsDocument(
+                deviceId,
+                this.options.clock.next(),
+                'rollout',
+                update.settings.value,
+                update.settings,
+              );
+      if (document === undefined) continue;
+      entry.settingsDoc = document;
+      this.settingsListener?.(entry.record, document);
+      changes.push({ deviceId, settings: true, record: false, removed: false });
+    }
+    this.emit(changes);
+    return changes.length;
+  }
+
+  /** The registry's settings document for an entry, or undefined when it serves that content already. */
+  private registryDocument(entry: Entry): VisibleDocument | undefined {
+    const settings = entry.record.desiredSettings;
+    const prepared = this.factsOf(settings).prepared;
+    if (settingsContentKey('registry', prepared) === entry.settingsDoc.contentKey) return undefined;
+    return settingsDocument(entry.record.deviceId, this.options.clock.next(), 'registry', settings, prepared);
   }
 
   /** `prepareOverride` then `applyOverride`: an override accepted by this process alone. */

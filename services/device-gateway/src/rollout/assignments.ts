@@ -1,0 +1,119 @@
+// Every replica serves what rollouts assigned, from the database (design §3.9): at every bus resync it reads the
+// assignments changed since the last it saw (all of them after a start), and a NOTIFY on the rollout channel
+// (sent by the driver's step or a rollback, in their transaction) makes it read again. The notification carries
+// nothing but "read": any session may NOTIFY, so a stranger can at most make a replica run one indexed read,
+// coalesced with any read already under way.
+import { errorMessage, type Logger } from '@platform/service-kit';
+import type { Kysely } from 'kysely';
+import type { GatewayDatabase } from '../db/tables.js';
+import type { PreparedSettings, Settings } from '../domain/documents.js';
+import {
+  DocumentTooLargeError,
+  type Assignment,
+  type GatewayState,
+  type SettingsValidator,
+} from '../domain/gateway-state.js';
+import { readAssignments } from './sql.js';
+
+/** Rows per read: a 100,000-device wave is read in a few round trips, each a bounded statement. */
+const PAGE = 20_000;
+
+export interface AssignmentSyncOptions {
+  db: Kysely<GatewayDatabase>;
+  state: Pick<GatewayState, 'prepareAssignment' | 'applyAssignments'>;
+  validateSettings: SettingsValidator;
+  logger: Logger;
+}
+
+export class AssignmentSync {
+  /** The highest assignment seq applied here (bigint as text). */
+  private lastSeq = '0';
+  private running: Promise<void> | undefined;
+  private again = false;
+  readonly stats = { reads: 0, applied: 0, refused: 0, failures: 0 };
+
+  constructor(private readonly options: AssignmentSyncOptions) {}
+
+  /** A notification on the rollout channel: read what changed (its payload is not trusted, nor needed). */
+  receive(): void {
+    this.sync().catch(() => undefined);
+  }
+
+  /**
+   * Reads and applies every assignment changed since the last read; concurrent calls share one read and at
+   * most one more after it. Rejects when the database fails (the next call starts where this one stopped).
+   */
+  sync(): Promise<void> {
+    if (this.running !== undefined) {
+      this.again = true;
+      return this.running;
+    }
+    this.running = (async () => {
+      try {
+        do {
+          this.again = false;
+          await this.readAll();
+        } while (this.again);
+      } finally {
+        this.running = undefined;
+      }
+    })();
+    return this.running;
+  }
+
+  private async readAll(): Promise<void> {
+    const first = this.lastSeq === '0';
+    for (;;) {
+      let rows;
+      try {
+        rows = await readAssignments(this.options.db, this.lastSeq, PAGE);
+      } catch (err) {
+        this.stats.failures++;
+        this.options.logger.warn('rollout assignments: read failed', { error: errorMessage(err) });
+        throw err;
+      }
+      this.stats.reads++;
+      if (rows.length === 0) return;
+      // Validated once per distinct settings text (a rollout assigns one document to all its devices).
+      const checked = new Map<string, Settings | undefined>();
+      const prepared = new Map<string, PreparedSettings>();
+      const updates: (Assignment | string)[] = [];
+      for (const row of rows) {
+        if (row.settings === null) {
+          if (!first) updates.push(row.device_id);
+          continue;
+        }
+        let settings = checked.get(row.settings);
+        if (!checked.has(row.settings)) {
+          const parsed = JSON.parse(row.settings) as unknown;
+          const result = this.options.validateSettings(parsed);
+          settings = result.ok ? (parsed as Settings) : undefined;
+          checked.set(row.settings, settings);
+        }
+        try {
+          if (settings === undefined) throw new Error('settings are not valid Device Settings');
+          const assignment = this.options.state.prepareAssignment(
+            row.device_id,
+            row.rollout_id,
+            settings,
+            prepared.get(row.settings),
+          );
+          prepared.set(row.settings, assignment.settings);
+          updates.push(assignment);
+        } catch (err) {
+          // Written by the creation function from validated settings; refused here only if that was bypassed.
+          this.stats.refused++;
+          this.options.logger.warn('rollout assignment refused', {
+            device_id: row.device_id,
+            rollout_id: row.rollout_id,
+            error: err instanceof DocumentTooLargeError ? err.message : errorMessage(err),
+          });
+          updates.push(row.device_id);
+        }
+      }
+      this.stats.applied += this.options.state.applyAssignments(updates);
+      this.lastSeq = rows.at(-1)!.seq;
+      if (rows.length < PAGE) return;
+    }
+  }
+}

@@ -1,0 +1,124 @@
+// The rollout driver (design §3.9): every replica runs this loop, and exactly one of them, the holder of the
+// lease row in PostgreSQL, advances rollouts. Each tick renews (or tries to take) the lease, then, as holder,
+// runs one step: one transaction of `rollout_step`, which checks the lease again under a row lock, so a replica
+// whose lease ran out while it was paused (GC, a stalled network) cannot act. Progress lives in the database
+// (targets' outcomes, read from the delivery record), so a new holder goes on where the last one stopped.
+import { errorMessage, type Logger } from '@platform/service-kit';
+import type { Kysely } from 'kysely';
+import type { GatewayDatabase } from '../db/tables.js';
+import { releaseLease, rolloutCounts, step, takeLease, type RolloutState } from './sql.js';
+
+export interface RolloutDriverOptions {
+  db: Kysely<GatewayDatabase>;
+  /** This replica's id (the bus origin): the lease's holder. */
+  replica: string;
+  logger: Logger;
+  /** The lease lasts this long (ms) unless renewed: the longest a dead driver is waited for. */
+  leaseMs: number;
+  /** A tick this often (ms); well under leaseMs, so the holder renews in time. */
+  stepMs: number;
+  /** Devices one step assigns at most (a busy driver steps again at once). */
+  maxAssign: number;
+  /** After a step that assigned something (the replica without a bus reads its assignments here). */
+  onAssigned?: () => void;
+}
+
+export interface DriverStats {
+  steps: number;
+  assigned: number;
+  failures: number;
+  terms: number;
+}
+
+export class RolloutDriver {
+  private timer: NodeJS.Timeout | undefined;
+  private ticking: Promise<void> | undefined;
+  /** Not ticking: before start() and after stop(). */
+  private stopped = true;
+  private holder = false;
+  private lastCounts = 0;
+  /** The last step assigned a full batch: the next one follows at once. */
+  private busy = false;
+  readonly stats: DriverStats = { steps: 0, assigned: 0, failures: 0, terms: 0 };
+  /** Open rollouts by state (and aborted), as the driver last read them; empty on other replicas. */
+  counts: { state: RolloutState; aborted: boolean; n: number }[] = [];
+
+  constructor(private readonly options: RolloutDriverOptions) {}
+
+  /** Whether this replica held the lease at its last tick. */
+  get isDriver(): boolean {
+    return this.holder;
+  }
+
+  start(): void {
+    this.stopped = false;
+    this.schedule(0);
+  }
+
+  /** Stops ticking and gives the lease up, so another replica takes over at its next tick. */
+  async stop(): Promise<void> {
+    this.stopped = true;
+    if (this.timer !== undefined) clearTimeout(this.timer);
+    this.timer = undefined;
+    await this.ticking;
+    if (!this.holder) return;
+    this.holder = false;
+    await releaseLease(this.options.db, this.options.replica).catch((err: unknown) => {
+      this.options.logger.warn('rollout driver: releasing the lease failed', { error: errorMessage(err) });
+    });
+  }
+
+  /** A tick soon, when this replica drives (started): a creation or resume need not wait for the next one. */
+  wake(): void {
+    if (!this.stopped && this.ticking === undefined) this.schedule(0);
+  }
+
+  /** One tick now, or the one under way. */
+  tick(): Promise<void> {
+    this.ticking ??= this.run().finally(() => (this.ticking = undefined));
+    return this.ticking;
+  }
+
+  private schedule(ms: number): void {
+    if (this.stopped) return;
+    if (this.timer !== undefined) clearTimeout(this.timer);
+    this.timer = setTimeout(() => void this.tick(), ms);
+    this.timer.unref();
+  }
+
+  private async run(): Promise<void> {
+    const { db, replica, logger } = this.options;
+    try {
+      const held = await takeLease(db, replica, this.options.leaseMs);
+      if (held !== this.holder) {
+        this.holder = held;
+        if (held) this.stats.terms++;
+        logger.info(held ? 'rollout driver: this replica drives rollouts' : 'rollout driver: lease lost', {
+          replica,
+        });
+      }
+      if (!held) {
+        this.counts = [];
+        return;
+      }
+      // The steps of a busy streak (a full batch assigned, the next step at once) only assign; the step after
+      // it, a tick later, reads the outcomes.
+      const result = await step(db, replica, this.options.maxAssign, !this.busy);
+      this.stats.steps++;
+      const assigned = result.assigned ?? 0;
+      this.stats.assigned += assigned;
+      this.busy = assigned >= this.options.maxAssign;
+      if (assigned > 0) this.options.onAssigned?.();
+      if (Date.now() - this.lastCounts >= 5000 || assigned > 0) {
+        this.lastCounts = Date.now();
+        this.counts = await rolloutCounts(db);
+      }
+    } catch (err) {
+      this.stats.failures++;
+      this.busy = false;
+      logger.warn('rollout driver: step failed; retrying at the next tick', { error: errorMessage(err) });
+    } finally {
+      this.schedule(this.busy ? 0 : this.options.stepMs);
+    }
+  }
+}

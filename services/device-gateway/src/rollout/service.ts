@@ -1,0 +1,207 @@
+// Rollouts as the management API uses them (design §3.9): create, read, list, and the four actions. The rules
+// that need the registry as this replica holds it (the settings document fits one datagram) are checked here;
+// what needs every replica's view (the targets, overlaps, states) is decided in one database function each.
+import type { RolloutCreateRequest } from '@platform/contracts';
+import type { Kysely } from 'kysely';
+import type { GatewayDatabase } from '../db/tables.js';
+import { contentHash } from '../delivery/recorder.js';
+import { settingsDocument } from '../domain/documents.js';
+import type { GatewayState } from '../domain/gateway-state.js';
+import {
+  controlRollout,
+  createRollout,
+  listRollouts,
+  readRollout,
+  rolloutEvents,
+  waveCounts,
+  type ControlResult,
+  type CreateResult,
+  type RolloutAction,
+  type RolloutRow,
+  type RolloutState,
+} from './sql.js';
+
+/** The longest device id (design §3.2): a rollout's document must fit one datagram for any target. */
+const LONGEST_DEVICE_ID = 'd'.repeat(128);
+
+/** The selector matched no enabled device of the registry. */
+export class NoTargetsError extends Error {
+  constructor() {
+    super('the selector matches no enabled device');
+    this.name = 'NoTargetsError';
+  }
+}
+
+/** The rollout would share devices with an open (active or paused) one. */
+export class RolloutOverlapError extends Error {
+  constructor(
+    readonly conflictingRollout: string,
+    readonly devices: number,
+  ) {
+    super(`${devices} of its devices belong to the open rollout ${conflictingRollout}`);
+    this.name = 'RolloutOverlapError';
+  }
+}
+
+export class UnknownRolloutError extends Error {
+  constructor(readonly rolloutId: string) {
+    super(`rollout ${rolloutId} is unknown`);
+    this.name = 'UnknownRolloutError';
+  }
+}
+
+/** The action does not apply to the rollout's state, or a rollback would undo an open rollout's devices. */
+export class RolloutStateError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = 'RolloutStateError';
+  }
+}
+
+export interface RolloutServiceOptions {
+  db: Kysely<GatewayDatabase>;
+  state: Pick<GatewayState, 'prepareAssignment'>;
+  /** After an action that changed assignments: this replica reads them (the bus tells the others). */
+  afterChange: () => Promise<void>;
+  /** Wakes the driver (a creation or a resume need not wait for its next tick). */
+  wake: () => void;
+}
+
+const EVENTS_SHOWN = 50;
+
+export class RolloutService {
+  constructor(private readonly options: RolloutServiceOptions) {}
+
+  /**
+   * `request` is valid (the edge checked it). Throws DocumentTooLargeError, NoTargetsError, RolloutOverlapError.
+   */
+  async create(
+    request: RolloutCreateRequest,
+  ): Promise<{ rollout_id: string; targets: number; waves: number }> {
+    const assignment = this.options.state.prepareAssignment(LONGEST_DEVICE_ID, 'new', request.settings);
+    const content = contentHash(
+      settingsDocument(LONGEST_DEVICE_ID, 0, 'rollout', assignment.settings.value, assignment.settings),
+    );
+    const plan = request.plan;
+    const result: CreateResult = await createRollout(
+      this.options.db,
+      request.selector,
+      assignment.settings.json,
+      content,
+      {
+        ...(plan.first_wave_count === undefined ? {} : { first_wave_count: plan.first_wave_count }),
+        ...(plan.first_wave_percent === undefined ? {} : { first_wave_percent: plan.first_wave_percent }),
+        growth_factor: plan.growth_factor ?? 2,
+        ...(plan.max_per_minute === undefined ? {} : { max_per_minute: plan.max_per_minute }),
+        success_share: plan.success_share,
+        abort_share: plan.abort_share,
+        deadline_s: plan.deadline_s,
+      },
+    );
+    if ('error' in result) throw new NoTargetsError();
+    if ('conflict' in result) throw new RolloutOverlapError(result.conflict, result.devices);
+    this.options.wake();
+    return result;
+  }
+
+  /** Throws UnknownRolloutError. */
+  async get(rolloutId: string): Promise<Record<string, unknown>> {
+    const row = await readRollout(this.options.db, rolloutId);
+    if (row === undefined) throw new UnknownRolloutError(rolloutId);
+    const [waves, events] = await Promise.all([
+      waveCounts(this.options.db, rolloutId),
+      rolloutEvents(this.options.db, rolloutId, EVENTS_SHOWN),
+    ]);
+    const totals = { targeted: 0, notified: 0, acknowledged: 0, failed: 0, skipped: 0, pending: 0 };
+    for (const w of waves) for (const k of Object.keys(totals) as (keyof typeof totals)[]) totals[k] += w[k];
+    return {
+      ...summary(row),
+      selector: row.selector,
+      settings: row.settings,
+      plan: plan(row),
+      totals,
+      wave_counts: waves,
+      events: events.map((e) => ({
+        kind: e.kind,
+        wave: e.wave,
+        actor: e.actor,
+        detail: e.detail,
+        at: e.at.toISOString(),
+      })),
+    };
+  }
+
+  async list(q: {
+    limit: number;
+    cursor?: string;
+    state?: RolloutState;
+  }): Promise<{ items: Record<string, unknown>[]; next_cursor: string | null }> {
+    const rows = await listRollouts(this.options.db, {
+      limit: q.limit,
+      ...(q.cursor === undefined ? {} : { beforeSeq: q.cursor }),
+      ...(q.state === undefined ? {} : { state: q.state }),
+    });
+    const page = rows.slice(0, q.limit);
+    const last = page.at(-1);
+    return {
+      items: page.map(summary),
+      next_cursor: rows.length > q.limit && last !== undefined ? encodeRolloutCursor(last.seq) : null,
+    };
+  }
+
+  /** Throws UnknownRolloutError, RolloutStateError. */
+  async control(
+    rolloutId: string,
+    action: RolloutAction,
+  ): Promise<{ state: RolloutState; returned: number }> {
+    const result: ControlResult = await controlRollout(this.options.db, rolloutId, action);
+    if ('conflict' in result)
+      throw new RolloutStateError(
+        `devices of this rollout now belong to the open rollout ${result.conflict}; finish or cancel it first`,
+      );
+    if ('error' in result) {
+      if (result.error === 'unknown') throw new UnknownRolloutError(rolloutId);
+      throw new RolloutStateError(`a ${result.state} rollout cannot be asked to ${action}`);
+    }
+    if (result.returned > 0) await this.options.afterChange();
+    this.options.wake();
+    return result;
+  }
+}
+
+function summary(row: RolloutRow): Record<string, unknown> {
+  return {
+    rollout_id: row.rollout_id,
+    state: row.state,
+    reason: row.reason,
+    aborted: row.aborted,
+    targets: row.targets,
+    waves: row.waves,
+    current_wave: row.current_wave,
+    created_at: row.created_at.toISOString(),
+    updated_at: row.updated_at.toISOString(),
+  };
+}
+
+function plan(row: RolloutRow): Record<string, unknown> {
+  return {
+    ...(row.first_wave_count === null ? {} : { first_wave_count: row.first_wave_count }),
+    ...(row.first_wave_percent === null ? {} : { first_wave_percent: row.first_wave_percent }),
+    growth_factor: row.growth_factor,
+    max_per_minute: row.max_per_minute,
+    success_share: row.success_share,
+    abort_share: row.abort_share,
+    deadline_s: row.deadline_s,
+  };
+}
+
+/** The list's cursor: the last rollout's seq, opaque to callers (base64url of "r:<seq>"). */
+export function encodeRolloutCursor(seq: string): string {
+  return Buffer.from(`r:${seq}`).toString('base64url');
+}
+
+export function decodeRolloutCursor(cursor: string): string | undefined {
+  if (!/^[A-Za-z0-9_-]{1,40}$/.test(cursor)) return undefined;
+  const m = /^r:([1-9][0-9]{0,17})$/.exec(Buffer.from(cursor, 'base64url').toString('latin1'));
+  return m?.[1];
+}

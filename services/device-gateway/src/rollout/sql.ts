@@ -1,0 +1,187 @@
+// The rollouts' SQL (migration 0006, design §3.9): the SECURITY DEFINER functions the login may call, and the
+// reads of the API and of the replicas. Nothing here knows HTTP.
+import { sql, type Kysely } from 'kysely';
+import type { GatewayDatabase } from '../db/tables.js';
+
+type Db = Kysely<GatewayDatabase>;
+
+export type RolloutState = 'active' | 'paused' | 'completed' | 'cancelled' | 'rolled_back';
+export type RolloutAction = 'pause' | 'resume' | 'cancel' | 'rollback';
+
+export interface RolloutPlan {
+  first_wave_count?: number;
+  first_wave_percent?: number;
+  growth_factor: number;
+  max_per_minute?: number;
+  success_share: number;
+  abort_share: number;
+  deadline_s: number;
+}
+
+export type CreateResult =
+  | { rollout_id: string; targets: number; waves: number }
+  | { conflict: string; devices: number }
+  | { error: 'no_targets' };
+
+export async function createRollout(
+  db: Db,
+  selector: Record<string, unknown>,
+  settingsJson: string,
+  content: string,
+  plan: RolloutPlan,
+): Promise<CreateResult> {
+  const { rows } = await sql<{ r: CreateResult }>`
+    SELECT device_gateway.rollout_create(${JSON.stringify(selector)}::jsonb, ${settingsJson}::jsonb, ${content},
+      ${JSON.stringify(plan)}::jsonb) AS r`.execute(db);
+  return rows[0]!.r;
+}
+
+export type ControlResult =
+  | { state: RolloutState; returned: number }
+  | { error: 'unknown' }
+  | { error: 'state'; state: RolloutState }
+  | { conflict: string };
+
+export async function controlRollout(
+  db: Db,
+  rolloutId: string,
+  action: RolloutAction,
+): Promise<ControlResult> {
+  const { rows } = await sql<{ r: ControlResult }>`
+    SELECT device_gateway.rollout_control(${rolloutId}::uuid, ${action}) AS r`.execute(db);
+  return rows[0]!.r;
+}
+
+export async function takeLease(db: Db, replica: string, ttlMs: number): Promise<boolean> {
+  const { rows } = await sql<{ ok: boolean }>`
+    SELECT device_gateway.rollout_lease(${replica}, ${ttlMs}) AS ok`.execute(db);
+  return rows[0]?.ok === true;
+}
+
+export async function releaseLease(db: Db, replica: string): Promise<void> {
+  await sql`SELECT device_gateway.rollout_release(${replica})`.execute(db);
+}
+
+export interface StepResult {
+  driver: boolean;
+  assigned?: number;
+  open?: number;
+  term?: number;
+}
+
+/** `judge`: read outcomes from the delivery record in this step (not within a busy streak, design §3.9). */
+export async function step(db: Db, replica: string, maxAssign: number, judge: boolean): Promise<StepResult> {
+  const { rows } = await sql<{ r: StepResult }>`
+    SELECT device_gateway.rollout_step(${replica}, ${maxAssign}, ${judge}) AS r`.execute(db);
+  return rows[0]!.r;
+}
+
+export interface RolloutRow {
+  rollout_id: string;
+  seq: string;
+  state: RolloutState;
+  reason: string | null;
+  aborted: boolean;
+  selector: Record<string, unknown>;
+  settings: Record<string, unknown>;
+  first_wave_count: number | null;
+  first_wave_percent: number | null;
+  growth_factor: number;
+  max_per_minute: number | null;
+  success_share: number;
+  abort_share: number;
+  deadline_s: number;
+  targets: number;
+  waves: number;
+  current_wave: number;
+  created_at: Date;
+  updated_at: Date;
+}
+
+const ROLLOUT_COLUMNS = sql`rollout_id::text AS rollout_id, seq::text AS seq, state, reason, aborted, selector,
+  settings, first_wave_count, first_wave_percent, growth_factor, max_per_minute, success_share, abort_share,
+  deadline_s, targets, waves, current_wave, created_at, updated_at`;
+
+export async function readRollout(db: Db, rolloutId: string): Promise<RolloutRow | undefined> {
+  const { rows } = await sql<RolloutRow>`
+    SELECT ${ROLLOUT_COLUMNS} FROM device_gateway.rollouts WHERE rollout_id = ${rolloutId}::uuid`.execute(db);
+  return rows[0];
+}
+
+export interface WaveCounts {
+  wave: number;
+  targeted: number;
+  notified: number;
+  acknowledged: number;
+  failed: number;
+  skipped: number;
+  pending: number;
+}
+
+export async function waveCounts(db: Db, rolloutId: string): Promise<WaveCounts[]> {
+  const { rows } = await sql<WaveCounts>`
+    SELECT wave, count(*)::int AS targeted, count(notified_at)::int AS notified,
+      count(*) FILTER (WHERE outcome = 'acknowledged')::int AS acknowledged,
+      count(*) FILTER (WHERE outcome = 'failed')::int AS failed,
+      count(*) FILTER (WHERE outcome = 'skipped')::int AS skipped,
+      count(*) FILTER (WHERE notified_at IS NOT NULL AND outcome IS NULL)::int AS pending
+    FROM device_gateway.rollout_targets WHERE rollout_id = ${rolloutId}::uuid
+    GROUP BY wave ORDER BY wave`.execute(db);
+  return rows;
+}
+
+export interface RolloutEvent {
+  kind: string;
+  wave: number | null;
+  actor: string;
+  detail: string | null;
+  at: Date;
+}
+
+/** The rollout's newest `limit` events, oldest first. */
+export async function rolloutEvents(db: Db, rolloutId: string, limit: number): Promise<RolloutEvent[]> {
+  const { rows } = await sql<RolloutEvent>`
+    SELECT kind, wave, actor, detail, at FROM (
+      SELECT event_id, kind, wave, actor, detail, at FROM device_gateway.rollout_events
+      WHERE rollout_id = ${rolloutId}::uuid ORDER BY event_id DESC LIMIT ${limit}) e
+    ORDER BY event_id`.execute(db);
+  return rows;
+}
+
+/** One page of rollouts, newest first, after the cursor's `seq`; `limit + 1` rows. */
+export async function listRollouts(
+  db: Db,
+  q: { limit: number; beforeSeq?: string; state?: RolloutState },
+): Promise<RolloutRow[]> {
+  const { rows } = await sql<RolloutRow>`
+    SELECT ${ROLLOUT_COLUMNS} FROM device_gateway.rollouts
+    WHERE (${q.beforeSeq ?? null}::bigint IS NULL OR seq < ${q.beforeSeq ?? null}::bigint)
+      AND (${q.state ?? null}::text IS NULL OR state = ${q.state ?? null}::text)
+    ORDER BY seq DESC LIMIT ${q.limit + 1}`.execute(db);
+  return rows;
+}
+
+/** Open rollouts by state, and those paused by their abort criterion: the metrics' gauges. */
+export async function rolloutCounts(db: Db): Promise<{ state: RolloutState; aborted: boolean; n: number }[]> {
+  const { rows } = await sql<{ state: RolloutState; aborted: boolean; n: number }>`
+    SELECT state, aborted, count(*)::int AS n FROM device_gateway.rollouts
+    WHERE state IN ('active', 'paused') GROUP BY state, aborted`.execute(db);
+  return rows;
+}
+
+export interface AssignmentRow {
+  device_id: string;
+  rollout_id: string;
+  /** JSON text, or null: the assignment was removed (back to the registry). */
+  settings: string | null;
+  seq: string;
+}
+
+/** Assignments changed after `afterSeq`, in order, at most `limit`. */
+export async function readAssignments(db: Db, afterSeq: string, limit: number): Promise<AssignmentRow[]> {
+  const { rows } = await sql<AssignmentRow>`
+    SELECT device_id, rollout_id::text AS rollout_id, settings::text AS settings, seq::text AS seq
+    FROM device_gateway.rollout_assignments WHERE seq > ${afterSeq}::bigint
+    ORDER BY seq LIMIT ${limit}`.execute(db);
+  return rows;
+}
