@@ -374,7 +374,7 @@ CREATE OR REPLACE FUNCTION device_gateway.bus_join(OUT cleared integer, OUT top_
  RETURNS record
  LANGUAGE plpgsql
  SECURITY DEFINER
- SET search_path TO 'pg_catalog'
+ SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 BEGIN
   cleared := 0;
@@ -399,7 +399,7 @@ CREATE OR REPLACE FUNCTION device_gateway.bus_publish_overrides(p_payloads text[
  RETURNS boolean[]
  LANGUAGE plpgsql
  SECURITY DEFINER
- SET search_path TO 'pg_catalog'
+ SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 DECLARE
   p text;
@@ -438,7 +438,7 @@ CREATE OR REPLACE FUNCTION device_gateway.bus_publish_reload(p_payload text)
  RETURNS void
  LANGUAGE plpgsql
  SECURITY DEFINER
- SET search_path TO 'pg_catalog'
+ SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 BEGIN
   IF (p_payload::jsonb)->>'k' IS DISTINCT FROM 'reload' THEN
@@ -457,7 +457,7 @@ CREATE OR REPLACE FUNCTION device_gateway.delivery_reap(p_self text)
  RETURNS integer
  LANGUAGE plpgsql
  SECURITY DEFINER
- SET search_path TO 'pg_catalog'
+ SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 DECLARE
   alive text[];
@@ -483,7 +483,7 @@ CREATE OR REPLACE FUNCTION device_gateway.delivery_record(p_replica text, p_batc
  RETURNS integer
  LANGUAGE plpgsql
  SECURITY DEFINER
- SET search_path TO 'pg_catalog'
+ SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 DECLARE
   written integer;
@@ -578,7 +578,7 @@ CREATE OR REPLACE FUNCTION device_gateway.inspect_answer(p_query uuid, p_replica
  RETURNS void
  LANGUAGE plpgsql
  SECURITY DEFINER
- SET search_path TO 'pg_catalog'
+ SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 BEGIN
   DELETE FROM device_gateway.inspect_answers WHERE created_at < now() - interval '1 minute';
@@ -593,7 +593,7 @@ CREATE OR REPLACE FUNCTION device_gateway.rollout_control(p_rollout uuid, p_acti
  RETURNS jsonb
  LANGUAGE plpgsql
  SECURITY DEFINER
- SET search_path TO 'pg_catalog'
+ SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 DECLARE
   r device_gateway.rollouts%ROWTYPE;
@@ -655,7 +655,7 @@ CREATE OR REPLACE FUNCTION device_gateway.rollout_create(p_selector jsonb, p_set
  RETURNS jsonb
  LANGUAGE plpgsql
  SECURITY DEFINER
- SET search_path TO 'pg_catalog'
+ SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 DECLARE
   v_id uuid := gen_random_uuid();
@@ -748,7 +748,7 @@ CREATE OR REPLACE FUNCTION device_gateway.rollout_lease(p_replica text, p_ttl_ms
  RETURNS boolean
  LANGUAGE plpgsql
  SECURITY DEFINER
- SET search_path TO 'pg_catalog'
+ SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 BEGIN
   IF p_replica !~ '^[0-9a-f]{16}$' OR p_ttl_ms NOT BETWEEN 100 AND 600000 THEN
@@ -767,7 +767,7 @@ CREATE OR REPLACE FUNCTION device_gateway.rollout_release(p_replica text)
  RETURNS void
  LANGUAGE sql
  SECURITY DEFINER
- SET search_path TO 'pg_catalog'
+ SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
   UPDATE device_gateway.rollout_driver SET holder = NULL, expires_at = NULL WHERE holder = p_replica;
 $function$
@@ -777,7 +777,7 @@ CREATE OR REPLACE FUNCTION device_gateway.rollout_step(p_replica text, p_max_ass
  RETURNS jsonb
  LANGUAGE plpgsql
  SECURITY DEFINER
- SET search_path TO 'pg_catalog'
+ SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 DECLARE
   d device_gateway.rollout_driver%ROWTYPE;

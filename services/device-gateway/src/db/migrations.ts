@@ -7,6 +7,7 @@ import type { MigrationSet } from '@platform/service-kit';
 import { clusterBusMigration, clusterLifetimeMigration } from './cluster-bus-migration.js';
 import { deviceCredentialsMigration } from './credentials-migration.js';
 import { deliveryMigration } from './delivery-migration.js';
+import { definerPathMigration } from './definer-path-migration.js';
 import { rolloutMigration } from './rollout-migration.js';
 
 /** The read-only login the running gateway uses (design §4.2): SELECT on its registry, nothing else. */
@@ -116,6 +117,7 @@ export function gatewayMigrationsWith(loginPassword: string): MigrationSet {
       '0004_device_credentials': deviceCredentialsMigration,
       '0005_device_delivery': deliveryMigration,
       '0006_rollouts': rolloutMigration,
+      '0007_definer_search_path': definerPathMigration,
     },
   };
 }

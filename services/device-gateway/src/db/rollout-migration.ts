@@ -134,7 +134,7 @@ CREATE INDEX rollout_events_rollout_idx ON device_gateway.rollout_events (rollou
 -- both pass the overlap check. Answers {rollout_id, targets, waves} or {conflict, devices} or {error}.
 CREATE FUNCTION device_gateway.rollout_create(p_selector jsonb, p_settings jsonb, p_content text, p_plan jsonb)
 RETURNS jsonb
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog AS $$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
   v_id uuid := gen_random_uuid();
   v_sites uuid[];
@@ -226,7 +226,7 @@ END $$;
 -- rollout holds. A rollback gives every device the rollout changed what it had before (an earlier rollout's
 -- settings or, with NULL settings, the registry's), where the device's assignment is still this rollout's.
 CREATE FUNCTION device_gateway.rollout_control(p_rollout uuid, p_action text) RETURNS jsonb
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog AS $$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
   r device_gateway.rollouts%ROWTYPE;
   v_next text;
@@ -284,7 +284,7 @@ END $$;
 
 -- The driver's lease: taken when free or expired, renewed by its holder. Answers whether p_replica holds it.
 CREATE FUNCTION device_gateway.rollout_lease(p_replica text, p_ttl_ms integer) RETURNS boolean
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog AS $$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
   IF p_replica !~ '^[0-9a-f]{16}$' OR p_ttl_ms NOT BETWEEN 100 AND 600000 THEN
     RAISE EXCEPTION 'invalid lease request' USING ERRCODE = '22023';
@@ -299,7 +299,7 @@ END $$;
 
 -- A driver that stops cleanly gives the lease up, so the next one need not wait for it to expire.
 CREATE FUNCTION device_gateway.rollout_release(p_replica text) RETURNS void
-LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog AS $$
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
   UPDATE device_gateway.rollout_driver SET holder = NULL, expires_at = NULL WHERE holder = p_replica;
 $$;
 
@@ -311,7 +311,7 @@ $$;
 -- so running it again decides nothing twice. p_judge: read outcomes in this step (see below). Answers
 -- {driver, assigned, open}.
 CREATE FUNCTION device_gateway.rollout_step(p_replica text, p_max_assign integer, p_judge boolean) RETURNS jsonb
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog AS $$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
   d device_gateway.rollout_driver%ROWTYPE;
   r device_gateway.rollouts%ROWTYPE;
