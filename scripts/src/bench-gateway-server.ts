@@ -68,6 +68,8 @@ async function gateway(): Promise<void> {
     DTLS_MAX_HANDSHAKES_PER_ADDRESS: '1000000',
     // The delivery record (design §3.8), on as in production unless BENCH_DELIVERY=false (its cost is measured).
     GATEWAY_DELIVERY_RECORD: process.env.BENCH_DELIVERY === 'false' ? 'false' : undefined,
+    // Its flush interval, when given (a long one leaves only the events' cost inside the fan-out's window).
+    GATEWAY_DELIVERY_FLUSH_MS: process.env.GATEWAY_DELIVERY_FLUSH_MS,
   });
   const logger = createLogger({ service: 'bench-gateway', level: 'error' });
   const db = createDb<GatewayDatabase>(config.database.url, { max: 2 });
