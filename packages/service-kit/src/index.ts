@@ -1,5 +1,5 @@
 // @platform/service-kit: the transport plumbing both services need once (design §1).
-export { DomainError, errorMessage, requireValid, RETRY_AFTER_S } from './errors.js';
+export { COMMON_ERRORS, DomainError, errorMessage, requireValid, RETRY_AFTER_S } from './errors.js';
 export type { DomainErrorOptions } from './errors.js';
 export { createLogger, LOG_LEVELS } from './logger.js';
 export type { Logger, LoggerOptions, LogLevel } from './logger.js';

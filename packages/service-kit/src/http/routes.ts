@@ -1,5 +1,5 @@
 import type { IRoute, RequestHandler } from 'express';
-import { DomainError } from '../errors.js';
+import { COMMON_ERRORS } from '../errors.js';
 import { DEFAULT_BODY_LIMIT_BYTES, readJsonBody } from './app.js';
 import { CLIENT_ADDRESS } from './request-context.js';
 
@@ -94,11 +94,7 @@ export function addRoutes(
         next();
         return;
       }
-      next(
-        new DomainError('method_not_allowed', `${req.method} is not allowed on this resource.`, {
-          headers: { Allow: allow },
-        }),
-      );
+      next(COMMON_ERRORS.methodNotAllowed(req.method, allow));
     });
   }
 }

@@ -12,8 +12,8 @@ export type DecisionOutcome =
   | { kind: 'transition'; state: WorkItemStatus }
   /** The same final decision again: answer with the item as it is, write nothing. */
   | { kind: 'unchanged' }
-  /** A different decision on a final item. */
-  | { kind: 'conflict'; detail: string };
+  /** A different decision on a final item: `current` cannot become `wanted`. */
+  | { kind: 'conflict'; current: WorkItemStatus; wanted: WorkItemStatus };
 
 /**
  * `proposed` and `deferred` items may be decided (a deferred item again and again); `accepted` and
@@ -28,10 +28,7 @@ export function decide(current: WorkItemStatus, decision: Decision): DecisionOut
     case 'declined':
       return stateAfter[decision] === current
         ? { kind: 'unchanged' }
-        : {
-            kind: 'conflict',
-            detail: `The work item is already ${current}; it cannot be changed to ${stateAfter[decision]}.`,
-          };
+        : { kind: 'conflict', current, wanted: stateAfter[decision] };
   }
 }
 

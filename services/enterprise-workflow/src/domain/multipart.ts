@@ -7,7 +7,7 @@ import type {
   PartUrlsResponse,
   StoredPartsResponse,
 } from '@platform/contracts';
-import { DomainError, errorMessage, mapDbError } from '@platform/service-kit';
+import { errorMessage, mapDbError } from '@platform/service-kit';
 import type { Counter, Logger } from '@platform/service-kit';
 import { inUserTransaction } from '../db/database.js';
 import {
@@ -22,6 +22,7 @@ import type { MultipartMedia } from '../db/multipart.js';
 import { storeCall } from './store-call.js';
 import type { StoredPart } from './ports.js';
 import type { UserScope, WorkflowContext } from './context.js';
+import { ERRORS } from './errors.js';
 import { isMediaObjectKey, MEDIA_KEY_PREFIX, normaliseEtag } from './media.js';
 
 const MiB = 1024 * 1024;
@@ -102,8 +103,6 @@ export function partLength(
   return Math.min(item.partSizeBytes, item.declaredSizeBytes - (n - 1) * item.partSizeBytes);
 }
 
-const notFound = () => new DomainError('not_found', 'No such media item.');
-
 /**
  * The caller's own multipart item, whatever its state: 404 for an unknown item, one outside the caller's
  * sites, an item uploaded with one PUT (it has no parts), and another user's upload. A single PUT URL only
@@ -118,7 +117,8 @@ async function ownUpload(
   mediaId: string,
 ): Promise<MultipartMedia & { uploadId: string }> {
   const item = await inUserTransaction(ctx.db, scope.user, (trx) => findMultipartMedia(trx, siteId, mediaId));
-  if (item === undefined || item.uploadId === null || item.uploadedBy !== scope.user.sub) throw notFound();
+  if (item === undefined || item.uploadId === null || item.uploadedBy !== scope.user.sub)
+    throw ERRORS.mediaNotFound();
   return { ...item, uploadId: item.uploadId };
 }
 
@@ -133,11 +133,9 @@ async function pendingUpload(
   mediaId: string,
 ): Promise<MultipartMedia & { uploadId: string }> {
   const item = await ownUpload(ctx, scope, siteId, mediaId);
-  if (item.status !== 'pending_upload') {
-    throw new DomainError('conflict', `The upload is ${item.status}, no longer pending.`);
-  }
+  if (item.status !== 'pending_upload') throw ERRORS.uploadNotPending(item.status);
   if (item.uploadExpiresAt !== null && item.uploadExpiresAt.getTime() <= ctx.now().getTime()) {
-    throw new DomainError('conflict', 'The upload intent expired; create a new one.');
+    throw ERRORS.uploadExpired();
   }
   return item;
 }
@@ -156,7 +154,7 @@ export async function presignParts(
       ? [{ path: `/parts/${i}/part_number`, message: `must be at most ${item.partCount}, the part count` }]
       : [],
   );
-  if (problems.length > 0) throw new DomainError('invalid_body', 'No such part.', { errors: problems });
+  if (problems.length > 0) throw ERRORS.noSuchPart(problems);
   const now = new Date(Math.floor(ctx.now().getTime() / 1000) * 1000);
   // A part URL lives as long as a single upload URL, and never past the intent.
   const untilExpiry =
@@ -200,7 +198,7 @@ export async function listStoredParts(
   const parts = await storeCall(scope.log, 'ListParts', () =>
     ctx.storage.listParts({ key: item.objectKey, uploadId: item.uploadId }),
   );
-  if (parts === undefined) throw new DomainError('conflict', 'The upload no longer exists in the store.');
+  if (parts === undefined) throw ERRORS.uploadGone();
   return {
     media_id: item.id,
     upload_id: item.uploadId,
@@ -236,15 +234,11 @@ export async function completeUpload(
   const numbers = body.parts.map((p) => p.part_number);
   const sorted = [...numbers].sort((a, b) => a - b);
   if (sorted.length !== item.partCount || sorted.some((n, i) => n !== i + 1)) {
-    throw new DomainError('invalid_body', `The upload has ${item.partCount} parts; name each once.`, {
-      errors: [{ path: '/parts', message: `must name parts 1 to ${item.partCount}, each once` }],
-    });
+    throw ERRORS.partsNotNamed(item.partCount);
   }
   // Assembled and accepted: nothing is left to do.
   if (item.status === 'available') return { media_id: item.id, status: 'available' };
-  if (item.status !== 'pending_upload') {
-    throw new DomainError('conflict', `The upload is ${item.status}, no longer pending.`);
-  }
+  if (item.status !== 'pending_upload') throw ERRORS.uploadNotPending(item.status);
   const assembled = async (): Promise<CompleteUploadResponse> => {
     // The upload is gone from the store: completed already (a retried completion) or aborted. The assembled
     // object tells, until the webhook has accepted it: it records the item, then deletes the upload key
@@ -253,14 +247,14 @@ export async function completeUpload(
     if (head !== undefined) return { media_id: item.id, status: 'pending_upload' };
     const now = await ownUpload(ctx, scope, siteId, mediaId);
     if (now.status === 'available') return { media_id: item.id, status: 'available' };
-    throw new DomainError('conflict', 'The upload no longer exists in the store.');
+    throw ERRORS.uploadGone();
   };
   const stored = await storeCall(scope.log, 'ListParts', () =>
     ctx.storage.listParts({ key: item.objectKey, uploadId: item.uploadId }),
   );
   if (stored === undefined) return assembled();
   if (item.uploadExpiresAt !== null && item.uploadExpiresAt.getTime() <= ctx.now().getTime()) {
-    throw new DomainError('conflict', 'The upload intent expired; create a new one.');
+    throw ERRORS.uploadExpired();
   }
   const byNumber = new Map<number, StoredPart>(stored.map((p) => [p.partNumber, p]));
   const problems: string[] = [];
@@ -283,12 +277,7 @@ export async function completeUpload(
   if (problems.length === 0 && total !== item.declaredSizeBytes) {
     problems.push(`the parts hold ${total} bytes, not the declared ${item.declaredSizeBytes}`);
   }
-  if (problems.length > 0) {
-    throw new DomainError(
-      'conflict',
-      `The stored parts do not make the declared file: ${problems.join('; ')}.`,
-    );
-  }
+  if (problems.length > 0) throw ERRORS.partsMismatch(problems);
   const completed = await storeCall(scope.log, 'CompleteMultipartUpload', () =>
     ctx.storage.completeMultipartUpload({
       key: item.objectKey,
@@ -312,9 +301,7 @@ export async function abortUpload(
   mediaId: string,
 ): Promise<void> {
   const item = await ownUpload(ctx, scope, siteId, mediaId);
-  if (item.status !== 'pending_upload') {
-    throw new DomainError('conflict', `The upload is ${item.status}, no longer pending.`);
-  }
+  if (item.status !== 'pending_upload') throw ERRORS.uploadNotPending(item.status);
   const uploadId = item.uploadId;
   // The store first: if the database write fails after it, the item stays pending without an upload, and
   // the sweep finishes the job once the intent expires.
@@ -327,14 +314,12 @@ export async function abortUpload(
     // upload to its event): marking the item abandoned now would leave that object, and its accepted copy,
     // to nobody.
     const head = await storeCall(scope.log, 'HEAD', () => ctx.storage.head(item.objectKey));
-    if (head !== undefined) {
-      throw new DomainError('conflict', 'The upload was already assembled; it can no longer be aborted.');
-    }
+    if (head !== undefined) throw ERRORS.uploadAssembled();
   }
   const changed = await inUserTransaction(ctx.db, scope.user, (trx) =>
     markAbandoned(trx, siteId, mediaId, scope.user.sub, 'aborted by the uploader'),
   );
-  if (!changed) throw new DomainError('conflict', 'The upload is no longer pending.');
+  if (!changed) throw ERRORS.uploadNotPending();
   ctx.counters.multipart.inc({ outcome: 'aborted' });
   scope.log.info('multipart upload aborted', { media_id: item.id, site_id: siteId });
 }

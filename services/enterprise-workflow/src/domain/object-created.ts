@@ -1,8 +1,9 @@
 // POST /internal/media/object-created: the object store reports uploads (design §4.4).
 import type { ObjectCreatedEvent } from '@platform/contracts';
 import { recordObjectCreated } from '@platform/enterprise-db';
-import { DomainError, mapDbError } from '@platform/service-kit';
+import { mapDbError } from '@platform/service-kit';
 import type { ServiceScope, WorkflowContext } from './context.js';
+import { ERRORS } from './errors.js';
 import { storeCall } from './store-call.js';
 import { ACCEPTED_PREFIX, acceptedObjectKey, isMediaObjectKey, normaliseEtag } from './media.js';
 import { readRecord } from './object-events.js';
@@ -88,7 +89,7 @@ export async function handleObjectCreated(
     if (observed.etag === undefined) {
       // S3 and MinIO always send one; without it the exact bytes cannot be pinned, so nothing is accepted.
       scope.log.error('object store gave no ETag for an uploaded object', { object_key: event.key });
-      throw new DomainError('backend_unavailable', 'The object store gave no ETag; retry later.');
+      throw ERRORS.storeGaveNoEtag();
     }
     // Secured before it is recorded: once the item says available, the bytes it names are already where no
     // upload URL can reach. Only the version just inspected is copied (if-match its ETag).

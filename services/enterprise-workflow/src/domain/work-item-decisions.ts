@@ -2,6 +2,7 @@
 import { createHash } from 'node:crypto';
 import type { DecisionRequest, DecisionResponse } from '@platform/contracts';
 import { DomainError } from '@platform/service-kit';
+import type { ErrorCode } from '@platform/contracts';
 import { inUserTransaction } from '../db/database.js';
 import {
   deleteIdempotentResponse,
@@ -12,6 +13,7 @@ import {
 } from '../db/work-items.js';
 import type { LockedWorkItem } from '../db/work-items.js';
 import type { UserScope, WorkflowContext } from './context.js';
+import { ERRORS } from './errors.js';
 import { checkDecisionRequest, decide, parseDateTime, stateAfter } from './decisions.js';
 
 export interface DecisionResult {
@@ -65,6 +67,14 @@ function fingerprintOf(siteId: string, itemId: string, body: DecisionRequest): s
   return createHash('sha256').update(canonical).digest('hex');
 }
 
+/** The answers counted as a decision's `conflict` outcome (workflow_decisions_total). */
+const CONFLICTS = new Set<ErrorCode>([
+  'work_item_final',
+  'idempotency_key_reused',
+  'conflict',
+  'concurrent_change',
+]);
+
 /**
  * Applies a decision. The item's row lock serialises concurrent decisions (one wins, the others see
  * its result); the state change and its audit row commit together or not at all. With an
@@ -82,9 +92,7 @@ export async function decideWorkItem(
   const now = ctx.now();
   // Checked after a replay lookup: a retry must get its stored answer even once defer_until passed.
   const problems = checkDecisionRequest(body, now);
-  if (problems.length > 0 && idempotencyKey === undefined) {
-    throw new DomainError('invalid_body', 'The decision is not valid.', { errors: problems });
-  }
+  if (problems.length > 0 && idempotencyKey === undefined) throw ERRORS.invalidDecision(problems);
   const sub = scope.user.sub;
   const fingerprint = idempotencyKey === undefined ? undefined : fingerprintOf(siteId, itemId, body);
 
@@ -107,31 +115,24 @@ export async function decideWorkItem(
           return { item: toResponse(decided), replayed: false, outcome: 'transition' as const };
       }
       const item = await lockWorkItem(trx, siteId, itemId);
-      if (item === undefined) throw new DomainError('not_found', 'No such work item.');
+      if (item === undefined) throw ERRORS.workItemNotFound();
 
       if (idempotencyKey !== undefined) {
         const stored = await findIdempotentResponse(trx, sub, idempotencyKey);
         if (stored !== undefined && now.getTime() - stored.createdAt.getTime() > ctx.idempotencyTtlS * 1000) {
           await deleteIdempotentResponse(trx, sub, idempotencyKey);
         } else if (stored !== undefined) {
-          if (stored.fingerprint !== fingerprint) {
-            throw new DomainError(
-              'conflict',
-              'This Idempotency-Key was already used for a different request.',
-            );
-          }
+          if (stored.fingerprint !== fingerprint) throw ERRORS.idempotencyKeyReused();
           return { item: stored.body as DecisionResponse, replayed: true, outcome: 'replayed' as const };
         }
       }
 
-      if (problems.length > 0) {
-        throw new DomainError('invalid_body', 'The decision is not valid.', { errors: problems });
-      }
+      if (problems.length > 0) throw ERRORS.invalidDecision(problems);
       const outcome = decide(item.state, body.decision);
       let after = item;
       switch (outcome.kind) {
         case 'conflict':
-          throw new DomainError('conflict', outcome.detail);
+          throw ERRORS.workItemFinal(outcome.current, outcome.wanted);
         case 'unchanged':
           break;
         case 'transition':
@@ -174,7 +175,7 @@ export async function decideWorkItem(
     }
     return { item: result.item, replayed: result.replayed };
   } catch (err) {
-    if (err instanceof DomainError && err.code === 'conflict') {
+    if (err instanceof DomainError && CONFLICTS.has(err.code)) {
       ctx.counters.decisions.inc({ decision: body.decision, outcome: 'conflict' });
     }
     throw err;

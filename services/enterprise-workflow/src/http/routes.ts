@@ -8,12 +8,13 @@ import {
   validateObjectCreatedEvent,
   validateUploadIntentRequest,
 } from '@platform/contracts';
-import { DomainError, metricsHandler, requireValid } from '@platform/service-kit';
+import { metricsHandler, requireValid } from '@platform/service-kit';
 import type { RouteDefinition, SecretSet } from '@platform/service-kit';
 import type { Request, RequestHandler, Response } from 'express';
 import type { TokenVerifier } from '../auth/token-verifier.js';
 import type { UserScope, WorkflowContext } from '../domain/context.js';
 import { decideWorkItem } from '../domain/work-item-decisions.js';
+import { ERRORS } from '../domain/errors.js';
 import { getDownload } from '../domain/downloads.js';
 import { abortUpload, completeUpload, listStoredParts, presignParts } from '../domain/multipart.js';
 import { handleObjectCreated } from '../domain/object-created.js';
@@ -41,15 +42,15 @@ const handle =
  * A path id that is not a UUID cannot name anything: answer as for an unknown resource (404),
  * before touching the database, exactly like an existing id outside the caller's sites.
  */
-const notFoundDetail: Record<string, string> = {
-  site_id: 'No such site.',
-  media_id: 'No such media item.',
-  item_id: 'No such work item.',
+const notFound = {
+  site_id: ERRORS.siteNotFound,
+  media_id: ERRORS.mediaNotFound,
+  item_id: ERRORS.workItemNotFound,
 };
 
 function pathId(req: Request, name: 'site_id' | 'media_id' | 'item_id'): string {
   const value = req.params[name];
-  if (!isUuid(value)) throw new DomainError('not_found', notFoundDetail[name]);
+  if (!isUuid(value)) throw notFound[name]();
   return value.toLowerCase();
 }
 
@@ -65,15 +66,7 @@ function idempotencyKey(req: Request): string | undefined {
   const raw = req.get('Idempotency-Key');
   if (raw === undefined) return undefined;
   const match = IDEMPOTENCY_KEY.exec(raw.trim());
-  if (match === null) {
-    throw new DomainError(
-      'invalid_body',
-      'The Idempotency-Key header must be 1–255 visible ASCII characters.',
-      {
-        errors: [{ path: '', message: 'Idempotency-Key header is malformed' }],
-      },
-    );
-  }
+  if (match === null) throw ERRORS.malformedIdempotencyKey();
   return match[1];
 }
 
@@ -98,8 +91,7 @@ export function workflowRoutes(deps: RouteDeps): RouteDefinition[] {
         const failed = Object.entries(checks)
           .filter(([, state]) => state !== 'ok')
           .map(([name]) => name);
-        if (failed.length > 0)
-          throw new DomainError('not_ready', `Not ready: ${failed.join(', ')} unavailable.`);
+        if (failed.length > 0) throw ERRORS.notReady(failed);
         res.json({ status: 'ready', checks });
       }),
     },
