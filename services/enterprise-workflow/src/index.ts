@@ -5,6 +5,6 @@ export { configSchema, loadWorkflowConfig } from './config.js';
 export type { WorkflowConfig } from './config.js';
 export { createTokenVerifier } from './auth/token-verifier.js';
 export type { TokenVerifier, TokenVerifierSettings, Verification } from './auth/token-verifier.js';
-export { createS3Storage } from './storage/s3.js';
-export type { S3Settings } from './storage/s3.js';
+export { createS3Storage } from './storage/s3-store.js';
+export type { S3Settings } from './storage/s3-client.js';
 export type { MediaStorage, PortalUser } from './domain/ports.js';

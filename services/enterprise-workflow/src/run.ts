@@ -19,7 +19,7 @@ import { loadWorkflowConfig, readWebhookTokens } from './config.js';
 import type { WorkflowDb } from './db/database.js';
 import { createSweepMetrics } from './domain/metrics.js';
 import { startExpiredUploadSweep } from './domain/multipart.js';
-import { createS3Storage } from './storage/s3.js';
+import { createS3Storage } from './storage/s3-store.js';
 
 const SERVICE = 'enterprise-workflow';
 

@@ -23,7 +23,7 @@ import type { Registry } from '@platform/service-kit';
 import { freePort } from '@platform/testkit';
 import request from 'supertest';
 import { buildApp } from '../src/app.js';
-import { createS3Storage } from '../src/storage/s3.js';
+import { createS3Storage } from '../src/storage/s3-store.js';
 import { sql } from 'kysely';
 import {
   defaultMultipartSettings,
