@@ -70,7 +70,7 @@ export {
   type MediaKind,
   type UploadIntentRequest,
   type UploadIntentResponse,
-} from './media.js';
+} from './media-schemas.js';
 export {
   MAX_PART_URLS_PER_REQUEST,
   completeUploadRequestSchema,
@@ -88,7 +88,7 @@ export {
   type PartUrlsRequest,
   type PartUrlsResponse,
   type StoredPartsResponse,
-} from './multipart.js';
+} from './multipart-schemas.js';
 export {
   MAX_DECISION_NOTE_LENGTH,
   decisionRequestSchema,

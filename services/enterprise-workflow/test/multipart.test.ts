@@ -25,13 +25,9 @@ import request from 'supertest';
 import { buildApp } from '../src/app.js';
 import { createS3Storage } from '../src/storage/s3-store.js';
 import { sql } from 'kysely';
-import {
-  defaultMultipartSettings,
-  planParts,
-  startExpiredUploadSweep,
-  sweepExpiredUploads,
-} from '../src/domain/multipart.js';
-import { createSweepMetrics } from '../src/domain/metrics.js';
+import { defaultMultipartSettings, planParts } from '../src/domain/multipart-uploads.js';
+import { startExpiredUploadSweep, sweepExpiredUploads } from '../src/domain/multipart-sweep.js';
+import { createSweepMetrics } from '../src/domain/counters.js';
 import { startHarness, WEBHOOK_TOKENS } from './support/harness.js';
 import type { Harness } from './support/harness.js';
 import { startVerifyingProxy } from './support/sigv4.js';

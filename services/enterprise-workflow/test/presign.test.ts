@@ -4,7 +4,7 @@ import { GetObjectCommand, PutObjectCommand, S3Client, UploadPartCommand } from 
 import { getSignedUrl } from '@aws-sdk/s3-request-presigner';
 import { createS3Storage } from '../src/storage/s3-store.js';
 import type { MediaStorage } from '../src/domain/ports.js';
-import { contentDisposition } from '../src/domain/media.js';
+import { contentDisposition } from '../src/domain/media-rules.js';
 import { verifyPresigned } from './support/sigv4.js';
 
 const credentials = { accessKeyId: 'test-access-key', secretAccessKey: 'test-secret-key' };

@@ -1,10 +1,10 @@
 // GET /sites/{site_id}/media/{media_id}/download (design §4.4).
 import type { DownloadResponse, MediaContentType } from '@platform/contracts';
 import { inUserTransaction } from '../db/database.js';
-import { findMediaAtSite } from '../db/media.js';
+import { findMediaAtSite } from '../db/media-repository.js';
 import type { UserScope, WorkflowContext } from './context.js';
 import { ERRORS } from './errors.js';
-import { acceptedObjectKey, contentDisposition } from './media.js';
+import { acceptedObjectKey, contentDisposition } from './media-rules.js';
 
 export async function getDownload(
   ctx: WorkflowContext,

@@ -9,18 +9,18 @@ import {
   insertIntentKey,
   insertPendingMedia,
   missingLinkTargets,
-} from '../db/media.js';
-import type { IntentKeyRecord } from '../db/media.js';
+} from '../db/media-repository.js';
+import type { IntentKeyRecord } from '../db/media-repository.js';
 import type { Executor } from '../db/database.js';
-import { abandonUnstarted, currentUploadId, setUploadId } from '../db/multipart.js';
-import { siteIsVisible } from '../db/sites.js';
+import { abandonUnstarted, currentUploadId, setUploadId } from '../db/multipart-repository.js';
+import { siteIsVisible } from '../db/site-repository.js';
 import type { UserScope, WorkflowContext } from './context.js';
 import { ERRORS } from './errors.js';
 import type { PresignedUpload } from './ports.js';
-import { checkIntent, newObjectKey } from './media.js';
-import { planParts } from './multipart.js';
+import { checkIntent, newObjectKey } from './media-rules.js';
+import { planParts } from './multipart-uploads.js';
 import { storeCall } from './store-call.js';
-import type { PartPlan } from './multipart.js';
+import type { PartPlan } from './multipart-uploads.js';
 
 export interface UploadIntentResult {
   intent: UploadIntentResponse;

@@ -16,7 +16,7 @@ import type { UserScope, WorkflowContext } from '../domain/context.js';
 import { decideWorkItem } from '../domain/work-item-decisions.js';
 import { ERRORS } from '../domain/errors.js';
 import { getDownload } from '../domain/downloads.js';
-import { abortUpload, completeUpload, listStoredParts, presignParts } from '../domain/multipart.js';
+import { abortUpload, completeUpload, listStoredParts, presignParts } from '../domain/multipart-uploads.js';
 import { handleObjectCreated } from '../domain/object-created.js';
 import { createUploadIntent } from '../domain/upload-intents.js';
 import { portalUser, requireUser, requireWebhookToken, WEBHOOK_PATH } from './auth.js';
