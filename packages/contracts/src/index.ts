@@ -108,6 +108,15 @@ export {
   isObjectCreatedEventName,
   objectCreatedEventSchema,
   validateObjectCreatedEvent,
+  webhookResultSchema,
   type ObjectCreatedEvent,
   type ObjectEventRecord,
+  type WebhookResult,
 } from './object-events.js';
+export {
+  IDEMPOTENCY_KEY_PATTERN,
+  healthResponseSchema,
+  idempotencyKeySchema,
+  readyResponseSchema,
+  uuidPathSchema,
+} from './http-fields.js';

@@ -8,3 +8,4 @@ export type { TokenVerifier, TokenVerifierSettings, Verification } from './auth/
 export { createS3Storage } from './storage/s3-store.js';
 export type { S3Settings } from './storage/s3-client.js';
 export type { MediaStorage, PortalUser } from './domain/ports.js';
+export { workflowApiDocument } from './http/api-document.js';
