@@ -99,6 +99,26 @@ interface UrlRequest {
   unhoistableHeaders?: Set<string>;
 }
 
+/** As the SDK's S3 presigner: content-type is not signed unless a request asks for it (signableHeaders). */
+const UNSIGNED_CONTENT_TYPE = new Set(['content-type']);
+
+/** Query names repeat on every URL: each is encoded once. */
+const encodedNames = new Map<string, string>();
+function encodedName(name: string): string {
+  let encoded = encodedNames.get(name);
+  if (encoded === undefined) {
+    encoded = encodeQuery(name);
+    if (encodedNames.size < 64) encodedNames.set(name, encoded);
+  }
+  return encoded;
+}
+
+/** Most values (numbers, dates, hex signatures) have nothing to encode. */
+const UNRESERVED = /^[A-Za-z0-9._~-]*$/;
+function encodedValue(value: string): string {
+  return UNRESERVED.test(value) ? value : encodeQuery(value);
+}
+
 /**
  * Signs URL requests for a custom endpoint (MinIO, s3rver) as the SDK's S3 presigner does: path-style where the
  * bucket cannot be a virtual host, the key's segments encoded once (`uriEscapePath: false`, S3's rule), the
@@ -128,8 +148,19 @@ function customEndpointSigner(client: S3Client, settings: S3Settings, endpoint: 
     applyChecksum: false,
   });
 
+  // A request for part URLs signs up to 100 parts of one key: its path is encoded once.
+  let lastKey: string | undefined;
+  let lastPath = '';
+  const pathOf = (key: string): string => {
+    if (key !== lastKey) {
+      lastPath = `${prefix}/${key.split('/').map(encodeKeySegment).join('/')}`;
+      lastKey = key;
+    }
+    return lastPath;
+  };
+
   return async (input: UrlRequest): Promise<string> => {
-    const path = `${prefix}/${input.key.split('/').map(encodeKeySegment).join('/')}`;
+    const path = pathOf(input.key);
     const signed = await signer.presign(
       {
         method: input.method,
@@ -137,13 +168,14 @@ function customEndpointSigner(client: S3Client, settings: S3Settings, endpoint: 
         hostname,
         ...(port === undefined ? {} : { port }),
         path,
-        query: { ...input.query },
+        // The signer clones the request before it adds to it (prepareRequest), so these are not changed.
+        query: input.query,
         headers: { host, ...input.headers, [PAYLOAD_HASH]: UNSIGNED_PAYLOAD },
       },
       {
         expiresIn: input.expiresInS,
         signingDate: input.signingDate,
-        unsignableHeaders: new Set(['content-type']),
+        unsignableHeaders: UNSIGNED_CONTENT_TYPE,
         ...(input.signableHeaders === undefined ? {} : { signableHeaders: input.signableHeaders }),
         ...(input.unhoistableHeaders === undefined ? {} : { unhoistableHeaders: input.unhoistableHeaders }),
       },
@@ -153,7 +185,7 @@ function customEndpointSigner(client: S3Client, settings: S3Settings, endpoint: 
       .flatMap(([name, value]) =>
         value === null
           ? []
-          : (Array.isArray(value) ? value : [value]).map((v) => `${encodeQuery(name)}=${encodeQuery(v)}`),
+          : (Array.isArray(value) ? value : [value]).map((v) => `${encodedName(name)}=${encodedValue(v)}`),
       )
       .join('&');
     return `${origin}${path}${query === '' ? '' : `?${query}`}`;
