@@ -1,7 +1,7 @@
 // `npm run bench:keys`: CPU per call of the keyed primitives on the request path, in one process, no I/O.
-// - a part URL signed by the workflow's hand-written SigV4 (storage.presignPart with static credentials and
-//   a custom endpoint: one canonical request, one SHA-256, one HMAC with the day's signing key);
-// - a PUT URL signed by the SDK's presigner (storage.presignUpload, same storage), as a control;
+// - a part URL (storage.presignPart with static credentials and a custom endpoint: @smithy/signature-v4's
+//   SignatureV4.presign, its signing key cached and used as a KeyObject);
+// - a PUT URL (storage.presignUpload, same storage and signer);
 // - the webhook token / API key check: bearerToken + SecretSet.has (SHA-256 + timingSafeEqual, no key);
 // - node:crypto alone: createHmac with a Buffer key, a string key and a KeyObject (on Node 24 a Buffer key
 //   makes createHmac/createCipheriv try isKeyObject()/isCryptoKey() first, each a throwing native call).
@@ -65,7 +65,7 @@ const keyString = keyBytes.toString('base64');
 const stringToSign = `AWS4-HMAC-SHA256\n20261122T100000Z\n20261122/eu-west-1/s3/aws4_request\n${'ab'.repeat(32)}`;
 
 process.stdout.write(`node ${process.version}, ${ITERATIONS} calls a round, median of ${ROUNDS} rounds\n`);
-await measure('part URL, hand-written SigV4 (presignPart)', () =>
+await measure('part URL, SignatureV4.presign (presignPart)', () =>
   storage.presignPart({
     key: 'sites/s1/media/0193e7c2-5f0b-7000-8000-000000000001.png',
     uploadId: 'VXBsb2FkIElE+/=',
@@ -76,7 +76,7 @@ await measure('part URL, hand-written SigV4 (presignPart)', () =>
     now,
   }),
 );
-await measure('PUT URL, SDK presigner (presignUpload, control)', () =>
+await measure('PUT URL, SignatureV4.presign (presignUpload)', () =>
   storage.presignUpload({
     key: 'sites/s1/media/0193e7c2-5f0b-7000-8000-000000000001.png',
     contentType: 'image/png',

@@ -16,7 +16,15 @@ export const errorCodes = [
   'method_not_allowed',
   'conflict',
   'rollout_conflict',
+  'concurrent_change',
+  'idempotency_key_reused',
+  'work_item_final',
   'media_pending',
+  'upload_not_pending',
+  'upload_expired',
+  'upload_gone',
+  'upload_assembled',
+  'parts_mismatch',
   'payload_too_large',
   'unsupported_media_type',
   'internal_error',
@@ -46,12 +54,29 @@ export const errorCatalogue = {
   unknown_rollout: { status: 404, title: 'Unknown rollout' },
   // 405: known path, other method; the response carries Allow.
   method_not_allowed: { status: 405, title: 'Method not allowed' },
-  // 409: the resource's state forbids the request (e.g. a final work-item decision changed).
+  // 409: the request conflicts with a stored record (a unique or exclusion constraint); retrying it the same
+  // way fails the same way.
   conflict: { status: 409, title: 'Conflict' },
   // 409: a rollout that overlaps an open one, or an action its state does not allow (design §3.9).
   rollout_conflict: { status: 409, title: 'Rollout conflict' },
+  // 409: the request collided with a concurrent change (serialization failure, deadlock, a held lock): retry it.
+  concurrent_change: { status: 409, title: 'Concurrent change' },
+  // 409: an Idempotency-Key already used by the caller for a different request (design §4.5): use a new key.
+  idempotency_key_reused: { status: 409, title: 'Idempotency-Key reused' },
+  // 409: a different decision on an accepted or declined work item, which is final (design §4.4).
+  work_item_final: { status: 409, title: 'Work item already decided' },
   // 409: a media item whose object has not arrived in storage yet.
   media_pending: { status: 409, title: 'Media upload not completed' },
+  // 409: an upload in parts that is no longer pending (available, rejected or abandoned).
+  upload_not_pending: { status: 409, title: 'Upload no longer pending' },
+  // 409: an upload in parts whose intent expired: create a new intent.
+  upload_expired: { status: 409, title: 'Upload intent expired' },
+  // 409: the store no longer holds the upload in parts (aborted, or assembled and accepted meanwhile).
+  upload_gone: { status: 409, title: 'Upload gone from the store' },
+  // 409: the store has assembled the upload in parts, so it can no longer be aborted; its item becomes available.
+  upload_assembled: { status: 409, title: 'Upload already assembled' },
+  // 409: the stored parts do not make the declared file (missing, another ETag or length): list them, resend.
+  parts_mismatch: { status: 409, title: 'Stored parts do not match' },
   payload_too_large: { status: 413, title: 'Payload too large' },
   unsupported_media_type: { status: 415, title: 'Unsupported media type' },
   // 500: anything unexpected; details only in the log.

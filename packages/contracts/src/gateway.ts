@@ -1,7 +1,7 @@
 // Bodies of the device gateway: the management API (design §3.1) and the CoAP settings document (3.4).
 import type { FromSchema } from 'json-schema-to-ts';
 import { deviceSettingsSchema, desiredSettingsSchema } from './device-settings.js';
-import { UUID_PATTERN } from './media.js';
+import { UUID_PATTERN } from './media-schemas.js';
 import { compileValidator } from './validation.js';
 
 /** A registry device id (design §3.2): 1–128 characters of `[A-Za-z0-9._:-]`. */

@@ -73,7 +73,7 @@ export {
   type MediaKind,
   type UploadIntentRequest,
   type UploadIntentResponse,
-} from './media.js';
+} from './media-schemas.js';
 export {
   MAX_PART_URLS_PER_REQUEST,
   completeUploadRequestSchema,
@@ -91,7 +91,7 @@ export {
   type PartUrlsRequest,
   type PartUrlsResponse,
   type StoredPartsResponse,
-} from './multipart.js';
+} from './multipart-schemas.js';
 export {
   MAX_DECISION_NOTE_LENGTH,
   decisionRequestSchema,
@@ -111,6 +111,15 @@ export {
   isObjectCreatedEventName,
   objectCreatedEventSchema,
   validateObjectCreatedEvent,
+  webhookResultSchema,
   type ObjectCreatedEvent,
   type ObjectEventRecord,
+  type WebhookResult,
 } from './object-events.js';
+export {
+  IDEMPOTENCY_KEY_PATTERN,
+  healthResponseSchema,
+  idempotencyKeySchema,
+  readyResponseSchema,
+  uuidPathSchema,
+} from './http-fields.js';

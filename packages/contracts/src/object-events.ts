@@ -100,3 +100,31 @@ export function decodeEventObjectKey(key: string): string {
     return key;
   }
 }
+
+/** What the webhook answers: one result per record, in order (design §4.4). */
+export const webhookResultSchema = {
+  $id: 'https://platform.example/schemas/webhook-result.json',
+  type: 'object',
+  additionalProperties: false,
+  required: ['received', 'results'],
+  properties: {
+    received: { type: 'integer', minimum: 1, description: 'Records in the body.' },
+    results: {
+      type: 'array',
+      items: {
+        type: 'object',
+        additionalProperties: false,
+        required: ['key', 'outcome'],
+        properties: {
+          key: {
+            type: ['string', 'null'],
+            description: 'The decoded object key (null for records that are not ObjectCreated events).',
+          },
+          outcome: { type: 'string', enum: ['available', 'rejected', 'duplicate', 'unknown_key', 'ignored'] },
+        },
+      },
+    },
+  },
+} as const;
+
+export type WebhookResult = FromSchema<typeof webhookResultSchema>;

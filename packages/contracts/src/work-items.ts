@@ -1,6 +1,6 @@
 // Work-item decisions of the workflow service (design §4.4).
 import type { FromSchema } from 'json-schema-to-ts';
-import { UUID_PATTERN } from './media.js';
+import { UUID_PATTERN } from './media-schemas.js';
 import { compileValidator } from './validation.js';
 
 export const decisions = ['accept', 'defer', 'decline'] as const;

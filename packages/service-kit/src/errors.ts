@@ -51,12 +51,71 @@ export class DomainError extends Error {
 }
 
 /**
+ * The conditions service-kit itself reports, one named factory each (after supabase/storage's
+ * `src/internal/errors/codes.ts`): the edge's (path, method, body) and the database's (design §2, the table of
+ * `mapDbError`). A service's own conditions live in its own catalogue (the workflow's `domain/errors.ts`);
+ * codes, statuses and titles in `@platform/contracts`' `errorCatalogue`.
+ */
+export const COMMON_ERRORS = {
+  /** A body that breaks the route's schema (`code` `invalid_query` for query parameters). */
+  schemaMismatch: (errors: FieldError[], code: ErrorCode = 'invalid_body', detail?: string) =>
+    new DomainError(code, detail ?? 'The request body does not match the schema.', { errors }),
+  unstorableText: (errors: FieldError[]) =>
+    new DomainError('invalid_body', 'The request body contains text that cannot be stored.', { errors }),
+  bodyIncomplete: (cause: unknown) =>
+    new DomainError('invalid_body', 'The request body was not received completely.', { cause }),
+  bodyLengthMismatch: (cause: unknown) =>
+    new DomainError('invalid_body', 'The request body length does not match its Content-Length.', { cause }),
+  bodyUnreadable: (cause: unknown) =>
+    new DomainError(
+      'invalid_body',
+      'The request body could not be read as sent (is its Content-Encoding right?).',
+      { cause },
+    ),
+  malformedJson: (cause: unknown) =>
+    new DomainError('invalid_json', 'The request body is not valid JSON.', { cause }),
+  bodyTooLarge: (cause: unknown) =>
+    new DomainError('payload_too_large', 'The request body is larger than allowed.', { cause }),
+  notJson: () => new DomainError('unsupported_media_type', 'The request body must be application/json.'),
+  unsupportedEncoding: (cause: unknown) =>
+    new DomainError('unsupported_media_type', 'The request body uses an unsupported Content-Encoding.', {
+      cause,
+    }),
+  unsupportedCharset: (cause: unknown) =>
+    new DomainError('unsupported_media_type', 'The request body uses an unsupported charset; send UTF-8.', {
+      cause,
+    }),
+  noRoute: () => new DomainError('not_found', 'No resource matches this path.'),
+  invalidPath: (cause: unknown) => new DomainError('not_found', 'The request path is not valid.', { cause }),
+  methodNotAllowed: (method: string, allow: string) =>
+    new DomainError('method_not_allowed', `${method} is not allowed on this resource.`, {
+      headers: { Allow: allow },
+    }),
+  unexpected: (cause: unknown) =>
+    new DomainError('internal_error', 'An unexpected error occurred.', { cause }),
+  databaseTimedOut: (cause: unknown) =>
+    new DomainError('backend_unavailable', 'The database did not answer in time; retry later.', { cause }),
+  databaseUnreachable: (cause: unknown) =>
+    new DomainError('backend_unavailable', 'The database is unreachable; retry later.', { cause }),
+  databaseBusy: (cause: unknown) =>
+    new DomainError('backend_unavailable', 'The database cannot serve this request now; retry later.', {
+      cause,
+    }),
+  alreadyExists: (cause: unknown) =>
+    new DomainError('conflict', 'The resource already exists or conflicts with an existing one.', { cause }),
+  concurrentChange: (cause: unknown) =>
+    new DomainError('concurrent_change', 'The request collided with a concurrent change; retry it.', {
+      cause,
+    }),
+  locked: (cause: unknown) =>
+    new DomainError('concurrent_change', 'The resource is locked by another request; retry it.', { cause }),
+} as const;
+
+/**
  * The validated value, or a thrown `DomainError` (default `invalid_body`, 400) listing every failure.
  * Pairs with the contracts validators: `const body = requireValid(validateDecisionRequest(req.body))`.
  */
 export function requireValid<T>(result: Validation<T>, code: ErrorCode = 'invalid_body', detail?: string): T {
   if (result.ok) return result.value;
-  throw new DomainError(code, detail ?? 'The request body does not match the schema.', {
-    errors: result.errors,
-  });
+  throw COMMON_ERRORS.schemaMismatch(result.errors, code, detail);
 }

@@ -1,5 +1,5 @@
 // @platform/service-kit: the transport plumbing both services need once (design §1).
-export { DomainError, errorMessage, requireValid, RETRY_AFTER_S } from './errors.js';
+export { COMMON_ERRORS, DomainError, errorMessage, requireValid, RETRY_AFTER_S } from './errors.js';
 export type { DomainErrorOptions } from './errors.js';
 export { createLogger, LOG_LEVELS } from './logger.js';
 export type { Logger, LoggerOptions, LogLevel } from './logger.js';
@@ -13,12 +13,21 @@ export { closeHttpServer, installShutdown } from './shutdown.js';
 export { installSecretReload } from './reload.js';
 export type { SecretReloadHandle, SecretReloadOptions } from './reload.js';
 export type { ShutdownHandle, ShutdownOptions, ShutdownStep } from './shutdown.js';
-export { Counter, createMetrics, Gauge, Histogram, metricsHandler, Registry } from './metrics.js';
-export type { MetricsOptions } from './metrics.js';
+export { Counter, createMetrics, Gauge, Histogram, metricsHandler, Registry } from './prometheus.js';
+export type { MetricsOptions } from './prometheus.js';
 export { createHttpApp, DEFAULT_BODY_LIMIT_BYTES, finishHttpApp, readJsonBody } from './http/app.js';
 export type { HttpAppOptions } from './http/app.js';
 export { addRoutes } from './http/routes.js';
 export type { AddRoutesOptions, HttpMethod, RouteDefinition, RouteTarget } from './http/routes.js';
+export { JSON_BODY_ERRORS, openApiDocument } from './http/openapi.js';
+export type {
+  ContractSchema,
+  HeaderDoc,
+  OpenApiInfo,
+  ParameterDoc,
+  ResponseDoc,
+  RouteDoc,
+} from './http/openapi.js';
 export { PROBLEM_CONTENT_TYPE, problemErrorHandler, sendProblem } from './http/problem.js';
 export { REQUEST_ID_HEADER, REQUEST_ID_PATTERN, installRequestContext } from './http/request-context.js';
 export * from './db/index.js';

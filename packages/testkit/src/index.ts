@@ -18,6 +18,7 @@ export type {
   UnsafeKind,
 } from './issuer.js';
 export { schemaSnapshot } from './schema-snapshot.js';
+export { GENERATED_HEADER, renderOpenApiYaml } from './openapi-yaml.js';
 export type { SchemaSnapshotOptions } from './schema-snapshot.js';
 export { withPostgrestRequest } from './postgrest.js';
 export type { PostgrestRequestClient, PostgrestRequestOptions } from './postgrest.js';

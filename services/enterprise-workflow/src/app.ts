@@ -8,9 +8,9 @@ import type { TokenVerifier } from './auth/token-verifier.js';
 import type { WorkflowConfig } from './config.js';
 import type { WorkflowDb } from './db/database.js';
 import type { WorkflowContext } from './domain/context.js';
-import { createWorkflowMetrics } from './domain/metrics.js';
-import { defaultMultipartSettings } from './domain/multipart.js';
-import type { MultipartSettings } from './domain/multipart.js';
+import { createWorkflowMetrics } from './domain/counters.js';
+import { defaultMultipartSettings } from './domain/multipart-uploads.js';
+import type { MultipartSettings } from './domain/multipart-uploads.js';
 import { workflowRoutes } from './http/routes.js';
 import type { MediaStorage } from './domain/ports.js';
 

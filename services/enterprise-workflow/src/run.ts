@@ -17,9 +17,9 @@ import { buildApp } from './app.js';
 import { createTokenVerifier } from './auth/token-verifier.js';
 import { loadWorkflowConfig, readWebhookTokens } from './config.js';
 import type { WorkflowDb } from './db/database.js';
-import { createSweepMetrics } from './domain/metrics.js';
-import { startExpiredUploadSweep } from './domain/multipart.js';
-import { createS3Storage } from './storage/s3.js';
+import { createSweepMetrics } from './domain/counters.js';
+import { startExpiredUploadSweep } from './domain/multipart-sweep.js';
+import { createS3Storage } from './storage/s3-store.js';
 
 const SERVICE = 'enterprise-workflow';
 

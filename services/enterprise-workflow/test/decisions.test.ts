@@ -89,7 +89,7 @@ describe('POST /sites/{site_id}/work-items/{item_id}/decision', () => {
     expect(again.body).toEqual(res.body);
     const other = await decide(alice, hq, itemId, { decision: 'decline' });
     expect(other.status).toBe(409);
-    expect(other.body.code).toBe('conflict');
+    expect(other.body.code).toBe('work_item_final');
     expect(await audit(itemId)).toHaveLength(1);
     expect((await state(itemId)).state).toBe('accepted');
   });
@@ -163,7 +163,7 @@ describe('POST /sites/{site_id}/work-items/{item_id}/decision', () => {
     const rows = await audit(itemId);
     expect(rows).toHaveLength(1);
     expect(rows[0]).toMatchObject({ decision: winner, previous_state: 'proposed', new_state: final.state });
-    const expected = decisions.map((d) => (d === winner ? `200 ${final.state}` : '409 conflict'));
+    const expected = decisions.map((d) => (d === winner ? `200 ${final.state}` : '409 work_item_final'));
     expect(answers.map((res) => `${res.status} ${String(res.body.code ?? res.body.status)}`)).toEqual(
       expected,
     );

@@ -1,8 +1,8 @@
 // Transport-free rules: decisions, intents and event records.
 import { validateDecisionRequest, validateUploadIntentRequest } from '@platform/contracts';
-import { checkDecisionRequest, decide } from '../src/domain/decisions.js';
-import { checkIntent, contentDisposition, newObjectKey, normaliseEtag } from '../src/domain/media.js';
-import { readRecord } from '../src/domain/object-events.js';
+import { checkDecisionRequest, decide } from '../src/domain/decision-rules.js';
+import { checkIntent, contentDisposition, newObjectKey, normaliseEtag } from '../src/domain/media-rules.js';
+import { readRecord } from '../src/domain/object-event-records.js';
 
 describe('decide', () => {
   it.each([

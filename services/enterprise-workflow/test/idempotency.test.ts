@@ -107,7 +107,7 @@ describe('Idempotency-Key on decisions', () => {
     const reused = await decide(other, { decision: 'accept' }, 'one-item-only');
     expect(reused.status).toBe(409);
     expect(reused.headers['content-type']).toMatch(/^application\/problem\+json/);
-    expect(reused.body).toMatchObject({ status: 409, code: 'conflict' });
+    expect(reused.body).toMatchObject({ status: 409, code: 'idempotency_key_reused' });
     expect(await stateOf(other)).toBe('proposed');
     expect(await auditOf(other)).toEqual([]);
 

@@ -15,7 +15,7 @@ import { createLogger } from '@platform/service-kit';
 import { encodeEventKey } from '@platform/testkit';
 import request from 'supertest';
 import { buildApp } from '../src/app.js';
-import { createS3Storage } from '../src/storage/s3.js';
+import { createS3Storage } from '../src/storage/s3-store.js';
 import { startHarness, WEBHOOK_TOKENS } from './support/harness.js';
 import type { Harness } from './support/harness.js';
 

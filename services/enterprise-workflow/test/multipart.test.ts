@@ -23,15 +23,11 @@ import type { Registry } from '@platform/service-kit';
 import { freePort } from '@platform/testkit';
 import request from 'supertest';
 import { buildApp } from '../src/app.js';
-import { createS3Storage } from '../src/storage/s3.js';
+import { createS3Storage } from '../src/storage/s3-store.js';
 import { sql } from 'kysely';
-import {
-  defaultMultipartSettings,
-  planParts,
-  startExpiredUploadSweep,
-  sweepExpiredUploads,
-} from '../src/domain/multipart.js';
-import { createSweepMetrics } from '../src/domain/metrics.js';
+import { defaultMultipartSettings, planParts } from '../src/domain/multipart-uploads.js';
+import { startExpiredUploadSweep, sweepExpiredUploads } from '../src/domain/multipart-sweep.js';
+import { createSweepMetrics } from '../src/domain/counters.js';
 import { startHarness, WEBHOOK_TOKENS } from './support/harness.js';
 import type { Harness } from './support/harness.js';
 import { startVerifyingProxy } from './support/sigv4.js';
@@ -273,6 +269,7 @@ it('completion checks the parts against the intent before the store assembles th
     { part_number: 3, etag: '"x"' },
   ]);
   expect(missing.status).toBe(409);
+  expect(missing.body.code).toBe('parts_mismatch');
   expect(missing.body.detail).toContain('part 3 is not stored');
 
   // A part of the wrong length, written around the signed URLs (straight to the store): refused.
@@ -478,6 +475,7 @@ it('abort discards the stored parts and the item says abandoned', async () => {
   ] as const) {
     const res = await api(method, path, alice);
     expect(res.status).toBe(409);
+    expect(res.body.code).toBe('upload_not_pending');
     expect(res.body.detail).toBe('The upload is abandoned, no longer pending.');
   }
   expect((await api('GET', `/sites/${hq}/media/${mediaId}/download`, alice)).status).toBe(404);
@@ -522,6 +520,7 @@ it('an abort after the store assembled the file is 409; the item is accepted and
     expect(done.status).toBe(202);
     const aborted = await api('DELETE', `/sites/${hq}/media/${mediaId}/multipart`, alice);
     expect(aborted.status).toBe(409);
+    expect(aborted.body.code).toBe('upload_assembled');
     expect(aborted.body.detail).toBe('The upload was already assembled; it can no longer be aborted.');
     expect((await mediaRow(mediaId))?.status).toBe('pending_upload');
   } finally {
@@ -583,6 +582,7 @@ it('the sweep aborts uploads whose intent expired and marks their items abandone
     parts: [{ part_number: 2 }],
   });
   expect(late.status).toBe(409);
+  expect(late.body.code).toBe('upload_expired');
   expect(late.body.detail).toBe('The upload intent expired; create a new one.');
 
   const logger = createLogger({ service: 'sweep-test', level: 'error' });

@@ -20,7 +20,7 @@ import request from 'supertest';
 import { buildApp } from '../src/app.js';
 import { createTokenVerifier } from '../src/auth/token-verifier.js';
 import type { WorkflowDb } from '../src/db/database.js';
-import { createS3Storage } from '../src/storage/s3.js';
+import { createS3Storage } from '../src/storage/s3-store.js';
 import type { MediaStorage } from '../src/domain/ports.js';
 
 let pg: PostgresServer;

@@ -2,9 +2,9 @@
 // verified here with an independent SigV4 implementation.
 import { GetObjectCommand, PutObjectCommand, S3Client, UploadPartCommand } from '@aws-sdk/client-s3';
 import { getSignedUrl } from '@aws-sdk/s3-request-presigner';
-import { createS3Storage } from '../src/storage/s3.js';
+import { createS3Storage } from '../src/storage/s3-store.js';
 import type { MediaStorage } from '../src/domain/ports.js';
-import { contentDisposition } from '../src/domain/media.js';
+import { contentDisposition } from '../src/domain/media-rules.js';
 import { verifyPresigned } from './support/sigv4.js';
 
 const credentials = { accessKeyId: 'test-access-key', secretAccessKey: 'test-secret-key' };
@@ -289,7 +289,7 @@ describe('direct presigning equals the SDK command pipeline', () => {
       );
       expect(download.url).toBe(theirsGet);
 
-      // Part URLs are signed without the SDK (directPartSigner): byte for byte the SDK's, with and without
+      // Part URLs are signed by @smithy/signature-v4 directly (s3-url-signer.ts): byte for byte getSignedUrl's, with and without
       // a part checksum.
       for (const partChecksum of [undefined, checksum]) {
         const part = await storage.presignPart({

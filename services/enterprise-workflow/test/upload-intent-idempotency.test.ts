@@ -93,7 +93,7 @@ describe('Idempotency-Key on upload intents', () => {
     const other = await intent({ ...photo(filename), size_bytes: 999 }, key);
     expect(other.status).toBe(409);
     expect(other.headers['content-type']).toMatch(/application\/problem\+json/);
-    expect(other.body.code).toBe('conflict');
+    expect(other.body.code).toBe('idempotency_key_reused');
     const elsewhere = await request(h.app)
       .post(`/sites/${demoSites.acmeWarehouse.id}/media/upload-intents`)
       .set('Authorization', `Bearer ${alice}`)

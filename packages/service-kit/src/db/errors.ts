@@ -1,4 +1,4 @@
-import { DomainError } from '../errors.js';
+import { COMMON_ERRORS, DomainError } from '../errors.js';
 import { QUERY_DEADLINE_MESSAGE } from './create-db.js';
 
 /** Node socket errors that mean the server cannot be reached or the connection broke. */
@@ -96,10 +96,6 @@ export function isRetryableTransactionError(err: unknown): boolean {
   return state === '40001' || state === '40P01';
 }
 
-function unavailable(detail: string, cause: unknown): DomainError {
-  return new DomainError('backend_unavailable', detail, { cause });
-}
-
 /**
  * Turns a database failure the client can act on into a DomainError; rethrows anything else
  * (a bug: the HTTP edge answers a generic 500 and logs it). Details never include SQL, constraint
@@ -110,35 +106,28 @@ function unavailable(detail: string, cause: unknown): DomainError {
  * | client-side deadline passed (statement, or waiting for a connection) | backend_unavailable 503, Retry-After 5 |
  * | connection refused/lost, 08xxx, 57P01-03/05, 53300 | backend_unavailable 503, Retry-After 5 |
  * | 57014 query_canceled (statement_timeout), class 53 resources, 25006 read-only (failover) | backend_unavailable 503 |
- * | 23505 unique, 23P01 exclusion | conflict 409 |
- * | 40001 serialization, 40P01 deadlock | conflict 409 (see isRetryableTransactionError) |
- * | 55P03 lock_not_available | conflict 409 |
+ * | 23505 unique, 23P01 exclusion | conflict 409 (retrying the same request fails the same way) |
+ * | 40001 serialization, 40P01 deadlock | concurrent_change 409 (retry it; see isRetryableTransactionError) |
+ * | 55P03 lock_not_available | concurrent_change 409 (retry it) |
  */
 export function mapDbError(err: unknown): DomainError {
   if (err instanceof DomainError) return err;
   if (unwrap(err).some((e) => typeof e.message === 'string' && deadlineMessages.includes(e.message)))
-    return unavailable('The database did not answer in time; retry later.', err);
-  if (isConnectionError(err)) return unavailable('The database is unreachable; retry later.', err);
+    return COMMON_ERRORS.databaseTimedOut(err);
+  if (isConnectionError(err)) return COMMON_ERRORS.databaseUnreachable(err);
   const state = sqlState(err);
   if (state === undefined) throw err;
-  if (state === '57014') return unavailable('The database did not answer in time; retry later.', err);
-  if (state === '25006' || state.startsWith('53'))
-    return unavailable('The database cannot serve this request now; retry later.', err);
+  if (state === '57014') return COMMON_ERRORS.databaseTimedOut(err);
+  if (state === '25006' || state.startsWith('53')) return COMMON_ERRORS.databaseBusy(err);
   switch (state) {
     case '23505':
     case '23P01':
-      return new DomainError('conflict', 'The resource already exists or conflicts with an existing one.', {
-        cause: err,
-      });
+      return COMMON_ERRORS.alreadyExists(err);
     case '40001':
     case '40P01':
-      return new DomainError('conflict', 'The request collided with a concurrent change; retry it.', {
-        cause: err,
-      });
+      return COMMON_ERRORS.concurrentChange(err);
     case '55P03':
-      return new DomainError('conflict', 'The resource is locked by another request; retry it.', {
-        cause: err,
-      });
+      return COMMON_ERRORS.locked(err);
     default:
       throw err;
   }

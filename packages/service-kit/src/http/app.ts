@@ -2,7 +2,7 @@ import express from 'express';
 import type { Express, Request, RequestHandler, Response } from 'express';
 import type { Registry } from 'prom-client';
 import type { Logger } from 'winston';
-import { DomainError } from '../errors.js';
+import { COMMON_ERRORS } from '../errors.js';
 import { UNSTORABLE_TEXT_MESSAGE, unstorableTextPaths } from '../text.js';
 import { problemErrorHandler } from './problem.js';
 import { CLIENT_ADDRESS, installRequestContext } from './request-context.js';
@@ -114,11 +114,7 @@ const requireStorableText: RequestHandler = (req, _res, next) => {
     next();
     return;
   }
-  next(
-    new DomainError('invalid_body', 'The request body contains text that cannot be stored.', {
-      errors: paths.map((path) => ({ path, message: UNSTORABLE_TEXT_MESSAGE })),
-    }),
-  );
+  next(COMMON_ERRORS.unstorableText(paths.map((path) => ({ path, message: UNSTORABLE_TEXT_MESSAGE }))));
 };
 
 /** Installs the 404 for unknown routes and the problem+json error handler; call after the routes. */
@@ -129,7 +125,7 @@ export function finishHttpApp(app: Express, logger: Logger): Express {
 }
 
 const notFound: RequestHandler = (_req, _res, next) => {
-  next(new DomainError('not_found', 'No resource matches this path.'));
+  next(COMMON_ERRORS.noRoute());
 };
 
 /**
@@ -147,7 +143,7 @@ const requireJsonBody: RequestHandler = (req, _res, next) => {
     next();
     return;
   }
-  next(new DomainError('unsupported_media_type', 'The request body must be application/json.'));
+  next(COMMON_ERRORS.notJson());
 };
 
 function hasBody(req: Request): boolean {

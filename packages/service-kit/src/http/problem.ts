@@ -1,7 +1,7 @@
-import type { ErrorCode, ProblemDocument } from '@platform/contracts';
+import type { ProblemDocument } from '@platform/contracts';
 import type { ErrorRequestHandler, Response } from 'express';
 import type { Logger } from 'winston';
-import { DomainError, RETRY_AFTER_S } from '../errors.js';
+import { COMMON_ERRORS, DomainError, RETRY_AFTER_S } from '../errors.js';
 
 export const PROBLEM_CONTENT_TYPE = 'application/problem+json';
 
@@ -15,22 +15,13 @@ interface Classified {
 }
 
 // body-parser (express.json) reports what went wrong in `type`; see body-parser's README "Errors".
-const BODY_PARSER_ERRORS: Record<string, { code: ErrorCode; detail: string }> = {
-  'entity.too.large': { code: 'payload_too_large', detail: 'The request body is larger than allowed.' },
-  'entity.parse.failed': { code: 'invalid_json', detail: 'The request body is not valid JSON.' },
-  'encoding.unsupported': {
-    code: 'unsupported_media_type',
-    detail: 'The request body uses an unsupported Content-Encoding.',
-  },
-  'charset.unsupported': {
-    code: 'unsupported_media_type',
-    detail: 'The request body uses an unsupported charset; send UTF-8.',
-  },
-  'request.aborted': { code: 'invalid_body', detail: 'The request body was not received completely.' },
-  'request.size.invalid': {
-    code: 'invalid_body',
-    detail: 'The request body length does not match its Content-Length.',
-  },
+const BODY_PARSER_ERRORS: Record<string, (cause: unknown) => DomainError> = {
+  'entity.too.large': COMMON_ERRORS.bodyTooLarge,
+  'entity.parse.failed': COMMON_ERRORS.malformedJson,
+  'encoding.unsupported': COMMON_ERRORS.unsupportedEncoding,
+  'charset.unsupported': COMMON_ERRORS.unsupportedCharset,
+  'request.aborted': COMMON_ERRORS.bodyIncomplete,
+  'request.size.invalid': COMMON_ERRORS.bodyLengthMismatch,
 };
 
 function classify(err: unknown): Classified {
@@ -39,36 +30,17 @@ function classify(err: unknown): Classified {
   if (typeof err === 'object' && err !== null) {
     const { type, status } = err as { type?: unknown; status?: unknown };
     const known = typeof type === 'string' ? BODY_PARSER_ERRORS[type] : undefined;
-    if (known !== undefined) {
-      return { error: new DomainError(known.code, known.detail, { cause: err }), expected: true };
-    }
+    if (known !== undefined) return { error: known(err), expected: true };
     // Express's router marks a path it cannot percent-decode with status 400.
-    if (status === 400 && err instanceof URIError) {
-      return {
-        error: new DomainError('not_found', 'The request path is not valid.', { cause: err }),
-        expected: true,
-      };
-    }
+    if (status === 400 && err instanceof URIError)
+      return { error: COMMON_ERRORS.invalidPath(err), expected: true };
     // body-parser inflates gzip, deflate and br bodies; a body that is not what its Content-Encoding says
     // fails inside zlib, and body-parser passes that error on with status 400 but no `type` (seen with
     // body-parser 2.4: code Z_DATA_ERROR, or ERR__ERROR_FORMAT_PADDING_2 for br). The client sent it.
-    if (status === 400 && (err as { expose?: unknown }).expose === true) {
-      return {
-        error: new DomainError(
-          'invalid_body',
-          'The request body could not be read as sent (is its Content-Encoding right?).',
-          {
-            cause: err,
-          },
-        ),
-        expected: true,
-      };
-    }
+    if (status === 400 && (err as { expose?: unknown }).expose === true)
+      return { error: COMMON_ERRORS.bodyUnreadable(err), expected: true };
   }
-  return {
-    error: new DomainError('internal_error', 'An unexpected error occurred.', { cause: err }),
-    expected: false,
-  };
+  return { error: COMMON_ERRORS.unexpected(err), expected: false };
 }
 
 /** Writes `error` as problem+json, with its headers and the request id. */

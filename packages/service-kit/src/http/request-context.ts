@@ -3,7 +3,7 @@ import { REQUEST_ID_PATTERN as REQUEST_ID_SOURCE } from '@platform/contracts';
 import type { Express, Request, Response } from 'express';
 import type { Registry } from 'prom-client';
 import type { Logger } from 'winston';
-import { httpMetrics } from '../metrics.js';
+import { httpMetrics } from '../prometheus.js';
 import './express-augment.js';
 
 /** 1–128 characters of `[A-Za-z0-9._:-]` (contracts): safe in headers and log lines, fits trace ids. */

@@ -1,5 +1,6 @@
 import type { IRoute, RequestHandler } from 'express';
-import { DomainError } from '../errors.js';
+import { COMMON_ERRORS } from '../errors.js';
+import type { RouteDoc } from './openapi.js';
 import { DEFAULT_BODY_LIMIT_BYTES, readJsonBody } from './app.js';
 import { CLIENT_ADDRESS } from './request-context.js';
 
@@ -26,6 +27,12 @@ export interface RouteDefinition {
    */
   direct?: boolean;
   handler: RequestHandler | RequestHandler[];
+  /**
+   * The route's entry in the API document (openapi.ts `openApiDocument`): its parameter, body and answer
+   * schemas from @platform/contracts, the error codes it may answer, and the prose. Optional: a service whose
+   * document is not generated yet leaves it out.
+   */
+  doc?: RouteDoc;
 }
 
 export interface AddRoutesOptions {
@@ -94,11 +101,7 @@ export function addRoutes(
         next();
         return;
       }
-      next(
-        new DomainError('method_not_allowed', `${req.method} is not allowed on this resource.`, {
-          headers: { Allow: allow },
-        }),
-      );
+      next(COMMON_ERRORS.methodNotAllowed(req.method, allow));
     });
   }
 }

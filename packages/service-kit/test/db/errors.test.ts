@@ -59,7 +59,7 @@ describe('database errors on a shared test database', () => {
     }
   });
 
-  it('recognises a serialization failure as retryable and maps it to conflict', async () => {
+  it('recognises a serialization failure as retryable and maps it to concurrent_change', async () => {
     // Write skew between two SERIALIZABLE transactions: the second commit fails with 40001.
     const a = new pg.Client({ connectionString: database.url });
     const b = new pg.Client({ connectionString: database.url });
@@ -74,7 +74,7 @@ describe('database errors on a shared test database', () => {
       await a.query('COMMIT');
       const err = await caught(b.query('COMMIT'));
       expect(isRetryableTransactionError(err)).toBe(true);
-      expect(mapDbError(err).code).toBe('conflict');
+      expect(mapDbError(err).code).toBe('concurrent_change');
     } finally {
       await Promise.all([a.end(), b.end()]);
     }

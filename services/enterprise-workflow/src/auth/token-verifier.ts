@@ -160,15 +160,106 @@ class VerifiedTokenCache {
   }
 }
 
-export function createTokenVerifier(settings: TokenVerifierSettings): TokenVerifier {
-  const now = settings.now ?? Date.now;
-  const cache = new VerifiedTokenCache(settings.tokenCacheTtlMs, settings.tokenCacheMaxEntries);
-  const jwksUrl = settings.jwksUrl ?? jwksUrlOf(settings.issuerUrl);
-  const keySet: RemoteJWKSet = createRemoteJWKSet(new URL(jwksUrl), {
+/** A refusal of a token that is not one of ours or not valid now (401). */
+function invalid(detail: string): Verification {
+  return { ok: false, reason: 'invalid_token', detail };
+}
+
+/** The JWKS as jose fetches and caches it (design §4.1: refetched on an unknown `kid`, within a deadline). */
+function remoteKeySet(settings: TokenVerifierSettings, jwksUrl: string): RemoteJWKSet {
+  return createRemoteJWKSet(new URL(jwksUrl), {
     cooldownDuration: settings.jwksCooldownMs,
     cacheMaxAge: settings.jwksCacheMaxAgeMs,
     timeoutDuration: settings.jwksTimeoutMs,
   });
+}
+
+/** The signature, `iss`, `exp`/`nbf` and the algorithm, by jose: the payload, or why not. */
+async function verifySignature(
+  token: string,
+  keySet: RemoteJWKSet,
+  settings: TokenVerifierSettings,
+  checkedAt: number,
+): Promise<{ payload: JWTPayload } | { refusal: Verification }> {
+  try {
+    const { payload } = await jwtVerify(token, keySet, {
+      issuer: settings.issuerUrl,
+      algorithms: allowedAlgorithms,
+      clockTolerance: settings.clockToleranceS,
+      requiredClaims: ['exp', 'sub'],
+      currentDate: new Date(checkedAt),
+    });
+    return { payload };
+  } catch (err) {
+    if (keySetFailure(err)) {
+      return {
+        refusal: {
+          ok: false,
+          reason: 'keys_unavailable',
+          detail: 'The signing keys could not be fetched.',
+          cause: err,
+        },
+      };
+    }
+    return { refusal: invalid(describe(err)) };
+  }
+}
+
+/**
+ * The claims jose does not check (design §4.1), in its order: `azp`, `iat`, the lifetime, `sub`, `typ`, text
+ * PostgreSQL can store, and last the role (403 rather than 401: the token itself is genuine). The user, or why not.
+ */
+function checkClaims(
+  payload: JWTPayload,
+  settings: TokenVerifierSettings,
+  checkedAt: number,
+): { user: PortalUser } | { refusal: Verification } {
+  const claims = payload as JWTPayload & { azp?: unknown; typ?: unknown; role?: unknown };
+  const nowS = Math.floor(checkedAt / 1000);
+  const refused = (detail: string) => ({ refusal: invalid(detail) });
+  // Keycloak names the client a token was issued to in `azp`; the read surface's pre-request function
+  // requires it to be ours, and so does this service: one rule on both paths (an `aud` that merely lists
+  // us is a token issued to another client).
+  if (claims.azp !== settings.clientId) return refused('The access token was not issued for this client.');
+  if (typeof claims.iat === 'number' && claims.iat > nowS + settings.clockToleranceS)
+    return refused('The access token was issued in the future.');
+  // requiredClaims made jose check that exp is present and a number.
+  if ((claims.exp as number) > nowS + (settings.maxTokenLifetimeS ?? 3600) + settings.clockToleranceS)
+    return refused('The access token claims a longer lifetime than this service accepts.');
+  if (typeof claims.sub !== 'string' || claims.sub.length === 0)
+    return refused('The access token has no subject.');
+  // Keycloak marks its tokens with `typ`: `Bearer` for access tokens, `ID` and `Refresh` for the
+  // others, which carry the same iss, azp and aud. Only an access token may call the API, so a token
+  // that says it is something else is refused even if a mapper put the role into it.
+  if (claims.typ !== undefined && claims.typ !== 'Bearer')
+    return refused('The token is not an access token.');
+  // The claims travel into PostgreSQL as jsonb (request.jwt.claims), which refuses U+0000 and cannot
+  // hold an unpaired surrogate: such a token, however well signed, is refused here rather than failing
+  // inside the transaction.
+  if (unstorableTextPaths(payload).length > 0)
+    return refused('The access token contains text PostgreSQL cannot store (NUL or an unpaired surrogate).');
+  const role = claims.role;
+  if (role !== settings.requiredRole) {
+    return {
+      refusal: {
+        ok: false,
+        reason: 'insufficient_role',
+        detail: 'The access token does not grant the portal role.',
+      },
+    };
+  }
+  return { user: { sub: claims.sub, claims: { ...payload, sub: claims.sub, role } } };
+}
+
+/**
+ * Verifies in steps: a remembered token (only `exp` re-checked), the compact JWS's canonical spelling, the
+ * signature and registered claims (jose), then our own claims; a token that passed is remembered.
+ */
+export function createTokenVerifier(settings: TokenVerifierSettings): TokenVerifier {
+  const now = settings.now ?? Date.now;
+  const cache = new VerifiedTokenCache(settings.tokenCacheTtlMs, settings.tokenCacheMaxEntries);
+  const jwksUrl = settings.jwksUrl ?? jwksUrlOf(settings.issuerUrl);
+  const keySet = remoteKeySet(settings, jwksUrl);
   let lastKeyFetchAt = -Infinity;
 
   return {
@@ -187,88 +278,17 @@ export function createTokenVerifier(settings: TokenVerifierSettings): TokenVerif
           return { ok: true, user: cached.user };
         }
         cache.delete(token);
-        return { ok: false, reason: 'invalid_token', detail: 'The access token has expired.' };
+        return invalid('The access token has expired.');
       }
       // Before jose, which would accept another spelling of a genuine token. (A cached token passed this.)
-      if (!isCanonicalCompactJws(token)) {
-        return { ok: false, reason: 'invalid_token', detail: 'The access token is not a compact JWS.' };
-      }
-      let payload: JWTPayload;
-      try {
-        ({ payload } = await jwtVerify(token, keySet, {
-          issuer: settings.issuerUrl,
-          algorithms: allowedAlgorithms,
-          clockTolerance: settings.clockToleranceS,
-          requiredClaims: ['exp', 'sub'],
-          currentDate: new Date(checkedAt),
-        }));
-      } catch (err) {
-        if (keySetFailure(err)) {
-          return {
-            ok: false,
-            reason: 'keys_unavailable',
-            detail: 'The signing keys could not be fetched.',
-            cause: err,
-          };
-        }
-        return { ok: false, reason: 'invalid_token', detail: describe(err) };
-      }
-
-      // Keycloak names the client a token was issued to in `azp`; the read surface's pre-request function
-      // requires it to be ours, and so does this service: one rule on both paths (an `aud` that merely lists
-      // us is a token issued to another client).
-      const azp = (payload as { azp?: unknown }).azp;
-      if (azp !== settings.clientId) {
-        return {
-          ok: false,
-          reason: 'invalid_token',
-          detail: 'The access token was not issued for this client.',
-        };
-      }
-      const nowS = Math.floor(checkedAt / 1000);
-      if (typeof payload.iat === 'number' && payload.iat > nowS + settings.clockToleranceS) {
-        return { ok: false, reason: 'invalid_token', detail: 'The access token was issued in the future.' };
-      }
+      if (!isCanonicalCompactJws(token)) return invalid('The access token is not a compact JWS.');
+      const verified = await verifySignature(token, keySet, settings, checkedAt);
+      if ('refusal' in verified) return verified.refusal;
+      const checked = checkClaims(verified.payload, settings, checkedAt);
+      if ('refusal' in checked) return checked.refusal;
       // requiredClaims made jose check that exp is present and a number.
-      if ((payload.exp as number) > nowS + (settings.maxTokenLifetimeS ?? 3600) + settings.clockToleranceS) {
-        return {
-          ok: false,
-          reason: 'invalid_token',
-          detail: 'The access token claims a longer lifetime than this service accepts.',
-        };
-      }
-      if (typeof payload.sub !== 'string' || payload.sub.length === 0) {
-        return { ok: false, reason: 'invalid_token', detail: 'The access token has no subject.' };
-      }
-      // Keycloak marks its tokens with `typ`: `Bearer` for access tokens, `ID` and `Refresh` for the
-      // others, which carry the same iss, azp and aud. Only an access token may call the API, so a token
-      // that says it is something else is refused even if a mapper put the role into it.
-      const typ = (payload as { typ?: unknown }).typ;
-      if (typ !== undefined && typ !== 'Bearer') {
-        return { ok: false, reason: 'invalid_token', detail: 'The token is not an access token.' };
-      }
-      // The claims travel into PostgreSQL as jsonb (request.jwt.claims), which refuses U+0000 and cannot
-      // hold an unpaired surrogate: such a token, however well signed, is refused here rather than failing
-      // inside the transaction.
-      if (unstorableTextPaths(payload).length > 0) {
-        return {
-          ok: false,
-          reason: 'invalid_token',
-          detail: 'The access token contains text PostgreSQL cannot store (NUL or an unpaired surrogate).',
-        };
-      }
-      const role = (payload as { role?: unknown }).role;
-      if (role !== settings.requiredRole) {
-        return {
-          ok: false,
-          reason: 'insufficient_role',
-          detail: 'The access token does not grant the portal role.',
-        };
-      }
-      const user: PortalUser = { sub: payload.sub, claims: { ...payload, sub: payload.sub, role } };
-      // requiredClaims made jose check that exp is present and a number.
-      cache.set(token, user, payload.exp as number, checkedAt);
-      return { ok: true, user };
+      cache.set(token, checked.user, verified.payload.exp as number, checkedAt);
+      return { ok: true, user: checked.user };
     },
 
     async keysLoaded() {

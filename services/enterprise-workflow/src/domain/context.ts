@@ -4,9 +4,9 @@ import type { Logger } from '@platform/service-kit';
 import type { Kysely } from 'kysely';
 import type { Registry } from '@platform/service-kit';
 import type { WorkflowDb } from '../db/database.js';
-import type { MediaLimits } from './media.js';
-import type { MultipartSettings } from './multipart.js';
-import type { WorkflowMetrics } from './metrics.js';
+import type { MediaLimits } from './media-rules.js';
+import type { MultipartSettings } from './multipart-uploads.js';
+import type { WorkflowMetrics } from './counters.js';
 import type { MediaStorage, PortalUser } from './ports.js';
 
 export interface WorkflowContext {

@@ -1,10 +1,10 @@
 // GET /sites/{site_id}/media/{media_id}/download (design §4.4).
 import type { DownloadResponse, MediaContentType } from '@platform/contracts';
-import { DomainError } from '@platform/service-kit';
 import { inUserTransaction } from '../db/database.js';
-import { findMediaAtSite } from '../db/media.js';
+import { findMediaAtSite } from '../db/media-repository.js';
 import type { UserScope, WorkflowContext } from './context.js';
-import { acceptedObjectKey, contentDisposition } from './media.js';
+import { ERRORS } from './errors.js';
+import { acceptedObjectKey, contentDisposition } from './media-rules.js';
 
 export async function getDownload(
   ctx: WorkflowContext,
@@ -16,10 +16,8 @@ export async function getDownload(
   // Rejected and abandoned uploads are gone for the client: the same 404 as an unknown id or another
   // site's item.
   if (media === undefined || media.status === 'rejected' || media.status === 'abandoned')
-    throw new DomainError('not_found', 'No such media item.');
-  if (media.status === 'pending_upload') {
-    throw new DomainError('media_pending', 'The file has not been uploaded yet.');
-  }
+    throw ERRORS.mediaNotFound();
+  if (media.status === 'pending_upload') throw ERRORS.mediaPending();
   const signed = await ctx.storage.presignDownload({
     // The accepted copy, which no upload URL can overwrite (see acceptedObjectKey). An item without an ETag
     // (the demo seed's) is served from its upload key.

@@ -1,5 +1,5 @@
 // The workflow's ports: what its use cases need from the outside, as interfaces the domain owns. The
-// adapters implement them (storage/s3.ts for the object store, auth/token-verifier.ts for callers), so
+// adapters implement them (storage/s3-store.ts and s3-url-signer.ts for the object store, auth/token-verifier.ts for callers), so
 // nothing in src/domain imports an SDK, a transport or its error classes (design §4.4).
 
 /** The caller of a portal request, as a verified token describes it. */

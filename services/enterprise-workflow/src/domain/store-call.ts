@@ -1,6 +1,6 @@
 // One way to call the object store from a use case (design §4.4): what its failures mean to the caller.
-import { DomainError } from '@platform/service-kit';
 import type { Logger } from '@platform/service-kit';
+import { ERRORS } from './errors.js';
 import { StorageRefusedError, StorageUnavailableError } from './ports.js';
 
 /**
@@ -21,14 +21,10 @@ export async function storeCall<T>(
   } catch (err) {
     if (err instanceof StorageRefusedError) {
       log.error(`object store refused ${what}`, { ...meta, store_status: err.status, error: err.message });
-      throw new DomainError('backend_unavailable', 'The object store refused a request; retry later.', {
-        cause: err,
-      });
+      throw ERRORS.storeRefused(err);
     }
     if (err instanceof StorageUnavailableError) {
-      throw new DomainError('backend_unavailable', 'The object store is unreachable; retry later.', {
-        cause: err,
-      });
+      throw ERRORS.storeUnreachable(err);
     }
     throw err;
   }

@@ -2,7 +2,6 @@
 import { createHash } from 'node:crypto';
 import { mediaKindOf } from '@platform/contracts';
 import type { UploadIntentRequest, UploadIntentResponse } from '@platform/contracts';
-import { DomainError } from '@platform/service-kit';
 import { inUserTransaction } from '../db/database.js';
 import {
   deleteIntentKey,
@@ -10,21 +9,18 @@ import {
   insertIntentKey,
   insertPendingMedia,
   missingLinkTargets,
-} from '../db/media.js';
-import type { IntentKeyRecord } from '../db/media.js';
+} from '../db/media-repository.js';
+import type { IntentKeyRecord } from '../db/media-repository.js';
 import type { Executor } from '../db/database.js';
-import { abandonUnstarted, currentUploadId, setUploadId } from '../db/multipart.js';
-import { siteIsVisible } from '../db/sites.js';
+import { abandonUnstarted, currentUploadId, setUploadId } from '../db/multipart-repository.js';
+import { siteIsVisible } from '../db/site-repository.js';
 import type { UserScope, WorkflowContext } from './context.js';
+import { ERRORS } from './errors.js';
 import type { PresignedUpload } from './ports.js';
-import { checkIntent, newObjectKey } from './media.js';
-import { planParts } from './multipart.js';
+import { checkIntent, newObjectKey } from './media-rules.js';
+import { planParts } from './multipart-uploads.js';
 import { storeCall } from './store-call.js';
-import type { PartPlan } from './multipart.js';
-
-const siteNotFound = () => new DomainError('not_found', 'No such site.');
-const keyReused = () =>
-  new DomainError('conflict', 'This Idempotency-Key was already used for a different request.');
+import type { PartPlan } from './multipart-uploads.js';
 
 export interface UploadIntentResult {
   intent: UploadIntentResponse;
@@ -67,9 +63,7 @@ export async function createUploadIntent(
         'cannot be checked for a file uploaded in parts (larger than the multipart threshold); give each part its checksum_sha256 when asking for the part URLs',
     });
   }
-  if (problems.length > 0) {
-    throw new DomainError('invalid_body', 'The upload is not allowed.', { errors: problems });
-  }
+  if (problems.length > 0) throw ERRORS.uploadNotAllowed(problems);
   if (idempotencyKey === undefined)
     return { intent: await createIntent(ctx, scope, siteId, body), replayed: false };
 
@@ -100,16 +94,10 @@ async function storedAnswer(
     await deleteIntentKey(trx, scope.user.sub, key.value);
     return undefined;
   }
-  if (stored.fingerprint !== key.fingerprint) throw keyReused();
+  if (stored.fingerprint !== key.fingerprint) throw ERRORS.idempotencyKeyReused();
   if (stored.multipart !== null && stored.multipart.uploadId === null) {
     // The first use recorded its plan and has not started (or could not start) the store's upload.
-    if (stored.status === 'pending_upload') {
-      throw new DomainError(
-        'backend_unavailable',
-        'The first request with this Idempotency-Key is still starting the upload; retry later.',
-        { retryAfterS: 1 },
-      );
-    }
+    if (stored.status === 'pending_upload') throw ERRORS.intentStillStarting();
     // It gave up (its item is abandoned): the key starts over.
     await deleteIntentKey(trx, scope.user.sub, key.value);
     return undefined;
@@ -239,7 +227,7 @@ async function createMultipartIntent(
   if (recorded !== uploadId) {
     // Not ours to record: the item was abandoned meanwhile (or, impossible for one request, started twice).
     await abortQuietly(ctx, scope, objectKey, uploadId);
-    throw new DomainError('backend_unavailable', 'The upload could not be started; retry later.');
+    throw ERRORS.uploadNotStarted();
   }
   ctx.counters.multipart.inc({ outcome: 'planned' });
   return multipartResponse(mediaId, uploadId, plan, expiresAt);
@@ -302,13 +290,9 @@ async function recordIntent(
       assetId: body.asset_id,
     };
     if (links.walkthroughId !== undefined || links.workItemId !== undefined || links.assetId !== undefined) {
-      if (!(await siteIsVisible(trx, siteId))) throw siteNotFound();
+      if (!(await siteIsVisible(trx, siteId))) throw ERRORS.siteNotFound();
       const missing = await missingLinkTargets(trx, siteId, links);
-      if (missing.length > 0) {
-        throw new DomainError('invalid_body', 'A linked record does not exist at this site.', {
-          errors: missing.map((field) => ({ path: `/${field}`, message: 'no such record at this site' })),
-        });
-      }
+      if (missing.length > 0) throw ERRORS.linkNotFound(missing);
     }
     const id = await insertPendingMedia(trx, {
       siteId,
@@ -323,7 +307,7 @@ async function recordIntent(
       multipart,
     });
     // RLS decides visibility: a site outside the caller's access looks exactly like no site.
-    if (id === undefined) throw siteNotFound();
+    if (id === undefined) throw ERRORS.siteNotFound();
     if (key !== undefined) {
       const recorded = await insertIntentKey(trx, {
         callerSub: scope.user.sub,

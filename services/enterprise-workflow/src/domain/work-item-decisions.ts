@@ -2,6 +2,7 @@
 import { createHash } from 'node:crypto';
 import type { DecisionRequest, DecisionResponse } from '@platform/contracts';
 import { DomainError } from '@platform/service-kit';
+import type { ErrorCode } from '@platform/contracts';
 import { inUserTransaction } from '../db/database.js';
 import {
   deleteIdempotentResponse,
@@ -9,10 +10,13 @@ import {
   findIdempotentResponse,
   lockWorkItem,
   storeIdempotentResponse,
-} from '../db/work-items.js';
-import type { LockedWorkItem } from '../db/work-items.js';
+} from '../db/work-item-repository.js';
+import type { DecisionRecord, LockedWorkItem } from '../db/work-item-repository.js';
+import type { Executor } from '../db/database.js';
 import type { UserScope, WorkflowContext } from './context.js';
-import { checkDecisionRequest, decide, parseDateTime, stateAfter } from './decisions.js';
+import { ERRORS } from './errors.js';
+import { checkDecisionRequest, decide, OPEN_STATES, parseDateTime, stateAfter } from './decision-rules.js';
+import type { DecisionProblem } from './decision-rules.js';
 
 export interface DecisionResult {
   item: DecisionResponse;
@@ -30,13 +34,6 @@ function toResponse(item: LockedWorkItem): DecisionResponse {
     decided_by: item.decidedBy,
     note: item.decisionNote,
   };
-}
-
-/** decideIfOpen on an item this transaction holds locked in an open state: it must match. */
-async function decideOrFail(...args: Parameters<typeof decideIfOpen>): Promise<LockedWorkItem> {
-  const decided = await decideIfOpen(...args);
-  if (decided === undefined) throw new Error('a locked open work item did not accept its decision');
-  return decided;
 }
 
 /** Called once the request was checked (checkDecisionRequest): a defer's date is an instant by then. */
@@ -65,11 +62,34 @@ function fingerprintOf(siteId: string, itemId: string, body: DecisionRequest): s
   return createHash('sha256').update(canonical).digest('hex');
 }
 
+/** The answers counted as a decision's `conflict` outcome (workflow_decisions_total). */
+const CONFLICTS = new Set<ErrorCode>([
+  'work_item_final',
+  'idempotency_key_reused',
+  'conflict',
+  'concurrent_change',
+]);
+
+type Outcome = 'transition' | 'unchanged' | 'replayed';
+
+interface Answer {
+  item: DecisionResponse;
+  replayed: boolean;
+  outcome: Outcome;
+}
+
+/** An Idempotency-Key and the fingerprint of the request it came with. */
+interface KeyUse {
+  value: string;
+  fingerprint: string;
+}
+
 /**
- * Applies a decision. The item's row lock serialises concurrent decisions (one wins, the others see
- * its result); the state change and its audit row commit together or not at all. With an
- * Idempotency-Key the first answer is stored in the same transaction and replayed to retries; the
- * lookup happens after the row lock, so a retry racing its original waits for it and replays it.
+ * Applies a decision (design §4.4): check what the schema cannot, then, in one transaction under the caller's
+ * claims, the change and its audit row (applyDecision), then count and log. The item's row lock serialises
+ * concurrent decisions (one wins, the others see its result). With an Idempotency-Key the first answer is
+ * stored in the same transaction and replayed to retries (design §4.5); the lookup happens after the row
+ * lock, so a retry racing its original waits for it and replays it.
  */
 export async function decideWorkItem(
   ctx: WorkflowContext,
@@ -80,103 +100,104 @@ export async function decideWorkItem(
   idempotencyKey: string | undefined,
 ): Promise<DecisionResult> {
   const now = ctx.now();
-  // Checked after a replay lookup: a retry must get its stored answer even once defer_until passed.
+  // With a key, checked only after the replay lookup: a retry must get its stored answer even once its
+  // defer_until passed.
   const problems = checkDecisionRequest(body, now);
-  if (problems.length > 0 && idempotencyKey === undefined) {
-    throw new DomainError('invalid_body', 'The decision is not valid.', { errors: problems });
-  }
-  const sub = scope.user.sub;
-  const fingerprint = idempotencyKey === undefined ? undefined : fingerprintOf(siteId, itemId, body);
-
+  if (problems.length > 0 && idempotencyKey === undefined) throw ERRORS.invalidDecision(problems);
+  const record: DecisionRecord = {
+    itemId,
+    siteId,
+    decision: body.decision,
+    newState: stateAfter[body.decision],
+    note: body.note ?? null,
+    deferUntil: deferUntilOf(body),
+    decidedBy: scope.user.sub,
+    decidedAt: now,
+    requestId: scope.requestId,
+  };
+  const key =
+    idempotencyKey === undefined
+      ? undefined
+      : { value: idempotencyKey, fingerprint: fingerprintOf(siteId, itemId, body) };
+  let answer: Answer;
   try {
-    const result = await inUserTransaction(ctx.db, scope.user, async (trx) => {
-      if (idempotencyKey === undefined) {
-        // No replay to look up first: try the one-statement transition.
-        const decided = await decideIfOpen(trx, {
-          itemId,
-          siteId,
-          decision: body.decision,
-          newState: stateAfter[body.decision],
-          note: body.note ?? null,
-          deferUntil: deferUntilOf(body),
-          decidedBy: sub,
-          decidedAt: now,
-          requestId: scope.requestId,
-        });
-        if (decided !== undefined)
-          return { item: toResponse(decided), replayed: false, outcome: 'transition' as const };
-      }
-      const item = await lockWorkItem(trx, siteId, itemId);
-      if (item === undefined) throw new DomainError('not_found', 'No such work item.');
-
-      if (idempotencyKey !== undefined) {
-        const stored = await findIdempotentResponse(trx, sub, idempotencyKey);
-        if (stored !== undefined && now.getTime() - stored.createdAt.getTime() > ctx.idempotencyTtlS * 1000) {
-          await deleteIdempotentResponse(trx, sub, idempotencyKey);
-        } else if (stored !== undefined) {
-          if (stored.fingerprint !== fingerprint) {
-            throw new DomainError(
-              'conflict',
-              'This Idempotency-Key was already used for a different request.',
-            );
-          }
-          return { item: stored.body as DecisionResponse, replayed: true, outcome: 'replayed' as const };
-        }
-      }
-
-      if (problems.length > 0) {
-        throw new DomainError('invalid_body', 'The decision is not valid.', { errors: problems });
-      }
-      const outcome = decide(item.state, body.decision);
-      let after = item;
-      switch (outcome.kind) {
-        case 'conflict':
-          throw new DomainError('conflict', outcome.detail);
-        case 'unchanged':
-          break;
-        case 'transition':
-          // The row is locked and open (decide() only transitions open items), so this matches it.
-          after = await decideOrFail(trx, {
-            itemId,
-            siteId,
-            decision: body.decision,
-            newState: outcome.state,
-            note: body.note ?? null,
-            deferUntil: deferUntilOf(body),
-            decidedBy: sub,
-            decidedAt: now,
-            requestId: scope.requestId,
-          });
-          break;
-      }
-      const response = toResponse(after);
-      if (idempotencyKey !== undefined && fingerprint !== undefined) {
-        await storeIdempotentResponse(trx, {
-          callerSub: sub,
-          key: idempotencyKey,
-          itemId,
-          siteId,
-          fingerprint,
-          status: 200,
-          body: response,
-          createdAt: now,
-        });
-      }
-      return { item: response, replayed: false, outcome: outcome.kind };
-    });
-    ctx.counters.decisions.inc({ decision: body.decision, outcome: result.outcome });
-    if (result.outcome === 'transition') {
-      scope.log.info('work item decided', {
-        work_item_id: itemId,
-        site_id: siteId,
-        state: result.item.status,
-      });
-    }
-    return { item: result.item, replayed: result.replayed };
+    answer = await inUserTransaction(ctx.db, scope.user, (trx) =>
+      applyDecision(trx, record, key, problems, ctx.idempotencyTtlS),
+    );
   } catch (err) {
-    if (err instanceof DomainError && err.code === 'conflict') {
+    if (err instanceof DomainError && CONFLICTS.has(err.code)) {
       ctx.counters.decisions.inc({ decision: body.decision, outcome: 'conflict' });
     }
     throw err;
   }
+  ctx.counters.decisions.inc({ decision: body.decision, outcome: answer.outcome });
+  if (answer.outcome === 'transition') {
+    scope.log.info('work item decided', { work_item_id: itemId, site_id: siteId, state: answer.item.status });
+  }
+  return { item: answer.item, replayed: answer.replayed };
+}
+
+/**
+ * Inside the transaction. Without a key the common case is one statement (decideIfOpen); when it matches
+ * nothing, or with a key, the item is locked and read: unknown → 404, the key's stored answer → replayed,
+ * then the transition rule (decisions.ts) decides between the change, the same final state again, and 409.
+ */
+async function applyDecision(
+  trx: Executor,
+  record: DecisionRecord,
+  key: KeyUse | undefined,
+  problems: DecisionProblem[],
+  idempotencyTtlS: number,
+): Promise<Answer> {
+  if (key === undefined) {
+    const decided = await decideIfOpen(trx, record, OPEN_STATES);
+    if (decided !== undefined) return { item: toResponse(decided), replayed: false, outcome: 'transition' };
+  }
+  const item = await lockWorkItem(trx, record.siteId, record.itemId);
+  if (item === undefined) throw ERRORS.workItemNotFound();
+  if (key !== undefined) {
+    const stored = await storedAnswer(trx, record, key, idempotencyTtlS);
+    if (stored !== undefined) return { item: stored, replayed: true, outcome: 'replayed' };
+  }
+  if (problems.length > 0) throw ERRORS.invalidDecision(problems);
+  const outcome = decide(item.state, record.decision);
+  if (outcome.kind === 'conflict') throw ERRORS.workItemFinal(outcome.current, outcome.wanted);
+  let after = item;
+  if (outcome.kind === 'transition') {
+    // The row is locked and open (decide() only transitions open items), so this matches it.
+    const decided = await decideIfOpen(trx, record, OPEN_STATES);
+    if (decided === undefined) throw new Error('a locked open work item did not accept its decision');
+    after = decided;
+  }
+  const response = toResponse(after);
+  if (key !== undefined) {
+    await storeIdempotentResponse(trx, {
+      callerSub: record.decidedBy,
+      key: key.value,
+      itemId: record.itemId,
+      siteId: record.siteId,
+      fingerprint: key.fingerprint,
+      status: 200,
+      body: response,
+      createdAt: record.decidedAt,
+    });
+  }
+  return { item: response, replayed: false, outcome: outcome.kind };
+}
+
+/** The caller's stored answer for `key`: undefined when unused or past its lifetime (then forgotten); 409 for another request. */
+async function storedAnswer(
+  trx: Executor,
+  record: DecisionRecord,
+  key: KeyUse,
+  idempotencyTtlS: number,
+): Promise<DecisionResponse | undefined> {
+  const stored = await findIdempotentResponse(trx, record.decidedBy, key.value);
+  if (stored === undefined) return undefined;
+  if (record.decidedAt.getTime() - stored.createdAt.getTime() > idempotencyTtlS * 1000) {
+    await deleteIdempotentResponse(trx, record.decidedBy, key.value);
+    return undefined;
+  }
+  if (stored.fingerprint !== key.fingerprint) throw ERRORS.idempotencyKeyReused();
+  return stored.body as DecisionResponse;
 }

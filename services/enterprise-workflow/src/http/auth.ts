@@ -1,9 +1,10 @@
 // Edge authentication: bearer JWTs for portal routes, shared tokens for the storage webhook. Each is a
 // route's `authenticate` step (service-kit addRoutes), so it runs once per request, before the body is read.
-import { DomainError, bearerToken } from '@platform/service-kit';
+import { bearerToken } from '@platform/service-kit';
 import type { SecretSet } from '@platform/service-kit';
 import type { Request, RequestHandler, Response } from 'express';
 import type { TokenVerifier } from '../auth/token-verifier.js';
+import { ERRORS } from '../domain/errors.js';
 import type { PortalUser } from '../domain/ports.js';
 
 /** RFC 6750 challenge; the realm names the Keycloak realm the token must come from. */
@@ -40,22 +41,20 @@ export function portalUser(res: Response): PortalUser {
 
 async function verify(req: Request, verifier: TokenVerifier): Promise<PortalUser> {
   const token = bearerToken(req);
-  if (token === undefined) {
-    throw new DomainError('unauthorized', 'A bearer token is required.', { headers: challenge() });
-  }
+  if (token === undefined) throw ERRORS.tokenRequired(challenge());
   const result = await verifier.verify(token);
   if (result.ok) return result.user;
   switch (result.reason) {
     case 'invalid_token':
-      throw new DomainError('unauthorized', result.detail, { headers: challenge('invalid_token') });
+      throw ERRORS.invalidToken(result.detail, challenge('invalid_token'));
     case 'insufficient_role':
-      throw new DomainError('forbidden', result.detail);
+      throw ERRORS.portalRoleMissing(result.detail);
     case 'keys_unavailable':
       req.log.warn('token signing keys unavailable', {
         jwks_url: verifier.jwksUrl,
         err: String(result.cause),
       });
-      throw new DomainError('backend_unavailable', result.detail, { cause: result.cause });
+      throw ERRORS.signingKeysUnavailable(result.detail, result.cause);
   }
 }
 
@@ -67,11 +66,7 @@ export function requireWebhookToken(tokens: () => SecretSet): RequestHandler {
   return (req, _res, next) => {
     const token = bearerToken(req);
     if (token === undefined || !tokens().has(token)) {
-      next(
-        new DomainError('unauthorized', 'A valid webhook bearer token is required.', {
-          headers: challenge(),
-        }),
-      );
+      next(ERRORS.webhookTokenRequired(challenge()));
       return;
     }
     next();

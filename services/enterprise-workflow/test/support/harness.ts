@@ -18,8 +18,8 @@ import { buildApp } from '../../src/app.js';
 import { createTokenVerifier } from '../../src/auth/token-verifier.js';
 import type { TokenVerifier } from '../../src/auth/token-verifier.js';
 import type { WorkflowDb } from '../../src/db/database.js';
-import type { MultipartSettings } from '../../src/domain/multipart.js';
-import { createS3Storage } from '../../src/storage/s3.js';
+import type { MultipartSettings } from '../../src/domain/multipart-uploads.js';
+import { createS3Storage } from '../../src/storage/s3-store.js';
 import type { MediaStorage } from '../../src/domain/ports.js';
 
 export const WEBHOOK_TOKENS = ['webhook-token-old', 'webhook-token-new'];

@@ -143,9 +143,10 @@ export async function storeIdempotentResponse(
 }
 
 /**
- * The common case in one statement: moves an item that is still open (`proposed` or `deferred`) to
- * `newState` and appends the audit row, returning the item as updated; undefined when the item is
- * not visible at `siteId` or already final (the caller then takes the locking path to tell which).
+ * The common case in one statement: moves an item that is still in one of `openStates` (the domain's rule,
+ * domain/decision-rules.ts OPEN_STATES) to `newState` and appends the audit row, returning the item as updated;
+ * undefined when the item is not visible at `siteId` or not open (the caller then takes the locking path to
+ * tell which).
  * Concurrent decisions serialise on the row: under READ COMMITTED a waiting UPDATE re-checks
  * `state` on the row the winner committed (and matches nothing once it is final). `RETURNING old.*`
  * needs PostgreSQL 18.
@@ -153,6 +154,7 @@ export async function storeIdempotentResponse(
 export async function decideIfOpen(
   db: Executor,
   record: DecisionRecord,
+  openStates: readonly WorkItemStatus[],
 ): Promise<LockedWorkItem | undefined> {
   const result = await sql<WorkItemRow>`
     WITH decided AS (
@@ -160,7 +162,7 @@ export async function decideIfOpen(
       SET state = ${record.newState}, defer_until = ${record.deferUntil}::timestamptz,
           decided_at = ${record.decidedAt}::timestamptz, decided_by = ${record.decidedBy},
           decision_note = ${record.note}, updated_at = ${record.decidedAt}::timestamptz
-      WHERE id = ${record.itemId}::uuid AND site_id = ${record.siteId}::uuid AND state IN ('proposed', 'deferred')
+      WHERE id = ${record.itemId}::uuid AND site_id = ${record.siteId}::uuid AND state = ANY(${openStates}::text[])
       RETURNING new.id, new.site_id, new.state, new.defer_until, new.decided_at, new.decided_by,
         new.decision_note, old.state AS previous_state
     ), audited AS (

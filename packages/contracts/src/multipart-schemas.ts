@@ -1,7 +1,7 @@
 // Bodies of the multipart upload calls of the workflow service (design §4.4): part URLs, the parts
 // stored so far, completion. The intent that starts an upload in parts is in media.ts.
 import type { FromSchema } from 'json-schema-to-ts';
-import { UUID_PATTERN } from './media.js';
+import { UUID_PATTERN } from './media-schemas.js';
 import { compileValidator } from './validation.js';
 
 const uuidProperty = { type: 'string', pattern: UUID_PATTERN, patternMessage: 'must be a UUID' } as const;

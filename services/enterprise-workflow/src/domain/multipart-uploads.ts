@@ -1,5 +1,5 @@
 // Uploads in parts (design §4.4): the plan an intent above the threshold answers, part URLs, the parts
-// stored so far (resume), completion, abort, and the sweep of uploads whose intent expired.
+// stored so far (resume), completion and abort. The sweep of uploads whose intent expired: multipart-sweep.ts.
 import type {
   CompleteUploadRequest,
   CompleteUploadResponse,
@@ -7,22 +7,14 @@ import type {
   PartUrlsResponse,
   StoredPartsResponse,
 } from '@platform/contracts';
-import { DomainError, errorMessage, mapDbError } from '@platform/service-kit';
-import type { Counter, Logger } from '@platform/service-kit';
 import { inUserTransaction } from '../db/database.js';
-import {
-  expiredMultipartUploads,
-  findMultipartMedia,
-  abandonUnstartedUploads,
-  markAbandoned,
-  recordUploadAbandoned,
-  unclaimedUploads,
-} from '../db/multipart.js';
-import type { MultipartMedia } from '../db/multipart.js';
+import { findMultipartMedia, markAbandoned } from '../db/multipart-repository.js';
+import type { MultipartMedia } from '../db/multipart-repository.js';
 import { storeCall } from './store-call.js';
 import type { StoredPart } from './ports.js';
 import type { UserScope, WorkflowContext } from './context.js';
-import { isMediaObjectKey, MEDIA_KEY_PREFIX, normaliseEtag } from './media.js';
+import { ERRORS } from './errors.js';
+import { normaliseEtag } from './media-rules.js';
 
 const MiB = 1024 * 1024;
 /** S3's limits: parts of at least 5 MiB (but the last), at most 10,000 parts. */
@@ -36,43 +28,6 @@ export interface MultipartSettings {
   partSizeBytes: number;
   /** How long an upload in parts may take, from its intent to its completion, in seconds. */
   uploadTtlS: number;
-}
-
-/** The sweep of expired uploads in parts, as main.ts runs it. */
-export function startExpiredUploadSweep(
-  ctx: Pick<WorkflowContext, 'db' | 'storage' | 'now'>,
-  log: Logger,
-  options: {
-    intervalS: number;
-    graceS: number;
-    /** Counts each run's outcomes (`workflow_multipart_sweep_total`, see createSweepMetrics). */
-    outcomes?: Counter<'outcome'>;
-  },
-): { stop(): Promise<void> } {
-  if (options.intervalS === 0) return { stop: () => Promise.resolve() };
-  let running: Promise<unknown> | undefined;
-  const timer = setInterval(() => {
-    // A run slower than the interval (a slow store) is not overlapped by the next one.
-    if (running !== undefined) return;
-    running = sweepExpiredUploads(ctx, log, { graceS: options.graceS, limit: 100 })
-      .then((result) => {
-        for (const outcome of ['abandoned', 'completed', 'orphaned', 'failed'] as const)
-          if (result[outcome] > 0) options.outcomes?.inc({ outcome }, result[outcome]);
-      })
-      .catch((err: unknown) => {
-        log.warn('multipart sweep failed', { error: errorMessage(err) });
-      })
-      .finally(() => {
-        running = undefined;
-      });
-  }, options.intervalS * 1000);
-  timer.unref();
-  return {
-    async stop() {
-      clearInterval(timer);
-      await running;
-    },
-  };
 }
 
 export const defaultMultipartSettings: MultipartSettings = {
@@ -102,8 +57,6 @@ export function partLength(
   return Math.min(item.partSizeBytes, item.declaredSizeBytes - (n - 1) * item.partSizeBytes);
 }
 
-const notFound = () => new DomainError('not_found', 'No such media item.');
-
 /**
  * The caller's own multipart item, whatever its state: 404 for an unknown item, one outside the caller's
  * sites, an item uploaded with one PUT (it has no parts), and another user's upload. A single PUT URL only
@@ -118,7 +71,8 @@ async function ownUpload(
   mediaId: string,
 ): Promise<MultipartMedia & { uploadId: string }> {
   const item = await inUserTransaction(ctx.db, scope.user, (trx) => findMultipartMedia(trx, siteId, mediaId));
-  if (item === undefined || item.uploadId === null || item.uploadedBy !== scope.user.sub) throw notFound();
+  if (item === undefined || item.uploadId === null || item.uploadedBy !== scope.user.sub)
+    throw ERRORS.mediaNotFound();
   return { ...item, uploadId: item.uploadId };
 }
 
@@ -133,11 +87,9 @@ async function pendingUpload(
   mediaId: string,
 ): Promise<MultipartMedia & { uploadId: string }> {
   const item = await ownUpload(ctx, scope, siteId, mediaId);
-  if (item.status !== 'pending_upload') {
-    throw new DomainError('conflict', `The upload is ${item.status}, no longer pending.`);
-  }
+  if (item.status !== 'pending_upload') throw ERRORS.uploadNotPending(item.status);
   if (item.uploadExpiresAt !== null && item.uploadExpiresAt.getTime() <= ctx.now().getTime()) {
-    throw new DomainError('conflict', 'The upload intent expired; create a new one.');
+    throw ERRORS.uploadExpired();
   }
   return item;
 }
@@ -156,7 +108,7 @@ export async function presignParts(
       ? [{ path: `/parts/${i}/part_number`, message: `must be at most ${item.partCount}, the part count` }]
       : [],
   );
-  if (problems.length > 0) throw new DomainError('invalid_body', 'No such part.', { errors: problems });
+  if (problems.length > 0) throw ERRORS.noSuchPart(problems);
   const now = new Date(Math.floor(ctx.now().getTime() / 1000) * 1000);
   // A part URL lives as long as a single upload URL, and never past the intent.
   const untilExpiry =
@@ -200,7 +152,7 @@ export async function listStoredParts(
   const parts = await storeCall(scope.log, 'ListParts', () =>
     ctx.storage.listParts({ key: item.objectKey, uploadId: item.uploadId }),
   );
-  if (parts === undefined) throw new DomainError('conflict', 'The upload no longer exists in the store.');
+  if (parts === undefined) throw ERRORS.uploadGone();
   return {
     media_id: item.id,
     upload_id: item.uploadId,
@@ -236,15 +188,11 @@ export async function completeUpload(
   const numbers = body.parts.map((p) => p.part_number);
   const sorted = [...numbers].sort((a, b) => a - b);
   if (sorted.length !== item.partCount || sorted.some((n, i) => n !== i + 1)) {
-    throw new DomainError('invalid_body', `The upload has ${item.partCount} parts; name each once.`, {
-      errors: [{ path: '/parts', message: `must name parts 1 to ${item.partCount}, each once` }],
-    });
+    throw ERRORS.partsNotNamed(item.partCount);
   }
   // Assembled and accepted: nothing is left to do.
   if (item.status === 'available') return { media_id: item.id, status: 'available' };
-  if (item.status !== 'pending_upload') {
-    throw new DomainError('conflict', `The upload is ${item.status}, no longer pending.`);
-  }
+  if (item.status !== 'pending_upload') throw ERRORS.uploadNotPending(item.status);
   const assembled = async (): Promise<CompleteUploadResponse> => {
     // The upload is gone from the store: completed already (a retried completion) or aborted. The assembled
     // object tells, until the webhook has accepted it: it records the item, then deletes the upload key
@@ -253,14 +201,14 @@ export async function completeUpload(
     if (head !== undefined) return { media_id: item.id, status: 'pending_upload' };
     const now = await ownUpload(ctx, scope, siteId, mediaId);
     if (now.status === 'available') return { media_id: item.id, status: 'available' };
-    throw new DomainError('conflict', 'The upload no longer exists in the store.');
+    throw ERRORS.uploadGone();
   };
   const stored = await storeCall(scope.log, 'ListParts', () =>
     ctx.storage.listParts({ key: item.objectKey, uploadId: item.uploadId }),
   );
   if (stored === undefined) return assembled();
   if (item.uploadExpiresAt !== null && item.uploadExpiresAt.getTime() <= ctx.now().getTime()) {
-    throw new DomainError('conflict', 'The upload intent expired; create a new one.');
+    throw ERRORS.uploadExpired();
   }
   const byNumber = new Map<number, StoredPart>(stored.map((p) => [p.partNumber, p]));
   const problems: string[] = [];
@@ -283,12 +231,7 @@ export async function completeUpload(
   if (problems.length === 0 && total !== item.declaredSizeBytes) {
     problems.push(`the parts hold ${total} bytes, not the declared ${item.declaredSizeBytes}`);
   }
-  if (problems.length > 0) {
-    throw new DomainError(
-      'conflict',
-      `The stored parts do not make the declared file: ${problems.join('; ')}.`,
-    );
-  }
+  if (problems.length > 0) throw ERRORS.partsMismatch(problems);
   const completed = await storeCall(scope.log, 'CompleteMultipartUpload', () =>
     ctx.storage.completeMultipartUpload({
       key: item.objectKey,
@@ -312,9 +255,7 @@ export async function abortUpload(
   mediaId: string,
 ): Promise<void> {
   const item = await ownUpload(ctx, scope, siteId, mediaId);
-  if (item.status !== 'pending_upload') {
-    throw new DomainError('conflict', `The upload is ${item.status}, no longer pending.`);
-  }
+  if (item.status !== 'pending_upload') throw ERRORS.uploadNotPending(item.status);
   const uploadId = item.uploadId;
   // The store first: if the database write fails after it, the item stays pending without an upload, and
   // the sweep finishes the job once the intent expires.
@@ -327,118 +268,12 @@ export async function abortUpload(
     // upload to its event): marking the item abandoned now would leave that object, and its accepted copy,
     // to nobody.
     const head = await storeCall(scope.log, 'HEAD', () => ctx.storage.head(item.objectKey));
-    if (head !== undefined) {
-      throw new DomainError('conflict', 'The upload was already assembled; it can no longer be aborted.');
-    }
+    if (head !== undefined) throw ERRORS.uploadAssembled();
   }
   const changed = await inUserTransaction(ctx.db, scope.user, (trx) =>
     markAbandoned(trx, siteId, mediaId, scope.user.sub, 'aborted by the uploader'),
   );
-  if (!changed) throw new DomainError('conflict', 'The upload is no longer pending.');
+  if (!changed) throw ERRORS.uploadNotPending();
   ctx.counters.multipart.inc({ outcome: 'aborted' });
   scope.log.info('multipart upload aborted', { media_id: item.id, site_id: siteId });
-}
-
-export interface SweepResult {
-  abandoned: number;
-  /** Expired uploads the store had completed meanwhile: left to the object-created event. */
-  completed: number;
-  /** Uploads under the media keys that no pending item names, aborted in the store. */
-  orphaned: number;
-  failed: number;
-}
-
-/**
- * Aborts the store's uploads of pending multipart items whose intent expired more than `graceS` ago and
- * marks the items abandoned (design §4.4). An upload the store no longer has but whose object exists was
- * completed in time: its event decides, the item stays. Safe to run on several replicas at once: aborting
- * twice is harmless and the database changes an item only while it is pending.
- */
-export async function sweepExpiredUploads(
-  ctx: Pick<WorkflowContext, 'db' | 'storage' | 'now'>,
-  log: Logger,
-  options: { graceS: number; limit: number },
-): Promise<SweepResult> {
-  const result: SweepResult = { abandoned: 0, completed: 0, orphaned: 0, failed: 0 };
-  const before = new Date(ctx.now().getTime() - options.graceS * 1000);
-  let expired;
-  try {
-    expired = await expiredMultipartUploads(ctx.db, before, options.limit);
-  } catch (err) {
-    throw mapDbError(err);
-  }
-  for (const upload of expired) {
-    try {
-      const aborted = await ctx.storage.abortMultipartUpload({
-        key: upload.objectKey,
-        uploadId: upload.uploadId,
-      });
-      if (!aborted && (await ctx.storage.head(upload.objectKey)) !== undefined) {
-        result.completed += 1;
-        continue;
-      }
-      if (
-        await recordUploadAbandoned(ctx.db, upload.mediaId, 'the upload intent expired before completion')
-      ) {
-        result.abandoned += 1;
-        log.info('expired multipart upload abandoned', { media_id: upload.mediaId, site_id: upload.siteId });
-      }
-    } catch (err) {
-      result.failed += 1;
-      log.warn('could not sweep an expired multipart upload', {
-        media_id: upload.mediaId,
-        error: errorMessage(err),
-      });
-    }
-  }
-  // Items whose plan was recorded but whose store upload was never started (a crash between the two, a
-  // failure that could not be recorded): a start takes seconds, the grace period minutes.
-  try {
-    const unstarted = await abandonUnstartedUploads(ctx.db, before, options.limit);
-    result.abandoned += unstarted;
-    if (unstarted > 0) log.info('multipart intents never started abandoned', { count: unstarted });
-  } catch (err) {
-    throw mapDbError(err);
-  }
-  await sweepUnclaimedUploads(ctx, log, before, options.limit, result);
-  return result;
-}
-
-/**
- * The store's open uploads under the media keys that no pending item names and that were started before
- * `before` (the grace period: an intent's row commits within its request, seconds after its upload starts):
- * left by an intent whose answer from the store came too late, whose recording failed, or whose process
- * stopped in between. Nothing else would ever remove them (design §4.4). An upload without an initiation time,
- * or under a key that cannot name a media item, is never touched.
- */
-async function sweepUnclaimedUploads(
-  ctx: Pick<WorkflowContext, 'db' | 'storage'>,
-  log: Logger,
-  before: Date,
-  limit: number,
-  result: SweepResult,
-): Promise<void> {
-  const open = await ctx.storage.listMultipartUploads({ prefix: MEDIA_KEY_PREFIX });
-  const old = open
-    .filter((u) => isMediaObjectKey(u.key) && u.initiated !== undefined && u.initiated < before)
-    .slice(0, limit);
-  let unclaimed;
-  try {
-    unclaimed = await unclaimedUploads(ctx.db, old);
-  } catch (err) {
-    throw mapDbError(err);
-  }
-  for (const upload of unclaimed) {
-    try {
-      await ctx.storage.abortMultipartUpload(upload);
-      result.orphaned += 1;
-      log.info('multipart upload no item claims aborted', { object_key: upload.key });
-    } catch (err) {
-      result.failed += 1;
-      log.warn('could not abort a multipart upload no item claims', {
-        object_key: upload.key,
-        error: errorMessage(err),
-      });
-    }
-  }
 }

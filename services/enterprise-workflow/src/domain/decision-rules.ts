@@ -12,27 +12,25 @@ export type DecisionOutcome =
   | { kind: 'transition'; state: WorkItemStatus }
   /** The same final decision again: answer with the item as it is, write nothing. */
   | { kind: 'unchanged' }
-  /** A different decision on a final item. */
-  | { kind: 'conflict'; detail: string };
+  /** A different decision on a final item: `current` cannot become `wanted`. */
+  | { kind: 'conflict'; current: WorkItemStatus; wanted: WorkItemStatus };
 
 /**
- * `proposed` and `deferred` items may be decided (a deferred item again and again); `accepted` and
- * `declined` are final for the client, where repeating the same decision is a harmless retry.
+ * The open states: an item in one may be decided (a deferred item again and again). The other states,
+ * `accepted` and `declined`, are final. The one definition of the rule: decide() reads it, and the one-statement
+ * transition (db/work-item-repository.ts decideIfOpen) is handed it for its WHERE clause.
  */
+export const OPEN_STATES = ['proposed', 'deferred'] as const satisfies readonly WorkItemStatus[];
+
+export function isOpen(state: WorkItemStatus): boolean {
+  return (OPEN_STATES as readonly WorkItemStatus[]).includes(state);
+}
+
+/** An open item moves on; on a final item repeating the same decision is a harmless retry, another one is not. */
 export function decide(current: WorkItemStatus, decision: Decision): DecisionOutcome {
-  switch (current) {
-    case 'proposed':
-    case 'deferred':
-      return { kind: 'transition', state: stateAfter[decision] };
-    case 'accepted':
-    case 'declined':
-      return stateAfter[decision] === current
-        ? { kind: 'unchanged' }
-        : {
-            kind: 'conflict',
-            detail: `The work item is already ${current}; it cannot be changed to ${stateAfter[decision]}.`,
-          };
-  }
+  const wanted = stateAfter[decision];
+  if (isOpen(current)) return { kind: 'transition', state: wanted };
+  return wanted === current ? { kind: 'unchanged' } : { kind: 'conflict', current, wanted };
 }
 
 export interface DecisionProblem {
