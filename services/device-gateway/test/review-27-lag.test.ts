@@ -60,10 +60,19 @@ it('a device that acknowledges at once is not judged failed because the record h
     options: [observe0, ...pathOptions('/devices/r27-lag/settings')],
   });
   await client.waitFor((p) => p.code === '2.05', 10_000);
+  // Adapted with the fix (rollout-fixes): a deadline shorter than the record's lag bound (2 x 3000 ms + 1 s
+  // here) is refused, so the PoC uses the shortest one accepted; the rule it checks is unchanged.
+  const short = await gw.post('/api/rollouts', {
+    selector: { device_ids: ['r27-lag'] },
+    settings: { reporting_interval_s: 700 },
+    plan: { first_wave_count: 1, success_share: 1, abort_share: 1, deadline_s: 6 },
+  });
+  expect(short.status).toBe(400);
+  expect(short.body).toMatchObject({ code: 'invalid_body', errors: [{ path: '/plan/deadline_s' }] });
   const created = await gw.post('/api/rollouts', {
     selector: { device_ids: ['r27-lag'] },
     settings: { reporting_interval_s: 700 },
-    plan: { first_wave_count: 1, success_share: 1, abort_share: 1, deadline_s: 1 },
+    plan: { first_wave_count: 1, success_share: 1, abort_share: 1, deadline_s: 7 },
   });
   expect(created.status).toBe(201);
   const id = created.body.rollout_id as string;
@@ -77,7 +86,7 @@ it('a device that acknowledges at once is not judged failed because the record h
     WHERE rollout_id = ${id}::uuid`.execute(owner);
   expect(got.at + performance.timeOrigin - n[0]!.notified_ms).toBeLessThan(1000);
   let row: { state: string; outcome: string | null; outcome_reason: string | null } | undefined;
-  for (let i = 0; i < 100; i++) {
+  for (let i = 0; i < 200; i++) {
     const { rows } = await sql<{ state: string; outcome: string | null; outcome_reason: string | null }>`
       SELECT r.state, t.outcome, t.outcome_reason FROM device_gateway.rollouts r
       JOIN device_gateway.rollout_targets t USING (rollout_id) WHERE r.rollout_id = ${id}::uuid`.execute(
@@ -90,4 +99,28 @@ it('a device that acknowledges at once is not judged failed because the record h
   // On the branch: { state: 'paused', outcome: 'failed', outcome_reason: 'no_relation' } (aborted), for a device
   // that observed and acknowledged within milliseconds.
   expect(row).toEqual({ state: 'completed', outcome: 'acknowledged', outcome_reason: 'acknowledged' });
+});
+
+// Added with the fix of finding 4 (rollout-fixes): a CHECK of rollout_create that the request schema does not
+// express (here the selector's stored size, 64 KiB) is the caller's input: 400 problem+json, and the process's
+// log holds neither the statement nor the row (the selector it refused).
+it('a CHECK violation in rollout_create is a 400 and leaves no SQL or row in the log', async () => {
+  const before = gw.logs().length;
+  // 10,000 device ids of three characters: 60 KB as the request's compact JSON (under the 64 KiB body limit),
+  // 70 KB as jsonb prints it (", " between items): over the selector's 64 KiB bound as stored.
+  const abc = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789';
+  const three = (i: number): string =>
+    abc[i % 62]! + abc[Math.floor(i / 62) % 62]! + abc[Math.floor(i / 3844)]!;
+  const ids = ['r27-lag', ...Array.from({ length: 9999 }, (_, i) => three(i))];
+  const res = await gw.post('/api/rollouts', {
+    selector: { device_ids: ids },
+    settings: { reporting_interval_s: 61 },
+    plan: { first_wave_count: 1, success_share: 1, abort_share: 1, deadline_s: 60 },
+  });
+  expect(res.status).toBe(400);
+  expect(res.body).toMatchObject({ code: 'invalid_body', errors: [{ path: '/selector' }] });
+  await new Promise((r) => setTimeout(r, 200));
+  const logged = gw.logs().slice(before);
+  expect(logged).toMatch(/invalid_body|400/);
+  expect(logged).not.toMatch(/INSERT|rollout_create|device_gateway\.|"BAA"|"CAA"|\bat \w+ \(/);
 });
