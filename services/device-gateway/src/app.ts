@@ -214,7 +214,7 @@ export function buildApp(deps: GatewayDeps): GatewayApp {
     maxAssign: config.rollouts.stepMax,
     recordLagMs: config.rollouts.recordLagMs,
     // With the bus, the step's NOTIFY tells every replica, this one included.
-    ...(config.cluster.enabled ? {} : { onAssigned: () => void syncHere().catch(() => undefined) }),
+    ...(config.cluster.enabled ? {} : { onAssigned: () => assignments.receive() }),
   });
   const rollouts = new RolloutService({
     db: deps.db,

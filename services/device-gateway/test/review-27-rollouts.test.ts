@@ -276,3 +276,42 @@ describe('review 27: what the issue asks besides code', () => {
   });
 });
 
+// Added with the fixes (rollout-fixes), from the review's "not proven" notes: a replica whose read of the
+// assignments fails after a notification read them again only at the next notification or bus resync, so its
+// devices could keep old settings for as long as the rollouts were quiet. The read is now retried (0.5 s
+// doubling to 10 s) until it succeeds. The failure here is real: the login loses SELECT on the table for a
+// while (the step, a SECURITY DEFINER function, still writes).
+describe('rollout-fixes: assignment reads', () => {
+  it('a failed read after a notification is retried until it succeeds', async () => {
+    await gw.owner
+      .insertInto('device_gateway.device_registry')
+      .values({
+        device_id: 'r27-e',
+        site_id: SITE,
+        name: 'r27-e',
+        model: 'r27',
+        desired_settings: JSON.stringify({ reporting_interval_s: 60 }),
+      })
+      .execute();
+    await gw.app.service.reload();
+    const id = await createRollout(['r27-e'], { reporting_interval_s: 555 });
+    const failures = gw.app.rollouts.assignments.stats.failures;
+    await sql`REVOKE SELECT ON device_gateway.rollout_assignments FROM device_gateway_login`.execute(
+      gw.owner,
+    );
+    try {
+      expect(await step()).toMatchObject({ assigned: 1 });
+      // The step's NOTIFY, as the bus hands it over.
+      gw.app.rollouts.assignments.receive();
+      await new Promise((r) => setTimeout(r, 300));
+      expect(gw.app.rollouts.assignments.stats.failures).toBeGreaterThan(failures);
+      expect(gw.app.state.assignmentOf('r27-e')).toBeUndefined();
+    } finally {
+      await sql`GRANT SELECT ON device_gateway.rollout_assignments TO device_gateway_login`.execute(gw.owner);
+    }
+    for (let i = 0; i < 50 && gw.app.state.assignmentOf('r27-e') === undefined; i++)
+      await new Promise((r) => setTimeout(r, 100));
+    expect(gw.app.state.assignmentOf('r27-e')?.rolloutId).toBe(id);
+    expect((await control(id, 'cancel')).status).toBe(200);
+  });
+});
