@@ -321,7 +321,7 @@ device_gateway.rollouts rollouts_selector_check CHECK (((jsonb_typeof(selector) 
 device_gateway.rollouts rollouts_selector_not_null NOT NULL selector
 device_gateway.rollouts rollouts_seq_key UNIQUE (seq)
 device_gateway.rollouts rollouts_seq_not_null NOT NULL seq
-device_gateway.rollouts rollouts_settings_check CHECK (((jsonb_typeof(settings) = 'object'::text) AND (octet_length((settings)::text) <= 1024)))
+device_gateway.rollouts rollouts_settings_check CHECK (((jsonb_typeof(settings) = 'object'::text) AND (octet_length((settings)::text) <= 65536)))
 device_gateway.rollouts rollouts_settings_not_null NOT NULL settings
 device_gateway.rollouts rollouts_state_check CHECK ((state = ANY (ARRAY['active'::text, 'paused'::text, 'completed'::text, 'cancelled'::text, 'rolled_back'::text])))
 device_gateway.rollouts rollouts_state_not_null NOT NULL state
@@ -601,6 +601,9 @@ DECLARE
   v_conflict uuid;
   v_changed integer := 0;
 BEGIN
+  IF p_action = 'rollback' THEN
+    PERFORM 1 FROM device_gateway.rollout_driver FOR UPDATE;
+  END IF;
   SELECT * INTO r FROM device_gateway.rollouts WHERE rollout_id = p_rollout FOR UPDATE;
   IF NOT FOUND THEN
     RETURN jsonb_build_object('error', 'unknown');
@@ -627,13 +630,27 @@ BEGIN
     IF v_conflict IS NOT NULL THEN
       RETURN jsonb_build_object('conflict', v_conflict);
     END IF;
+    -- Each device still on this rollout, back along its chain of previous assignments past every rollout
+    -- rolled back (each link is an earlier rollout, so the chain ends): the last link's prev is what it gets.
+    WITH RECURSIVE chain AS (
+      SELECT t.device_id, t.prev_rollout_id AS prev, t.prev_settings AS settings, 0 AS depth
+      FROM device_gateway.rollout_targets t
+      JOIN device_gateway.rollout_assignments a ON a.device_id = t.device_id AND a.rollout_id = p_rollout
+      WHERE t.rollout_id = p_rollout AND t.notified_at IS NOT NULL
+      UNION ALL
+      SELECT c.device_id, u.prev_rollout_id, u.prev_settings, c.depth + 1
+      FROM chain c
+      JOIN device_gateway.rollouts o ON o.rollout_id = c.prev AND o.state = 'rolled_back'
+      JOIN device_gateway.rollout_targets u ON u.rollout_id = c.prev AND u.device_id = c.device_id
+    ), back AS (
+      SELECT DISTINCT ON (device_id) device_id, prev, settings FROM chain ORDER BY device_id, depth DESC
+    )
     UPDATE device_gateway.rollout_assignments a
-    SET rollout_id = coalesce(t.prev_rollout_id, p_rollout),
-        settings = CASE WHEN t.prev_rollout_id IS NULL THEN NULL ELSE t.prev_settings END,
+    SET rollout_id = coalesce(b.prev, p_rollout),
+        settings = CASE WHEN b.prev IS NULL THEN NULL ELSE b.settings END,
         seq = nextval('device_gateway.rollout_assignment_seq'), assigned_at = now()
-    FROM device_gateway.rollout_targets t
-    WHERE t.rollout_id = p_rollout AND t.notified_at IS NOT NULL AND a.device_id = t.device_id
-      AND a.rollout_id = p_rollout;
+    FROM back b
+    WHERE a.device_id = b.device_id AND a.rollout_id = p_rollout;
     GET DIAGNOSTICS v_changed = ROW_COUNT;
     UPDATE device_gateway.rollouts SET state = 'rolled_back', updated_at = now() WHERE rollout_id = p_rollout;
     v_next := 'rolled_back';
@@ -673,6 +690,7 @@ DECLARE
   v_resolved text[];
   v_starts integer[] := '{}';
 BEGIN
+  PERFORM 1 FROM device_gateway.rollout_driver FOR UPDATE;
   LOCK TABLE device_gateway.rollouts IN SHARE ROW EXCLUSIVE MODE;
   IF p_selector ? 'site_ids' THEN
     v_sites := ARRAY(SELECT jsonb_array_elements_text(p_selector->'site_ids'))::uuid[];
@@ -708,7 +726,8 @@ BEGIN
   IF p_plan ? 'first_wave_count' THEN
     v_first := least((p_plan->>'first_wave_count')::integer, v_n);
   ELSE
-    v_first := greatest(1, ceil(v_n * (p_plan->>'first_wave_percent')::double precision / 100.0)::integer);
+    -- In numeric, as written: 28 % of 25 is 7, not ceil(7.000000000000001) = 8.
+    v_first := greatest(1, ceil(v_n * (p_plan->>'first_wave_percent')::numeric / 100)::integer);
   END IF;
   -- Wave k holds ceil(first * growth^(k-1)) devices; the last takes what is left. v_starts: each wave's first
   -- position, so width_bucket finds a position's wave by binary search.
@@ -773,7 +792,7 @@ AS $function$
 $function$
 OWNER <migrator> ACL <migrator>:EXECUTE,device_gateway_login:EXECUTE COMMENT -
 
-CREATE OR REPLACE FUNCTION device_gateway.rollout_step(p_replica text, p_max_assign integer, p_judge boolean)
+CREATE OR REPLACE FUNCTION device_gateway.rollout_step(p_replica text, p_max_assign integer, p_judge boolean DEFAULT true, p_lag_ms integer DEFAULT 0)
  RETURNS jsonb
  LANGUAGE plpgsql
  SECURITY DEFINER
@@ -798,6 +817,9 @@ BEGIN
   IF d.holder IS DISTINCT FROM p_replica OR d.expires_at < clock_timestamp() THEN
     RETURN jsonb_build_object('driver', false);
   END IF;
+  IF p_lag_ms IS NULL OR p_lag_ms NOT BETWEEN 0 AND 600000 THEN
+    RAISE EXCEPTION 'invalid lag bound' USING ERRCODE = '22023';
+  END IF;
   v_actor := 'driver ' || p_replica || ' term ' || d.term;
   FOR r IN SELECT * FROM device_gateway.rollouts WHERE state IN ('active', 'paused') ORDER BY seq FOR UPDATE
   LOOP
@@ -808,14 +830,16 @@ BEGIN
     -- step would cost more than the assignment, and the record has not been written since anyway.
     v_timed_out := 0;
     IF p_judge THEN
-      -- Acknowledged: the delivery record holds this rollout's content as the device's acknowledged content.
+      -- Acknowledged: the delivery record holds this rollout's content as the device's acknowledged content,
+      -- acknowledged (by the replica's clock) within the deadline, though the record may say so later.
       UPDATE device_gateway.rollout_targets t
       SET outcome = 'acknowledged', outcome_reason = 'acknowledged', outcome_at = now()
       FROM device_gateway.device_delivery dd
       WHERE t.rollout_id = r.rollout_id AND t.wave = r.current_wave AND t.outcome IS NULL
-        AND t.notified_at IS NOT NULL AND dd.device_id = t.device_id AND dd.acked_content = r.content;
-      -- Not acknowledged within the deadline: skipped when the device left the registry or was disabled since,
-      -- else failed, with why as far as the record tells.
+        AND t.notified_at IS NOT NULL AND dd.device_id = t.device_id AND dd.acked_content = r.content
+        AND dd.acked_at <= t.notified_at + r.deadline_s * interval '1 second';
+      -- Not acknowledged within the deadline, once the record has had time to say so (p_lag_ms): skipped when
+      -- the device left the registry or was disabled since, else failed, with why as far as the record tells.
       UPDATE device_gateway.rollout_targets t
       SET outcome = CASE WHEN reg.device_id IS NULL OR NOT reg.enabled THEN 'skipped' ELSE 'failed' END,
           outcome_at = now(),
@@ -829,7 +853,7 @@ BEGIN
       LEFT JOIN device_gateway.device_delivery dd ON dd.device_id = x.device_id
       LEFT JOIN device_gateway.device_registry reg ON reg.device_id = x.device_id
       WHERE x.rollout_id = r.rollout_id AND x.wave = r.current_wave AND x.outcome IS NULL
-        AND x.notified_at < now() - r.deadline_s * interval '1 second'
+        AND x.notified_at < now() - r.deadline_s * interval '1 second' - p_lag_ms * interval '1 millisecond'
         AND t.rollout_id = x.rollout_id AND t.device_id = x.device_id;
       GET DIAGNOSTICS v_timed_out = ROW_COUNT;
     END IF;
@@ -847,7 +871,10 @@ BEGIN
       v_failed := 0;
     END IF;
     -- The abort criterion, as soon as it is met (failures only grow): paused for a human, with the reason.
-    IF r.accepted_wave IS DISTINCT FROM r.current_wave AND v_failed > 0 AND v_failed >= r.abort_share * v_total THEN
+    -- Shares are compared in numeric, as written (a float8 casts to the 15 significant digits it was read
+    -- from): 7 failed of 25 is 28 %, where 0.28 * 25 in float8 is 7.000000000000001.
+    IF r.accepted_wave IS DISTINCT FROM r.current_wave AND v_failed > 0
+        AND v_failed >= r.abort_share::numeric * v_total THEN
       UPDATE device_gateway.rollouts
       SET state = 'paused', aborted = true, halted_wave = r.current_wave, updated_at = now(),
           reason = format('aborted: wave %s had %s of %s devices fail (abort at %s%%)', r.current_wave,
@@ -860,7 +887,7 @@ BEGIN
     IF v_left = 0 THEN
       -- The wave is over: judged by the success criterion.
       IF r.accepted_wave IS DISTINCT FROM r.current_wave AND v_total > 0
-          AND v_acked < r.success_share * v_total THEN
+          AND v_acked < r.success_share::numeric * v_total THEN
         UPDATE device_gateway.rollouts
         SET state = 'paused', halted_wave = r.current_wave, updated_at = now(),
             reason = format('wave %s: %s of %s devices acknowledged, below the success criterion (%s%%)',

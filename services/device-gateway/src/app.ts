@@ -212,14 +212,16 @@ export function buildApp(deps: GatewayDeps): GatewayApp {
     leaseMs: config.rollouts.leaseMs,
     stepMs: config.rollouts.stepMs,
     maxAssign: config.rollouts.stepMax,
+    recordLagMs: config.rollouts.recordLagMs,
     // With the bus, the step's NOTIFY tells every replica, this one included.
-    ...(config.cluster.enabled ? {} : { onAssigned: () => void syncHere().catch(() => undefined) }),
+    ...(config.cluster.enabled ? {} : { onAssigned: () => assignments.receive() }),
   });
   const rollouts = new RolloutService({
     db: deps.db,
     state,
     afterChange: syncHere,
     wake: () => driver.wake(),
+    minDeadlineMs: config.rollouts.recordLagMs,
   });
   const bus = config.cluster.enabled
     ? new ClusterBus({

@@ -108,6 +108,13 @@ async function main(): Promise<void> {
       { name: 'coap', close: () => app.coap.close(2000) },
       // Gives the driver lease up, so another replica drives at its next tick instead of after the lease.
       { name: 'rollout driver', close: () => app.rollouts.driver.stop() },
+      {
+        name: 'rollout assignment reads',
+        close: () => {
+          app.rollouts.assignments.stop();
+          return Promise.resolve();
+        },
+      },
       { name: 'cluster bus', close: () => app.bus?.stop() ?? Promise.resolve() },
       // After CoAP (nothing more to record) and the bus (no replica can be reaped while its bus session is
       // up): writes what is left and takes this replica out of every device's observed_by (design §3.8).

@@ -40,7 +40,11 @@ CREATE TABLE device_gateway.rollouts (
   reason text CHECK (char_length(reason) <= 500),
   aborted boolean NOT NULL DEFAULT false,
   selector jsonb NOT NULL CHECK (jsonb_typeof(selector) = 'object' AND octet_length(selector::text) <= 65536),
-  settings jsonb NOT NULL CHECK (jsonb_typeof(settings) = 'object' AND octet_length(settings::text) <= 1024),
+  -- The gateway bounds the document it serves (one datagram, compact JSON, design §3.9); this bound is only a
+  -- backstop for a login calling rollout_create directly, measured as stored: jsonb prints numbers in full
+  -- (1e300 is 301 digits, 5e-324 is 326 characters), so the largest valid document (16 thresholds of two
+  -- bounds each) prints about 12 KiB: 64 KiB holds every valid one, and anything larger is refused with a 400.
+  settings jsonb NOT NULL CHECK (jsonb_typeof(settings) = 'object' AND octet_length(settings::text) <= 65536),
   content text NOT NULL CHECK (content ~ '^[0-9a-f]{16}$'),
   first_wave_count integer CHECK (first_wave_count BETWEEN 1 AND 10000000),
   first_wave_percent double precision CHECK (first_wave_percent > 0 AND first_wave_percent <= 100),
@@ -131,7 +135,9 @@ CREATE INDEX rollout_events_rollout_idx ON device_gateway.rollout_events (rollou
 -- Creates a rollout: resolves the selector against the registry (enabled devices matching every criterion given),
 -- orders the targets by a hash of (rollout, device) so a wave spreads over sites, cuts the waves and records
 -- what each device had before. One creation at a time (the table lock), so two overlapping creations cannot
--- both pass the overlap check. Answers {rollout_id, targets, waves} or {conflict, devices} or {error}.
+-- both pass the overlap check. It takes the assignment writers' lock first (the rollout_driver row, see
+-- rollout_step), so what it records as each device's previous assignment is what the last writer committed.
+-- Answers {rollout_id, targets, waves} or {conflict, devices} or {error}.
 CREATE FUNCTION device_gateway.rollout_create(p_selector jsonb, p_settings jsonb, p_content text, p_plan jsonb)
 RETURNS jsonb
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
@@ -151,6 +157,7 @@ DECLARE
   v_resolved text[];
   v_starts integer[] := '{}';
 BEGIN
+  PERFORM 1 FROM device_gateway.rollout_driver FOR UPDATE;
   LOCK TABLE device_gateway.rollouts IN SHARE ROW EXCLUSIVE MODE;
   IF p_selector ? 'site_ids' THEN
     v_sites := ARRAY(SELECT jsonb_array_elements_text(p_selector->'site_ids'))::uuid[];
@@ -186,7 +193,8 @@ BEGIN
   IF p_plan ? 'first_wave_count' THEN
     v_first := least((p_plan->>'first_wave_count')::integer, v_n);
   ELSE
-    v_first := greatest(1, ceil(v_n * (p_plan->>'first_wave_percent')::double precision / 100.0)::integer);
+    -- In numeric, as written: 28 % of 25 is 7, not ceil(7.000000000000001) = 8.
+    v_first := greatest(1, ceil(v_n * (p_plan->>'first_wave_percent')::numeric / 100)::integer);
   END IF;
   -- Wave k holds ceil(first * growth^(k-1)) devices; the last takes what is left. v_starts: each wave's first
   -- position, so width_bucket finds a position's wave by binary search.
@@ -225,6 +233,11 @@ END $$;
 -- {error: 'state', state} when the action does not apply, {conflict} when a rollback would undo devices an open
 -- rollout holds. A rollback gives every device the rollout changed what it had before (an earlier rollout's
 -- settings or, with NULL settings, the registry's), where the device's assignment is still this rollout's.
+-- What it had before is followed through rollouts rolled back since (design §3.9): when B's device had A's
+-- settings and A is rolled back, the device gets what it had before A, and so on down to the registry, so
+-- rollbacks may come in any order and a rolled-back rollout's settings never return.
+-- A rollback writes assignments: it takes the assignment writers' lock (the rollout_driver row) before anything
+-- else, as rollout_create and rollout_step do, so seq order is commit order for replicas reading "seq > last".
 CREATE FUNCTION device_gateway.rollout_control(p_rollout uuid, p_action text) RETURNS jsonb
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -233,6 +246,9 @@ DECLARE
   v_conflict uuid;
   v_changed integer := 0;
 BEGIN
+  IF p_action = 'rollback' THEN
+    PERFORM 1 FROM device_gateway.rollout_driver FOR UPDATE;
+  END IF;
   SELECT * INTO r FROM device_gateway.rollouts WHERE rollout_id = p_rollout FOR UPDATE;
   IF NOT FOUND THEN
     RETURN jsonb_build_object('error', 'unknown');
@@ -259,13 +275,27 @@ BEGIN
     IF v_conflict IS NOT NULL THEN
       RETURN jsonb_build_object('conflict', v_conflict);
     END IF;
+    -- Each device still on this rollout, back along its chain of previous assignments past every rollout
+    -- rolled back (each link is an earlier rollout, so the chain ends): the last link's prev is what it gets.
+    WITH RECURSIVE chain AS (
+      SELECT t.device_id, t.prev_rollout_id AS prev, t.prev_settings AS settings, 0 AS depth
+      FROM device_gateway.rollout_targets t
+      JOIN device_gateway.rollout_assignments a ON a.device_id = t.device_id AND a.rollout_id = p_rollout
+      WHERE t.rollout_id = p_rollout AND t.notified_at IS NOT NULL
+      UNION ALL
+      SELECT c.device_id, u.prev_rollout_id, u.prev_settings, c.depth + 1
+      FROM chain c
+      JOIN device_gateway.rollouts o ON o.rollout_id = c.prev AND o.state = 'rolled_back'
+      JOIN device_gateway.rollout_targets u ON u.rollout_id = c.prev AND u.device_id = c.device_id
+    ), back AS (
+      SELECT DISTINCT ON (device_id) device_id, prev, settings FROM chain ORDER BY device_id, depth DESC
+    )
     UPDATE device_gateway.rollout_assignments a
-    SET rollout_id = coalesce(t.prev_rollout_id, p_rollout),
-        settings = CASE WHEN t.prev_rollout_id IS NULL THEN NULL ELSE t.prev_settings END,
+    SET rollout_id = coalesce(b.prev, p_rollout),
+        settings = CASE WHEN b.prev IS NULL THEN NULL ELSE b.settings END,
         seq = nextval('device_gateway.rollout_assignment_seq'), assigned_at = now()
-    FROM device_gateway.rollout_targets t
-    WHERE t.rollout_id = p_rollout AND t.notified_at IS NOT NULL AND a.device_id = t.device_id
-      AND a.rollout_id = p_rollout;
+    FROM back b
+    WHERE a.device_id = b.device_id AND a.rollout_id = p_rollout;
     GET DIAGNOSTICS v_changed = ROW_COUNT;
     UPDATE device_gateway.rollouts SET state = 'rolled_back', updated_at = now() WHERE rollout_id = p_rollout;
     v_next := 'rolled_back';
@@ -308,9 +338,15 @@ $$;
 -- read from the delivery record, the abort criterion is checked, up to the rate limit's allowance (and
 -- p_max_assign) more of the wave's devices are assigned the settings, and a finished wave is judged: the next
 -- wave starts, or the rollout completes, or it pauses with the reason. Everything it decides is in the rows,
--- so running it again decides nothing twice. p_judge: read outcomes in this step (see below). Answers
--- {driver, assigned, open}.
-CREATE FUNCTION device_gateway.rollout_step(p_replica text, p_max_assign integer, p_judge boolean) RETURNS jsonb
+-- so running it again decides nothing twice. p_judge: read outcomes in this step (see below). p_lag_ms: how
+-- far the delivery record may lag a device (design §3.8: two flush intervals and a write; the driver passes it
+-- from its configuration): a device counts as acknowledged when its recorded acknowledgement of this content
+-- is within its deadline, whenever that is recorded, and as failed only once its deadline plus p_lag_ms has
+-- passed. The lease row, locked first, is also the assignment writers' lock: rollout_create and a rollback
+-- take it too before they take assignment seq numbers, so a replica reading "seq > last" never passes a seq
+-- whose writer has yet to commit. Answers {driver, assigned, open}.
+CREATE FUNCTION device_gateway.rollout_step(p_replica text, p_max_assign integer, p_judge boolean DEFAULT true,
+  p_lag_ms integer DEFAULT 0) RETURNS jsonb
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
   d device_gateway.rollout_driver%ROWTYPE;
@@ -331,6 +367,9 @@ BEGIN
   IF d.holder IS DISTINCT FROM p_replica OR d.expires_at < clock_timestamp() THEN
     RETURN jsonb_build_object('driver', false);
   END IF;
+  IF p_lag_ms IS NULL OR p_lag_ms NOT BETWEEN 0 AND 600000 THEN
+    RAISE EXCEPTION 'invalid lag bound' USING ERRCODE = '22023';
+  END IF;
   v_actor := 'driver ' || p_replica || ' term ' || d.term;
   FOR r IN SELECT * FROM device_gateway.rollouts WHERE state IN ('active', 'paused') ORDER BY seq FOR UPDATE
   LOOP
@@ -341,14 +380,16 @@ BEGIN
     -- step would cost more than the assignment, and the record has not been written since anyway.
     v_timed_out := 0;
     IF p_judge THEN
-      -- Acknowledged: the delivery record holds this rollout's content as the device's acknowledged content.
+      -- Acknowledged: the delivery record holds this rollout's content as the device's acknowledged content,
+      -- acknowledged (by the replica's clock) within the deadline, though the record may say so later.
       UPDATE device_gateway.rollout_targets t
       SET outcome = 'acknowledged', outcome_reason = 'acknowledged', outcome_at = now()
       FROM device_gateway.device_delivery dd
       WHERE t.rollout_id = r.rollout_id AND t.wave = r.current_wave AND t.outcome IS NULL
-        AND t.notified_at IS NOT NULL AND dd.device_id = t.device_id AND dd.acked_content = r.content;
-      -- Not acknowledged within the deadline: skipped when the device left the registry or was disabled since,
-      -- else failed, with why as far as the record tells.
+        AND t.notified_at IS NOT NULL AND dd.device_id = t.device_id AND dd.acked_content = r.content
+        AND dd.acked_at <= t.notified_at + r.deadline_s * interval '1 second';
+      -- Not acknowledged within the deadline, once the record has had time to say so (p_lag_ms): skipped when
+      -- the device left the registry or was disabled since, else failed, with why as far as the record tells.
       UPDATE device_gateway.rollout_targets t
       SET outcome = CASE WHEN reg.device_id IS NULL OR NOT reg.enabled THEN 'skipped' ELSE 'failed' END,
           outcome_at = now(),
@@ -362,7 +403,7 @@ BEGIN
       LEFT JOIN device_gateway.device_delivery dd ON dd.device_id = x.device_id
       LEFT JOIN device_gateway.device_registry reg ON reg.device_id = x.device_id
       WHERE x.rollout_id = r.rollout_id AND x.wave = r.current_wave AND x.outcome IS NULL
-        AND x.notified_at < now() - r.deadline_s * interval '1 second'
+        AND x.notified_at < now() - r.deadline_s * interval '1 second' - p_lag_ms * interval '1 millisecond'
         AND t.rollout_id = x.rollout_id AND t.device_id = x.device_id;
       GET DIAGNOSTICS v_timed_out = ROW_COUNT;
     END IF;
@@ -380,7 +421,10 @@ BEGIN
       v_failed := 0;
     END IF;
     -- The abort criterion, as soon as it is met (failures only grow): paused for a human, with the reason.
-    IF r.accepted_wave IS DISTINCT FROM r.current_wave AND v_failed > 0 AND v_failed >= r.abort_share * v_total THEN
+    -- Shares are compared in numeric, as written (a float8 casts to the 15 significant digits it was read
+    -- from): 7 failed of 25 is 28 %, where 0.28 * 25 in float8 is 7.000000000000001.
+    IF r.accepted_wave IS DISTINCT FROM r.current_wave AND v_failed > 0
+        AND v_failed >= r.abort_share::numeric * v_total THEN
       UPDATE device_gateway.rollouts
       SET state = 'paused', aborted = true, halted_wave = r.current_wave, updated_at = now(),
           reason = format('aborted: wave %s had %s of %s devices fail (abort at %s%%)', r.current_wave,
@@ -393,7 +437,7 @@ BEGIN
     IF v_left = 0 THEN
       -- The wave is over: judged by the success criterion.
       IF r.accepted_wave IS DISTINCT FROM r.current_wave AND v_total > 0
-          AND v_acked < r.success_share * v_total THEN
+          AND v_acked < r.success_share::numeric * v_total THEN
         UPDATE device_gateway.rollouts
         SET state = 'paused', halted_wave = r.current_wave, updated_at = now(),
             reason = format('wave %s: %s of %s devices acknowledged, below the success criterion (%s%%)',
@@ -477,7 +521,7 @@ REVOKE ALL ON FUNCTION device_gateway.rollout_lease(text, integer) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION device_gateway.rollout_release(text) FROM PUBLIC;
 
-REVOKE ALL ON FUNCTION device_gateway.rollout_step(text, integer, boolean) FROM PUBLIC;
+REVOKE ALL ON FUNCTION device_gateway.rollout_step(text, integer, boolean, integer) FROM PUBLIC;
 
 GRANT EXECUTE ON FUNCTION device_gateway.rollout_create(jsonb, jsonb, text, jsonb) TO device_gateway_login;
 
@@ -487,14 +531,14 @@ GRANT EXECUTE ON FUNCTION device_gateway.rollout_lease(text, integer) TO device_
 
 GRANT EXECUTE ON FUNCTION device_gateway.rollout_release(text) TO device_gateway_login;
 
-GRANT EXECUTE ON FUNCTION device_gateway.rollout_step(text, integer, boolean) TO device_gateway_login;
+GRANT EXECUTE ON FUNCTION device_gateway.rollout_step(text, integer, boolean, integer) TO device_gateway_login;
 
 GRANT SELECT ON device_gateway.rollouts, device_gateway.rollout_targets, device_gateway.rollout_assignments,
   device_gateway.rollout_driver, device_gateway.rollout_events TO device_gateway_login;
 `;
 
 const ROLLOUT_DOWN = `
-DROP FUNCTION device_gateway.rollout_step(text, integer, boolean);
+DROP FUNCTION device_gateway.rollout_step(text, integer, boolean, integer);
 
 DROP FUNCTION device_gateway.rollout_release(text);
 

@@ -10,6 +10,7 @@ import type { RolloutAction, RolloutState } from '../rollout/sql.js';
 import {
   decodeRolloutCursor,
   NoTargetsError,
+  RolloutInvalidError,
   RolloutOverlapError,
   RolloutStateError,
   UnknownRolloutError,
@@ -105,6 +106,11 @@ export function gatewayRoutes(service: GatewayService, auth: RequestHandler): Ro
       if (err instanceof NoTargetsError) {
         throw new DomainError('invalid_body', 'The selector matches no enabled device.', {
           errors: [{ path: '/selector', message: 'matches no enabled device of the registry' }],
+        });
+      }
+      if (err instanceof RolloutInvalidError) {
+        throw new DomainError('invalid_body', `The rollout cannot be created: ${err.path} ${err.message}.`, {
+          errors: [{ path: err.path, message: err.message }],
         });
       }
       if (err instanceof RolloutOverlapError) {

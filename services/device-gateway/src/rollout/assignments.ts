@@ -2,7 +2,8 @@
 // assignments changed since the last it saw (all of them after a start), and a NOTIFY on the rollout channel
 // (sent by the driver's step or a rollback, in their transaction) makes it read again. The notification carries
 // nothing but "read": any session may NOTIFY, so a stranger can at most make a replica run one indexed read,
-// coalesced with any read already under way.
+// coalesced with any read already under way. A read that fails after a notification is retried (0.5 s doubling
+// to 10 s) until one succeeds: nothing else would read those rows before the next notification or resync.
 import { errorMessage, type Logger } from '@platform/service-kit';
 import type { Kysely } from 'kysely';
 import type { GatewayDatabase } from '../db/tables.js';
@@ -17,6 +18,9 @@ import { readAssignments } from './sql.js';
 
 /** Rows per read: a 100,000-device wave is read in a few round trips, each a bounded statement. */
 const PAGE = 20_000;
+/** A failed read after a notification is tried again after this long, doubling up to RETRY_MAX_MS. */
+const RETRY_MIN_MS = 500;
+const RETRY_MAX_MS = 10_000;
 
 export interface AssignmentSyncOptions {
   db: Kysely<GatewayDatabase>;
@@ -30,13 +34,42 @@ export class AssignmentSync {
   private lastSeq = '0';
   private running: Promise<void> | undefined;
   private again = false;
+  private retry: NodeJS.Timeout | undefined;
+  private retryMs = RETRY_MIN_MS;
+  private stopped = false;
   readonly stats = { reads: 0, applied: 0, refused: 0, failures: 0 };
 
   constructor(private readonly options: AssignmentSyncOptions) {}
 
-  /** A notification on the rollout channel: read what changed (its payload is not trusted, nor needed). */
+  /**
+   * A notification on the rollout channel: read what changed (its payload is not trusted, nor needed); when the
+   * read fails, again later until one succeeds (the failure is counted and logged by the read).
+   */
   receive(): void {
-    this.sync().catch(() => undefined);
+    this.sync().then(
+      () => {
+        this.retryMs = RETRY_MIN_MS;
+      },
+      () => this.retryLater(),
+    );
+  }
+
+  /** No more retries (shutdown). */
+  stop(): void {
+    this.stopped = true;
+    if (this.retry !== undefined) clearTimeout(this.retry);
+    this.retry = undefined;
+  }
+
+  private retryLater(): void {
+    if (this.stopped || this.retry !== undefined) return;
+    const delayMs = this.retryMs;
+    this.retryMs = Math.min(this.retryMs * 2, RETRY_MAX_MS);
+    this.retry = setTimeout(() => {
+      this.retry = undefined;
+      this.receive();
+    }, delayMs);
+    this.retry.unref();
   }
 
   /**

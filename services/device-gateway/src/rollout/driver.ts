@@ -19,6 +19,11 @@ export interface RolloutDriverOptions {
   stepMs: number;
   /** Devices one step assigns at most (a busy driver steps again at once). */
   maxAssign: number;
+  /**
+   * How far the delivery record may lag a device (ms; design §3.8: two flush intervals and a write): a device
+   * is judged failed only once its deadline plus this has passed.
+   */
+  recordLagMs: number;
   /** After a step that assigned something (the replica without a bus reads its assignments here). */
   onAssigned?: () => void;
 }
@@ -103,7 +108,7 @@ export class RolloutDriver {
       }
       // The steps of a busy streak (a full batch assigned, the next step at once) only assign; the step after
       // it, a tick later, reads the outcomes.
-      const result = await step(db, replica, this.options.maxAssign, !this.busy);
+      const result = await step(db, replica, this.options.maxAssign, !this.busy, this.options.recordLagMs);
       this.stats.steps++;
       const assigned = result.assigned ?? 0;
       this.stats.assigned += assigned;

@@ -2,6 +2,7 @@
 // that need the registry as this replica holds it (the settings document fits one datagram) are checked here;
 // what needs every replica's view (the targets, overlaps, states) is decided in one database function each.
 import type { RolloutCreateRequest } from '@platform/contracts';
+import { sqlState } from '@platform/service-kit';
 import type { Kysely } from 'kysely';
 import type { GatewayDatabase } from '../db/tables.js';
 import { contentHash } from '../delivery/recorder.js';
@@ -43,6 +44,21 @@ export class RolloutOverlapError extends Error {
   }
 }
 
+/**
+ * The request is well-formed but the rollout cannot take it: `path` (a JSON pointer into the body) says what.
+ * A deadline shorter than the delivery record's lag bound, or a bound of the rollouts table (a CHECK of
+ * migration 0006) that the schema does not express.
+ */
+export class RolloutInvalidError extends Error {
+  constructor(
+    readonly path: string,
+    message: string,
+  ) {
+    super(message);
+    this.name = 'RolloutInvalidError';
+  }
+}
+
 export class UnknownRolloutError extends Error {
   constructor(readonly rolloutId: string) {
     super(`rollout ${rolloutId} is unknown`);
@@ -65,6 +81,11 @@ export interface RolloutServiceOptions {
   afterChange: () => Promise<void>;
   /** Wakes the driver (a creation or a resume need not wait for its next tick). */
   wake: () => void;
+  /**
+   * The shortest deadline a plan may have (ms): the delivery record's lag bound (design §3.8, §3.9). A shorter
+   * one could only judge devices on a record that has not caught up.
+   */
+  minDeadlineMs: number;
 }
 
 const EVENTS_SHOWN = 50;
@@ -73,11 +94,18 @@ export class RolloutService {
   constructor(private readonly options: RolloutServiceOptions) {}
 
   /**
-   * `request` is valid (the edge checked it). Throws DocumentTooLargeError, NoTargetsError, RolloutOverlapError.
+   * `request` is valid (the edge checked it). Throws DocumentTooLargeError, NoTargetsError, RolloutOverlapError,
+   * RolloutInvalidError.
    */
   async create(
     request: RolloutCreateRequest,
   ): Promise<{ rollout_id: string; targets: number; waves: number }> {
+    const minDeadlineS = Math.ceil(this.options.minDeadlineMs / 1000);
+    if (request.plan.deadline_s < minDeadlineS)
+      throw new RolloutInvalidError(
+        '/plan/deadline_s',
+        `must be at least ${minDeadlineS} s here: the delivery record lags a device by up to ${this.options.minDeadlineMs} ms`,
+      );
     const assignment = this.options.state.prepareAssignment(LONGEST_DEVICE_ID, 'new', request.settings);
     const content = contentHash(
       settingsDocument(LONGEST_DEVICE_ID, 0, 'rollout', assignment.settings.value, assignment.settings),
@@ -97,7 +125,7 @@ export class RolloutService {
         abort_share: plan.abort_share,
         deadline_s: plan.deadline_s,
       },
-    );
+    ).catch(checkViolation);
     if ('error' in result) throw new NoTargetsError();
     if ('conflict' in result) throw new RolloutOverlapError(result.conflict, result.devices);
     this.options.wake();
@@ -167,6 +195,21 @@ export class RolloutService {
     this.options.wake();
     return result;
   }
+}
+
+/**
+ * A CHECK of the rollouts' tables refused the creation (23514): the caller's input, never a 5xx. Only the
+ * constraint's column is named (never the statement or the row, which hold the caller's settings).
+ */
+function checkViolation(err: unknown): never {
+  if (sqlState(err) !== '23514') throw err;
+  const constraint = (err as { constraint?: unknown }).constraint;
+  const column =
+    typeof constraint === 'string' ? /^rollouts_(selector|settings)_check$/.exec(constraint)?.[1] : undefined;
+  throw new RolloutInvalidError(
+    column === undefined ? '/plan' : `/${column}`,
+    'is outside the bounds a rollout is stored with',
+  );
 }
 
 function summary(row: RolloutRow): Record<string, unknown> {

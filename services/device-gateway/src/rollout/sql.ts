@@ -69,10 +69,19 @@ export interface StepResult {
   term?: number;
 }
 
-/** `judge`: read outcomes from the delivery record in this step (not within a busy streak, design §3.9). */
-export async function step(db: Db, replica: string, maxAssign: number, judge: boolean): Promise<StepResult> {
+/**
+ * `judge`: read outcomes from the delivery record in this step (not within a busy streak, design §3.9).
+ * `lagMs`: how far the delivery record may lag a device; no device is judged failed before its deadline plus this.
+ */
+export async function step(
+  db: Db,
+  replica: string,
+  maxAssign: number,
+  judge: boolean,
+  lagMs: number,
+): Promise<StepResult> {
   const { rows } = await sql<{ r: StepResult }>`
-    SELECT device_gateway.rollout_step(${replica}, ${maxAssign}, ${judge}) AS r`.execute(db);
+    SELECT device_gateway.rollout_step(${replica}, ${maxAssign}, ${judge}, ${lagMs}) AS r`.execute(db);
   return rows[0]!.r;
 }
 
