@@ -74,6 +74,8 @@ export const configSchema = {
     S3_CONNECT_TIMEOUT_MS: { type: 'integer', minimum: 100, maximum: 60000, default: 2000 },
     /** Deadline of one request to the object store, ms (a frozen store: 503 after about twice it). */
     S3_REQUEST_TIMEOUT_MS: { type: 'integer', minimum: 100, maximum: 300000, default: 3000 },
+    /** Deadline of the store's long calls (CompleteMultipartUpload, the acceptance copy), ms. */
+    S3_LONG_REQUEST_TIMEOUT_MS: { type: 'integer', minimum: 1000, maximum: 900000, default: 120000 },
     WEBHOOK_TOKENS: { type: 'string', writeOnly: true },
     /** File with webhook tokens, one per line; re-read on SIGHUP (the previous tokens stay if it is unusable). */
     WEBHOOK_TOKENS_FILE: { type: 'string' },
@@ -216,6 +218,7 @@ export function loadWorkflowConfig(env: Record<string, string | undefined> = pro
       forcePathStyle: raw.S3_FORCE_PATH_STYLE,
       connectTimeoutMs: raw.S3_CONNECT_TIMEOUT_MS,
       requestTimeoutMs: raw.S3_REQUEST_TIMEOUT_MS,
+      longRequestTimeoutMs: raw.S3_LONG_REQUEST_TIMEOUT_MS,
     },
     webhookTokens,
     webhookTokenSource,

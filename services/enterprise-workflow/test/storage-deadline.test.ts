@@ -1,6 +1,7 @@
 // A frozen object store (design §6): a TCP peer that accepts connections and never answers stands in
 // for S3. The webhook's HEAD must give up at its deadline and answer 503 with Retry-After, not wait for as
 // long as the store stays frozen.
+import { request as httpRequest, createServer as createHttpServer } from 'node:http';
 import { createServer, type Server, type Socket } from 'node:net';
 import type { AddressInfo } from 'node:net';
 import { demoSites } from '@platform/enterprise-db';
@@ -8,6 +9,7 @@ import { createLogger } from '@platform/service-kit';
 import request from 'supertest';
 import { buildApp } from '../src/app.js';
 import { createS3Storage } from '../src/storage/s3-store.js';
+import type { S3Settings } from '../src/storage/s3-client.js';
 import { startHarness, WEBHOOK_TOKENS } from './support/harness.js';
 import type { Harness } from './support/harness.js';
 
@@ -94,5 +96,87 @@ it('a webhook whose HEAD meets a frozen store answers 503 with Retry-After withi
     expect(after.status).toBe('pending_upload');
   } finally {
     frozen.destroy();
+  }
+});
+
+// A store that takes its time to assemble (CompleteMultipartUpload answers after 1.2 s, as a large video does):
+// the request deadline of every other call (here 300 ms) must not end it; the long-call deadline does.
+it('CompleteMultipartUpload has the long-call deadline, not the request deadline', async () => {
+  const target = new URL(h.s3.endpoint);
+  const slow = createHttpServer((req, res) => {
+    const completing = req.method === 'POST' && (req.url ?? '').includes('uploadId=');
+    setTimeout(
+      () => {
+        const upstream = httpRequest(
+          {
+            host: target.hostname,
+            port: target.port,
+            method: req.method,
+            path: req.url,
+            headers: req.headers,
+          },
+          (answer) => {
+            res.writeHead(answer.statusCode ?? 502, answer.headers);
+            answer.pipe(res);
+          },
+        );
+        upstream.on('error', () => res.destroy());
+        req.pipe(upstream);
+      },
+      completing ? 1200 : 0,
+    );
+  });
+  await new Promise<void>((resolve) => slow.listen(0, '127.0.0.1', resolve));
+  const { port } = slow.address() as AddressInfo;
+  const settings = (longRequestTimeoutMs: number): S3Settings => ({
+    endpoint: `http://127.0.0.1:${port}`,
+    publicEndpoint: undefined,
+    region: h.s3.region,
+    bucket: h.s3.bucket,
+    accessKeyId: h.s3.accessKeyId,
+    secretAccessKey: h.s3.secretAccessKey,
+    forcePathStyle: true,
+    connectTimeoutMs: 300,
+    requestTimeoutMs: 300,
+    longRequestTimeoutMs,
+  });
+  const upload = async (storage: ReturnType<typeof createS3Storage>, key: string) => {
+    const uploadId = await storage.createMultipartUpload({ key, contentType: 'video/mp4' });
+    const body = Buffer.alloc(1024, 7);
+    const url = await storage.presignPart({
+      key,
+      uploadId,
+      partNumber: 1,
+      sizeBytes: body.length,
+      expiresInS: 60,
+    });
+    const put = await fetch(url.url, { method: 'PUT', body, headers: url.headers });
+    expect(put.status).toBe(200);
+    return { uploadId, etag: (put.headers.get('etag') ?? '').replaceAll('"', '') };
+  };
+  const patient = createS3Storage(settings(5000));
+  const hasty = createS3Storage(settings(1000));
+  try {
+    const a = await upload(patient, 'sites/deadline/a.mp4');
+    await expect(
+      patient.completeMultipartUpload({
+        key: 'sites/deadline/a.mp4',
+        uploadId: a.uploadId,
+        parts: [{ partNumber: 1, etag: a.etag }],
+      }),
+    ).resolves.toBe(true);
+    // The long-call deadline still holds: a store slower than it is unavailable, not waited for.
+    const b = await upload(hasty, 'sites/deadline/b.mp4');
+    await expect(
+      hasty.completeMultipartUpload({
+        key: 'sites/deadline/b.mp4',
+        uploadId: b.uploadId,
+        parts: [{ partNumber: 1, etag: b.etag }],
+      }),
+    ).rejects.toThrow();
+  } finally {
+    patient.destroy();
+    hasty.destroy();
+    await new Promise<void>((resolve) => slow.close(() => resolve()));
   }
 });

@@ -20,6 +20,14 @@ export interface S3Settings {
    */
   connectTimeoutMs?: number | undefined;
   requestTimeoutMs?: number | undefined;
+  /**
+   * Deadline of the store's long calls, in ms (default 120000): CompleteMultipartUpload, which assembles the
+   * object before it answers and "could take several minutes" on S3 (its API reference), and the acceptance
+   * copy (CopyObject, up to 5 GiB server-side). `requestTimeoutMs` is a deadline on the whole request and
+   * response in @smithy/node-http-handler 4 (a timer from the start, not an idle timeout), so the whitespace S3
+   * sends while it works does not extend it, and s3rver and MinIO may send nothing at all.
+   */
+  longRequestTimeoutMs?: number | undefined;
 }
 
 export function clientFor(settings: S3Settings, endpoint: string | undefined, maxAttempts = 2): S3Client {

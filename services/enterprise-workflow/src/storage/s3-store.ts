@@ -56,6 +56,8 @@ export function createS3Storage(settings: S3Settings): MediaStorage {
   // the caller's 503 makes the client retry the intent, and the sweep aborts what a lost answer left behind.
   const once = clientFor(settings, settings.endpoint, 1);
   const urls = createUrlSigner(settings);
+  // The calls that may take long on a large object (see S3Settings.longRequestTimeoutMs).
+  const long = { requestTimeout: settings.longRequestTimeoutMs ?? 120_000 };
 
   return {
     bucket: settings.bucket,
@@ -83,6 +85,7 @@ export function createS3Storage(settings: S3Settings): MediaStorage {
             CopySource: `${settings.bucket}/${source.split('/').map(encodeKeySegment).join('/')}`,
             CopySourceIfMatch: `"${etag}"`,
           }),
+          long,
         );
         return out.CopyObjectResult?.ETag;
       } catch (err) {
@@ -150,6 +153,7 @@ export function createS3Storage(settings: S3Settings): MediaStorage {
             UploadId: uploadId,
             MultipartUpload: { Parts: parts.map((p) => ({ PartNumber: p.partNumber, ETag: p.etag })) },
           }),
+          long,
         );
         return true;
       } catch (err) {
