@@ -813,6 +813,8 @@ describe('a slow store', () => {
       forcePathStyle: true,
       connectTimeoutMs: 300,
       requestTimeoutMs: 300,
+      // Completions have their own deadline (S3_LONG_REQUEST_TIMEOUT_MS); held back 1.5 s below, they miss it.
+      longRequestTimeoutMs: 1000,
     });
     const app = buildApp({
       config: {
