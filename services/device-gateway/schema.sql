@@ -218,7 +218,7 @@ device_gateway.rollouts.updated_at timestamp with time zone NOT NULL DEFAULT now
 
 device_gateway.rollouts.waves integer NOT NULL COMMENT -
 
--- constraints (113)
+-- constraints (114)
 device_gateway.bus_overrides bus_overrides_device_id_check CHECK ((device_id ~ '^[A-Za-z0-9._:-]{1,128}$'::text))
 device_gateway.bus_overrides bus_overrides_device_id_not_null NOT NULL device_id
 device_gateway.bus_overrides bus_overrides_origin_check CHECK ((origin ~ '^[A-Za-z0-9._:-]{1,64}$'::text))
@@ -280,6 +280,7 @@ device_gateway.rollout_assignments rollout_assignments_settings_check CHECK (((s
 device_gateway.rollout_driver rollout_driver_holder_check CHECK ((holder ~ '^[0-9a-f]{16}$'::text))
 device_gateway.rollout_driver rollout_driver_id_check CHECK (id)
 device_gateway.rollout_driver rollout_driver_id_not_null NOT NULL id
+device_gateway.rollout_driver rollout_driver_lease_check CHECK (((holder IS NULL) = (expires_at IS NULL)))
 device_gateway.rollout_driver rollout_driver_pkey PRIMARY KEY (id)
 device_gateway.rollout_driver rollout_driver_term_not_null NOT NULL term
 device_gateway.rollout_events rollout_events_actor_not_null NOT NULL actor
@@ -360,7 +361,9 @@ CREATE UNIQUE INDEX rollout_targets_pkey ON device_gateway.rollout_targets USING
 CREATE UNIQUE INDEX rollouts_pkey ON device_gateway.rollouts USING btree (rollout_id)
 CREATE UNIQUE INDEX rollouts_seq_key ON device_gateway.rollouts USING btree (seq)
 
--- triggers (1)
+-- triggers (3)
+CREATE TRIGGER device_registry_rollout_assignment_end AFTER DELETE ON device_gateway.device_registry REFERENCING OLD TABLE AS gone FOR EACH STATEMENT EXECUTE FUNCTION device_gateway.rollout_registry_deleted()
+CREATE TRIGGER device_registry_rollout_assignments_end AFTER TRUNCATE ON device_gateway.device_registry FOR EACH STATEMENT EXECUTE FUNCTION device_gateway.rollout_registry_truncated()
 CREATE TRIGGER device_registry_touch BEFORE UPDATE ON device_gateway.device_registry FOR EACH ROW EXECUTE FUNCTION device_gateway.touch_updated_at()
 
 -- row-level security policies (0)
@@ -369,7 +372,7 @@ CREATE TRIGGER device_registry_touch BEFORE UPDATE ON device_gateway.device_regi
 -- view definitions (0)
 
 
--- functions (12)
+-- functions (19)
 CREATE OR REPLACE FUNCTION device_gateway.bus_join(OUT cleared integer, OUT top_version bigint)
  RETURNS record
  LANGUAGE plpgsql
@@ -596,6 +599,29 @@ CREATE OR REPLACE FUNCTION device_gateway.rollout_control(p_rollout uuid, p_acti
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 DECLARE
+  v_state text;
+BEGIN
+  PERFORM device_gateway.rollout_writer_guard();
+  SELECT state INTO v_state FROM device_gateway.rollouts WHERE rollout_id = p_rollout;
+  IF NOT FOUND THEN
+    RETURN jsonb_build_object('error', 'unknown');
+  END IF;
+  IF NOT coalesce((p_action = 'pause' AND v_state = 'active') OR (p_action = 'resume' AND v_state = 'paused')
+      OR (p_action = 'cancel' AND v_state IN ('active', 'paused'))
+      OR (p_action = 'rollback' AND v_state <> 'rolled_back'), false) THEN
+    RETURN jsonb_build_object('error', 'state', 'state', v_state);
+  END IF;
+  RETURN device_gateway.rollout_control_body(p_rollout, p_action);
+END $function$
+OWNER <migrator> ACL <migrator>:EXECUTE,device_gateway_login:EXECUTE COMMENT -
+
+CREATE OR REPLACE FUNCTION device_gateway.rollout_control_body(p_rollout uuid, p_action text)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
   r device_gateway.rollouts%ROWTYPE;
   v_next text;
   v_conflict uuid;
@@ -666,9 +692,25 @@ BEGIN
     CASE WHEN p_action = 'rollback' THEN v_changed || ' devices returned' END);
   RETURN jsonb_build_object('state', v_next, 'returned', v_changed);
 END $function$
-OWNER <migrator> ACL <migrator>:EXECUTE,device_gateway_login:EXECUTE COMMENT -
+OWNER <migrator> ACL <migrator>:EXECUTE COMMENT -
 
 CREATE OR REPLACE FUNCTION device_gateway.rollout_create(p_selector jsonb, p_settings jsonb, p_content text, p_plan jsonb)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+  PERFORM device_gateway.rollout_writer_guard();
+  IF p_selector IS NULL OR jsonb_typeof(p_selector) <> 'object'
+      OR NOT p_selector ?| ARRAY['site_ids', 'models', 'device_ids'] THEN
+    RAISE EXCEPTION 'a selector needs at least one criterion' USING ERRCODE = '22023';
+  END IF;
+  RETURN device_gateway.rollout_create_body(p_selector, p_settings, p_content, p_plan);
+END $function$
+OWNER <migrator> ACL <migrator>:EXECUTE,device_gateway_login:EXECUTE COMMENT -
+
+CREATE OR REPLACE FUNCTION device_gateway.rollout_create_body(p_selector jsonb, p_settings jsonb, p_content text, p_plan jsonb)
  RETURNS jsonb
  LANGUAGE plpgsql
  SECURITY DEFINER
@@ -761,9 +803,23 @@ BEGIN
   PERFORM pg_catalog.pg_notify('device_gateway_rollout', '{"k":"r"}');
   RETURN jsonb_build_object('rollout_id', v_id, 'targets', v_n, 'waves', v_wave);
 END $function$
-OWNER <migrator> ACL <migrator>:EXECUTE,device_gateway_login:EXECUTE COMMENT -
+OWNER <migrator> ACL <migrator>:EXECUTE COMMENT -
 
 CREATE OR REPLACE FUNCTION device_gateway.rollout_lease(p_replica text, p_ttl_ms integer)
+ RETURNS boolean
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+  IF p_replica IS NULL OR p_ttl_ms IS NULL THEN
+    RAISE EXCEPTION 'invalid lease request' USING ERRCODE = '22023';
+  END IF;
+  RETURN device_gateway.rollout_lease_body(p_replica, p_ttl_ms);
+END $function$
+OWNER <migrator> ACL <migrator>:EXECUTE,device_gateway_login:EXECUTE COMMENT -
+
+CREATE OR REPLACE FUNCTION device_gateway.rollout_lease_body(p_replica text, p_ttl_ms integer)
  RETURNS boolean
  LANGUAGE plpgsql
  SECURITY DEFINER
@@ -780,7 +836,53 @@ BEGIN
   WHERE holder = p_replica OR holder IS NULL OR expires_at < clock_timestamp();
   RETURN FOUND;
 END $function$
-OWNER <migrator> ACL <migrator>:EXECUTE,device_gateway_login:EXECUTE COMMENT -
+OWNER <migrator> ACL <migrator>:EXECUTE COMMENT -
+
+CREATE OR REPLACE FUNCTION device_gateway.rollout_registry_deleted()
+ RETURNS trigger
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+  v_ended integer;
+BEGIN
+  IF NOT EXISTS (SELECT 1 FROM device_gateway.rollout_assignments a JOIN gone g ON g.device_id = a.device_id
+                 WHERE a.settings IS NOT NULL) THEN
+    RETURN NULL;
+  END IF;
+  PERFORM 1 FROM device_gateway.rollout_driver FOR UPDATE;
+  UPDATE device_gateway.rollout_assignments a
+  SET rollout_id = '00000000-0000-0000-0000-000000000000', settings = NULL,
+      seq = nextval('device_gateway.rollout_assignment_seq'), assigned_at = now()
+  FROM gone g WHERE a.device_id = g.device_id AND a.settings IS NOT NULL;
+  GET DIAGNOSTICS v_ended = ROW_COUNT;
+  IF v_ended > 0 THEN
+    PERFORM pg_catalog.pg_notify('device_gateway_rollout', '{"k":"a"}');
+  END IF;
+  RETURN NULL;
+END $function$
+OWNER <migrator> ACL <migrator>:EXECUTE COMMENT -
+
+CREATE OR REPLACE FUNCTION device_gateway.rollout_registry_truncated()
+ RETURNS trigger
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+  IF NOT EXISTS (SELECT 1 FROM device_gateway.rollout_assignments WHERE settings IS NOT NULL) THEN
+    RETURN NULL;
+  END IF;
+  PERFORM 1 FROM device_gateway.rollout_driver FOR UPDATE;
+  UPDATE device_gateway.rollout_assignments
+  SET rollout_id = '00000000-0000-0000-0000-000000000000', settings = NULL,
+      seq = nextval('device_gateway.rollout_assignment_seq'), assigned_at = now()
+  WHERE settings IS NOT NULL;
+  PERFORM pg_catalog.pg_notify('device_gateway_rollout', '{"k":"a"}');
+  RETURN NULL;
+END $function$
+OWNER <migrator> ACL <migrator>:EXECUTE COMMENT -
 
 CREATE OR REPLACE FUNCTION device_gateway.rollout_release(p_replica text)
  RETURNS void
@@ -793,6 +895,22 @@ $function$
 OWNER <migrator> ACL <migrator>:EXECUTE,device_gateway_login:EXECUTE COMMENT -
 
 CREATE OR REPLACE FUNCTION device_gateway.rollout_step(p_replica text, p_max_assign integer, p_judge boolean DEFAULT true, p_lag_ms integer DEFAULT 0)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+  PERFORM device_gateway.rollout_writer_guard();
+  IF NOT EXISTS (SELECT 1 FROM device_gateway.rollout_driver
+                 WHERE holder = p_replica AND expires_at >= clock_timestamp()) THEN
+    RETURN jsonb_build_object('driver', false);
+  END IF;
+  RETURN device_gateway.rollout_step_body(p_replica, p_max_assign, p_judge, p_lag_ms);
+END $function$
+OWNER <migrator> ACL <migrator>:EXECUTE,device_gateway_login:EXECUTE COMMENT -
+
+CREATE OR REPLACE FUNCTION device_gateway.rollout_step_body(p_replica text, p_max_assign integer, p_judge boolean DEFAULT true, p_lag_ms integer DEFAULT 0)
  RETURNS jsonb
  LANGUAGE plpgsql
  SECURITY DEFINER
@@ -962,7 +1080,20 @@ BEGIN
   END IF;
   RETURN jsonb_build_object('driver', true, 'assigned', v_total_assigned, 'open', v_open, 'term', d.term);
 END $function$
-OWNER <migrator> ACL <migrator>:EXECUTE,device_gateway_login:EXECUTE COMMENT -
+OWNER <migrator> ACL <migrator>:EXECUTE COMMENT -
+
+CREATE OR REPLACE FUNCTION device_gateway.rollout_writer_guard()
+ RETURNS void
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+  IF pg_catalog.current_setting('transaction_isolation') <> 'read committed' THEN
+    RAISE EXCEPTION 'rollout writes run at READ COMMITTED' USING ERRCODE = '25000';
+  END IF;
+  PERFORM pg_catalog.set_config('synchronous_commit', 'on', true);
+END $function$
+OWNER <migrator> ACL <migrator>:EXECUTE COMMENT -
 
 CREATE OR REPLACE FUNCTION device_gateway.touch_updated_at()
  RETURNS trigger

@@ -56,11 +56,13 @@ async function main(): Promise<void> {
     statementTimeoutMs: config.database.statementTimeoutMs,
     queryTimeoutMs: config.database.queryTimeoutMs,
     connectionTimeoutMs: config.database.connectionTimeoutMs,
-    // The login's only writes are replica-bus messages (design §3.6). notify-settings answers `updated` once
-    // the message is committed: visible to every replica's resync and NOTIFYed, both at commit. It need
-    // not survive a PostgreSQL crash: the override it carries is memory-only state by design, which a
-    // gateway restart forgets too. Waiting for the WAL flush was most of a cross-replica notify's
-    // latency with fsync on (bench:gateway --replicas 2).
+    // Asynchronous commit for what this pool writes on the hot paths: replica-bus messages (design §3.6) and
+    // delivery-record batches (§3.8). notify-settings answers `updated` once the message is committed:
+    // visible to every replica's resync and NOTIFYed, both at commit. It need not survive a PostgreSQL crash:
+    // the override it carries is memory-only state by design, which a gateway restart forgets too. Waiting
+    // for the WAL flush was most of a cross-replica notify's latency with fsync on (bench:gateway
+    // --replicas 2). Rollout writes must survive a crash once answered: each rollout function makes its own
+    // transaction's commit synchronous (migration 0008, design §3.9), whatever this setting says.
     synchronousCommit: 'off',
     logger,
     metrics,

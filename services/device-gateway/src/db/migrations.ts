@@ -8,6 +8,7 @@ import { clusterBusMigration, clusterLifetimeMigration } from './cluster-bus-mig
 import { deviceCredentialsMigration } from './credentials-migration.js';
 import { deliveryMigration } from './delivery-migration.js';
 import { definerPathMigration } from './definer-path-migration.js';
+import { rolloutGuardMigration } from './rollout-guard-migration.js';
 import { rolloutMigration } from './rollout-migration.js';
 
 /** The read-only login the running gateway uses (design §4.2): SELECT on its registry, nothing else. */
@@ -118,6 +119,7 @@ export function gatewayMigrationsWith(loginPassword: string): MigrationSet {
       '0005_device_delivery': deliveryMigration,
       '0006_rollouts': rolloutMigration,
       '0007_definer_search_path': definerPathMigration,
+      '0008_rollout_guards': rolloutGuardMigration,
     },
   };
 }
