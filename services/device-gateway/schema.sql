@@ -525,6 +525,9 @@ BEGIN
     AND coalesce(b.sa, 1600000000000) BETWEEN 1577836800000 AND c.now_ms + 86400000
     AND coalesce(b.aa, 1600000000000) BETWEEN 1577836800000 AND c.now_ms + 86400000
     AND coalesce(b.h, 1600000000000) BETWEEN 1577836800000 AND c.now_ms + 86400000
+  -- Rows are written, and locked, in device order, so two replicas writing the same devices (every replica
+  -- records the desired settings of every device) wait for each other instead of deadlocking (0009).
+  ORDER BY b.d
   ON CONFLICT (device_id) DO UPDATE SET
     site_id = excluded.site_id,
     desired_at = CASE
@@ -562,6 +565,7 @@ BEGIN
     heard_at = greatest(excluded.heard_at, t.heard_at),
     updated_at = now();
   GET DIAGNOSTICS written = ROW_COUNT;
+  -- The rows this UPDATE changes were written, so locked, by the INSERT above, in device order.
   -- Relations: r is this replica's count of relations to the device's settings (absent: unchanged). Most
   -- batches have none (a fan-out changes no relation): the path test skips reading the batch a second time.
   IF strpos(p_batch::text, '"r":') = 0 THEN

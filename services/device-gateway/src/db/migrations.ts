@@ -8,6 +8,7 @@ import { clusterBusMigration, clusterLifetimeMigration } from './cluster-bus-mig
 import { deviceCredentialsMigration } from './credentials-migration.js';
 import { deliveryMigration } from './delivery-migration.js';
 import { definerPathMigration } from './definer-path-migration.js';
+import { deliveryOrderMigration } from './delivery-order-migration.js';
 import { rolloutGuardMigration } from './rollout-guard-migration.js';
 import { rolloutMigration } from './rollout-migration.js';
 
@@ -120,6 +121,7 @@ export function gatewayMigrationsWith(loginPassword: string): MigrationSet {
       '0006_rollouts': rolloutMigration,
       '0007_definer_search_path': definerPathMigration,
       '0008_rollout_guards': rolloutGuardMigration,
+      '0009_delivery_record_order': deliveryOrderMigration,
     },
   };
 }
