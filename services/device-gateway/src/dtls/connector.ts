@@ -19,6 +19,7 @@ import {
   DTLS_1_2,
   HandshakeType,
   MAX_PLAINTEXT_BYTES,
+  RECORD_HEADER_BYTES,
 } from './constants.js';
 import type { AlertName } from './constants.js';
 import { ConnectionStore } from './connection-store.js';
@@ -34,7 +35,7 @@ import {
 import type { HandshakeFragment } from './handshake.js';
 import { defaultDtlsOptions } from './options.js';
 import type { DtlsServerInit, DtlsServerOptions, PskCredential } from './options.js';
-import { encodeRecord, parseRecords } from './record.js';
+import { encodeRecord, readRecord } from './record.js';
 import type { DtlsRecord } from './record.js';
 import { ServerHandshake } from './server-handshaker.js';
 import type { HandshakeHost } from './server-handshaker.js';
@@ -223,12 +224,18 @@ export class DtlsServer implements HandshakeHost, Evictor {
     // RFC 768: source port 0 means the sender expects no reply, and no DTLS peer can receive on it. Nothing
     // can be answered (dgram throws on a send to port 0), so such a datagram is dropped before any work.
     if (port === 0) return this.drop('malformed');
-    const { records, malformed } = parseRecords(msg);
-    if (malformed) this.drop('malformed');
-    if (records.length === 0) return;
-    const key = `dtls|${port}|${address}`;
-    this.clientHellosInDatagram = 0;
-    for (const rec of records) {
+    // Record by record, with no array per datagram; the peer's key is built once, at the first valid record.
+    let key: string | undefined;
+    let offset = 0;
+    while (offset < msg.length) {
+      const rec = readRecord(msg, offset);
+      // RFC 6347 §4.1.2.7: what cannot be framed is discarded silently; the records before it stand.
+      if (rec === undefined) return this.drop('malformed');
+      offset += RECORD_HEADER_BYTES + rec.fragment.length;
+      if (key === undefined) {
+        key = `dtls|${port}|${address}`;
+        this.clientHellosInDatagram = 0;
+      }
       this.stats.recordsReceived++;
       if (rec.epoch === 0) this.onEpoch0(key, address, port, rec);
       else if (rec.epoch === 1) this.onEpoch1(key, rec);
@@ -270,7 +277,9 @@ export class DtlsServer implements HandshakeHost, Evictor {
 
   private onEpoch1(key: string, rec: DtlsRecord): void {
     if (rec.version !== DTLS_1_2) return this.drop('version');
-    const hs = this.store.handshakes.get(key);
+    // Most epoch 1 records are an established session's, while no handshake is in progress: no lookup then.
+    const handshakes = this.store.handshakes;
+    const hs = handshakes.size === 0 ? undefined : handshakes.get(key);
     const s = this.store.sessions.get(key);
     // A new handshake from the address of a live session (RFC 6347 §4.2.8) shares epoch 1 with it: the
     // handshake takes its Finished, the old session keeps everything else until the handshake completes.

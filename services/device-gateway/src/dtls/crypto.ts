@@ -5,7 +5,15 @@
 // isKeyObject()/isCryptoKey(), and on Node 24 each of those throws and catches an exception internally
 // (12-16 µs per call against 1-2.5 µs). The PRF makes one KeyObject per call; record keys are made once per
 // connection (record-layer.ts). Buffers are still accepted, for tests and one-off use.
-import { createCipheriv, createDecipheriv, createHmac, createSecretKey, type KeyObject } from 'node:crypto';
+import {
+  createCipheriv,
+  createDecipheriv,
+  createHmac,
+  createSecretKey,
+  type CipherCCM,
+  type DecipherCCM,
+  type KeyObject,
+} from 'node:crypto';
 import {
   EXPLICIT_NONCE_BYTES,
   FIXED_IV_BYTES,
@@ -111,7 +119,7 @@ const CCM_8 = Object.freeze({ authTagLength: TAG_BYTES });
 // into the OpenSSL context and setAAD consumes its input before returning (node:crypto is synchronous here), so
 // reusing them is safe, and it saves two Buffers per record (fewer objects for the scavenger on a fan-out).
 // The nonce's first 4 bytes are the write IV (key block material): they are zeroed as soon as the cipher holds
-// them (withNonce).
+// them (sealCcm8Into, openCcm8).
 const nonceScratch = Buffer.alloc(FIXED_IV_BYTES + EXPLICIT_NONCE_BYTES);
 const aadScratch = Buffer.alloc(13);
 
@@ -128,17 +136,10 @@ function ccmNonce(salt: Buffer | number, explicit: Buffer, at: number): Buffer {
 }
 
 /**
- * A record cipher (createCipheriv or createDecipheriv) made with the shared nonce, whose salt is zeroed as soon
- * as the cipher holds its copy, also when making it throws (a cold review found a throwing call left a write
- * IV behind for the next one).
+ * The setAAD options of every record cipher, one object whose plaintextLength is set before each call: setAAD
+ * reads it before returning (node:crypto is synchronous here), so no options object is made per record.
  */
-function withNonce<C>(make: (nonce: Buffer) => C, salt: Buffer | number, explicit: Buffer, at: number): C {
-  try {
-    return make(ccmNonce(salt, explicit, at));
-  } finally {
-    nonceScratch.writeInt32BE(0, 0);
-  }
-}
+const aadOptions = { plaintextLength: 0 };
 
 /** additionalData written into the shared scratch buffer (see above); the record paths use this one. */
 function additionalDataScratch(
@@ -195,10 +196,16 @@ function sealCcm8Into(
 ): void {
   out.writeUInt16BE(epoch, at);
   out.writeUIntBE(seq, at + 2, 6);
-  const cipher = withNonce((nonce) => createCipheriv('aes-128-ccm', key, nonce, CCM_8), salt, out, at);
-  cipher.setAAD(additionalDataScratch(epoch, seq, type, version, plaintext.length), {
-    plaintextLength: plaintext.length,
-  });
+  // The shared nonce's salt (write IV) is zeroed as soon as the cipher holds its copy, also when making it
+  // throws (a cold review found a throwing call left a write IV behind for the next one). No closure per record.
+  let cipher: CipherCCM;
+  try {
+    cipher = createCipheriv('aes-128-ccm', key, ccmNonce(salt, out, at), CCM_8);
+  } finally {
+    nonceScratch.writeInt32BE(0, 0);
+  }
+  aadOptions.plaintextLength = plaintext.length;
+  cipher.setAAD(additionalDataScratch(epoch, seq, type, version, plaintext.length), aadOptions);
   const body = cipher.update(plaintext);
   cipher.final();
   body.copy(out, at + EXPLICIT_NONCE_BYTES);
@@ -221,14 +228,16 @@ export function openCcm8(
 ): Buffer | undefined {
   const plaintextLength = fragment.length - EXPLICIT_NONCE_BYTES - TAG_BYTES;
   if (plaintextLength < 0) return undefined;
-  const decipher = withNonce(
-    (nonce) => createDecipheriv('aes-128-ccm', key, nonce, CCM_8),
-    salt,
-    fragment,
-    0,
-  );
+  // The salt is zeroed as soon as the decipher holds it (see sealCcm8Into).
+  let decipher: DecipherCCM;
+  try {
+    decipher = createDecipheriv('aes-128-ccm', key, ccmNonce(salt, fragment, 0), CCM_8);
+  } finally {
+    nonceScratch.writeInt32BE(0, 0);
+  }
   decipher.setAuthTag(fragment.subarray(fragment.length - TAG_BYTES));
-  decipher.setAAD(additionalDataScratch(epoch, seq, type, version, plaintextLength), { plaintextLength });
+  aadOptions.plaintextLength = plaintextLength;
+  decipher.setAAD(additionalDataScratch(epoch, seq, type, version, plaintextLength), aadOptions);
   // node's CCM decipher reports a failed tag by throwing from update() or final(); both mean "drop".
   try {
     const plaintext = decipher.update(

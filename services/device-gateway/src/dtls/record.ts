@@ -11,34 +11,42 @@ export interface DtlsRecord {
 }
 
 /**
- * Splits one datagram into records (RFC 6347 §4.1.1: several records may share a datagram, a record
- * never spans two). Parsing stops at the first record whose header or length does not fit, or whose
- * version is not DTLS: RFC 6347 §4.1.2.7 says invalid records are silently discarded, and past a broken
- * length the rest of the datagram cannot be framed. Returns the records and whether anything was cut off.
+ * Reads the record that starts at `offset` of a datagram (RFC 6347 §4.1.1: several records may share a
+ * datagram, a record never spans two), or undefined when its header or length does not fit, or its version is
+ * not DTLS: RFC 6347 §4.1.2.7 says invalid records are silently discarded, and past a broken length the rest of
+ * the datagram cannot be framed. The next record, if any, starts at offset + RECORD_HEADER_BYTES +
+ * fragment.length. The connector reads a datagram record by record with this (no array per datagram).
+ */
+export function readRecord(datagram: Buffer, offset: number): DtlsRecord | undefined {
+  if (datagram.length - offset < RECORD_HEADER_BYTES) return undefined;
+  const version = (datagram[offset + 1]! << 8) | datagram[offset + 2]!;
+  // RFC 6347 §4.1: DTLS 1.2 records carry {254, 253}; a first ClientHello may carry {254, 255}
+  // (RFC 6347 §4.2.1), which the caller checks for epoch 0 only.
+  if (version !== DTLS_1_2 && version !== DTLS_1_0) return undefined;
+  const length = (datagram[offset + 11]! << 8) | datagram[offset + 12]!;
+  const end = offset + RECORD_HEADER_BYTES + length;
+  if (end > datagram.length || length > MAX_CIPHERTEXT_BYTES) return undefined;
+  return {
+    type: datagram[offset]!,
+    version,
+    epoch: (datagram[offset + 3]! << 8) | datagram[offset + 4]!,
+    seq: datagram.readUIntBE(offset + 5, 6),
+    fragment: datagram.subarray(offset + RECORD_HEADER_BYTES, end),
+  };
+}
+
+/**
+ * Splits one datagram into records (see readRecord). Parsing stops at the first record that cannot be read.
+ * Returns the records and whether anything was cut off.
  */
 export function parseRecords(datagram: Buffer): { records: DtlsRecord[]; malformed: boolean } {
   const records: DtlsRecord[] = [];
   let offset = 0;
   while (offset < datagram.length) {
-    if (datagram.length - offset < RECORD_HEADER_BYTES) return { records, malformed: true };
-    const type = datagram[offset]!;
-    const version = datagram.readUInt16BE(offset + 1);
-    const epoch = datagram.readUInt16BE(offset + 3);
-    const seq = datagram.readUIntBE(offset + 5, 6);
-    const length = datagram.readUInt16BE(offset + 11);
-    const end = offset + RECORD_HEADER_BYTES + length;
-    if (end > datagram.length || length > MAX_CIPHERTEXT_BYTES) return { records, malformed: true };
-    // RFC 6347 §4.1: DTLS 1.2 records carry {254, 253}; a first ClientHello may carry {254, 255}
-    // (RFC 6347 §4.2.1), which the caller checks for epoch 0 only.
-    if (version !== DTLS_1_2 && version !== DTLS_1_0) return { records, malformed: true };
-    records.push({
-      type,
-      version,
-      epoch,
-      seq,
-      fragment: datagram.subarray(offset + RECORD_HEADER_BYTES, end),
-    });
-    offset = end;
+    const rec = readRecord(datagram, offset);
+    if (rec === undefined) return { records, malformed: true };
+    records.push(rec);
+    offset += RECORD_HEADER_BYTES + rec.fragment.length;
   }
   return { records, malformed: false };
 }
