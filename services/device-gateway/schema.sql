@@ -474,9 +474,14 @@ BEGIN
   IF p_self IS NOT NULL THEN
     alive := array_append(alive, p_self);
   END IF;
+  -- The rows are locked in device order first, as delivery_record writes them, so a reap beside a batch over
+  -- the same devices waits instead of deadlocking.
   UPDATE device_gateway.device_delivery t
   SET observed_by = ARRAY(SELECT o FROM unnest(t.observed_by) o WHERE o = ANY (alive))
-  WHERE cardinality(t.observed_by) > 0 AND NOT (t.observed_by <@ alive);
+  FROM (SELECT d.device_id FROM device_gateway.device_delivery d
+        WHERE cardinality(d.observed_by) > 0 AND NOT (d.observed_by <@ alive)
+        ORDER BY d.device_id FOR UPDATE) l
+  WHERE t.device_id = l.device_id;
   GET DIAGNOSTICS reaped = ROW_COUNT;
   RETURN reaped;
 END $function$
@@ -851,11 +856,13 @@ AS $function$
 DECLARE
   v_ended integer;
 BEGIN
-  IF NOT EXISTS (SELECT 1 FROM device_gateway.rollout_assignments a JOIN gone g ON g.device_id = a.device_id
-                 WHERE a.settings IS NOT NULL) THEN
-    RETURN NULL;
-  END IF;
+  PERFORM device_gateway.rollout_writer_guard();
   PERFORM 1 FROM device_gateway.rollout_driver FOR UPDATE;
+  UPDATE device_gateway.rollout_targets t
+  SET outcome = 'skipped', outcome_reason = 'left_registry', outcome_at = now()
+  FROM gone g, device_gateway.rollouts r
+  WHERE t.device_id = g.device_id AND t.outcome IS NULL AND t.notified_at IS NULL
+    AND r.rollout_id = t.rollout_id AND r.state IN ('active', 'paused');
   UPDATE device_gateway.rollout_assignments a
   SET rollout_id = '00000000-0000-0000-0000-000000000000', settings = NULL,
       seq = nextval('device_gateway.rollout_assignment_seq'), assigned_at = now()
@@ -875,15 +882,20 @@ CREATE OR REPLACE FUNCTION device_gateway.rollout_registry_truncated()
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 BEGIN
-  IF NOT EXISTS (SELECT 1 FROM device_gateway.rollout_assignments WHERE settings IS NOT NULL) THEN
-    RETURN NULL;
-  END IF;
+  PERFORM device_gateway.rollout_writer_guard();
   PERFORM 1 FROM device_gateway.rollout_driver FOR UPDATE;
+  UPDATE device_gateway.rollout_targets t
+  SET outcome = 'skipped', outcome_reason = 'left_registry', outcome_at = now()
+  FROM device_gateway.rollouts r
+  WHERE t.outcome IS NULL AND t.notified_at IS NULL
+    AND r.rollout_id = t.rollout_id AND r.state IN ('active', 'paused');
   UPDATE device_gateway.rollout_assignments
   SET rollout_id = '00000000-0000-0000-0000-000000000000', settings = NULL,
       seq = nextval('device_gateway.rollout_assignment_seq'), assigned_at = now()
   WHERE settings IS NOT NULL;
-  PERFORM pg_catalog.pg_notify('device_gateway_rollout', '{"k":"a"}');
+  IF FOUND THEN
+    PERFORM pg_catalog.pg_notify('device_gateway_rollout', '{"k":"a"}');
+  END IF;
   RETURN NULL;
 END $function$
 OWNER <migrator> ACL <migrator>:EXECUTE COMMENT -

@@ -31,7 +31,10 @@ import { withGeneratedSql } from '@platform/service-kit';
  *   (in the table and in every replica's memory), so an id registered again was served the old unit's rollout
  *   settings. A registry delete now ends the assignment: NULL settings (what replicas read as "no assignment")
  *   under a new seq, with the nil UUID as its rollout (no rollout assigned it, so no rollback can find and
- *   reassign it), and a NOTIFY. A TRUNCATE of the registry ends every assignment.
+ *   reassign it), and a NOTIFY; its targets not yet notified in open rollouts are skipped. A TRUNCATE of the
+ *   registry ends every assignment. (A second cold review, 0008, found the first version of these triggers
+ *   checked before it locked, so a step running beside a delete could assign the deleted device, and left the
+ *   open targets to be notified when the id came back.)
  *
  * The bodies of 0006 stay as they were, renamed `*_body` and no longer executable by the login; the functions
  * of the old names are the guards, which call them.
@@ -53,6 +56,11 @@ REVOKE EXECUTE ON FUNCTION device_gateway.rollout_step_body(text, integer, boole
   FROM device_gateway_login;
 
 REVOKE EXECUTE ON FUNCTION device_gateway.rollout_lease_body(text, integer) FROM device_gateway_login;
+
+-- A lease the unguarded rollout_lease wrote with a NULL TTL (holder, no expiry) would fail the CHECK below: it
+-- is released, as an expired one would be.
+UPDATE device_gateway.rollout_driver SET holder = NULL, expires_at = NULL
+WHERE (holder IS NULL) <> (expires_at IS NULL);
 
 ALTER TABLE device_gateway.rollout_driver ADD CONSTRAINT rollout_driver_lease_check
   CHECK ((holder IS NULL) = (expires_at IS NULL));
@@ -122,17 +130,24 @@ END $$;
 
 -- A device that leaves the registry leaves its rollout assignment: NULL settings under a new seq, taken under the
 -- assignment writers' lock like every other assignment write (design §3.9), so replicas reading "seq > last"
--- see it, and the nil UUID as the rollout, so no rollback of the rollout that assigned it can give it back.
+-- see it, and the nil UUID as the rollout, so no rollback of the rollout that assigned it can give it back. Its
+-- targets not yet notified in open rollouts are skipped (left_registry) now, so an id registered again before the
+-- wave comes is not notified as the old unit's target (nor given, by a rollback, what the old unit had before).
+-- The lock comes first, before anything is read: a step running meanwhile either committed before (its
+-- assignment is then seen and ended) or waits and then reads a registry without the device. READ COMMITTED
+-- only, like the rollout writers (a snapshot older than the lock would miss a step's assignment).
 CREATE FUNCTION device_gateway.rollout_registry_deleted() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
   v_ended integer;
 BEGIN
-  IF NOT EXISTS (SELECT 1 FROM device_gateway.rollout_assignments a JOIN gone g ON g.device_id = a.device_id
-                 WHERE a.settings IS NOT NULL) THEN
-    RETURN NULL;
-  END IF;
+  PERFORM device_gateway.rollout_writer_guard();
   PERFORM 1 FROM device_gateway.rollout_driver FOR UPDATE;
+  UPDATE device_gateway.rollout_targets t
+  SET outcome = 'skipped', outcome_reason = 'left_registry', outcome_at = now()
+  FROM gone g, device_gateway.rollouts r
+  WHERE t.device_id = g.device_id AND t.outcome IS NULL AND t.notified_at IS NULL
+    AND r.rollout_id = t.rollout_id AND r.state IN ('active', 'paused');
   UPDATE device_gateway.rollout_assignments a
   SET rollout_id = '00000000-0000-0000-0000-000000000000', settings = NULL,
       seq = nextval('device_gateway.rollout_assignment_seq'), assigned_at = now()
@@ -147,19 +162,25 @@ END $$;
 CREATE TRIGGER device_registry_rollout_assignment_end AFTER DELETE ON device_gateway.device_registry
 REFERENCING OLD TABLE AS gone FOR EACH STATEMENT EXECUTE FUNCTION device_gateway.rollout_registry_deleted();
 
--- TRUNCATE fires no DELETE trigger and has no transition table: every assignment ends.
+-- TRUNCATE fires no DELETE trigger and has no transition table: every assignment ends, and every target not yet
+-- notified in an open rollout is skipped. (TRUNCATE's exclusive lock makes a step wait for it anyway.)
 CREATE FUNCTION device_gateway.rollout_registry_truncated() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
-  IF NOT EXISTS (SELECT 1 FROM device_gateway.rollout_assignments WHERE settings IS NOT NULL) THEN
-    RETURN NULL;
-  END IF;
+  PERFORM device_gateway.rollout_writer_guard();
   PERFORM 1 FROM device_gateway.rollout_driver FOR UPDATE;
+  UPDATE device_gateway.rollout_targets t
+  SET outcome = 'skipped', outcome_reason = 'left_registry', outcome_at = now()
+  FROM device_gateway.rollouts r
+  WHERE t.outcome IS NULL AND t.notified_at IS NULL
+    AND r.rollout_id = t.rollout_id AND r.state IN ('active', 'paused');
   UPDATE device_gateway.rollout_assignments
   SET rollout_id = '00000000-0000-0000-0000-000000000000', settings = NULL,
       seq = nextval('device_gateway.rollout_assignment_seq'), assigned_at = now()
   WHERE settings IS NOT NULL;
-  PERFORM pg_catalog.pg_notify('device_gateway_rollout', '{"k":"a"}');
+  IF FOUND THEN
+    PERFORM pg_catalog.pg_notify('device_gateway_rollout', '{"k":"a"}');
+  END IF;
   RETURN NULL;
 END $$;
 
