@@ -1,7 +1,7 @@
 // The delivery recorder (design §3.8): what the CoAP layer did for each device (sent, acknowledged, heard from,
 // relations) and what each device should have (desired), gathered in memory per device and written to
-// PostgreSQL in batches, off the hot path: an event costs a map lookup and a few field writes, a flush one
-// function call per chunk of devices. A replica that dies loses at most what it had not flushed yet.
+// PostgreSQL in batches, off the hot path: an event costs a map lookup and a few typed-array stores (no
+// allocation), a flush one function call per chunk of devices. A replica that dies loses at most what it had not flushed yet.
 import { errorMessage, type Logger } from '@platform/service-kit';
 import type { DeviceRecord, VisibleDocument } from '../domain/documents.js';
 
@@ -72,47 +72,247 @@ export interface DeliveryRecorderOptions {
   reapMs?: number;
 }
 
-// The parts of a device's facts not yet written (bits of `Facts.unwritten`).
+// The parts of a device's facts not yet written (bits of its UNWRITTEN byte).
 const DESIRED = 1;
 const SENT = 2;
 const ACKED = 4;
 const HEARD = 8;
 const RELATIONS = 16;
 
-/**
- * What this replica knows of one device, kept for as long as the device has events (not made per flush): each
- * part holds its newest, `unwritten` says which parts the next row carries. Times are wall-clock ms. A part is
- * never cleared, only marked written, so a failed write is undone by marking its parts unwritten again: the
- * row then carries their newest values, which the function's rules (each part only moves to a higher version)
- * accept in any order.
- */
-class Facts {
-  siteId: string | null = null;
-  desired: VisibleDocument | null = null;
-  desiredAt = 0;
-  sent: VisibleDocument | null = null;
-  sentAt = 0;
-  sentTransport: DeliveryTransport = 'plain';
-  sentConfirmable = false;
-  acked: VisibleDocument | null = null;
-  ackedAt = 0;
-  ackedTransport: DeliveryTransport = 'plain';
-  heardAt = 0;
-  unwritten = 0;
-  /** In the list of the next flush (or the one being written); set with `unwritten`, cleared when built. */
-  queued = false;
-  /** An event came since the previous sweep (see `sweep`). */
-  touched = true;
-  /** Wall-clock ms of the oldest unwritten event (for the lag gauge). */
-  since = 0;
-  /** The parts of the row being written (marked unwritten again if its write fails). */
-  writing = 0;
+// Flags (its FLAGS byte).
+/** In the queue of the next flush (or of the one being written); set with a part, cleared when its row is built. */
+const QUEUED = 1;
+/** An event came since the previous sweep (see `sweep`). */
+const TOUCHED = 2;
+const HAVE_DESIRED = 4;
+const HAVE_SENT = 8;
+const HAVE_ACKED = 16;
+const SENT_DTLS = 32;
+const SENT_CON = 64;
+const ACKED_DTLS = 128;
 
-  constructor(readonly deviceId: string) {}
-}
+// A slot's bytes (stride 4): unwritten parts, the parts of the row being written, flags, the desired source.
+const B_UNWRITTEN = 0;
+const B_WRITING = 1;
+const B_FLAGS = 2;
+/** Bits 0-1: the desired source (index in SOURCES); ID_PLAIN: the device id needs no escaping in JSON. */
+const B_META = 3;
+const B_STRIDE = 4;
+// Its numbers (stride 8, one 64-byte line): versions (µs clock readings, exact below 2^53) and wall-clock ms.
+const N_DESIRED_V = 0;
+const N_DESIRED_AT = 1;
+const N_SENT_V = 2;
+const N_SENT_AT = 3;
+const N_ACKED_V = 4;
+const N_ACKED_AT = 5;
+const N_HEARD_AT = 6;
+/** Wall-clock ms of the oldest unwritten event (for the lag gauge). */
+const N_SINCE = 7;
+const N_STRIDE = 8;
+// Its content digests (16 hex digits, as two 32-bit halves; stride 6): desired, sent, acknowledged.
+const D_DESIRED = 0;
+const D_SENT = 2;
+const D_ACKED = 4;
+const D_STRIDE = 6;
 
 /** Device ids JSON writes as they are (the registry's pattern). */
 const PLAIN_ID = /^[A-Za-z0-9._:-]{1,128}$/;
+
+const SOURCES = ['registry', 'override', 'rollout'] as const;
+const SOURCE_MASK = 3;
+const ID_PLAIN = 4;
+
+/**
+ * What this replica knows of its devices, one slot per device (assigned at its first event, freed by the sweep)
+ * in typed arrays: an event stores a few numbers and allocates nothing, and the fan-out's working set holds no
+ * object per device. Each part holds its newest; UNWRITTEN says which parts the next row carries. A part is
+ * never cleared, only marked written, so a failed write is undone by marking its parts unwritten again: the row
+ * then carries their newest values, which the function's rules (each part only moves to a higher version)
+ * accept in any order.
+ */
+class FactTable {
+  bytes: Uint8Array;
+  nums: Float64Array;
+  digests: Uint32Array;
+  /** The device of each slot ('' when free). */
+  ids: string[] = [];
+  /** Slots in use, by device. */
+  readonly index = new Map<string, number>();
+  private readonly free: number[] = [];
+  /** Slots ever handed out (the next new one). */
+  private used = 0;
+  // The digest last parsed (a fleet on the same settings shares one digest string).
+  private lastDigest = '';
+  private lastHi = 0;
+  private lastLo = 0;
+
+  constructor(public capacity: number) {
+    this.bytes = new Uint8Array(capacity * B_STRIDE);
+    this.nums = new Float64Array(capacity * N_STRIDE);
+    this.digests = new Uint32Array(capacity * D_STRIDE);
+  }
+
+  /** The device's slot, assigned if it has none (cleared). */
+  slot(deviceId: string): number {
+    const s = this.index.get(deviceId);
+    return s === undefined ? this.assign(deviceId) : s;
+  }
+
+  private assign(deviceId: string): number {
+    let s = this.free.pop();
+    if (s === undefined) {
+      if (this.used === this.capacity) this.grow();
+      s = this.used++;
+    }
+    this.bytes.fill(0, s * B_STRIDE, (s + 1) * B_STRIDE);
+    this.nums.fill(0, s * N_STRIDE, (s + 1) * N_STRIDE);
+    this.ids[s] = deviceId;
+    if (PLAIN_ID.test(deviceId)) this.bytes[s * B_STRIDE + B_META] = ID_PLAIN;
+    this.index.set(deviceId, s);
+    return s;
+  }
+
+  release(s: number): void {
+    this.index.delete(this.ids[s]!);
+    this.ids[s] = '';
+    this.bytes[s * B_STRIDE + B_FLAGS] = 0;
+    this.free.push(s);
+  }
+
+  private grow(): void {
+    const capacity = this.capacity * 2;
+    const bytes = new Uint8Array(capacity * B_STRIDE);
+    bytes.set(this.bytes);
+    const nums = new Float64Array(capacity * N_STRIDE);
+    nums.set(this.nums);
+    const digests = new Uint32Array(capacity * D_STRIDE);
+    digests.set(this.digests);
+    this.bytes = bytes;
+    this.nums = nums;
+    this.digests = digests;
+    this.capacity = capacity;
+  }
+
+  /** Stores a document's version and content digest at `n` (nums) and `d` (digests) of slot `s`. */
+  setDoc(s: number, n: number, d: number, doc: VisibleDocument): void {
+    this.nums[s * N_STRIDE + n] = doc.version;
+    const h = doc.contentDigest;
+    if (h !== this.lastDigest) {
+      this.lastHi = hex32(h, 0);
+      this.lastLo = hex32(h, 8);
+      this.lastDigest = h;
+    }
+    const i = s * D_STRIDE + d;
+    this.digests[i] = this.lastHi;
+    this.digests[i + 1] = this.lastLo;
+  }
+}
+
+/** Eight hex digits of `h` from `at` as a number (a content digest is 16 lowercase hex digits). */
+function hex32(h: string, at: number): number {
+  let v = 0;
+  for (let i = at; i < at + 8; i++) {
+    const c = h.charCodeAt(i);
+    const nibble = c <= 57 ? c - 48 : (c | 32) - 87;
+    if (nibble < 0 || nibble > 15 || Number.isNaN(c)) throw new TypeError(`not a content digest: ${h}`);
+    v = v * 16 + nibble;
+  }
+  return v;
+}
+
+const HEX = Buffer.from('0123456789abcdef', 'latin1');
+const ascii = (text: string): Buffer => Buffer.from(text, 'latin1');
+const T_OPEN = ascii('{"d":');
+const T_DV = ascii(',"dv":');
+const T_DS = ascii(',"ds":"');
+const T_DC = ascii('","dc":"');
+const T_DA = ascii('","da":');
+const T_SV = ascii(',"sv":');
+const T_SC = ascii(',"sc":"');
+const T_SA = ascii('","sa":');
+const T_ST = ascii(',"st":"');
+const T_SK_TRUE = ascii('","sk":true');
+const T_SK_FALSE = ascii('","sk":false');
+const T_AV = ascii(',"av":');
+const T_AC = ascii(',"ac":"');
+const T_AA = ascii('","aa":');
+const T_AT = ascii(',"at":"');
+const T_H = ascii(',"h":');
+const T_R = ascii(',"r":');
+const T_PLAIN = ascii('plain');
+const T_DTLS = ascii('dtls');
+const T_SOURCES = SOURCES.map(ascii);
+/** The most one row takes besides its device id. */
+const ROW_MAX = 400;
+
+/**
+ * A chunk's JSON text built in one reused buffer, written byte by byte from the slots' numbers: one string per
+ * chunk, none per row or per number.
+ */
+class RowBuffer {
+  private buf = Buffer.allocUnsafe(1 << 20);
+  pos = 0;
+
+  reset(): void {
+    this.pos = 0;
+    this.buf[this.pos++] = 0x5b; // [
+  }
+
+  /** Room for one more row of a device id `idLength` long (escaped, at most 6 bytes a character). */
+  ensure(idLength: number): void {
+    const need = this.pos + ROW_MAX + 6 * idLength + 2;
+    if (need <= this.buf.length) return;
+    const next = Buffer.allocUnsafe(Math.max(need, this.buf.length * 2));
+    this.buf.copy(next, 0, 0, this.pos);
+    this.buf = next;
+  }
+
+  byte(c: number): void {
+    this.buf[this.pos++] = c;
+  }
+
+  bytes(b: Buffer): void {
+    b.copy(this.buf, this.pos);
+    this.pos += b.length;
+  }
+
+  /** A device id: written as it is when JSON writes it so, else through JSON.stringify. */
+  id(d: string, plain: boolean): void {
+    if (plain) {
+      this.buf[this.pos++] = 0x22;
+      this.pos += this.buf.write(d, this.pos, 'latin1');
+      this.buf[this.pos++] = 0x22;
+    } else this.pos += this.buf.write(JSON.stringify(d), this.pos, 'utf8');
+  }
+
+  /** A number: digits of a non-negative safe integer written directly, anything else as JavaScript writes it. */
+  num(n: number): void {
+    if (!(Number.isSafeInteger(n) && n >= 0)) {
+      this.pos += this.buf.write(String(n), this.pos, 'latin1');
+      return;
+    }
+    let digits = 1;
+    for (let bound = 10; n >= bound && digits < 16; bound *= 10) digits++;
+    const end = this.pos + digits;
+    let p = end;
+    do {
+      const q = Math.floor(n / 10);
+      this.buf[--p] = 48 + (n - q * 10);
+      n = q;
+    } while (n > 0);
+    this.pos = end;
+  }
+
+  hex(v: number): void {
+    for (let shift = 28; shift >= 0; shift -= 4) this.buf[this.pos++] = HEX[(v >>> shift) & 15]!;
+  }
+
+  /** The chunk's text (closing the array). */
+  text(): string {
+    this.buf[this.pos++] = 0x5d; // ]
+    return this.buf.toString('utf8', 0, this.pos);
+  }
+}
 
 /** A document's content hash (`VisibleDocument.contentDigest`): what the record compares, not versions. */
 export function contentHash(doc: VisibleDocument): string {
@@ -120,14 +320,20 @@ export function contentHash(doc: VisibleDocument): string {
 }
 
 export class DeliveryRecorder implements DeliveryEvents {
-  /** Every device with events since the last sweep or unwritten parts; one object each, kept across flushes. */
-  private readonly facts = new Map<string, Facts>();
-  /** Devices with unwritten parts, in the order of their first unwritten event. */
-  private queue: Facts[] = [];
+  /** Every device with events since the last sweep or unwritten parts: one slot each, kept across flushes. */
+  private readonly table = new FactTable(1024);
+  /** Slots with unwritten parts, in the order of their first unwritten event (`queued` of them). */
+  private queue = new Int32Array(1024);
+  private queued = 0;
+  /** The queue being written (swapped with `queue` at each flush). */
+  private spare = new Int32Array(1024);
   /** Wall-clock ms of the oldest unwritten event in `queue` (0: empty), for the lag gauge. */
   private queueOldest = 0;
   /** The batch being written, and its oldest event. */
   private inFlightOldest = 0;
+  private readonly rows = new RowBuffer();
+  /** The slots of the chunk being written (their parts are marked unwritten again if its write fails). */
+  private chunk = new Int32Array(0);
   private flushing: Promise<void> | undefined;
   private timer: NodeJS.Timeout | undefined;
   private lastReap = 0;
@@ -144,6 +350,7 @@ export class DeliveryRecorder implements DeliveryEvents {
   constructor(private readonly options: DeliveryRecorderOptions) {
     this.chunkRows = options.chunkRows ?? 2000;
     this.reapMs = options.reapMs ?? 10_000;
+    this.chunk = new Int32Array(this.chunkRows);
   }
 
   start(): void {
@@ -166,7 +373,7 @@ export class DeliveryRecorder implements DeliveryEvents {
 
   /** Devices whose facts are held: those with events in the last one or two reap intervals, or unwritten parts. */
   get devicesHeld(): number {
-    return this.facts.size;
+    return this.table.index.size;
   }
 
   /** Seconds since the oldest event not yet written (0 when everything is written). */
@@ -175,57 +382,81 @@ export class DeliveryRecorder implements DeliveryEvents {
     return oldest === Infinity ? 0 : Math.max(0, (Date.now() - oldest) / 1000);
   }
 
-  // ---- events (hot path: one map lookup and a few field writes, no allocation) ---------------------------
+  // ---- events (hot path: one map lookup and a few typed-array stores, no allocation) --------------------
 
-  /** The device's facts, with `part` marked unwritten (queued for the next flush if it was not). */
-  private mark(deviceId: string, part: number, now: number): Facts {
-    let f = this.facts.get(deviceId);
-    if (f === undefined) {
-      f = new Facts(deviceId);
-      this.facts.set(deviceId, f);
-    }
-    f.unwritten |= part;
-    f.touched = true;
-    if (!f.queued) {
-      f.queued = true;
-      f.since = now;
-      this.enqueue(f);
-    }
-    return f;
+  /** The device's slot, with `part` marked unwritten (queued for the next flush if it was not). */
+  private mark(deviceId: string, part: number, now: number): number {
+    const t = this.table;
+    const s = t.slot(deviceId);
+    const b = s * B_STRIDE;
+    const bytes = t.bytes;
+    bytes[b + B_UNWRITTEN]! |= part;
+    const flags = bytes[b + B_FLAGS]!;
+    if ((flags & QUEUED) === 0) {
+      bytes[b + B_FLAGS] = flags | QUEUED | TOUCHED;
+      t.nums[s * N_STRIDE + N_SINCE] = now;
+      this.enqueue(s, now);
+    } else bytes[b + B_FLAGS] = flags | TOUCHED;
+    return s;
   }
 
-  /** The settings document this replica serves the device now, and the device's site. */
+  /** The settings document this replica serves the device now (and the device's site, which the row does not carry). */
   desired(record: DeviceRecord, doc: VisibleDocument): void {
     const now = Date.now();
-    const f = this.mark(record.deviceId, DESIRED, now);
-    f.siteId = record.siteId;
-    f.desired = doc;
-    f.desiredAt = now;
+    const t = this.table;
+    const s = this.mark(record.deviceId, DESIRED, now);
+    t.setDoc(s, N_DESIRED_V, D_DESIRED, doc);
+    t.nums[s * N_STRIDE + N_DESIRED_AT] = now;
+    const named = (doc.body as { source?: unknown }).source;
+    const b = s * B_STRIDE;
+    t.bytes[b + B_META] =
+      (t.bytes[b + B_META]! & ~SOURCE_MASK) | (named === 'override' ? 1 : named === 'rollout' ? 2 : 0);
+    t.bytes[b + B_FLAGS]! |= HAVE_DESIRED;
   }
 
   sent(deviceId: string, doc: VisibleDocument, transport: DeliveryTransport, confirmable: boolean): void {
     if (this.options.trusts?.(deviceId, transport) === false) return;
     const now = Date.now();
-    const f = this.mark(deviceId, SENT, now);
-    f.sent = doc;
-    f.sentAt = now;
-    f.sentTransport = transport;
-    f.sentConfirmable = confirmable;
+    const s = this.mark(deviceId, SENT, now);
+    this.setSent(s, doc, now, transport, confirmable);
+  }
+
+  private setSent(
+    s: number,
+    doc: VisibleDocument,
+    now: number,
+    transport: DeliveryTransport,
+    con: boolean,
+  ): void {
+    const t = this.table;
+    t.setDoc(s, N_SENT_V, D_SENT, doc);
+    t.nums[s * N_STRIDE + N_SENT_AT] = now;
+    const i = s * B_STRIDE + B_FLAGS;
+    t.bytes[i] =
+      (t.bytes[i]! & ~(SENT_DTLS | SENT_CON)) |
+      HAVE_SENT |
+      (transport === 'dtls' ? SENT_DTLS : 0) |
+      (con ? SENT_CON : 0);
   }
 
   acknowledged(deviceId: string, doc: VisibleDocument, transport: DeliveryTransport): void {
     if (this.options.trusts?.(deviceId, transport) === false) return;
     const now = Date.now();
-    const f = this.mark(deviceId, ACKED | HEARD, now);
-    f.acked = doc;
-    f.ackedAt = f.heardAt = now;
-    f.ackedTransport = transport;
+    const t = this.table;
+    const s = this.mark(deviceId, ACKED | HEARD, now);
+    t.setDoc(s, N_ACKED_V, D_ACKED, doc);
+    const n = s * N_STRIDE;
+    t.nums[n + N_ACKED_AT] = now;
+    t.nums[n + N_HEARD_AT] = now;
+    const i = s * B_STRIDE + B_FLAGS;
+    t.bytes[i] = (t.bytes[i]! & ~ACKED_DTLS) | HAVE_ACKED | (transport === 'dtls' ? ACKED_DTLS : 0);
   }
 
   heard(deviceId: string, transport: DeliveryTransport): void {
     if (this.options.trusts?.(deviceId, transport) === false) return;
     const now = Date.now();
-    this.mark(deviceId, HEARD, now).heardAt = now;
+    const s = this.mark(deviceId, HEARD, now);
+    this.table.nums[s * N_STRIDE + N_HEARD_AT] = now;
   }
 
   registered(deviceId: string, settings: VisibleDocument | null, transport: DeliveryTransport): void {
@@ -234,16 +465,13 @@ export class DeliveryRecorder implements DeliveryEvents {
     const part =
       (settings !== null ? RELATIONS : 0) | (trusted ? HEARD : 0) | (trusted && settings !== null ? SENT : 0);
     if (part === 0) return;
-    const f = this.mark(deviceId, part, now);
+    const s = this.mark(deviceId, part, now);
     if (!trusted) return;
-    f.heardAt = now;
+    this.table.nums[s * N_STRIDE + N_HEARD_AT] = now;
     if (settings === null) return;
     // The response to a registration is never confirmable (piggybacked in the ACK of a CON request, or NON):
     // the device has it, but has not acknowledged it.
-    f.sent = settings;
-    f.sentAt = now;
-    f.sentTransport = transport;
-    f.sentConfirmable = false;
+    this.setSent(s, settings, now, transport, false);
   }
 
   relationsChanged(deviceId: string): void {
@@ -264,17 +492,22 @@ export class DeliveryRecorder implements DeliveryEvents {
   /** Writes every unwritten part; one flush at a time (a tick during a flush waits for the next). */
   flush(): Promise<void> {
     if (this.flushing !== undefined) return this.flushing;
-    if (this.queue.length === 0 && Date.now() - this.lastReap < this.reapMs) return Promise.resolve();
+    if (this.queued === 0 && Date.now() - this.lastReap < this.reapMs) return Promise.resolve();
     this.flushing = this.write().finally(() => (this.flushing = undefined));
     return this.flushing;
   }
 
   private async write(): Promise<void> {
+    // The batch is the queue as it is now; events from here on queue their devices in the other array. A slot
+    // is in at most one of them (QUEUED), so each holds at most every slot.
     const batch = this.queue;
-    this.queue = [];
+    const size = this.queued;
+    this.queue = this.spare.length >= batch.length ? this.spare : new Int32Array(batch.length);
+    this.queued = 0;
     this.inFlightOldest = this.queueOldest;
     this.queueOldest = 0;
     const started = performance.now();
+    const t = this.table;
     // Rows are built a chunk at a time, between the writes: a 100,000-device batch never holds the event loop
     // for more than one chunk's encoding (a few ms), so ACKs keep being read meanwhile. A device is taken off
     // the queue when its row is built; an event after that queues it again for the next flush.
@@ -282,30 +515,37 @@ export class DeliveryRecorder implements DeliveryEvents {
     let i = 0;
     const now = Date.now();
     try {
-      while (i < batch.length) {
-        const rows: string[] = [];
-        const chunk: Facts[] = [];
-        for (; i < batch.length && rows.length < this.chunkRows; i++) {
-          const f = batch[i]!;
-          if (this.defer(f, now)) {
-            this.enqueue(f);
+      while (i < size) {
+        const rows = this.rows;
+        const chunk = this.chunk;
+        let n = 0;
+        rows.reset();
+        for (; i < size && n < this.chunkRows; i++) {
+          const s = batch[i]!;
+          // The table may have grown (and its arrays been replaced) during the previous chunk's write.
+          const bytes = t.bytes;
+          const b = s * B_STRIDE;
+          if (this.defer(s, now)) {
+            this.enqueue(s, t.nums[s * N_STRIDE + N_SINCE]!);
             continue;
           }
-          rows.push(this.rowText(f));
-          chunk.push(f);
-          f.writing = f.unwritten;
-          f.unwritten = 0;
-          f.queued = false;
+          if (n > 0) rows.byte(0x2c); // ,
+          this.rowText(s);
+          chunk[n++] = s;
+          bytes[b + B_WRITING] = bytes[b + B_UNWRITTEN]!;
+          bytes[b + B_UNWRITTEN] = 0;
+          bytes[b + B_FLAGS]! &= ~QUEUED;
         }
-        if (rows.length === 0) continue;
+        if (n === 0) continue;
+        const text = rows.text();
         try {
-          await this.options.writer.record(this.options.replica, `[${rows.join(',')}]`);
+          await this.options.writer.record(this.options.replica, text);
         } catch (err) {
           // Its parts are unwritten again (with whatever newer values arrived meanwhile).
-          for (const f of chunk) this.requeue(f, f.writing, now);
+          for (let k = 0; k < n; k++) this.requeue(chunk[k]!, now);
           throw err;
         }
-        written += rows.length;
+        written += n;
       }
       this.stats.flushes++;
       this.stats.rows += written;
@@ -326,37 +566,54 @@ export class DeliveryRecorder implements DeliveryEvents {
       this.stats.failures++;
       this.options.logger.warn('delivery record: flush failed; retrying at the next tick', {
         error: errorMessage(err),
-        devices: batch.length,
+        devices: size,
       });
-      for (; i < batch.length; i++) if (batch[i]!.queued) this.enqueue(batch[i]!);
+      for (; i < size; i++) {
+        const s = batch[i]!;
+        if ((t.bytes[s * B_STRIDE + B_FLAGS]! & QUEUED) !== 0)
+          this.enqueue(s, t.nums[s * N_STRIDE + N_SINCE]!);
+      }
     } finally {
       this.inFlightOldest = 0;
+      this.spare = batch;
     }
   }
 
-  /** Marks `parts` of `f` unwritten again after a failed write. */
-  private requeue(f: Facts, parts: number, now: number): void {
-    f.unwritten |= parts;
-    if (!f.queued) {
-      f.queued = true;
-      f.since = now;
-      this.enqueue(f);
+  /** Marks the parts slot `s` was written with unwritten again after a failed write. */
+  private requeue(s: number, now: number): void {
+    const bytes = this.table.bytes;
+    const b = s * B_STRIDE;
+    bytes[b + B_UNWRITTEN]! |= bytes[b + B_WRITING]!;
+    const flags = bytes[b + B_FLAGS]!;
+    if ((flags & QUEUED) === 0) {
+      bytes[b + B_FLAGS] = flags | QUEUED;
+      this.table.nums[s * N_STRIDE + N_SINCE] = now;
+      this.enqueue(s, now);
     }
   }
 
-  private enqueue(f: Facts): void {
-    this.queue.push(f);
-    if (this.queueOldest === 0 || f.since < this.queueOldest) this.queueOldest = f.since;
+  private enqueue(s: number, since: number): void {
+    if (this.queued === this.queue.length) {
+      // Never more than every slot; the table grew since the queue was made.
+      const next = new Int32Array(Math.max(this.table.capacity, this.queue.length * 2));
+      next.set(this.queue);
+      this.queue = next;
+    }
+    this.queue[this.queued++] = s;
+    if (this.queueOldest === 0 || since < this.queueOldest) this.queueOldest = since;
   }
 
   /**
    * Forgets devices with nothing unwritten and no event since the previous sweep (one per reap interval), so
-   * the map holds the devices that are active, not every device ever seen.
+   * the table holds the devices that are active, not every device ever seen; their slots are used again.
    */
   private sweep(): void {
-    for (const [deviceId, f] of this.facts) {
-      if (f.queued || f.touched) f.touched = false;
-      else this.facts.delete(deviceId);
+    const t = this.table;
+    for (const s of t.index.values()) {
+      const i = s * B_STRIDE + B_FLAGS;
+      const flags = t.bytes[i]!;
+      if ((flags & (QUEUED | TOUCHED)) !== 0) t.bytes[i] = flags & ~TOUCHED;
+      else t.release(s);
     }
   }
 
@@ -366,36 +623,79 @@ export class DeliveryRecorder implements DeliveryEvents {
    * flush interval, so a fleet-wide change writes one row per device (desired, sent and acknowledged together)
    * instead of two, and the record's lag stays within two intervals.
    */
-  private defer(f: Facts, now: number): boolean {
+  private defer(s: number, now: number): boolean {
+    const t = this.table;
     return (
-      f.unwritten === DESIRED &&
-      now - f.desiredAt < this.options.flushMs &&
-      this.options.relationsOf(f.deviceId) > 0
+      t.bytes[s * B_STRIDE + B_UNWRITTEN] === DESIRED &&
+      now - t.nums[s * N_STRIDE + N_DESIRED_AT]! < this.options.flushMs &&
+      this.options.relationsOf(t.ids[s]!) > 0
     );
   }
 
   /**
-   * One row as JSON text (a DeliveryRow) of the unwritten parts, written directly: 100,000 rows a fan-out, and
-   * building objects for JSON.stringify cost more than the text. Every value is a number, a boolean, a fixed
-   * word, a hex digest or a device id (1-128 of [A-Za-z0-9._:-], nothing JSON escapes; anything else goes
-   * through JSON.stringify).
+   * One row (a DeliveryRow) of slot `s`'s unwritten parts, written into the chunk's buffer: 100,000 rows a
+   * fan-out, and neither objects for JSON.stringify nor a string per row. Every value is a number, a boolean, a
+   * fixed word, a hex digest or a device id (1-128 of [A-Za-z0-9._:-], nothing JSON escapes; anything else
+   * goes through JSON.stringify).
    */
-  private rowText(f: Facts): string {
-    const d = f.deviceId;
-    const parts = f.unwritten;
-    let t = `{"d":${PLAIN_ID.test(d) ? `"${d}"` : JSON.stringify(d)}`;
-    const desired = f.desired;
-    if (parts & DESIRED && desired !== null) {
-      const named = (desired.body as { source: string }).source;
-      const source = named === 'override' || named === 'rollout' ? named : 'registry';
-      t += `,"dv":${desired.version},"ds":"${source}","dc":"${contentHash(desired)}","da":${f.desiredAt}`;
+  private rowText(s: number): void {
+    const t = this.table;
+    const w = this.rows;
+    const d = t.ids[s]!;
+    const b = s * B_STRIDE;
+    const n = s * N_STRIDE;
+    const g = s * D_STRIDE;
+    const parts = t.bytes[b + B_UNWRITTEN]!;
+    const flags = t.bytes[b + B_FLAGS]!;
+    const meta = t.bytes[b + B_META]!;
+    const nums = t.nums;
+    const digests = t.digests;
+    w.ensure(d.length);
+    w.bytes(T_OPEN);
+    w.id(d, (meta & ID_PLAIN) !== 0);
+    if (parts & DESIRED && flags & HAVE_DESIRED) {
+      w.bytes(T_DV);
+      w.num(nums[n + N_DESIRED_V]!);
+      w.bytes(T_DS);
+      w.bytes(T_SOURCES[meta & SOURCE_MASK] ?? T_SOURCES[0]!);
+      w.bytes(T_DC);
+      w.hex(digests[g + D_DESIRED]!);
+      w.hex(digests[g + D_DESIRED + 1]!);
+      w.bytes(T_DA);
+      w.num(nums[n + N_DESIRED_AT]!);
     }
-    if (parts & SENT && f.sent !== null)
-      t += `,"sv":${f.sent.version},"sc":"${contentHash(f.sent)}","sa":${f.sentAt},"st":"${f.sentTransport}","sk":${f.sentConfirmable}`;
-    if (parts & ACKED && f.acked !== null)
-      t += `,"av":${f.acked.version},"ac":"${contentHash(f.acked)}","aa":${f.ackedAt},"at":"${f.ackedTransport}"`;
-    if (parts & HEARD && f.heardAt > 0) t += `,"h":${f.heardAt}`;
-    if (parts & RELATIONS) t += `,"r":${this.options.relationsOf(d)}`;
-    return `${t}}`;
+    if (parts & SENT && flags & HAVE_SENT) {
+      w.bytes(T_SV);
+      w.num(nums[n + N_SENT_V]!);
+      w.bytes(T_SC);
+      w.hex(digests[g + D_SENT]!);
+      w.hex(digests[g + D_SENT + 1]!);
+      w.bytes(T_SA);
+      w.num(nums[n + N_SENT_AT]!);
+      w.bytes(T_ST);
+      w.bytes(flags & SENT_DTLS ? T_DTLS : T_PLAIN);
+      w.bytes(flags & SENT_CON ? T_SK_TRUE : T_SK_FALSE);
+    }
+    if (parts & ACKED && flags & HAVE_ACKED) {
+      w.bytes(T_AV);
+      w.num(nums[n + N_ACKED_V]!);
+      w.bytes(T_AC);
+      w.hex(digests[g + D_ACKED]!);
+      w.hex(digests[g + D_ACKED + 1]!);
+      w.bytes(T_AA);
+      w.num(nums[n + N_ACKED_AT]!);
+      w.bytes(T_AT);
+      w.bytes(flags & ACKED_DTLS ? T_DTLS : T_PLAIN);
+      w.byte(0x22);
+    }
+    if (parts & HEARD && nums[n + N_HEARD_AT]! > 0) {
+      w.bytes(T_H);
+      w.num(nums[n + N_HEARD_AT]!);
+    }
+    if (parts & RELATIONS) {
+      w.bytes(T_R);
+      w.num(this.options.relationsOf(d));
+    }
+    w.byte(0x7d); // }
   }
 }
