@@ -3,7 +3,44 @@
 // PostgreSQL in batches, off the hot path: an event costs a map lookup and a few typed-array stores (no
 // allocation), a flush one function call per chunk of devices. A replica that dies loses at most what it had not flushed yet.
 import { errorMessage, type Logger } from '@platform/service-kit';
+import { Worker } from 'node:worker_threads';
+import { existsSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
 import type { DeviceRecord, VisibleDocument } from '../domain/documents.js';
+import {
+  ACKED,
+  ACKED_DTLS,
+  D_ACKED,
+  D_DESIRED,
+  D_SENT,
+  D_STRIDE,
+  DESIRED,
+  HAVE_ACKED,
+  HAVE_DESIRED,
+  HAVE_SENT,
+  HEARD,
+  ID_PLAIN,
+  N_ACKED_AT,
+  N_ACKED_V,
+  N_DESIRED_AT,
+  N_DESIRED_V,
+  N_HEARD_AT,
+  N_ROW,
+  N_SENT_AT,
+  N_SENT_V,
+  QUEUED,
+  RELATIONS,
+  ROW_WORKER,
+  RowBuffer,
+  SENT,
+  SENT_CON,
+  SENT_DTLS,
+  SOURCE_MASK,
+  Snapshot,
+  TOUCHED,
+  type BuildAnswer,
+  type BuildRequest,
+} from './row-builder.js';
 
 export type DeliveryTransport = 'plain' | 'dtls';
 
@@ -70,26 +107,14 @@ export interface DeliveryRecorderOptions {
   chunkRows?: number;
   /** Dead replicas are removed from `observed_by` this often (ms). */
   reapMs?: number;
+  /**
+   * Build each chunk's text in a worker thread (row-builder.ts) instead of on the event loop; default true,
+   * GATEWAY_DELIVERY_ROW_WORKER. Without a worker (or while one cannot be started) the event loop builds it.
+   */
+  rowWorker?: boolean;
+  /** Tests: the worker exits after this many chunks (to show a worker's death is survived). */
+  rowWorkerCrashAfter?: number;
 }
-
-// The parts of a device's facts not yet written (bits of its UNWRITTEN byte).
-const DESIRED = 1;
-const SENT = 2;
-const ACKED = 4;
-const HEARD = 8;
-const RELATIONS = 16;
-
-// Flags (its FLAGS byte).
-/** In the queue of the next flush (or of the one being written); set with a part, cleared when its row is built. */
-const QUEUED = 1;
-/** An event came since the previous sweep (see `sweep`). */
-const TOUCHED = 2;
-const HAVE_DESIRED = 4;
-const HAVE_SENT = 8;
-const HAVE_ACKED = 16;
-const SENT_DTLS = 32;
-const SENT_CON = 64;
-const ACKED_DTLS = 128;
 
 // A slot's bytes (stride 4): unwritten parts, the parts of the row being written, flags, the desired source.
 const B_UNWRITTEN = 0;
@@ -98,29 +123,12 @@ const B_FLAGS = 2;
 /** Bits 0-1: the desired source (index in SOURCES); ID_PLAIN: the device id needs no escaping in JSON. */
 const B_META = 3;
 const B_STRIDE = 4;
-// Its numbers (stride 8, one 64-byte line): versions (µs clock readings, exact below 2^53) and wall-clock ms.
-const N_DESIRED_V = 0;
-const N_DESIRED_AT = 1;
-const N_SENT_V = 2;
-const N_SENT_AT = 3;
-const N_ACKED_V = 4;
-const N_ACKED_AT = 5;
-const N_HEARD_AT = 6;
+// Its numbers (stride 8, one 64-byte line): N_DESIRED_V .. N_HEARD_AT (row-builder.ts), then:
 /** Wall-clock ms of the oldest unwritten event (for the lag gauge). */
 const N_SINCE = 7;
 const N_STRIDE = 8;
-// Its content digests (16 hex digits, as two 32-bit halves; stride 6): desired, sent, acknowledged.
-const D_DESIRED = 0;
-const D_SENT = 2;
-const D_ACKED = 4;
-const D_STRIDE = 6;
-
 /** Device ids JSON writes as they are (the registry's pattern). */
 const PLAIN_ID = /^[A-Za-z0-9._:-]{1,128}$/;
-
-const SOURCES = ['registry', 'override', 'rollout'] as const;
-const SOURCE_MASK = 3;
-const ID_PLAIN = 4;
 
 /**
  * What this replica knows of its devices, one slot per device (assigned at its first event, freed by the sweep)
@@ -220,100 +228,6 @@ function hex32(h: string, at: number): number {
   return v;
 }
 
-const HEX = Buffer.from('0123456789abcdef', 'latin1');
-const ascii = (text: string): Buffer => Buffer.from(text, 'latin1');
-const T_OPEN = ascii('{"d":');
-const T_DV = ascii(',"dv":');
-const T_DS = ascii(',"ds":"');
-const T_DC = ascii('","dc":"');
-const T_DA = ascii('","da":');
-const T_SV = ascii(',"sv":');
-const T_SC = ascii(',"sc":"');
-const T_SA = ascii('","sa":');
-const T_ST = ascii(',"st":"');
-const T_SK_TRUE = ascii('","sk":true');
-const T_SK_FALSE = ascii('","sk":false');
-const T_AV = ascii(',"av":');
-const T_AC = ascii(',"ac":"');
-const T_AA = ascii('","aa":');
-const T_AT = ascii(',"at":"');
-const T_H = ascii(',"h":');
-const T_R = ascii(',"r":');
-const T_PLAIN = ascii('plain');
-const T_DTLS = ascii('dtls');
-const T_SOURCES = SOURCES.map(ascii);
-/** The most one row takes besides its device id. */
-const ROW_MAX = 400;
-
-/**
- * A chunk's JSON text built in one reused buffer, written byte by byte from the slots' numbers: one string per
- * chunk, none per row or per number.
- */
-class RowBuffer {
-  private buf = Buffer.allocUnsafe(1 << 20);
-  pos = 0;
-
-  reset(): void {
-    this.pos = 0;
-    this.buf[this.pos++] = 0x5b; // [
-  }
-
-  /** Room for one more row of a device id `idLength` long (escaped, at most 6 bytes a character). */
-  ensure(idLength: number): void {
-    const need = this.pos + ROW_MAX + 6 * idLength + 2;
-    if (need <= this.buf.length) return;
-    const next = Buffer.allocUnsafe(Math.max(need, this.buf.length * 2));
-    this.buf.copy(next, 0, 0, this.pos);
-    this.buf = next;
-  }
-
-  byte(c: number): void {
-    this.buf[this.pos++] = c;
-  }
-
-  bytes(b: Buffer): void {
-    b.copy(this.buf, this.pos);
-    this.pos += b.length;
-  }
-
-  /** A device id: written as it is when JSON writes it so, else through JSON.stringify. */
-  id(d: string, plain: boolean): void {
-    if (plain) {
-      this.buf[this.pos++] = 0x22;
-      this.pos += this.buf.write(d, this.pos, 'latin1');
-      this.buf[this.pos++] = 0x22;
-    } else this.pos += this.buf.write(JSON.stringify(d), this.pos, 'utf8');
-  }
-
-  /** A number: digits of a non-negative safe integer written directly, anything else as JavaScript writes it. */
-  num(n: number): void {
-    if (!(Number.isSafeInteger(n) && n >= 0)) {
-      this.pos += this.buf.write(String(n), this.pos, 'latin1');
-      return;
-    }
-    let digits = 1;
-    for (let bound = 10; n >= bound && digits < 16; bound *= 10) digits++;
-    const end = this.pos + digits;
-    let p = end;
-    do {
-      const q = Math.floor(n / 10);
-      this.buf[--p] = 48 + (n - q * 10);
-      n = q;
-    } while (n > 0);
-    this.pos = end;
-  }
-
-  hex(v: number): void {
-    for (let shift = 28; shift >= 0; shift -= 4) this.buf[this.pos++] = HEX[(v >>> shift) & 15]!;
-  }
-
-  /** The chunk's text (closing the array). */
-  text(): string {
-    this.buf[this.pos++] = 0x5d; // ]
-    return this.buf.toString('utf8', 0, this.pos);
-  }
-}
-
 /** A document's content hash (`VisibleDocument.contentDigest`): what the record compares, not versions. */
 export function contentHash(doc: VisibleDocument): string {
   return doc.contentDigest;
@@ -333,7 +247,14 @@ export class DeliveryRecorder implements DeliveryEvents {
   private inFlightOldest = 0;
   private readonly rows = new RowBuffer();
   /** The slots of the chunk being written (their parts are marked unwritten again if its write fails). */
-  private chunk = new Int32Array(0);
+  private chunk: Int32Array;
+  /** The chunk's facts as they were when its rows were taken: what the builder reads. */
+  private readonly snapshot: Snapshot;
+  /** The builder on the event loop (no worker, or while none can be started). */
+  private localRows: RowBuffer | undefined;
+  private worker: RowWorker | undefined;
+  /** Wall-clock ms before which no new worker is started (after one failed). */
+  private workerRetryAt = 0;
   private flushing: Promise<void> | undefined;
   private timer: NodeJS.Timeout | undefined;
   private lastReap = 0;
@@ -345,12 +266,15 @@ export class DeliveryRecorder implements DeliveryEvents {
     failures: 0,
     totalFlushMs: 0,
     maxFlushMs: 0,
+    /** Row workers that exited or failed (a new one is started at a later chunk). */
+    workerFailures: 0,
   };
 
   constructor(private readonly options: DeliveryRecorderOptions) {
     this.chunkRows = options.chunkRows ?? 2000;
     this.reapMs = options.reapMs ?? 10_000;
     this.chunk = new Int32Array(this.chunkRows);
+    this.snapshot = new Snapshot(this.chunkRows);
   }
 
   start(): void {
@@ -366,6 +290,8 @@ export class DeliveryRecorder implements DeliveryEvents {
     if (this.timer !== undefined) clearInterval(this.timer);
     this.timer = undefined;
     await this.flush();
+    await this.worker?.close();
+    this.worker = undefined;
     await this.options.writer.reap(null).catch((err: unknown) => {
       this.options.logger.warn('delivery record: leaving failed', { error: errorMessage(err) });
     });
@@ -508,37 +434,29 @@ export class DeliveryRecorder implements DeliveryEvents {
     this.queueOldest = 0;
     const started = performance.now();
     const t = this.table;
-    // Rows are built a chunk at a time, between the writes: a 100,000-device batch never holds the event loop
-    // for more than one chunk's encoding (a few ms), so ACKs keep being read meanwhile. A device is taken off
-    // the queue when its row is built; an event after that queues it again for the next flush.
+    // A chunk at a time: its devices' unwritten parts are copied into the snapshot and marked written (copy
+    // and clear, on the event loop, so no event is lost or read half-written), then its text is built (by the
+    // worker while the event loop goes on) and written. An event after its device was taken queues it again
+    // for the next flush; a failed write marks what it carried unwritten again.
     let written = 0;
     let i = 0;
     const now = Date.now();
     try {
       while (i < size) {
-        const rows = this.rows;
         const chunk = this.chunk;
         let n = 0;
-        rows.reset();
         for (; i < size && n < this.chunkRows; i++) {
           const s = batch[i]!;
-          // The table may have grown (and its arrays been replaced) during the previous chunk's write.
-          const bytes = t.bytes;
-          const b = s * B_STRIDE;
           if (this.defer(s, now)) {
             this.enqueue(s, t.nums[s * N_STRIDE + N_SINCE]!);
             continue;
           }
-          if (n > 0) rows.byte(0x2c); // ,
-          this.rowText(s);
+          if (!this.take(s, n)) break; // the snapshot's id area is full: the next chunk takes it
           chunk[n++] = s;
-          bytes[b + B_WRITING] = bytes[b + B_UNWRITTEN]!;
-          bytes[b + B_UNWRITTEN] = 0;
-          bytes[b + B_FLAGS]! &= ~QUEUED;
         }
         if (n === 0) continue;
-        const text = rows.text();
         try {
+          const text = await this.build(n);
           await this.options.writer.record(this.options.replica, text);
         } catch (err) {
           // Its parts are unwritten again (with whatever newer values arrived meanwhile).
@@ -577,6 +495,60 @@ export class DeliveryRecorder implements DeliveryEvents {
       this.inFlightOldest = 0;
       this.spare = batch;
     }
+  }
+
+  /**
+   * Copies slot `s`'s unwritten parts into row `r` of the snapshot and marks them written (WRITING keeps them
+   * until the write is known); false when its device id does not fit in this chunk.
+   */
+  private take(s: number, r: number): boolean {
+    const t = this.table;
+    const snap = this.snapshot;
+    const b = s * B_STRIDE;
+    const bytes = t.bytes;
+    const parts = bytes[b + B_UNWRITTEN]!;
+    const d = t.ids[s]!;
+    if (!snap.putId(r, d, (bytes[b + B_META]! & ID_PLAIN) !== 0)) return false;
+    const o = r * 4;
+    snap.bytes[o] = parts;
+    snap.bytes[o + 1] = bytes[b + B_FLAGS]!;
+    snap.bytes[o + 2] = bytes[b + B_META]!;
+    const from = s * N_STRIDE;
+    const nums = t.nums;
+    const to = r * N_ROW;
+    for (let k = 0; k < N_ROW; k++) snap.nums[to + k] = nums[from + k]!;
+    const g = s * D_STRIDE;
+    const h = r * D_STRIDE;
+    for (let k = 0; k < D_STRIDE; k++) snap.digests[h + k] = t.digests[g + k]!;
+    snap.rel[r] = parts & RELATIONS ? this.options.relationsOf(d) : 0;
+    bytes[b + B_WRITING] = parts;
+    bytes[b + B_UNWRITTEN] = 0;
+    bytes[b + B_FLAGS]! &= ~QUEUED;
+    return true;
+  }
+
+  /** The text of the snapshot's first `n` rows: from the worker, or built here when there is none. */
+  private async build(n: number): Promise<string> {
+    if (this.options.rowWorker !== false && Date.now() >= this.workerRetryAt) {
+      this.worker ??= RowWorker.start(this.snapshot, this.options.rowWorkerCrashAfter);
+      if (this.worker !== undefined) {
+        try {
+          return await this.worker.build(n);
+        } catch (err) {
+          // The worker died or failed: the snapshot is still as it was, so this chunk is built here, and a new
+          // worker is started at a later chunk.
+          this.stats.workerFailures++;
+          this.worker = undefined;
+          this.workerRetryAt =
+            Date.now() + Math.min(60_000, 100 * 2 ** Math.min(this.stats.workerFailures, 10));
+          this.options.logger.warn('delivery record: row worker failed; building rows on the event loop', {
+            error: errorMessage(err),
+          });
+        }
+      } else this.workerRetryAt = Date.now() + 60_000;
+    }
+    this.localRows ??= new RowBuffer();
+    return this.localRows.build(this.snapshot, n);
   }
 
   /** Marks the parts slot `s` was written with unwritten again after a failed write. */
@@ -631,71 +603,84 @@ export class DeliveryRecorder implements DeliveryEvents {
       this.options.relationsOf(t.ids[s]!) > 0
     );
   }
+}
 
-  /**
-   * One row (a DeliveryRow) of slot `s`'s unwritten parts, written into the chunk's buffer: 100,000 rows a
-   * fan-out, and neither objects for JSON.stringify nor a string per row. Every value is a number, a boolean, a
-   * fixed word, a hex digest or a device id (1-128 of [A-Za-z0-9._:-], nothing JSON escapes; anything else
-   * goes through JSON.stringify).
-   */
-  private rowText(s: number): void {
-    const t = this.table;
-    const w = this.rows;
-    const d = t.ids[s]!;
-    const b = s * B_STRIDE;
-    const n = s * N_STRIDE;
-    const g = s * D_STRIDE;
-    const parts = t.bytes[b + B_UNWRITTEN]!;
-    const flags = t.bytes[b + B_FLAGS]!;
-    const meta = t.bytes[b + B_META]!;
-    const nums = t.nums;
-    const digests = t.digests;
-    w.ensure(d.length);
-    w.bytes(T_OPEN);
-    w.id(d, (meta & ID_PLAIN) !== 0);
-    if (parts & DESIRED && flags & HAVE_DESIRED) {
-      w.bytes(T_DV);
-      w.num(nums[n + N_DESIRED_V]!);
-      w.bytes(T_DS);
-      w.bytes(T_SOURCES[meta & SOURCE_MASK] ?? T_SOURCES[0]!);
-      w.bytes(T_DC);
-      w.hex(digests[g + D_DESIRED]!);
-      w.hex(digests[g + D_DESIRED + 1]!);
-      w.bytes(T_DA);
-      w.num(nums[n + N_DESIRED_AT]!);
-    }
-    if (parts & SENT && flags & HAVE_SENT) {
-      w.bytes(T_SV);
-      w.num(nums[n + N_SENT_V]!);
-      w.bytes(T_SC);
-      w.hex(digests[g + D_SENT]!);
-      w.hex(digests[g + D_SENT + 1]!);
-      w.bytes(T_SA);
-      w.num(nums[n + N_SENT_AT]!);
-      w.bytes(T_ST);
-      w.bytes(flags & SENT_DTLS ? T_DTLS : T_PLAIN);
-      w.bytes(flags & SENT_CON ? T_SK_TRUE : T_SK_FALSE);
-    }
-    if (parts & ACKED && flags & HAVE_ACKED) {
-      w.bytes(T_AV);
-      w.num(nums[n + N_ACKED_V]!);
-      w.bytes(T_AC);
-      w.hex(digests[g + D_ACKED]!);
-      w.hex(digests[g + D_ACKED + 1]!);
-      w.bytes(T_AA);
-      w.num(nums[n + N_ACKED_AT]!);
-      w.bytes(T_AT);
-      w.bytes(flags & ACKED_DTLS ? T_DTLS : T_PLAIN);
-      w.byte(0x22);
-    }
-    if (parts & HEARD && nums[n + N_HEARD_AT]! > 0) {
-      w.bytes(T_H);
-      w.num(nums[n + N_HEARD_AT]!);
-    }
-    if (parts & RELATIONS) {
-      w.bytes(T_R);
-      w.num(this.options.relationsOf(d));
-    }
-    w.byte(0x7d); // }
+/** Where the worker's code is: the built .js beside this file, or (tests on the sources) the .ts itself. */
+function rowBuilderFile(): URL | undefined {
+  for (const name of ['./row-builder.js', './row-builder.ts']) {
+    const url = new URL(name, import.meta.url);
+    if (existsSync(fileURLToPath(url))) return url;
+  }
+  return undefined;
+}
+
+/** The thread that builds a chunk's text from the snapshot (row-builder.ts); one request at a time. */
+class RowWorker {
+  private pending: { resolve: (text: string) => void; reject: (err: Error) => void } | undefined;
+  private dead: Error | undefined;
+
+  private constructor(private readonly thread: Worker) {
+    thread.unref();
+    thread.on('message', (answer: BuildAnswer) => {
+      const p = this.pending;
+      this.pending = undefined;
+      p?.resolve(answer.text);
+    });
+    thread.on('error', (err) => this.fail(err));
+    thread.on('exit', (code) => this.fail(new Error(`row worker exited (code ${code})`)));
+  }
+
+  static start(snapshot: Snapshot, crashAfter: number | undefined): RowWorker | undefined {
+    const file = rowBuilderFile();
+    if (file === undefined) return undefined;
+    return new RowWorker(
+      new Worker(file, {
+        workerData: {
+          role: ROW_WORKER,
+          snapshot: snapshot.buffer,
+          ...(crashAfter === undefined ? {} : { crashAfter }),
+        },
+      }),
+    );
+  }
+
+  /** The text of the snapshot's first `n` rows; fails if the worker dies or takes longer than `deadlineMs`. */
+  build(n: number, deadlineMs = 10_000): Promise<string> {
+    if (this.dead !== undefined) return Promise.reject(this.dead);
+    // Held (ref) while it works: a flush at shutdown must not see the process exit under it.
+    this.thread.ref();
+    return new Promise<string>((resolve, reject) => {
+      const timer = setTimeout(() => {
+        this.fail(new Error(`row worker took longer than ${deadlineMs} ms`));
+        void this.thread.terminate();
+      }, deadlineMs);
+      const done = (): void => {
+        clearTimeout(timer);
+        this.thread.unref();
+      };
+      this.pending = {
+        resolve: (text) => {
+          done();
+          resolve(text);
+        },
+        reject: (err) => {
+          done();
+          reject(err);
+        },
+      };
+      this.thread.postMessage({ n } satisfies BuildRequest);
+    });
+  }
+
+  private fail(err: Error): void {
+    this.dead ??= err;
+    const p = this.pending;
+    this.pending = undefined;
+    p?.reject(err);
+  }
+
+  async close(): Promise<void> {
+    this.dead ??= new Error('row worker closed');
+    await this.thread.terminate();
   }
 }
