@@ -28,17 +28,50 @@ const doc = (deviceId: string, version: number, interval: number) => {
 class FakeWriter implements DeliveryWriter {
   batches: DeliveryRow[][] = [];
   failNext = 0;
+  /** Chunks written before every later one fails (until reset). */
+  failAfter = Infinity;
   async record(_replica: string, rowsJson: string): Promise<void> {
     const rows = JSON.parse(rowsJson) as DeliveryRow[];
     await Promise.resolve();
-    if (this.failNext > 0) {
-      this.failNext--;
+    if (this.failNext > 0 || this.batches.length >= this.failAfter) {
+      if (this.failNext > 0) this.failNext--;
+      else this.failAfter = Infinity;
       throw new Error('database unreachable');
     }
     this.batches.push([...rows]);
   }
   async reap(): Promise<number> {
     return Promise.resolve(0);
+  }
+}
+
+/** A writer whose first write waits until `open()`: what happens while a chunk is being written. */
+class GatedWriter implements DeliveryWriter {
+  readonly batches: DeliveryRow[][] = [];
+  private gate: Promise<void>;
+  private release!: () => void;
+  private began!: () => void;
+  private readonly begun: Promise<void>;
+  constructor() {
+    this.gate = new Promise((res) => (this.release = res));
+    this.begun = new Promise((res) => (this.began = res));
+  }
+  started(): Promise<void> {
+    return this.begun;
+  }
+  open(): void {
+    this.release();
+  }
+  async record(_replica: string, rowsJson: string): Promise<void> {
+    this.began();
+    await this.gate;
+    this.batches.push(JSON.parse(rowsJson) as DeliveryRow[]);
+  }
+  async reap(): Promise<number> {
+    return Promise.resolve(0);
+  }
+  rows(): DeliveryRow[] {
+    return this.batches.flat();
   }
 }
 
@@ -173,5 +206,165 @@ describe('DeliveryRecorder', () => {
     r.heard('d3', 'plain');
     await r.flush();
     expect(w.batches.flat().filter((row) => row.d === 'd3')).toHaveLength(2);
+  });
+
+  it('events during a flush are not lost: a device taken for a chunk is queued again by its next event', async () => {
+    const w = new GatedWriter();
+    const r = new DeliveryRecorder({
+      replica: '0123456789abcdef',
+      writer: w,
+      logger,
+      flushMs: 1_000_000,
+      relationsOf: () => 0,
+      chunkRows: 10,
+    });
+    const v1 = doc('d0', 1, 60);
+    const v2 = doc('d0', 2, 120);
+    for (let i = 0; i < 25; i++) r.sent(`d${i}`, v1, 'plain', true);
+    const flushing = r.flush();
+    await w.started(); // the first chunk (d0..d9) is being written
+    // Newer facts for devices already taken (d0), waiting in this batch (d15) and new ones (d30..d2029: the
+    // table grows while the batch is written).
+    r.sent('d0', v2, 'dtls', true);
+    r.acknowledged('d15', v1, 'plain');
+    for (let i = 30; i < 2030; i++) r.heard(`d${i}`, 'plain');
+    expect(r.lagSeconds()).toBeGreaterThanOrEqual(0);
+    w.open();
+    await flushing;
+    await r.flush();
+    const rows = w.rows();
+    expect(new Set(rows.map((row) => row.d)).size).toBe(25 + 2000);
+    const d0 = rows.filter((row) => row.d === 'd0');
+    expect(d0.map((row) => [row.sv, row.st])).toEqual([
+      [1, 'plain'],
+      [2, 'dtls'],
+    ]);
+    // d15 was still waiting in the batch: its one row carries both parts.
+    expect(rows.filter((row) => row.d === 'd15')).toEqual([expect.objectContaining({ sv: 1, av: 1 })]);
+    expect(r.lagSeconds()).toBe(0);
+  });
+
+  it('a chunk that fails is written again, with the rest of its batch, at the next flush', async () => {
+    const w = new FakeWriter();
+    const r = new DeliveryRecorder({
+      replica: '0123456789abcdef',
+      writer: w,
+      logger,
+      flushMs: 1_000_000,
+      relationsOf: () => 2,
+      chunkRows: 10,
+    });
+    for (let i = 0; i < 25; i++) r.relationsChanged(`d${i}`);
+    w.failAfter = 1; // the first chunk is written, the second fails
+    await r.flush();
+    expect(w.batches.map((b) => b.length)).toEqual([10]);
+    expect(r.stats.failures).toBe(1);
+    expect(r.lagSeconds()).toBeGreaterThanOrEqual(0);
+    await r.flush();
+    const rows = w.batches.flat();
+    expect(rows).toHaveLength(25);
+    expect(new Set(rows.map((row) => row.d)).size).toBe(25);
+    expect(rows.every((row) => row.r === 2)).toBe(true);
+    expect(r.lagSeconds()).toBe(0);
+  });
+
+  it('rows are the same whether the worker or the event loop builds them; versions and digests exact', async () => {
+    const built = async (rowWorker: boolean) => {
+      const w = new FakeWriter();
+      const r = new DeliveryRecorder({
+        replica: '0123456789abcdef',
+        writer: w,
+        logger,
+        flushMs: 1_000_000,
+        relationsOf: () => 3,
+        rowWorker,
+      });
+      // Versions are µs clock readings; an id JSON must escape; every source and transport.
+      const version = 1_764_172_800_123_456;
+      const odd = 'dé"v\\ice';
+      r.desired(record(odd), settingsDocument(odd, version, 'override', { a: 1 }, prepareSettings({ a: 1 })));
+      r.sent(odd, doc(odd, version + 1, 30), 'dtls', false);
+      r.acknowledged(odd, doc(odd, version + 2, 31), 'dtls');
+      r.relationsChanged(odd);
+      r.desired(record('d2'), settingsDocument('d2', 7, 'rollout', { b: 2 }, prepareSettings({ b: 2 })));
+      r.heard('d2', 'plain'); // not only its desired part (which would wait for the send)
+      r.heard('d3', 'plain');
+      await r.flush();
+      await r.stop();
+      expect(r.stats.workerFailures).toBe(0);
+      return w.batches
+        .flat()
+        .map((row) => ({ ...row, da: undefined, sa: undefined, aa: undefined, h: undefined }));
+    };
+    const inWorker = await built(true);
+    const onLoop = await built(false);
+    expect(inWorker).toEqual(onLoop);
+    const odd = inWorker.find((row) => row.d === 'dé"v\\ice')!;
+    expect(odd).toMatchObject({
+      dv: 1_764_172_800_123_456,
+      ds: 'override',
+      dc: contentHash(settingsDocument('x', 1, 'override', { a: 1 }, prepareSettings({ a: 1 }))),
+      sv: 1_764_172_800_123_457,
+      sc: contentHash(doc('x', 1, 30)),
+      st: 'dtls',
+      sk: false,
+      av: 1_764_172_800_123_458,
+      ac: contentHash(doc('x', 1, 31)),
+      at: 'dtls',
+      r: 3,
+    });
+    expect(inWorker.find((row) => row.d === 'd2')).toMatchObject({ dv: 7, ds: 'rollout' });
+  });
+
+  it('survives its row worker dying: the chunk is built on the event loop and a new worker starts later', async () => {
+    const w = new FakeWriter();
+    const r = new DeliveryRecorder({
+      replica: '0123456789abcdef',
+      writer: w,
+      logger,
+      flushMs: 1_000_000,
+      relationsOf: () => 0,
+      chunkRows: 10,
+      rowWorkerCrashAfter: 1, // every worker builds one chunk, then exits
+    });
+    for (let i = 0; i < 30; i++) r.heard(`d${i}`, 'plain');
+    await r.flush();
+    expect(r.stats.failures).toBe(0);
+    expect(r.stats.workerFailures).toBe(1);
+    expect(w.batches.flat().map((row) => row.d)).toEqual(Array.from({ length: 30 }, (_, i) => `d${i}`));
+    // After the backoff a new worker builds the first chunk; it dies on the second, which is built here.
+    await new Promise((res) => setTimeout(res, 300));
+    for (let i = 0; i < 20; i++) r.heard(`e${i}`, 'plain');
+    await r.flush();
+    expect(r.stats.workerFailures).toBe(2);
+    expect(w.batches.flat()).toHaveLength(50);
+    await r.stop();
+  });
+
+  it("a slot freed by the sweep and given to another device carries none of the first one's facts", async () => {
+    const w = new FakeWriter();
+    const r = new DeliveryRecorder({
+      replica: '0123456789abcdef',
+      writer: w,
+      logger,
+      flushMs: 1_000_000,
+      relationsOf: () => 0,
+      reapMs: 0,
+    });
+    const v1 = doc('d1', 1, 60);
+    r.desired(record('d1'), v1);
+    r.sent('d1', v1, 'dtls', true);
+    r.acknowledged('d1', v1, 'dtls');
+    await r.flush();
+    await r.flush(); // d1 quiet for a sweep: forgotten
+    expect(r.devicesHeld).toBe(0);
+    r.relationsChanged('d2');
+    r.sent('d3', v1, 'plain', false);
+    await r.flush();
+    const rows = w.batches.flat();
+    expect(rows.find((row) => row.d === 'd2')).toEqual({ d: 'd2', r: 0 });
+    expect(rows.find((row) => row.d === 'd3')).toMatchObject({ sv: 1, st: 'plain', sk: false });
+    expect(rows.find((row) => row.d === 'd3')!.av).toBeUndefined();
+    expect(rows.find((row) => row.d === 'd3')!.dv).toBeUndefined();
   });
 });
