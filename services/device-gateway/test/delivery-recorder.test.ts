@@ -367,4 +367,38 @@ describe('DeliveryRecorder', () => {
     expect(rows.find((row) => row.d === 'd3')!.av).toBeUndefined();
     expect(rows.find((row) => row.d === 'd3')!.dv).toBeUndefined();
   });
+
+  it("a caller's DeliveryRef saves the lookup and is never trusted blindly: stale or foreign slots are looked up", async () => {
+    const w = new FakeWriter();
+    const r = new DeliveryRecorder({
+      replica: '0123456789abcdef',
+      writer: w,
+      logger,
+      flushMs: 1_000_000,
+      relationsOf: () => 0,
+      reapMs: 0,
+    });
+    const a = { deliverySlot: -1 };
+    const b = { deliverySlot: -1 };
+    r.heard('a', 'plain', a);
+    r.heard('b', 'plain', b);
+    expect(a.deliverySlot).not.toBe(b.deliverySlot);
+    const v1 = doc('a', 1, 60);
+    r.sent('a', v1, 'plain', true, b); // b's slot for device a: looked up, and the ref now names a's slot
+    expect(b.deliverySlot).toBe(a.deliverySlot);
+    r.acknowledged('a', v1, 'plain', { deliverySlot: 1_000_000 });
+    await r.flush();
+    expect(w.batches.flat()).toEqual([
+      expect.objectContaining({ d: 'a', sv: 1, av: 1 }),
+      { d: 'b', h: expect.any(Number) as number },
+    ]);
+    await r.flush(); // both quiet for a sweep: forgotten, their slots free
+    expect(r.devicesHeld).toBe(0);
+    r.heard('c', 'plain'); // takes a freed slot, perhaps a's
+    r.relationsChanged('a', a);
+    await r.flush();
+    const last = w.batches.at(-1)!;
+    expect(last.map((row) => row.d).sort()).toEqual(['a', 'c']);
+    expect(last.find((row) => row.d === 'a')).toEqual({ d: 'a', r: 0 });
+  });
 });

@@ -44,18 +44,40 @@ import {
 
 export type DeliveryTransport = 'plain' | 'dtls';
 
-/** What the observe layer reports (ObserveLayer's `delivery` sink); settings resources only, except `heard`. */
+/**
+ * Where the caller keeps a device's slot in the recorder (the observe layer: on the device's resource), so the
+ * event needs no map lookup; checked against the device id, so a stale or foreign one only costs the lookup.
+ */
+export interface DeliveryRef {
+  deliverySlot: number;
+}
+
+/**
+ * What the observe layer reports (ObserveLayer's `delivery` sink); settings resources only, except `heard`.
+ * `ref`, when given, is the device's DeliveryRef.
+ */
 export interface DeliveryEvents {
-  sent(deviceId: string, doc: VisibleDocument, transport: DeliveryTransport, confirmable: boolean): void;
-  acknowledged(deviceId: string, doc: VisibleDocument, transport: DeliveryTransport): void;
-  heard(deviceId: string, transport: DeliveryTransport): void;
+  sent(
+    deviceId: string,
+    doc: VisibleDocument,
+    transport: DeliveryTransport,
+    confirmable: boolean,
+    ref?: DeliveryRef,
+  ): void;
+  acknowledged(deviceId: string, doc: VisibleDocument, transport: DeliveryTransport, ref?: DeliveryRef): void;
+  heard(deviceId: string, transport: DeliveryTransport, ref?: DeliveryRef): void;
   /**
    * A relation was registered: the device was heard from, and for its settings (`settings`, the document the
    * response carried) the relations changed and the document was sent, unconfirmed. One event, one lookup.
    */
-  registered(deviceId: string, settings: VisibleDocument | null, transport: DeliveryTransport): void;
+  registered(
+    deviceId: string,
+    settings: VisibleDocument | null,
+    transport: DeliveryTransport,
+    ref?: DeliveryRef,
+  ): void;
   /** The device's relations to its settings on this replica changed (count read at the flush). */
-  relationsChanged(deviceId: string): void;
+  relationsChanged(deviceId: string, ref?: DeliveryRef): void;
 }
 
 /** One device's row of a batch: the argument of `device_gateway.delivery_record` (migration 0005). */
@@ -311,9 +333,14 @@ export class DeliveryRecorder implements DeliveryEvents {
   // ---- events (hot path: one map lookup and a few typed-array stores, no allocation) --------------------
 
   /** The device's slot, with `part` marked unwritten (queued for the next flush if it was not). */
-  private mark(deviceId: string, part: number, now: number): number {
+  private mark(deviceId: string, part: number, now: number, ref?: DeliveryRef): number {
     const t = this.table;
-    const s = t.slot(deviceId);
+    let s: number;
+    if (ref === undefined) s = t.slot(deviceId);
+    else {
+      s = ref.deliverySlot;
+      if (s < 0 || t.ids[s] !== deviceId) ref.deliverySlot = s = t.slot(deviceId);
+    }
     const b = s * B_STRIDE;
     const bytes = t.bytes;
     bytes[b + B_UNWRITTEN]! |= part;
@@ -340,10 +367,16 @@ export class DeliveryRecorder implements DeliveryEvents {
     t.bytes[b + B_FLAGS]! |= HAVE_DESIRED;
   }
 
-  sent(deviceId: string, doc: VisibleDocument, transport: DeliveryTransport, confirmable: boolean): void {
+  sent(
+    deviceId: string,
+    doc: VisibleDocument,
+    transport: DeliveryTransport,
+    confirmable: boolean,
+    ref?: DeliveryRef,
+  ): void {
     if (this.options.trusts?.(deviceId, transport) === false) return;
     const now = Date.now();
-    const s = this.mark(deviceId, SENT, now);
+    const s = this.mark(deviceId, SENT, now, ref);
     this.setSent(s, doc, now, transport, confirmable);
   }
 
@@ -365,11 +398,16 @@ export class DeliveryRecorder implements DeliveryEvents {
       (con ? SENT_CON : 0);
   }
 
-  acknowledged(deviceId: string, doc: VisibleDocument, transport: DeliveryTransport): void {
+  acknowledged(
+    deviceId: string,
+    doc: VisibleDocument,
+    transport: DeliveryTransport,
+    ref?: DeliveryRef,
+  ): void {
     if (this.options.trusts?.(deviceId, transport) === false) return;
     const now = Date.now();
     const t = this.table;
-    const s = this.mark(deviceId, ACKED | HEARD, now);
+    const s = this.mark(deviceId, ACKED | HEARD, now, ref);
     t.setDoc(s, N_ACKED_V, D_ACKED, doc);
     const n = s * N_STRIDE;
     t.nums[n + N_ACKED_AT] = now;
@@ -378,20 +416,25 @@ export class DeliveryRecorder implements DeliveryEvents {
     t.bytes[i] = (t.bytes[i]! & ~ACKED_DTLS) | HAVE_ACKED | (transport === 'dtls' ? ACKED_DTLS : 0);
   }
 
-  heard(deviceId: string, transport: DeliveryTransport): void {
+  heard(deviceId: string, transport: DeliveryTransport, ref?: DeliveryRef): void {
     if (this.options.trusts?.(deviceId, transport) === false) return;
     const now = Date.now();
-    const s = this.mark(deviceId, HEARD, now);
+    const s = this.mark(deviceId, HEARD, now, ref);
     this.table.nums[s * N_STRIDE + N_HEARD_AT] = now;
   }
 
-  registered(deviceId: string, settings: VisibleDocument | null, transport: DeliveryTransport): void {
+  registered(
+    deviceId: string,
+    settings: VisibleDocument | null,
+    transport: DeliveryTransport,
+    ref?: DeliveryRef,
+  ): void {
     const now = Date.now();
     const trusted = this.options.trusts?.(deviceId, transport) !== false;
     const part =
       (settings !== null ? RELATIONS : 0) | (trusted ? HEARD : 0) | (trusted && settings !== null ? SENT : 0);
     if (part === 0) return;
-    const s = this.mark(deviceId, part, now);
+    const s = this.mark(deviceId, part, now, ref);
     if (!trusted) return;
     this.table.nums[s * N_STRIDE + N_HEARD_AT] = now;
     if (settings === null) return;
@@ -400,8 +443,8 @@ export class DeliveryRecorder implements DeliveryEvents {
     this.setSent(s, settings, now, transport, false);
   }
 
-  relationsChanged(deviceId: string): void {
-    this.mark(deviceId, RELATIONS, Date.now());
+  relationsChanged(deviceId: string, ref?: DeliveryRef): void {
+    this.mark(deviceId, RELATIONS, Date.now(), ref);
   }
 
   /**
