@@ -388,10 +388,10 @@ describe('DeliveryRecorder', () => {
     expect(b.deliverySlot).toBe(a.deliverySlot);
     r.acknowledged('a', v1, 'plain', { deliverySlot: 1_000_000 });
     await r.flush();
-    expect(w.batches.flat()).toEqual([
-      expect.objectContaining({ d: 'a', sv: 1, av: 1 }),
-      { d: 'b', h: expect.any(Number) as number },
-    ]);
+    const first = w.batches.flat();
+    expect(first.map((row) => row.d)).toEqual(['a', 'b']);
+    expect(first[0]).toMatchObject({ sv: 1, av: 1 });
+    expect(Object.keys(first[1]!).sort()).toEqual(['d', 'h']);
     await r.flush(); // both quiet for a sweep: forgotten, their slots free
     expect(r.devicesHeld).toBe(0);
     r.heard('c', 'plain'); // takes a freed slot, perhaps a's

@@ -303,6 +303,10 @@ export class DeliveryRecorder implements DeliveryEvents {
   start(): void {
     this.timer ??= setInterval(() => void this.flush(), this.options.flushMs);
     this.timer.unref();
+    // The row worker started now, not at the first flush: its start-up (tens of ms, more on a busy machine)
+    // is not added to the first batch's lag.
+    if (this.options.rowWorker !== false)
+      this.worker ??= RowWorker.start(this.snapshot, this.options.rowWorkerCrashAfter);
   }
 
   /**
@@ -589,7 +593,12 @@ export class DeliveryRecorder implements DeliveryEvents {
             error: errorMessage(err),
           });
         }
-      } else this.workerRetryAt = Date.now() + 60_000;
+      } else {
+        this.workerRetryAt = Date.now() + 60_000;
+        this.options.logger.warn(
+          'delivery record: no row worker file beside the recorder; building rows on the event loop',
+        );
+      }
     }
     this.localRows ??= new RowBuffer();
     return this.localRows.build(this.snapshot, n);
@@ -670,7 +679,7 @@ class RowWorker {
       this.pending = undefined;
       p?.resolve(answer.text);
     });
-    thread.on('error', (err) => this.fail(err));
+    thread.on('error', (err: unknown) => this.fail(err instanceof Error ? err : new Error(String(err))));
     thread.on('exit', (code) => this.fail(new Error(`row worker exited (code ${code})`)));
   }
 
