@@ -70,8 +70,6 @@ async function gateway(): Promise<void> {
     GATEWAY_DELIVERY_RECORD: process.env.BENCH_DELIVERY === 'false' ? 'false' : undefined,
     // Its flush interval, when given (a long one leaves only the events' cost inside the fan-out's window).
     GATEWAY_DELIVERY_FLUSH_MS: process.env.GATEWAY_DELIVERY_FLUSH_MS,
-    // Where its rows are built, when given (false: on the event loop instead of the row worker).
-    GATEWAY_DELIVERY_ROW_WORKER: process.env.GATEWAY_DELIVERY_ROW_WORKER,
   });
   const logger = createLogger({ service: 'bench-gateway', level: 'error' });
   const db = createDb<GatewayDatabase>(config.database.url, { max: 2 });

@@ -189,7 +189,6 @@ export function buildApp(deps: GatewayDeps): GatewayApp {
         writer: deps.deliveryWriter ?? deliveryWriter(deps.db),
         logger: logger.child({ component: 'delivery' }),
         flushMs: config.delivery.flushMs,
-        rowWorker: config.delivery.rowWorker,
         relationsOf: (deviceId) => coap.settingsRelationsOf(deviceId, dtlsOnly(deviceId)),
         trusts: (deviceId, transport) => transport === 'dtls' || !dtlsOnly(deviceId),
       })

@@ -115,8 +115,6 @@ export const gatewayConfigSchema = {
      * write: a device about to be notified waits up to one interval so that sent and acknowledged share a row.
      */
     GATEWAY_DELIVERY_FLUSH_MS: { type: 'integer', minimum: 50, maximum: 60000, default: 1000 },
-    /** The batches' JSON text is built in a worker thread, off the event loop (false: on the event loop). */
-    GATEWAY_DELIVERY_ROW_WORKER: { type: 'boolean', default: true },
     /** How long GET /api/devices/{device_id} waits for the other replicas' live parts (ms). */
     GATEWAY_DEVICE_VIEW_DEADLINE_MS: { type: 'integer', minimum: 50, maximum: 10000, default: 1000 },
     /** Staged rollouts (design §3.9): whether this replica may drive them (hold the lease and advance waves). */
@@ -187,7 +185,6 @@ export function loadGatewayConfig(env: Record<string, string | undefined> = proc
     delivery: {
       enabled: raw.GATEWAY_DELIVERY_RECORD,
       flushMs: raw.GATEWAY_DELIVERY_FLUSH_MS,
-      rowWorker: raw.GATEWAY_DELIVERY_ROW_WORKER,
       viewDeadlineMs: raw.GATEWAY_DEVICE_VIEW_DEADLINE_MS,
     },
     rollouts: {

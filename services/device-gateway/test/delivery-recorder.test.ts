@@ -6,6 +6,7 @@ import { createLogger } from '@platform/service-kit';
 import {
   DeliveryRecorder,
   contentHash,
+  type DeliveryRecorderOptions,
   type DeliveryRow,
   type DeliveryWriter,
 } from '../src/delivery/recorder.js';
@@ -75,13 +76,19 @@ class GatedWriter implements DeliveryWriter {
   }
 }
 
-function recorder(writer: FakeWriter, relations = 1): DeliveryRecorder {
+/** A recorder whose timer never fires (the tests flush), with `relations` relations per device. */
+function recorder(
+  writer: DeliveryWriter,
+  relations = 1,
+  options: Partial<DeliveryRecorderOptions> = {},
+): DeliveryRecorder {
   return new DeliveryRecorder({
     replica: '0123456789abcdef',
     writer,
     logger,
     flushMs: 1_000_000,
     relationsOf: () => relations,
+    ...options,
   });
 }
 
@@ -140,14 +147,7 @@ describe('DeliveryRecorder', () => {
 
   it('splits large batches into chunks and reports its lag while events wait', async () => {
     const w = new FakeWriter();
-    const r = new DeliveryRecorder({
-      replica: '0123456789abcdef',
-      writer: w,
-      logger,
-      flushMs: 1_000_000,
-      relationsOf: () => 0,
-      chunkRows: 100,
-    });
+    const r = recorder(w, 0, { chunkRows: 100 });
     expect(r.lagSeconds()).toBe(0);
     for (let i = 0; i < 250; i++) r.heard(`d${i}`, 'plain');
     await new Promise((res) => setTimeout(res, 20));
@@ -159,13 +159,7 @@ describe('DeliveryRecorder', () => {
 
   it('a device about to be notified waits up to one interval, so sent and acknowledged share its row', async () => {
     const w = new FakeWriter();
-    const r = new DeliveryRecorder({
-      replica: '0123456789abcdef',
-      writer: w,
-      logger,
-      flushMs: 100,
-      relationsOf: () => 1,
-    });
+    const r = recorder(w, 1, { flushMs: 100 });
     const v2 = doc('d1', 2, 120);
     r.desired(record('d1'), v2);
     r.desired(record('d9'), doc('d9', 2, 120));
@@ -186,14 +180,7 @@ describe('DeliveryRecorder', () => {
 
   it('holds a device only while it has events: quiet ones are forgotten after one to two reap intervals', async () => {
     const w = new FakeWriter();
-    const r = new DeliveryRecorder({
-      replica: '0123456789abcdef',
-      writer: w,
-      logger,
-      flushMs: 1_000_000,
-      relationsOf: () => 0,
-      reapMs: 0,
-    });
+    const r = recorder(w, 0, { reapMs: 0 });
     for (let i = 0; i < 100; i++) r.heard(`d${i}`, 'plain');
     await r.flush(); // written; every device had an event since the last sweep
     expect(r.devicesHeld).toBe(100);
@@ -210,14 +197,7 @@ describe('DeliveryRecorder', () => {
 
   it('events during a flush are not lost: a device taken for a chunk is queued again by its next event', async () => {
     const w = new GatedWriter();
-    const r = new DeliveryRecorder({
-      replica: '0123456789abcdef',
-      writer: w,
-      logger,
-      flushMs: 1_000_000,
-      relationsOf: () => 0,
-      chunkRows: 10,
-    });
+    const r = recorder(w, 0, { chunkRows: 10 });
     const v1 = doc('d0', 1, 60);
     const v2 = doc('d0', 2, 120);
     for (let i = 0; i < 25; i++) r.sent(`d${i}`, v1, 'plain', true);
@@ -246,14 +226,7 @@ describe('DeliveryRecorder', () => {
 
   it('a chunk that fails is written again, with the rest of its batch, at the next flush', async () => {
     const w = new FakeWriter();
-    const r = new DeliveryRecorder({
-      replica: '0123456789abcdef',
-      writer: w,
-      logger,
-      flushMs: 1_000_000,
-      relationsOf: () => 2,
-      chunkRows: 10,
-    });
+    const r = recorder(w, 2, { chunkRows: 10 });
     for (let i = 0; i < 25; i++) r.relationsChanged(`d${i}`);
     w.failAfter = 1; // the first chunk is written, the second fails
     await r.flush();
@@ -268,89 +241,89 @@ describe('DeliveryRecorder', () => {
     expect(r.lagSeconds()).toBe(0);
   });
 
-  it('rows are the same whether the worker or the event loop builds them; versions and digests exact', async () => {
-    const built = async (rowWorker: boolean) => {
-      const w = new FakeWriter();
-      const r = new DeliveryRecorder({
-        replica: '0123456789abcdef',
-        writer: w,
-        logger,
-        flushMs: 1_000_000,
-        relationsOf: () => 3,
-        rowWorker,
-      });
-      // Versions are µs clock readings; an id JSON must escape; every source and transport.
-      const version = 1_764_172_800_123_456;
-      const odd = 'dé"v\\ice';
-      r.desired(record(odd), settingsDocument(odd, version, 'override', { a: 1 }, prepareSettings({ a: 1 })));
-      r.sent(odd, doc(odd, version + 1, 30), 'dtls', false);
-      r.acknowledged(odd, doc(odd, version + 2, 31), 'dtls');
-      r.relationsChanged(odd);
-      r.desired(record('d2'), settingsDocument('d2', 7, 'rollout', { b: 2 }, prepareSettings({ b: 2 })));
-      r.heard('d2', 'plain'); // not only its desired part (which would wait for the send)
-      r.heard('d3', 'plain');
-      await r.flush();
-      await r.stop();
-      expect(r.stats.workerFailures).toBe(0);
-      return w.batches
-        .flat()
-        .map((row) => ({ ...row, da: undefined, sa: undefined, aa: undefined, h: undefined }));
-    };
-    const inWorker = await built(true);
-    const onLoop = await built(false);
-    expect(inWorker).toEqual(onLoop);
-    const odd = inWorker.find((row) => row.d === 'dé"v\\ice')!;
-    expect(odd).toMatchObject({
-      dv: 1_764_172_800_123_456,
-      ds: 'override',
-      dc: contentHash(settingsDocument('x', 1, 'override', { a: 1 }, prepareSettings({ a: 1 }))),
-      sv: 1_764_172_800_123_457,
-      sc: contentHash(doc('x', 1, 30)),
-      st: 'dtls',
-      sk: false,
-      av: 1_764_172_800_123_458,
-      ac: contentHash(doc('x', 1, 31)),
-      at: 'dtls',
-      r: 3,
-    });
-    expect(inWorker.find((row) => row.d === 'd2')).toMatchObject({ dv: 7, ds: 'rollout' });
-  });
-
-  it('survives its row worker dying: the chunk is built on the event loop and a new worker starts later', async () => {
+  it('writes each row as the function reads it: µs versions exact, digests, sources, transports, escaped ids', async () => {
+    const texts: string[] = [];
     const w = new FakeWriter();
-    const r = new DeliveryRecorder({
-      replica: '0123456789abcdef',
-      writer: w,
-      logger,
-      flushMs: 1_000_000,
-      relationsOf: () => 0,
-      chunkRows: 10,
-      rowWorkerCrashAfter: 1, // every worker builds one chunk, then exits
-    });
-    for (let i = 0; i < 30; i++) r.heard(`d${i}`, 'plain');
+    const writer: DeliveryWriter = {
+      record: (replica, rowsJson) => {
+        texts.push(rowsJson);
+        return w.record(replica, rowsJson);
+      },
+      reap: () => w.reap(),
+    };
+    const r = recorder(writer, 3);
+    // Versions are µs clock readings (above 2^32, exact below 2^53); an id JSON must escape; every source and
+    // transport; a device heard from only.
+    const version = 1_764_172_800_123_456;
+    const odd = 'dé"v\\ice\u0001';
+    const before = Date.now();
+    r.desired(record(odd), settingsDocument(odd, version, 'override', { a: 1 }, prepareSettings({ a: 1 })));
+    r.sent(odd, doc(odd, version + 1, 30), 'dtls', false);
+    r.acknowledged(odd, doc(odd, version + 2, 31), 'dtls');
+    r.relationsChanged(odd);
+    r.desired(record('d2'), settingsDocument('d2', 7, 'rollout', { b: 2 }, prepareSettings({ b: 2 })));
+    r.sent('d2', doc('d2', 8, 40), 'plain', true);
+    r.heard('d3', 'plain');
+    r.desired(record('d4'), doc('d4', 9, 50));
+    r.heard('d4', 'plain'); // not only its desired part (which would wait for the send)
     await r.flush();
-    expect(r.stats.failures).toBe(0);
-    expect(r.stats.workerFailures).toBe(1);
-    expect(w.batches.flat().map((row) => row.d)).toEqual(Array.from({ length: 30 }, (_, i) => `d${i}`));
-    // After the backoff a new worker builds the first chunk; it dies on the second, which is built here.
-    await new Promise((res) => setTimeout(res, 300));
-    for (let i = 0; i < 20; i++) r.heard(`e${i}`, 'plain');
-    await r.flush();
-    expect(r.stats.workerFailures).toBe(2);
-    expect(w.batches.flat()).toHaveLength(50);
     await r.stop();
+    const after = Date.now();
+    expect(texts).toHaveLength(1);
+    // The text is JSON as JSON.stringify would escape the id (the builder writes it byte by byte).
+    expect(texts[0]).toContain(JSON.stringify(odd));
+    const time = (t: unknown) => typeof t === 'number' && Number.isInteger(t) && t >= before && t <= after;
+    const rows = w.batches.flat();
+    const times = rows.flatMap((row) => [row.da, row.sa, row.aa, row.h].filter((t) => t !== undefined));
+    expect(times.filter((t) => !time(t))).toEqual([]);
+    const strip = (row: DeliveryRow) => ({
+      ...row,
+      da: undefined,
+      sa: undefined,
+      aa: undefined,
+      h: undefined,
+    });
+    expect(rows.map(strip)).toEqual([
+      {
+        d: odd,
+        dv: version,
+        ds: 'override',
+        dc: contentHash(settingsDocument('x', 1, 'override', { a: 1 }, prepareSettings({ a: 1 }))),
+        sv: version + 1,
+        sc: contentHash(doc('x', 1, 30)),
+        st: 'dtls',
+        sk: false,
+        av: version + 2,
+        ac: contentHash(doc('x', 1, 31)),
+        at: 'dtls',
+        r: 3,
+      },
+      {
+        d: 'd2',
+        dv: 7,
+        ds: 'rollout',
+        dc: contentHash(settingsDocument('x', 1, 'rollout', { b: 2 }, prepareSettings({ b: 2 }))),
+        sv: 8,
+        sc: contentHash(doc('x', 1, 40)),
+        st: 'plain',
+        sk: true,
+      },
+      { d: 'd3' },
+      { d: 'd4', dv: 9, ds: 'registry', dc: contentHash(doc('x', 1, 50)) },
+    ]);
+    // The times are there (and only) where a part was carried.
+    expect(
+      rows.map((row) =>
+        Object.keys(row)
+          .filter((k) => ['da', 'sa', 'aa', 'h'].includes(k))
+          .sort(),
+      ),
+    ).toEqual([['aa', 'da', 'h', 'sa'], ['da', 'sa'], ['h'], ['da', 'h']]);
   });
 
   it("a slot freed by the sweep and given to another device carries none of the first one's facts", async () => {
     const w = new FakeWriter();
-    const r = new DeliveryRecorder({
-      replica: '0123456789abcdef',
-      writer: w,
-      logger,
-      flushMs: 1_000_000,
-      relationsOf: () => 0,
-      reapMs: 0,
-    });
+    const r = recorder(w, 0, { reapMs: 0 });
     const v1 = doc('d1', 1, 60);
     r.desired(record('d1'), v1);
     r.sent('d1', v1, 'dtls', true);
@@ -370,14 +343,7 @@ describe('DeliveryRecorder', () => {
 
   it("a caller's DeliveryRef saves the lookup and is never trusted blindly: stale or foreign slots are looked up", async () => {
     const w = new FakeWriter();
-    const r = new DeliveryRecorder({
-      replica: '0123456789abcdef',
-      writer: w,
-      logger,
-      flushMs: 1_000_000,
-      relationsOf: () => 0,
-      reapMs: 0,
-    });
+    const r = recorder(w, 0, { reapMs: 0 });
     const a = { deliverySlot: -1 };
     const b = { deliverySlot: -1 };
     r.heard('a', 'plain', a);

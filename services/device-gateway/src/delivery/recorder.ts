@@ -3,9 +3,6 @@
 // PostgreSQL in batches, off the hot path: an event costs a map lookup and a few typed-array stores (no
 // allocation), a flush one function call per chunk of devices. A replica that dies loses at most what it had not flushed yet.
 import { errorMessage, type Logger } from '@platform/service-kit';
-import { Worker } from 'node:worker_threads';
-import { existsSync } from 'node:fs';
-import { fileURLToPath } from 'node:url';
 import type { DeviceRecord, VisibleDocument } from '../domain/documents.js';
 import {
   ACKED,
@@ -30,7 +27,6 @@ import {
   N_SENT_V,
   QUEUED,
   RELATIONS,
-  ROW_WORKER,
   RowBuffer,
   SENT,
   SENT_CON,
@@ -38,8 +34,6 @@ import {
   SOURCE_MASK,
   Snapshot,
   TOUCHED,
-  type BuildAnswer,
-  type BuildRequest,
 } from './row-builder.js';
 
 export type DeliveryTransport = 'plain' | 'dtls';
@@ -129,13 +123,6 @@ export interface DeliveryRecorderOptions {
   chunkRows?: number;
   /** Dead replicas are removed from `observed_by` this often (ms). */
   reapMs?: number;
-  /**
-   * Build each chunk's text in a worker thread (row-builder.ts) instead of on the event loop; default true,
-   * GATEWAY_DELIVERY_ROW_WORKER. Without a worker (or while one cannot be started) the event loop builds it.
-   */
-  rowWorker?: boolean;
-  /** Tests: the worker exits after this many chunks (to show a worker's death is survived). */
-  rowWorkerCrashAfter?: number;
 }
 
 // A slot's bytes (stride 4): unwritten parts, the parts of the row being written, flags, the desired source.
@@ -268,16 +255,12 @@ export class DeliveryRecorder implements DeliveryEvents {
   private queueOldest = 0;
   /** The batch being written, and its oldest event. */
   private inFlightOldest = 0;
+  /** Builds each chunk's JSON text from the snapshot. */
   private readonly rows = new RowBuffer();
   /** The slots of the chunk being written (their parts are marked unwritten again if its write fails). */
   private chunk: Int32Array;
   /** The chunk's facts as they were when its rows were taken: what the builder reads. */
   private readonly snapshot: Snapshot;
-  /** The builder on the event loop (no worker, or while none can be started). */
-  private localRows: RowBuffer | undefined;
-  private worker: RowWorker | undefined;
-  /** Wall-clock ms before which no new worker is started (after one failed). */
-  private workerRetryAt = 0;
   private flushing: Promise<void> | undefined;
   private timer: NodeJS.Timeout | undefined;
   private lastReap = 0;
@@ -289,8 +272,6 @@ export class DeliveryRecorder implements DeliveryEvents {
     failures: 0,
     totalFlushMs: 0,
     maxFlushMs: 0,
-    /** Row workers that exited or failed (a new one is started at a later chunk). */
-    workerFailures: 0,
   };
 
   constructor(private readonly options: DeliveryRecorderOptions) {
@@ -303,10 +284,6 @@ export class DeliveryRecorder implements DeliveryEvents {
   start(): void {
     this.timer ??= setInterval(() => void this.flush(), this.options.flushMs);
     this.timer.unref();
-    // The row worker started now, not at the first flush: its start-up (tens of ms, more on a busy machine)
-    // is not added to the first batch's lag.
-    if (this.options.rowWorker !== false)
-      this.worker ??= RowWorker.start(this.snapshot, this.options.rowWorkerCrashAfter);
   }
 
   /**
@@ -317,8 +294,6 @@ export class DeliveryRecorder implements DeliveryEvents {
     if (this.timer !== undefined) clearInterval(this.timer);
     this.timer = undefined;
     await this.flush();
-    await this.worker?.close();
-    this.worker = undefined;
     await this.options.writer.reap(null).catch((err: unknown) => {
       this.options.logger.warn('delivery record: leaving failed', { error: errorMessage(err) });
     });
@@ -483,9 +458,9 @@ export class DeliveryRecorder implements DeliveryEvents {
     const started = performance.now();
     const t = this.table;
     // A chunk at a time: its devices' unwritten parts are copied into the snapshot and marked written (copy
-    // and clear, on the event loop, so no event is lost or read half-written), then its text is built (by the
-    // worker while the event loop goes on) and written. An event after its device was taken queues it again
-    // for the next flush; a failed write marks what it carried unwritten again.
+    // and clear, so no event is lost or read half-written), then its text is built from the snapshot and
+    // written. An event after its device was taken queues it again for the next flush; a failed write marks
+    // what it carried unwritten again.
     let written = 0;
     let i = 0;
     const now = Date.now();
@@ -504,7 +479,7 @@ export class DeliveryRecorder implements DeliveryEvents {
         }
         if (n === 0) continue;
         try {
-          const text = await this.build(n);
+          const text = this.rows.build(this.snapshot, n);
           await this.options.writer.record(this.options.replica, text);
         } catch (err) {
           // Its parts are unwritten again (with whatever newer values arrived meanwhile).
@@ -575,35 +550,6 @@ export class DeliveryRecorder implements DeliveryEvents {
     return true;
   }
 
-  /** The text of the snapshot's first `n` rows: from the worker, or built here when there is none. */
-  private async build(n: number): Promise<string> {
-    if (this.options.rowWorker !== false && Date.now() >= this.workerRetryAt) {
-      this.worker ??= RowWorker.start(this.snapshot, this.options.rowWorkerCrashAfter);
-      if (this.worker !== undefined) {
-        try {
-          return await this.worker.build(n);
-        } catch (err) {
-          // The worker died or failed: the snapshot is still as it was, so this chunk is built here, and a new
-          // worker is started at a later chunk.
-          this.stats.workerFailures++;
-          this.worker = undefined;
-          this.workerRetryAt =
-            Date.now() + Math.min(60_000, 100 * 2 ** Math.min(this.stats.workerFailures, 10));
-          this.options.logger.warn('delivery record: row worker failed; building rows on the event loop', {
-            error: errorMessage(err),
-          });
-        }
-      } else {
-        this.workerRetryAt = Date.now() + 60_000;
-        this.options.logger.warn(
-          'delivery record: no row worker file beside the recorder; building rows on the event loop',
-        );
-      }
-    }
-    this.localRows ??= new RowBuffer();
-    return this.localRows.build(this.snapshot, n);
-  }
-
   /** Marks the parts slot `s` was written with unwritten again after a failed write. */
   private requeue(s: number, now: number): void {
     const bytes = this.table.bytes;
@@ -655,85 +601,5 @@ export class DeliveryRecorder implements DeliveryEvents {
       now - t.nums[s * N_STRIDE + N_DESIRED_AT]! < this.options.flushMs &&
       this.options.relationsOf(t.ids[s]!) > 0
     );
-  }
-}
-
-/** Where the worker's code is: the built .js beside this file, or (tests on the sources) the .ts itself. */
-function rowBuilderFile(): URL | undefined {
-  for (const name of ['./row-builder.js', './row-builder.ts']) {
-    const url = new URL(name, import.meta.url);
-    if (existsSync(fileURLToPath(url))) return url;
-  }
-  return undefined;
-}
-
-/** The thread that builds a chunk's text from the snapshot (row-builder.ts); one request at a time. */
-class RowWorker {
-  private pending: { resolve: (text: string) => void; reject: (err: Error) => void } | undefined;
-  private dead: Error | undefined;
-
-  private constructor(private readonly thread: Worker) {
-    thread.unref();
-    thread.on('message', (answer: BuildAnswer) => {
-      const p = this.pending;
-      this.pending = undefined;
-      p?.resolve(answer.text);
-    });
-    thread.on('error', (err: unknown) => this.fail(err instanceof Error ? err : new Error(String(err))));
-    thread.on('exit', (code) => this.fail(new Error(`row worker exited (code ${code})`)));
-  }
-
-  static start(snapshot: Snapshot, crashAfter: number | undefined): RowWorker | undefined {
-    const file = rowBuilderFile();
-    if (file === undefined) return undefined;
-    return new RowWorker(
-      new Worker(file, {
-        workerData: {
-          role: ROW_WORKER,
-          snapshot: snapshot.buffer,
-          ...(crashAfter === undefined ? {} : { crashAfter }),
-        },
-      }),
-    );
-  }
-
-  /** The text of the snapshot's first `n` rows; fails if the worker dies or takes longer than `deadlineMs`. */
-  build(n: number, deadlineMs = 10_000): Promise<string> {
-    if (this.dead !== undefined) return Promise.reject(this.dead);
-    // Held (ref) while it works: a flush at shutdown must not see the process exit under it.
-    this.thread.ref();
-    return new Promise<string>((resolve, reject) => {
-      const timer = setTimeout(() => {
-        this.fail(new Error(`row worker took longer than ${deadlineMs} ms`));
-        void this.thread.terminate();
-      }, deadlineMs);
-      const done = (): void => {
-        clearTimeout(timer);
-        this.thread.unref();
-      };
-      this.pending = {
-        resolve: (text) => {
-          done();
-          resolve(text);
-        },
-        reject: (err) => {
-          done();
-          reject(err);
-        },
-      };
-      this.thread.postMessage({ n } satisfies BuildRequest);
-    });
-  }
-
-  private fail(err: Error): void {
-    this.dead ??= err;
-    const p = this.pending;
-    this.pending = undefined;
-    p?.reject(err);
-  }
-
-  async close(): Promise<void> {
-    this.dead ??= new Error('row worker closed');
-    await this.thread.terminate();
   }
 }

@@ -1,11 +1,6 @@
 // The delivery record's rows (design §3.8), built from a snapshot of the recorder's facts: at a flush the event
-// loop copies each device's unwritten parts into a SharedArrayBuffer (a few dozen stores a device, nothing
-// allocated) and this file's worker thread turns them into the chunk's JSON text, so the text's 1 µs a row is
-// not spent on the event loop. The same builder runs on the event loop when no worker can be had.
-//
-// This file imports nothing but Node's own modules: the worker loads it on its own (dist/delivery/row-builder.js,
-// or under the tests this .ts file through Node's type stripping).
-import { isMainThread, parentPort, workerData } from 'node:worker_threads';
+// loop copies each device's unwritten parts into the snapshot (a few dozen stores a device, nothing allocated)
+// and builds the chunk's JSON text from it byte by byte, into one reused buffer.
 
 // The parts of a device's facts not yet written (the recorder's UNWRITTEN byte; a row carries them).
 export const DESIRED = 1;
@@ -53,41 +48,25 @@ export const D_STRIDE = 6;
 const ID_BYTES_PER_ROW = 140;
 
 /**
- * One chunk's facts, copied out of the recorder at the flush: what the builder reads while the event loop goes
- * on changing the recorder's own arrays. Row r: parts, flags and meta at bytes[4r..4r+2], numbers at
- * nums[7r..], digests at digests[6r..], the relation count at rel[r], the device id's JSON text at
- * idBytes[idStart[r]..idStart[r+1]).
+ * One chunk's facts, copied out of the recorder at the flush (and their parts marked written there): what the
+ * builder reads. Row r: parts, flags and meta at bytes[4r..4r+2], numbers at nums[7r..], digests at
+ * digests[6r..], the relation count at rel[r], the device id's JSON text at idBytes[idStart[r]..idStart[r+1]).
  */
 export class Snapshot {
-  readonly buffer: SharedArrayBuffer;
   readonly nums: Float64Array;
   readonly digests: Uint32Array;
   readonly rel: Int32Array;
   readonly idStart: Int32Array;
   readonly bytes: Uint8Array;
   readonly idBytes: Uint8Array;
-  readonly rows: number;
 
-  constructor(rowsOrBuffer: number | SharedArrayBuffer) {
-    const rows = typeof rowsOrBuffer === 'number' ? rowsOrBuffer : new Int32Array(rowsOrBuffer, 0, 1)[0]!;
-    const header = 8;
-    const nums = header;
-    const digests = nums + rows * N_ROW * 8;
-    const rel = digests + rows * D_STRIDE * 4;
-    const idStart = rel + rows * 4;
-    const bytes = idStart + (rows + 1) * 4;
-    const idBytes = bytes + rows * 4;
-    const idArea = Math.max(rows * ID_BYTES_PER_ROW, 8192);
-    const size = idBytes + idArea;
-    this.buffer = typeof rowsOrBuffer === 'number' ? new SharedArrayBuffer(size) : rowsOrBuffer;
-    if (typeof rowsOrBuffer === 'number') new Int32Array(this.buffer, 0, 1)[0] = rows;
-    this.rows = rows;
-    this.nums = new Float64Array(this.buffer, nums, rows * N_ROW);
-    this.digests = new Uint32Array(this.buffer, digests, rows * D_STRIDE);
-    this.rel = new Int32Array(this.buffer, rel, rows);
-    this.idStart = new Int32Array(this.buffer, idStart, rows + 1);
-    this.bytes = new Uint8Array(this.buffer, bytes, rows * 4);
-    this.idBytes = new Uint8Array(this.buffer, idBytes, idArea);
+  constructor(readonly rows: number) {
+    this.nums = new Float64Array(rows * N_ROW);
+    this.digests = new Uint32Array(rows * D_STRIDE);
+    this.rel = new Int32Array(rows);
+    this.idStart = new Int32Array(rows + 1);
+    this.bytes = new Uint8Array(rows * 4);
+    this.idBytes = new Uint8Array(Math.max(rows * ID_BYTES_PER_ROW, 8192));
   }
 
   /**
@@ -277,32 +256,5 @@ export class RowBuffer {
 
   private hex(v: number): void {
     for (let shift = 28; shift >= 0; shift -= 4) this.buf[this.pos++] = HEX[(v >>> shift) & 15]!;
-  }
-}
-
-/** What the recorder asks its worker: build the first `n` rows of the snapshot it was started with. */
-export interface BuildRequest {
-  n: number;
-}
-/** The worker's answer: the chunk's JSON text. */
-export interface BuildAnswer {
-  text: string;
-}
-
-/** The worker's marker in `workerData` (with `snapshot`, the SharedArrayBuffer it reads). */
-export const ROW_WORKER = 'delivery-rows';
-
-if (!isMainThread && parentPort !== null) {
-  const data = workerData as { role?: string; snapshot?: SharedArrayBuffer; crashAfter?: number } | undefined;
-  if (data?.role === ROW_WORKER && data.snapshot !== undefined) {
-    const snap = new Snapshot(data.snapshot);
-    const out = new RowBuffer();
-    const port = parentPort;
-    let left = data.crashAfter ?? Infinity;
-    port.on('message', (req: BuildRequest) => {
-      // Tests' way to make a worker die (`crashAfter` requests).
-      if (left-- <= 0) process.exit(3);
-      port.postMessage({ text: out.build(snap, req.n) } satisfies BuildAnswer);
-    });
   }
 }
