@@ -6,6 +6,7 @@ import { createLogger } from '@platform/service-kit';
 import {
   DeliveryRecorder,
   contentHash,
+  type DeliveryRecorderOptions,
   type DeliveryRow,
   type DeliveryWriter,
 } from '../src/delivery/recorder.js';
@@ -28,11 +29,14 @@ const doc = (deviceId: string, version: number, interval: number) => {
 class FakeWriter implements DeliveryWriter {
   batches: DeliveryRow[][] = [];
   failNext = 0;
+  /** Chunks written before every later one fails (until reset). */
+  failAfter = Infinity;
   async record(_replica: string, rowsJson: string): Promise<void> {
     const rows = JSON.parse(rowsJson) as DeliveryRow[];
     await Promise.resolve();
-    if (this.failNext > 0) {
-      this.failNext--;
+    if (this.failNext > 0 || this.batches.length >= this.failAfter) {
+      if (this.failNext > 0) this.failNext--;
+      else this.failAfter = Infinity;
       throw new Error('database unreachable');
     }
     this.batches.push([...rows]);
@@ -42,13 +46,49 @@ class FakeWriter implements DeliveryWriter {
   }
 }
 
-function recorder(writer: FakeWriter, relations = 1): DeliveryRecorder {
+/** A writer whose first write waits until `open()`: what happens while a chunk is being written. */
+class GatedWriter implements DeliveryWriter {
+  readonly batches: DeliveryRow[][] = [];
+  private gate: Promise<void>;
+  private release!: () => void;
+  private began!: () => void;
+  private readonly begun: Promise<void>;
+  constructor() {
+    this.gate = new Promise((res) => (this.release = res));
+    this.begun = new Promise((res) => (this.began = res));
+  }
+  started(): Promise<void> {
+    return this.begun;
+  }
+  open(): void {
+    this.release();
+  }
+  async record(_replica: string, rowsJson: string): Promise<void> {
+    this.began();
+    await this.gate;
+    this.batches.push(JSON.parse(rowsJson) as DeliveryRow[]);
+  }
+  async reap(): Promise<number> {
+    return Promise.resolve(0);
+  }
+  rows(): DeliveryRow[] {
+    return this.batches.flat();
+  }
+}
+
+/** A recorder whose timer never fires (the tests flush), with `relations` relations per device. */
+function recorder(
+  writer: DeliveryWriter,
+  relations = 1,
+  options: Partial<DeliveryRecorderOptions> = {},
+): DeliveryRecorder {
   return new DeliveryRecorder({
     replica: '0123456789abcdef',
     writer,
     logger,
     flushMs: 1_000_000,
     relationsOf: () => relations,
+    ...options,
   });
 }
 
@@ -107,14 +147,7 @@ describe('DeliveryRecorder', () => {
 
   it('splits large batches into chunks and reports its lag while events wait', async () => {
     const w = new FakeWriter();
-    const r = new DeliveryRecorder({
-      replica: '0123456789abcdef',
-      writer: w,
-      logger,
-      flushMs: 1_000_000,
-      relationsOf: () => 0,
-      chunkRows: 100,
-    });
+    const r = recorder(w, 0, { chunkRows: 100 });
     expect(r.lagSeconds()).toBe(0);
     for (let i = 0; i < 250; i++) r.heard(`d${i}`, 'plain');
     await new Promise((res) => setTimeout(res, 20));
@@ -126,13 +159,7 @@ describe('DeliveryRecorder', () => {
 
   it('a device about to be notified waits up to one interval, so sent and acknowledged share its row', async () => {
     const w = new FakeWriter();
-    const r = new DeliveryRecorder({
-      replica: '0123456789abcdef',
-      writer: w,
-      logger,
-      flushMs: 100,
-      relationsOf: () => 1,
-    });
+    const r = recorder(w, 1, { flushMs: 100 });
     const v2 = doc('d1', 2, 120);
     r.desired(record('d1'), v2);
     r.desired(record('d9'), doc('d9', 2, 120));
@@ -153,14 +180,7 @@ describe('DeliveryRecorder', () => {
 
   it('holds a device only while it has events: quiet ones are forgotten after one to two reap intervals', async () => {
     const w = new FakeWriter();
-    const r = new DeliveryRecorder({
-      replica: '0123456789abcdef',
-      writer: w,
-      logger,
-      flushMs: 1_000_000,
-      relationsOf: () => 0,
-      reapMs: 0,
-    });
+    const r = recorder(w, 0, { reapMs: 0 });
     for (let i = 0; i < 100; i++) r.heard(`d${i}`, 'plain');
     await r.flush(); // written; every device had an event since the last sweep
     expect(r.devicesHeld).toBe(100);
@@ -173,5 +193,178 @@ describe('DeliveryRecorder', () => {
     r.heard('d3', 'plain');
     await r.flush();
     expect(w.batches.flat().filter((row) => row.d === 'd3')).toHaveLength(2);
+  });
+
+  it('events during a flush are not lost: a device taken for a chunk is queued again by its next event', async () => {
+    const w = new GatedWriter();
+    const r = recorder(w, 0, { chunkRows: 10 });
+    const v1 = doc('d0', 1, 60);
+    const v2 = doc('d0', 2, 120);
+    for (let i = 0; i < 25; i++) r.sent(`d${i}`, v1, 'plain', true);
+    const flushing = r.flush();
+    await w.started(); // the first chunk (d0..d9) is being written
+    // Newer facts for devices already taken (d0), waiting in this batch (d15) and new ones (d30..d2029: the
+    // table grows while the batch is written).
+    r.sent('d0', v2, 'dtls', true);
+    r.acknowledged('d15', v1, 'plain');
+    for (let i = 30; i < 2030; i++) r.heard(`d${i}`, 'plain');
+    expect(r.lagSeconds()).toBeGreaterThanOrEqual(0);
+    w.open();
+    await flushing;
+    await r.flush();
+    const rows = w.rows();
+    expect(new Set(rows.map((row) => row.d)).size).toBe(25 + 2000);
+    const d0 = rows.filter((row) => row.d === 'd0');
+    expect(d0.map((row) => [row.sv, row.st])).toEqual([
+      [1, 'plain'],
+      [2, 'dtls'],
+    ]);
+    // d15 was still waiting in the batch: its one row carries both parts.
+    expect(rows.filter((row) => row.d === 'd15')).toEqual([expect.objectContaining({ sv: 1, av: 1 })]);
+    expect(r.lagSeconds()).toBe(0);
+  });
+
+  it('a chunk that fails is written again, with the rest of its batch, at the next flush', async () => {
+    const w = new FakeWriter();
+    const r = recorder(w, 2, { chunkRows: 10 });
+    for (let i = 0; i < 25; i++) r.relationsChanged(`d${i}`);
+    w.failAfter = 1; // the first chunk is written, the second fails
+    await r.flush();
+    expect(w.batches.map((b) => b.length)).toEqual([10]);
+    expect(r.stats.failures).toBe(1);
+    expect(r.lagSeconds()).toBeGreaterThanOrEqual(0);
+    await r.flush();
+    const rows = w.batches.flat();
+    expect(rows).toHaveLength(25);
+    expect(new Set(rows.map((row) => row.d)).size).toBe(25);
+    expect(rows.every((row) => row.r === 2)).toBe(true);
+    expect(r.lagSeconds()).toBe(0);
+  });
+
+  it('writes each row as the function reads it: µs versions exact, digests, sources, transports, escaped ids', async () => {
+    const texts: string[] = [];
+    const w = new FakeWriter();
+    const writer: DeliveryWriter = {
+      record: (replica, rowsJson) => {
+        texts.push(rowsJson);
+        return w.record(replica, rowsJson);
+      },
+      reap: () => w.reap(),
+    };
+    const r = recorder(writer, 3);
+    // Versions are µs clock readings (above 2^32, exact below 2^53); an id JSON must escape; every source and
+    // transport; a device heard from only.
+    const version = 1_764_172_800_123_456;
+    const odd = 'dé"v\\ice\u0001';
+    const before = Date.now();
+    r.desired(record(odd), settingsDocument(odd, version, 'override', { a: 1 }, prepareSettings({ a: 1 })));
+    r.sent(odd, doc(odd, version + 1, 30), 'dtls', false);
+    r.acknowledged(odd, doc(odd, version + 2, 31), 'dtls');
+    r.relationsChanged(odd);
+    r.desired(record('d2'), settingsDocument('d2', 7, 'rollout', { b: 2 }, prepareSettings({ b: 2 })));
+    r.sent('d2', doc('d2', 8, 40), 'plain', true);
+    r.heard('d3', 'plain');
+    r.desired(record('d4'), doc('d4', 9, 50));
+    r.heard('d4', 'plain'); // not only its desired part (which would wait for the send)
+    await r.flush();
+    await r.stop();
+    const after = Date.now();
+    expect(texts).toHaveLength(1);
+    // The text is JSON as JSON.stringify would escape the id (the builder writes it byte by byte).
+    expect(texts[0]).toContain(JSON.stringify(odd));
+    const time = (t: unknown) => typeof t === 'number' && Number.isInteger(t) && t >= before && t <= after;
+    const rows = w.batches.flat();
+    const times = rows.flatMap((row) => [row.da, row.sa, row.aa, row.h].filter((t) => t !== undefined));
+    expect(times.filter((t) => !time(t))).toEqual([]);
+    const strip = (row: DeliveryRow) => ({
+      ...row,
+      da: undefined,
+      sa: undefined,
+      aa: undefined,
+      h: undefined,
+    });
+    expect(rows.map(strip)).toEqual([
+      {
+        d: odd,
+        dv: version,
+        ds: 'override',
+        dc: contentHash(settingsDocument('x', 1, 'override', { a: 1 }, prepareSettings({ a: 1 }))),
+        sv: version + 1,
+        sc: contentHash(doc('x', 1, 30)),
+        st: 'dtls',
+        sk: false,
+        av: version + 2,
+        ac: contentHash(doc('x', 1, 31)),
+        at: 'dtls',
+        r: 3,
+      },
+      {
+        d: 'd2',
+        dv: 7,
+        ds: 'rollout',
+        dc: contentHash(settingsDocument('x', 1, 'rollout', { b: 2 }, prepareSettings({ b: 2 }))),
+        sv: 8,
+        sc: contentHash(doc('x', 1, 40)),
+        st: 'plain',
+        sk: true,
+      },
+      { d: 'd3' },
+      { d: 'd4', dv: 9, ds: 'registry', dc: contentHash(doc('x', 1, 50)) },
+    ]);
+    // The times are there (and only) where a part was carried.
+    expect(
+      rows.map((row) =>
+        Object.keys(row)
+          .filter((k) => ['da', 'sa', 'aa', 'h'].includes(k))
+          .sort(),
+      ),
+    ).toEqual([['aa', 'da', 'h', 'sa'], ['da', 'sa'], ['h'], ['da', 'h']]);
+  });
+
+  it("a slot freed by the sweep and given to another device carries none of the first one's facts", async () => {
+    const w = new FakeWriter();
+    const r = recorder(w, 0, { reapMs: 0 });
+    const v1 = doc('d1', 1, 60);
+    r.desired(record('d1'), v1);
+    r.sent('d1', v1, 'dtls', true);
+    r.acknowledged('d1', v1, 'dtls');
+    await r.flush();
+    await r.flush(); // d1 quiet for a sweep: forgotten
+    expect(r.devicesHeld).toBe(0);
+    r.relationsChanged('d2');
+    r.sent('d3', v1, 'plain', false);
+    await r.flush();
+    const rows = w.batches.flat();
+    expect(rows.find((row) => row.d === 'd2')).toEqual({ d: 'd2', r: 0 });
+    expect(rows.find((row) => row.d === 'd3')).toMatchObject({ sv: 1, st: 'plain', sk: false });
+    expect(rows.find((row) => row.d === 'd3')!.av).toBeUndefined();
+    expect(rows.find((row) => row.d === 'd3')!.dv).toBeUndefined();
+  });
+
+  it("a caller's DeliveryRef saves the lookup and is never trusted blindly: stale or foreign slots are looked up", async () => {
+    const w = new FakeWriter();
+    const r = recorder(w, 0, { reapMs: 0 });
+    const a = { deliverySlot: -1 };
+    const b = { deliverySlot: -1 };
+    r.heard('a', 'plain', a);
+    r.heard('b', 'plain', b);
+    expect(a.deliverySlot).not.toBe(b.deliverySlot);
+    const v1 = doc('a', 1, 60);
+    r.sent('a', v1, 'plain', true, b); // b's slot for device a: looked up, and the ref now names a's slot
+    expect(b.deliverySlot).toBe(a.deliverySlot);
+    r.acknowledged('a', v1, 'plain', { deliverySlot: 1_000_000 });
+    await r.flush();
+    const first = w.batches.flat();
+    expect(first.map((row) => row.d)).toEqual(['a', 'b']);
+    expect(first[0]).toMatchObject({ sv: 1, av: 1 });
+    expect(Object.keys(first[1]!).sort()).toEqual(['d', 'h']);
+    await r.flush(); // both quiet for a sweep: forgotten, their slots free
+    expect(r.devicesHeld).toBe(0);
+    r.heard('c', 'plain'); // takes a freed slot, perhaps a's
+    r.relationsChanged('a', a);
+    await r.flush();
+    const last = w.batches.at(-1)!;
+    expect(last.map((row) => row.d).sort()).toEqual(['a', 'c']);
+    expect(last.find((row) => row.d === 'a')).toEqual({ d: 'a', r: 0 });
   });
 });

@@ -58,6 +58,8 @@ class ObservedResource {
   formDoc: VisibleDocument | null = null;
   jsonForm: Buffer | null = null;
   cborForm: Buffer | null = null;
+  /** The device's slot in the delivery recorder (a DeliveryRef; -1: not known yet). */
+  deliverySlot = -1;
   constructor(
     readonly deviceId: string,
     readonly kind: ResourceKind,
@@ -332,7 +334,7 @@ export class ObserveLayer implements ExchangeHandler<Relation> {
     this.relations++;
     rel.lastDoc = doc;
     this.event('registered', rel);
-    this.delivery?.registered(deviceId, kind === 'settings' ? doc : null, transportOf(rel));
+    this.delivery?.registered(deviceId, kind === 'settings' ? doc : null, transportOf(rel), resource);
     // Piggybacked in the ACK of a CON registration; a NON registration gets a NON response (RFC 7252 5.2),
     // whose RST cancels the relation like a notification's.
     const mid = this.messages.replyMid(msg);
@@ -409,7 +411,7 @@ export class ObserveLayer implements ExchangeHandler<Relation> {
     rel.lastMid = mid;
     this.stats.notifications++;
     if (rel.resource.kind === 'settings')
-      this.delivery?.sent(rel.resource.deviceId, doc, transportOf(rel), confirmable);
+      this.delivery?.sent(rel.resource.deviceId, doc, transportOf(rel), confirmable, rel.resource);
     if (confirmable) {
       this.stats.confirmableNotifications++;
       this.messages.track(rel, mid, bytes, rel.inflightMid === -1);
@@ -476,8 +478,8 @@ export class ObserveLayer implements ExchangeHandler<Relation> {
     if (delivery !== undefined) {
       const resource = rel.resource;
       if (resource.kind === 'settings' && !rel.closing && rel.lastDoc !== null)
-        delivery.acknowledged(resource.deviceId, rel.lastDoc, transportOf(rel));
-      else delivery.heard(resource.deviceId, transportOf(rel));
+        delivery.acknowledged(resource.deviceId, rel.lastDoc, transportOf(rel), resource);
+      else delivery.heard(resource.deviceId, transportOf(rel), resource);
     }
     if (rel.closing) this.removeRelation(rel);
     else if (rel.pending) {
@@ -490,7 +492,7 @@ export class ObserveLayer implements ExchangeHandler<Relation> {
   onReset(rel: Relation): void {
     this.removeRelation(rel);
     this.stats.observersRemovedByRst++;
-    this.delivery?.heard(rel.resource.deviceId, transportOf(rel));
+    this.delivery?.heard(rel.resource.deviceId, transportOf(rel), rel.resource);
     this.event('reset', rel);
   }
 
@@ -626,7 +628,8 @@ export class ObserveLayer implements ExchangeHandler<Relation> {
     this.detachFromResource(rel);
     this.relations--;
     this.budgetOf(rel.endpoint.peer).release(rel.endpoint.peer.address);
-    if (rel.resource.kind === 'settings') this.delivery?.relationsChanged(rel.resource.deviceId);
+    if (rel.resource.kind === 'settings')
+      this.delivery?.relationsChanged(rel.resource.deviceId, rel.resource);
   }
 
   // ---- relation lifecycle log (debug level; design §3.8) ---------------------------------------------

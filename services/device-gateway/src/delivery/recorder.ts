@@ -1,24 +1,77 @@
 // The delivery recorder (design §3.8): what the CoAP layer did for each device (sent, acknowledged, heard from,
 // relations) and what each device should have (desired), gathered in memory per device and written to
-// PostgreSQL in batches, off the hot path: an event costs a map lookup and a few field writes, a flush one
-// function call per chunk of devices. A replica that dies loses at most what it had not flushed yet.
+// PostgreSQL in batches, off the hot path: an event costs a map lookup and a few typed-array stores (no
+// allocation), a flush one function call per chunk of devices. A replica that dies loses at most what it had not flushed yet.
 import { errorMessage, type Logger } from '@platform/service-kit';
 import type { DeviceRecord, VisibleDocument } from '../domain/documents.js';
+import {
+  ACKED,
+  ACKED_DTLS,
+  D_ACKED,
+  D_DESIRED,
+  D_SENT,
+  D_STRIDE,
+  DESIRED,
+  HAVE_ACKED,
+  HAVE_DESIRED,
+  HAVE_SENT,
+  HEARD,
+  ID_PLAIN,
+  N_ACKED_AT,
+  N_ACKED_V,
+  N_DESIRED_AT,
+  N_DESIRED_V,
+  N_HEARD_AT,
+  N_ROW,
+  N_SENT_AT,
+  N_SENT_V,
+  QUEUED,
+  RELATIONS,
+  RowBuffer,
+  SENT,
+  SENT_CON,
+  SENT_DTLS,
+  SOURCE_MASK,
+  Snapshot,
+  TOUCHED,
+} from './row-builder.js';
 
 export type DeliveryTransport = 'plain' | 'dtls';
 
-/** What the observe layer reports (ObserveLayer's `delivery` sink); settings resources only, except `heard`. */
+/**
+ * Where the caller keeps a device's slot in the recorder (the observe layer: on the device's resource), so the
+ * event needs no map lookup; checked against the device id, so a stale or foreign one only costs the lookup.
+ */
+export interface DeliveryRef {
+  deliverySlot: number;
+}
+
+/**
+ * What the observe layer reports (ObserveLayer's `delivery` sink); settings resources only, except `heard`.
+ * `ref`, when given, is the device's DeliveryRef.
+ */
 export interface DeliveryEvents {
-  sent(deviceId: string, doc: VisibleDocument, transport: DeliveryTransport, confirmable: boolean): void;
-  acknowledged(deviceId: string, doc: VisibleDocument, transport: DeliveryTransport): void;
-  heard(deviceId: string, transport: DeliveryTransport): void;
+  sent(
+    deviceId: string,
+    doc: VisibleDocument,
+    transport: DeliveryTransport,
+    confirmable: boolean,
+    ref?: DeliveryRef,
+  ): void;
+  acknowledged(deviceId: string, doc: VisibleDocument, transport: DeliveryTransport, ref?: DeliveryRef): void;
+  heard(deviceId: string, transport: DeliveryTransport, ref?: DeliveryRef): void;
   /**
    * A relation was registered: the device was heard from, and for its settings (`settings`, the document the
    * response carried) the relations changed and the document was sent, unconfirmed. One event, one lookup.
    */
-  registered(deviceId: string, settings: VisibleDocument | null, transport: DeliveryTransport): void;
+  registered(
+    deviceId: string,
+    settings: VisibleDocument | null,
+    transport: DeliveryTransport,
+    ref?: DeliveryRef,
+  ): void;
   /** The device's relations to its settings on this replica changed (count read at the flush). */
-  relationsChanged(deviceId: string): void;
+  relationsChanged(deviceId: string, ref?: DeliveryRef): void;
 }
 
 /** One device's row of a batch: the argument of `device_gateway.delivery_record` (migration 0005). */
@@ -72,47 +125,118 @@ export interface DeliveryRecorderOptions {
   reapMs?: number;
 }
 
-// The parts of a device's facts not yet written (bits of `Facts.unwritten`).
-const DESIRED = 1;
-const SENT = 2;
-const ACKED = 4;
-const HEARD = 8;
-const RELATIONS = 16;
-
-/**
- * What this replica knows of one device, kept for as long as the device has events (not made per flush): each
- * part holds its newest, `unwritten` says which parts the next row carries. Times are wall-clock ms. A part is
- * never cleared, only marked written, so a failed write is undone by marking its parts unwritten again: the
- * row then carries their newest values, which the function's rules (each part only moves to a higher version)
- * accept in any order.
- */
-class Facts {
-  siteId: string | null = null;
-  desired: VisibleDocument | null = null;
-  desiredAt = 0;
-  sent: VisibleDocument | null = null;
-  sentAt = 0;
-  sentTransport: DeliveryTransport = 'plain';
-  sentConfirmable = false;
-  acked: VisibleDocument | null = null;
-  ackedAt = 0;
-  ackedTransport: DeliveryTransport = 'plain';
-  heardAt = 0;
-  unwritten = 0;
-  /** In the list of the next flush (or the one being written); set with `unwritten`, cleared when built. */
-  queued = false;
-  /** An event came since the previous sweep (see `sweep`). */
-  touched = true;
-  /** Wall-clock ms of the oldest unwritten event (for the lag gauge). */
-  since = 0;
-  /** The parts of the row being written (marked unwritten again if its write fails). */
-  writing = 0;
-
-  constructor(readonly deviceId: string) {}
-}
-
+// A slot's bytes (stride 4): unwritten parts, the parts of the row being written, flags, the desired source.
+const B_UNWRITTEN = 0;
+const B_WRITING = 1;
+const B_FLAGS = 2;
+/** Bits 0-1: the desired source (index in SOURCES); ID_PLAIN: the device id needs no escaping in JSON. */
+const B_META = 3;
+const B_STRIDE = 4;
+// Its numbers (stride 8, one 64-byte line): N_DESIRED_V .. N_HEARD_AT (row-builder.ts), then:
+/** Wall-clock ms of the oldest unwritten event (for the lag gauge). */
+const N_SINCE = 7;
+const N_STRIDE = 8;
 /** Device ids JSON writes as they are (the registry's pattern). */
 const PLAIN_ID = /^[A-Za-z0-9._:-]{1,128}$/;
+
+/**
+ * What this replica knows of its devices, one slot per device (assigned at its first event, freed by the sweep)
+ * in typed arrays: an event stores a few numbers and allocates nothing, and the fan-out's working set holds no
+ * object per device. Each part holds its newest; UNWRITTEN says which parts the next row carries. A part is
+ * never cleared, only marked written, so a failed write is undone by marking its parts unwritten again: the row
+ * then carries their newest values, which the function's rules (each part only moves to a higher version)
+ * accept in any order.
+ */
+class FactTable {
+  bytes: Uint8Array;
+  nums: Float64Array;
+  digests: Uint32Array;
+  /** The device of each slot ('' when free). */
+  ids: string[] = [];
+  /** Slots in use, by device. */
+  readonly index = new Map<string, number>();
+  private readonly free: number[] = [];
+  /** Slots ever handed out (the next new one). */
+  private used = 0;
+  // The digest last parsed (a fleet on the same settings shares one digest string).
+  private lastDigest = '';
+  private lastHi = 0;
+  private lastLo = 0;
+
+  constructor(public capacity: number) {
+    this.bytes = new Uint8Array(capacity * B_STRIDE);
+    this.nums = new Float64Array(capacity * N_STRIDE);
+    this.digests = new Uint32Array(capacity * D_STRIDE);
+  }
+
+  /** The device's slot, assigned if it has none (cleared). */
+  slot(deviceId: string): number {
+    const s = this.index.get(deviceId);
+    return s === undefined ? this.assign(deviceId) : s;
+  }
+
+  private assign(deviceId: string): number {
+    let s = this.free.pop();
+    if (s === undefined) {
+      if (this.used === this.capacity) this.grow();
+      s = this.used++;
+    }
+    this.bytes.fill(0, s * B_STRIDE, (s + 1) * B_STRIDE);
+    this.nums.fill(0, s * N_STRIDE, (s + 1) * N_STRIDE);
+    this.ids[s] = deviceId;
+    if (PLAIN_ID.test(deviceId)) this.bytes[s * B_STRIDE + B_META] = ID_PLAIN;
+    this.index.set(deviceId, s);
+    return s;
+  }
+
+  release(s: number): void {
+    this.index.delete(this.ids[s]!);
+    this.ids[s] = '';
+    this.bytes[s * B_STRIDE + B_FLAGS] = 0;
+    this.free.push(s);
+  }
+
+  private grow(): void {
+    const capacity = this.capacity * 2;
+    const bytes = new Uint8Array(capacity * B_STRIDE);
+    bytes.set(this.bytes);
+    const nums = new Float64Array(capacity * N_STRIDE);
+    nums.set(this.nums);
+    const digests = new Uint32Array(capacity * D_STRIDE);
+    digests.set(this.digests);
+    this.bytes = bytes;
+    this.nums = nums;
+    this.digests = digests;
+    this.capacity = capacity;
+  }
+
+  /** Stores a document's version and content digest at `n` (nums) and `d` (digests) of slot `s`. */
+  setDoc(s: number, n: number, d: number, doc: VisibleDocument): void {
+    this.nums[s * N_STRIDE + n] = doc.version;
+    const h = doc.contentDigest;
+    if (h !== this.lastDigest) {
+      this.lastHi = hex32(h, 0);
+      this.lastLo = hex32(h, 8);
+      this.lastDigest = h;
+    }
+    const i = s * D_STRIDE + d;
+    this.digests[i] = this.lastHi;
+    this.digests[i + 1] = this.lastLo;
+  }
+}
+
+/**
+ * Eight hex digits of `h` from `at` as a number. A content digest is 16 lowercase hex digits of SHA-256
+ * (documents.ts), never anything else; nothing here throws, since it runs inside the CoAP layer's handlers.
+ */
+function hex32(h: string, at: number): number {
+  let v = 0;
+  for (let i = at; i < at + 8; i++) {
+    const c = h.charCodeAt(i) | 0;
+    v = v * 16 + ((c <= 57 ? c - 48 : (c | 32) - 87) & 15);
+  }
+  return v;
+}
 
 /** A document's content hash (`VisibleDocument.contentDigest`): what the record compares, not versions. */
 export function contentHash(doc: VisibleDocument): string {
@@ -120,14 +244,23 @@ export function contentHash(doc: VisibleDocument): string {
 }
 
 export class DeliveryRecorder implements DeliveryEvents {
-  /** Every device with events since the last sweep or unwritten parts; one object each, kept across flushes. */
-  private readonly facts = new Map<string, Facts>();
-  /** Devices with unwritten parts, in the order of their first unwritten event. */
-  private queue: Facts[] = [];
+  /** Every device with events since the last sweep or unwritten parts: one slot each, kept across flushes. */
+  private readonly table = new FactTable(1024);
+  /** Slots with unwritten parts, in the order of their first unwritten event (`queued` of them). */
+  private queue = new Int32Array(1024);
+  private queued = 0;
+  /** The queue being written (swapped with `queue` at each flush). */
+  private spare = new Int32Array(1024);
   /** Wall-clock ms of the oldest unwritten event in `queue` (0: empty), for the lag gauge. */
   private queueOldest = 0;
   /** The batch being written, and its oldest event. */
   private inFlightOldest = 0;
+  /** Builds each chunk's JSON text from the snapshot. */
+  private readonly rows = new RowBuffer();
+  /** The slots of the chunk being written (their parts are marked unwritten again if its write fails). */
+  private chunk: Int32Array;
+  /** The chunk's facts as they were when its rows were taken: what the builder reads. */
+  private readonly snapshot: Snapshot;
   private flushing: Promise<void> | undefined;
   private timer: NodeJS.Timeout | undefined;
   private lastReap = 0;
@@ -144,6 +277,8 @@ export class DeliveryRecorder implements DeliveryEvents {
   constructor(private readonly options: DeliveryRecorderOptions) {
     this.chunkRows = options.chunkRows ?? 2000;
     this.reapMs = options.reapMs ?? 10_000;
+    this.chunk = new Int32Array(this.chunkRows);
+    this.snapshot = new Snapshot(this.chunkRows);
   }
 
   start(): void {
@@ -166,7 +301,7 @@ export class DeliveryRecorder implements DeliveryEvents {
 
   /** Devices whose facts are held: those with events in the last one or two reap intervals, or unwritten parts. */
   get devicesHeld(): number {
-    return this.facts.size;
+    return this.table.index.size;
   }
 
   /** Seconds since the oldest event not yet written (0 when everything is written). */
@@ -175,79 +310,121 @@ export class DeliveryRecorder implements DeliveryEvents {
     return oldest === Infinity ? 0 : Math.max(0, (Date.now() - oldest) / 1000);
   }
 
-  // ---- events (hot path: one map lookup and a few field writes, no allocation) ---------------------------
+  // ---- events (hot path: one map lookup and a few typed-array stores, no allocation) --------------------
 
-  /** The device's facts, with `part` marked unwritten (queued for the next flush if it was not). */
-  private mark(deviceId: string, part: number, now: number): Facts {
-    let f = this.facts.get(deviceId);
-    if (f === undefined) {
-      f = new Facts(deviceId);
-      this.facts.set(deviceId, f);
+  /** The device's slot, with `part` marked unwritten (queued for the next flush if it was not). */
+  private mark(deviceId: string, part: number, now: number, ref?: DeliveryRef): number {
+    const t = this.table;
+    let s: number;
+    if (ref === undefined) s = t.slot(deviceId);
+    else {
+      s = ref.deliverySlot;
+      if (s < 0 || t.ids[s] !== deviceId) ref.deliverySlot = s = t.slot(deviceId);
     }
-    f.unwritten |= part;
-    f.touched = true;
-    if (!f.queued) {
-      f.queued = true;
-      f.since = now;
-      this.enqueue(f);
-    }
-    return f;
+    const b = s * B_STRIDE;
+    const bytes = t.bytes;
+    bytes[b + B_UNWRITTEN]! |= part;
+    const flags = bytes[b + B_FLAGS]!;
+    if ((flags & QUEUED) === 0) {
+      bytes[b + B_FLAGS] = flags | QUEUED | TOUCHED;
+      t.nums[s * N_STRIDE + N_SINCE] = now;
+      this.enqueue(s, now);
+    } else bytes[b + B_FLAGS] = flags | TOUCHED;
+    return s;
   }
 
-  /** The settings document this replica serves the device now, and the device's site. */
+  /** The settings document this replica serves the device now (and the device's site, which the row does not carry). */
   desired(record: DeviceRecord, doc: VisibleDocument): void {
     const now = Date.now();
-    const f = this.mark(record.deviceId, DESIRED, now);
-    f.siteId = record.siteId;
-    f.desired = doc;
-    f.desiredAt = now;
+    const t = this.table;
+    const s = this.mark(record.deviceId, DESIRED, now);
+    t.setDoc(s, N_DESIRED_V, D_DESIRED, doc);
+    t.nums[s * N_STRIDE + N_DESIRED_AT] = now;
+    const named = (doc.body as { source?: unknown }).source;
+    const b = s * B_STRIDE;
+    t.bytes[b + B_META] =
+      (t.bytes[b + B_META]! & ~SOURCE_MASK) | (named === 'override' ? 1 : named === 'rollout' ? 2 : 0);
+    t.bytes[b + B_FLAGS]! |= HAVE_DESIRED;
   }
 
-  sent(deviceId: string, doc: VisibleDocument, transport: DeliveryTransport, confirmable: boolean): void {
+  sent(
+    deviceId: string,
+    doc: VisibleDocument,
+    transport: DeliveryTransport,
+    confirmable: boolean,
+    ref?: DeliveryRef,
+  ): void {
     if (this.options.trusts?.(deviceId, transport) === false) return;
     const now = Date.now();
-    const f = this.mark(deviceId, SENT, now);
-    f.sent = doc;
-    f.sentAt = now;
-    f.sentTransport = transport;
-    f.sentConfirmable = confirmable;
+    const s = this.mark(deviceId, SENT, now, ref);
+    this.setSent(s, doc, now, transport, confirmable);
   }
 
-  acknowledged(deviceId: string, doc: VisibleDocument, transport: DeliveryTransport): void {
+  private setSent(
+    s: number,
+    doc: VisibleDocument,
+    now: number,
+    transport: DeliveryTransport,
+    con: boolean,
+  ): void {
+    const t = this.table;
+    t.setDoc(s, N_SENT_V, D_SENT, doc);
+    t.nums[s * N_STRIDE + N_SENT_AT] = now;
+    const i = s * B_STRIDE + B_FLAGS;
+    t.bytes[i] =
+      (t.bytes[i]! & ~(SENT_DTLS | SENT_CON)) |
+      HAVE_SENT |
+      (transport === 'dtls' ? SENT_DTLS : 0) |
+      (con ? SENT_CON : 0);
+  }
+
+  acknowledged(
+    deviceId: string,
+    doc: VisibleDocument,
+    transport: DeliveryTransport,
+    ref?: DeliveryRef,
+  ): void {
     if (this.options.trusts?.(deviceId, transport) === false) return;
     const now = Date.now();
-    const f = this.mark(deviceId, ACKED | HEARD, now);
-    f.acked = doc;
-    f.ackedAt = f.heardAt = now;
-    f.ackedTransport = transport;
+    const t = this.table;
+    const s = this.mark(deviceId, ACKED | HEARD, now, ref);
+    t.setDoc(s, N_ACKED_V, D_ACKED, doc);
+    const n = s * N_STRIDE;
+    t.nums[n + N_ACKED_AT] = now;
+    t.nums[n + N_HEARD_AT] = now;
+    const i = s * B_STRIDE + B_FLAGS;
+    t.bytes[i] = (t.bytes[i]! & ~ACKED_DTLS) | HAVE_ACKED | (transport === 'dtls' ? ACKED_DTLS : 0);
   }
 
-  heard(deviceId: string, transport: DeliveryTransport): void {
+  heard(deviceId: string, transport: DeliveryTransport, ref?: DeliveryRef): void {
     if (this.options.trusts?.(deviceId, transport) === false) return;
     const now = Date.now();
-    this.mark(deviceId, HEARD, now).heardAt = now;
+    const s = this.mark(deviceId, HEARD, now, ref);
+    this.table.nums[s * N_STRIDE + N_HEARD_AT] = now;
   }
 
-  registered(deviceId: string, settings: VisibleDocument | null, transport: DeliveryTransport): void {
+  registered(
+    deviceId: string,
+    settings: VisibleDocument | null,
+    transport: DeliveryTransport,
+    ref?: DeliveryRef,
+  ): void {
     const now = Date.now();
     const trusted = this.options.trusts?.(deviceId, transport) !== false;
     const part =
       (settings !== null ? RELATIONS : 0) | (trusted ? HEARD : 0) | (trusted && settings !== null ? SENT : 0);
     if (part === 0) return;
-    const f = this.mark(deviceId, part, now);
+    const s = this.mark(deviceId, part, now, ref);
     if (!trusted) return;
-    f.heardAt = now;
+    this.table.nums[s * N_STRIDE + N_HEARD_AT] = now;
     if (settings === null) return;
     // The response to a registration is never confirmable (piggybacked in the ACK of a CON request, or NON):
     // the device has it, but has not acknowledged it.
-    f.sent = settings;
-    f.sentAt = now;
-    f.sentTransport = transport;
-    f.sentConfirmable = false;
+    this.setSent(s, settings, now, transport, false);
   }
 
-  relationsChanged(deviceId: string): void {
-    this.mark(deviceId, RELATIONS, Date.now());
+  relationsChanged(deviceId: string, ref?: DeliveryRef): void {
+    this.mark(deviceId, RELATIONS, Date.now(), ref);
   }
 
   /**
@@ -264,48 +441,52 @@ export class DeliveryRecorder implements DeliveryEvents {
   /** Writes every unwritten part; one flush at a time (a tick during a flush waits for the next). */
   flush(): Promise<void> {
     if (this.flushing !== undefined) return this.flushing;
-    if (this.queue.length === 0 && Date.now() - this.lastReap < this.reapMs) return Promise.resolve();
+    if (this.queued === 0 && Date.now() - this.lastReap < this.reapMs) return Promise.resolve();
     this.flushing = this.write().finally(() => (this.flushing = undefined));
     return this.flushing;
   }
 
   private async write(): Promise<void> {
+    // The batch is the queue as it is now; events from here on queue their devices in the other array. A slot
+    // is in at most one of them (QUEUED), so each holds at most every slot.
     const batch = this.queue;
-    this.queue = [];
+    const size = this.queued;
+    this.queue = this.spare.length >= batch.length ? this.spare : new Int32Array(batch.length);
+    this.queued = 0;
     this.inFlightOldest = this.queueOldest;
     this.queueOldest = 0;
     const started = performance.now();
-    // Rows are built a chunk at a time, between the writes: a 100,000-device batch never holds the event loop
-    // for more than one chunk's encoding (a few ms), so ACKs keep being read meanwhile. A device is taken off
-    // the queue when its row is built; an event after that queues it again for the next flush.
+    const t = this.table;
+    // A chunk at a time: its devices' unwritten parts are copied into the snapshot and marked written (copy
+    // and clear, so no event is lost or read half-written), then its text is built from the snapshot and
+    // written. An event after its device was taken queues it again for the next flush; a failed write marks
+    // what it carried unwritten again.
     let written = 0;
     let i = 0;
     const now = Date.now();
     try {
-      while (i < batch.length) {
-        const rows: string[] = [];
-        const chunk: Facts[] = [];
-        for (; i < batch.length && rows.length < this.chunkRows; i++) {
-          const f = batch[i]!;
-          if (this.defer(f, now)) {
-            this.enqueue(f);
+      while (i < size) {
+        const chunk = this.chunk;
+        let n = 0;
+        for (; i < size && n < this.chunkRows; i++) {
+          const s = batch[i]!;
+          if (this.defer(s, now)) {
+            this.enqueue(s, t.nums[s * N_STRIDE + N_SINCE]!);
             continue;
           }
-          rows.push(this.rowText(f));
-          chunk.push(f);
-          f.writing = f.unwritten;
-          f.unwritten = 0;
-          f.queued = false;
+          if (!this.take(s, n)) break; // the snapshot's id area is full: the next chunk takes it
+          chunk[n++] = s;
         }
-        if (rows.length === 0) continue;
+        if (n === 0) continue;
         try {
-          await this.options.writer.record(this.options.replica, `[${rows.join(',')}]`);
+          const text = this.rows.build(this.snapshot, n);
+          await this.options.writer.record(this.options.replica, text);
         } catch (err) {
           // Its parts are unwritten again (with whatever newer values arrived meanwhile).
-          for (const f of chunk) this.requeue(f, f.writing, now);
+          for (let k = 0; k < n; k++) this.requeue(chunk[k]!, now);
           throw err;
         }
-        written += rows.length;
+        written += n;
       }
       this.stats.flushes++;
       this.stats.rows += written;
@@ -326,37 +507,84 @@ export class DeliveryRecorder implements DeliveryEvents {
       this.stats.failures++;
       this.options.logger.warn('delivery record: flush failed; retrying at the next tick', {
         error: errorMessage(err),
-        devices: batch.length,
+        devices: size,
       });
-      for (; i < batch.length; i++) if (batch[i]!.queued) this.enqueue(batch[i]!);
+      for (; i < size; i++) {
+        const s = batch[i]!;
+        if ((t.bytes[s * B_STRIDE + B_FLAGS]! & QUEUED) !== 0)
+          this.enqueue(s, t.nums[s * N_STRIDE + N_SINCE]!);
+      }
     } finally {
       this.inFlightOldest = 0;
+      this.spare = batch;
     }
   }
 
-  /** Marks `parts` of `f` unwritten again after a failed write. */
-  private requeue(f: Facts, parts: number, now: number): void {
-    f.unwritten |= parts;
-    if (!f.queued) {
-      f.queued = true;
-      f.since = now;
-      this.enqueue(f);
+  /**
+   * Copies slot `s`'s unwritten parts into row `r` of the snapshot and marks them written (WRITING keeps them
+   * until the write is known); false when its device id does not fit in this chunk.
+   */
+  private take(s: number, r: number): boolean {
+    const t = this.table;
+    const snap = this.snapshot;
+    const b = s * B_STRIDE;
+    const bytes = t.bytes;
+    const parts = bytes[b + B_UNWRITTEN]!;
+    const d = t.ids[s]!;
+    if (!snap.putId(r, d, (bytes[b + B_META]! & ID_PLAIN) !== 0)) return false;
+    const o = r * 4;
+    snap.bytes[o] = parts;
+    snap.bytes[o + 1] = bytes[b + B_FLAGS]!;
+    snap.bytes[o + 2] = bytes[b + B_META]!;
+    const from = s * N_STRIDE;
+    const nums = t.nums;
+    const to = r * N_ROW;
+    for (let k = 0; k < N_ROW; k++) snap.nums[to + k] = nums[from + k]!;
+    const g = s * D_STRIDE;
+    const h = r * D_STRIDE;
+    for (let k = 0; k < D_STRIDE; k++) snap.digests[h + k] = t.digests[g + k]!;
+    snap.rel[r] = parts & RELATIONS ? this.options.relationsOf(d) : 0;
+    bytes[b + B_WRITING] = parts;
+    bytes[b + B_UNWRITTEN] = 0;
+    bytes[b + B_FLAGS]! &= ~QUEUED;
+    return true;
+  }
+
+  /** Marks the parts slot `s` was written with unwritten again after a failed write. */
+  private requeue(s: number, now: number): void {
+    const bytes = this.table.bytes;
+    const b = s * B_STRIDE;
+    bytes[b + B_UNWRITTEN]! |= bytes[b + B_WRITING]!;
+    const flags = bytes[b + B_FLAGS]!;
+    if ((flags & QUEUED) === 0) {
+      bytes[b + B_FLAGS] = flags | QUEUED;
+      this.table.nums[s * N_STRIDE + N_SINCE] = now;
+      this.enqueue(s, now);
     }
   }
 
-  private enqueue(f: Facts): void {
-    this.queue.push(f);
-    if (this.queueOldest === 0 || f.since < this.queueOldest) this.queueOldest = f.since;
+  private enqueue(s: number, since: number): void {
+    if (this.queued === this.queue.length) {
+      // Never more than every slot; the table grew since the queue was made.
+      const next = new Int32Array(Math.max(this.table.capacity, this.queue.length * 2));
+      next.set(this.queue);
+      this.queue = next;
+    }
+    this.queue[this.queued++] = s;
+    if (this.queueOldest === 0 || since < this.queueOldest) this.queueOldest = since;
   }
 
   /**
    * Forgets devices with nothing unwritten and no event since the previous sweep (one per reap interval), so
-   * the map holds the devices that are active, not every device ever seen.
+   * the table holds the devices that are active, not every device ever seen; their slots are used again.
    */
   private sweep(): void {
-    for (const [deviceId, f] of this.facts) {
-      if (f.queued || f.touched) f.touched = false;
-      else this.facts.delete(deviceId);
+    const t = this.table;
+    for (const s of t.index.values()) {
+      const i = s * B_STRIDE + B_FLAGS;
+      const flags = t.bytes[i]!;
+      if ((flags & (QUEUED | TOUCHED)) !== 0) t.bytes[i] = flags & ~TOUCHED;
+      else t.release(s);
     }
   }
 
@@ -366,36 +594,12 @@ export class DeliveryRecorder implements DeliveryEvents {
    * flush interval, so a fleet-wide change writes one row per device (desired, sent and acknowledged together)
    * instead of two, and the record's lag stays within two intervals.
    */
-  private defer(f: Facts, now: number): boolean {
+  private defer(s: number, now: number): boolean {
+    const t = this.table;
     return (
-      f.unwritten === DESIRED &&
-      now - f.desiredAt < this.options.flushMs &&
-      this.options.relationsOf(f.deviceId) > 0
+      t.bytes[s * B_STRIDE + B_UNWRITTEN] === DESIRED &&
+      now - t.nums[s * N_STRIDE + N_DESIRED_AT]! < this.options.flushMs &&
+      this.options.relationsOf(t.ids[s]!) > 0
     );
-  }
-
-  /**
-   * One row as JSON text (a DeliveryRow) of the unwritten parts, written directly: 100,000 rows a fan-out, and
-   * building objects for JSON.stringify cost more than the text. Every value is a number, a boolean, a fixed
-   * word, a hex digest or a device id (1-128 of [A-Za-z0-9._:-], nothing JSON escapes; anything else goes
-   * through JSON.stringify).
-   */
-  private rowText(f: Facts): string {
-    const d = f.deviceId;
-    const parts = f.unwritten;
-    let t = `{"d":${PLAIN_ID.test(d) ? `"${d}"` : JSON.stringify(d)}`;
-    const desired = f.desired;
-    if (parts & DESIRED && desired !== null) {
-      const named = (desired.body as { source: string }).source;
-      const source = named === 'override' || named === 'rollout' ? named : 'registry';
-      t += `,"dv":${desired.version},"ds":"${source}","dc":"${contentHash(desired)}","da":${f.desiredAt}`;
-    }
-    if (parts & SENT && f.sent !== null)
-      t += `,"sv":${f.sent.version},"sc":"${contentHash(f.sent)}","sa":${f.sentAt},"st":"${f.sentTransport}","sk":${f.sentConfirmable}`;
-    if (parts & ACKED && f.acked !== null)
-      t += `,"av":${f.acked.version},"ac":"${contentHash(f.acked)}","aa":${f.ackedAt},"at":"${f.ackedTransport}"`;
-    if (parts & HEARD && f.heardAt > 0) t += `,"h":${f.heardAt}`;
-    if (parts & RELATIONS) t += `,"r":${this.options.relationsOf(d)}`;
-    return `${t}}`;
   }
 }
