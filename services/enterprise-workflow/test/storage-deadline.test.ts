@@ -99,8 +99,9 @@ it('a webhook whose HEAD meets a frozen store answers 503 with Retry-After withi
   }
 });
 
-// A store that takes its time to assemble (CompleteMultipartUpload answers after 1.2 s, as a large video does):
-// the request deadline of every other call (here 300 ms) must not end it; the long-call deadline does.
+// A store that takes its time to assemble (CompleteMultipartUpload answers after 4 s, as a large video does):
+// the request deadline of every other call (here 2 s, room for the other calls on a loaded machine) must not
+// end it; the long-call deadline does.
 it('CompleteMultipartUpload has the long-call deadline, not the request deadline', async () => {
   const target = new URL(h.s3.endpoint);
   const slow = createHttpServer((req, res) => {
@@ -123,7 +124,7 @@ it('CompleteMultipartUpload has the long-call deadline, not the request deadline
         upstream.on('error', () => res.destroy());
         req.pipe(upstream);
       },
-      completing ? 1200 : 0,
+      completing ? 4000 : 0,
     );
   });
   await new Promise<void>((resolve) => slow.listen(0, '127.0.0.1', resolve));
@@ -136,8 +137,8 @@ it('CompleteMultipartUpload has the long-call deadline, not the request deadline
     accessKeyId: h.s3.accessKeyId,
     secretAccessKey: h.s3.secretAccessKey,
     forcePathStyle: true,
-    connectTimeoutMs: 300,
-    requestTimeoutMs: 300,
+    connectTimeoutMs: 2000,
+    requestTimeoutMs: 2000,
     longRequestTimeoutMs,
   });
   const upload = async (storage: ReturnType<typeof createS3Storage>, key: string) => {
@@ -154,8 +155,8 @@ it('CompleteMultipartUpload has the long-call deadline, not the request deadline
     expect(put.status).toBe(200);
     return { uploadId, etag: (put.headers.get('etag') ?? '').replaceAll('"', '') };
   };
-  const patient = createS3Storage(settings(5000));
-  const hasty = createS3Storage(settings(1000));
+  const patient = createS3Storage(settings(10_000));
+  const hasty = createS3Storage(settings(2500));
   try {
     const a = await upload(patient, 'sites/deadline/a.mp4');
     await expect(
