@@ -28,12 +28,12 @@ export const NOTIFY_PAYLOAD_LIMIT_BYTES = 7999;
 /*
  * The bus messages' one-letter field names are not forced by NOTIFY_PAYLOAD_LIMIT_BYTES: the largest message,
  * an override, is its settings (whose document must fit one CoAP datagram, ~1 KiB) and a device id (at most
- * 128 characters), far below 8000 bytes with any names. They stay because they are a wire format with two other
- * readers: the bus's SQL functions (migrations 0002, 0003: bus_publish_overrides reads m->>'k', 'd', 'v', 'o', 's' to retain an
- * override; bus_publish_reload checks 'k'), and replicas of the previous release during a rolling update, which
- * drop a message whose fields they do not know. Longer names would need a new migration and a release that
- * reads both. The device view's messages (inspect.ts) are short for the same reason (migration 0005's inspect_answer
- * writes its notice), and the rollout channel's payloads carry only a `k`.
+ * 128 characters), far below 8000 bytes with any names. They stay because they are a wire format with two
+ * other readers: the bus's SQL functions (migrations 0002, 0003: bus_publish_overrides reads m->>'k', 'd',
+ * 'v', 'o', 's' to retain an override; bus_publish_reload checks 'k'), and replicas of the previous release
+ * during a rolling update, which drop a message whose fields they do not know. Longer names would need a new
+ * migration and a release that reads both. The device view's messages (inspect.ts) are short for the same
+ * reason (migration 0005's inspect_answer writes its notice); the rollout channel's payloads carry only a `k`.
  */
 
 /**
