@@ -2,7 +2,7 @@
 // lists. Written once here; the gateway's routes name them and its OpenAPI document is generated from them
 // (`npm run openapi`); its test/openapi.test.ts checks every documented answer against them.
 import { deviceSettingsSchema } from './device-settings.js';
-import { deviceIdSchema } from './gateway.js';
+import { deviceIdSchema, rolloutPlanProperty } from './gateway.js';
 
 const timestamp = { type: 'string', format: 'date-time' } as const;
 const nullableTimestamp = { oneOf: [{ type: 'null' }, timestamp] } as const;
@@ -241,41 +241,14 @@ export const deviceViewResponseSchema = {
   },
 } as const;
 
-/** A rollout's plan as the gateway answers it (the defaults applied; the request's is in rolloutCreateRequestSchema). */
+/** A rollout's plan as the gateway answers it: as it was given, `growth_factor` filled in, no limit a null. */
 export const rolloutPlanSchema = {
   $id: 'https://platform.example/schemas/rollout-plan.json',
-  type: 'object',
-  additionalProperties: false,
-  required: ['success_share', 'abort_share', 'deadline_s'],
-  oneOf: [{ required: ['first_wave_count'] }, { required: ['first_wave_percent'] }],
+  ...rolloutPlanProperty,
   properties: {
-    first_wave_count: { type: 'integer', minimum: 1 },
-    first_wave_percent: { type: 'number', exclusiveMinimum: 0, maximum: 100 },
-    growth_factor: { type: 'number', minimum: 1, maximum: 100, default: 2 },
-    max_per_minute: {
-      type: ['integer', 'null'],
-      minimum: 1,
-      description: 'notifications a minute at most; absent: no limit',
-    },
-    success_share: {
-      type: 'number',
-      minimum: 0,
-      maximum: 1,
-      description: 'share of a wave that must acknowledge',
-    },
-    abort_share: {
-      type: 'number',
-      exclusiveMinimum: 0,
-      maximum: 1,
-      description: 'share of a wave whose failure aborts',
-    },
-    deadline_s: {
-      type: 'integer',
-      minimum: 1,
-      maximum: 86400,
-      description:
-        "per device, from its notification; at least the delivery record's lag (2 x GATEWAY_DELIVERY_FLUSH_MS + 1 s, in whole seconds), else 400",
-    },
+    ...rolloutPlanProperty.properties,
+    growth_factor: { ...rolloutPlanProperty.properties.growth_factor, default: 2 },
+    max_per_minute: { ...rolloutPlanProperty.properties.max_per_minute, type: ['integer', 'null'] },
   },
 } as const;
 

@@ -28,6 +28,7 @@ import {
   mapDbError,
   requireValid,
   sqlState,
+  type ContractSchema,
   type RequestBodyDoc,
   type RouteDefinition,
   type RouteDoc,
@@ -47,7 +48,7 @@ import {
   RolloutStateError,
   UnknownRolloutError,
 } from '../rollout/service.js';
-import { listQueryParameters, readListQuery } from './list-query.js';
+import { listQueryParameters, readListQuery, type ListQuerySchema } from './list-query.js';
 
 /** The replica bus's failures as problems (design §3.6): the bus itself knows nothing of HTTP. */
 function asProblem(err: unknown): never {
@@ -318,9 +319,7 @@ replica), pending (the desired settings were sent and not acknowledged; a NON no
 "sent, unconfirmed"), stale (observed, and the desired settings have not been sent: it holds older ones).
 The record is written in batches; it lags the devices by up to two GATEWAY_DELIVERY_FLUSH_MS plus one write.
 `,
-        parameters: listQueryParameters(deviceListQuerySchema),
-        responses: { 200: { description: 'One page.', schema: deviceListResponseSchema } },
-        errors: ['invalid_query', 'backend_unavailable'],
+        ...listDoc(deviceListQuerySchema, deviceListResponseSchema),
       },
     }),
     withApiKey({
@@ -395,9 +394,7 @@ rollout: an overlap is 409 (\`rollout_conflict\`) naming the open rollout in \`d
       doc: {
         operationId: 'listRollouts',
         summary: 'Rollouts, newest first, paged by an opaque keyset cursor',
-        parameters: listQueryParameters(rolloutListQuerySchema),
-        responses: { 200: { description: 'One page.', schema: rolloutListResponseSchema } },
-        errors: ['invalid_query', 'backend_unavailable'],
+        ...listDoc(rolloutListQuerySchema, rolloutListResponseSchema),
       },
     }),
     withApiKey({
@@ -463,6 +460,18 @@ const ROLLOUT_ACTIONS: readonly { action: RolloutAction; operationId: string; su
     summary: 'Roll back - every device the rollout changed gets what it had before, as a new, higher version',
   },
 ];
+
+/** What a list route's document says of its query and its page (its query read by list-query.ts). */
+function listDoc(
+  query: ListQuerySchema,
+  page: ContractSchema,
+): Pick<RouteDoc, 'parameters' | 'responses' | 'errors'> {
+  return {
+    parameters: listQueryParameters(query),
+    responses: { 200: { description: 'One page.', schema: page } },
+    errors: ['invalid_query', 'backend_unavailable'],
+  };
+}
 
 /** GET /api/devices's query (list-query.ts, by deviceListQuerySchema). */
 function deviceListQuery(req: Request): DeviceListQuery {
