@@ -1,9 +1,9 @@
 // `npm run openapi`: writes each service's OpenAPI document, generated from its routes and the contracts'
-// schemas (service-kit openApiDocument). The workflow's test/openapi.test.ts fails when the committed file
-// differs from what the routes generate. (The device gateway's document is still hand-written; its routes
-// carry no `doc` yet.)
+// schemas (service-kit openApiDocument). Each service's test/openapi.test.ts fails when its committed file
+// differs from what the routes generate.
 import { writeFile } from 'node:fs/promises';
 import { fileURLToPath } from 'node:url';
+import { gatewayApiDocument } from '@platform/device-gateway';
 import { workflowApiDocument } from '@platform/enterprise-workflow';
 import { renderOpenApiYaml } from '@platform/testkit';
 
@@ -11,6 +11,10 @@ const targets = [
   {
     file: fileURLToPath(new URL('../../services/enterprise-workflow/openapi.yaml', import.meta.url)),
     document: workflowApiDocument,
+  },
+  {
+    file: fileURLToPath(new URL('../../services/device-gateway/openapi.yaml', import.meta.url)),
+    document: gatewayApiDocument,
   },
 ];
 

@@ -98,6 +98,48 @@ export type GatewayReloadedResponse = FromSchema<typeof gatewayReloadedResponseS
 export type GatewayUpdatedResponse = FromSchema<typeof gatewayUpdatedResponseSchema>;
 
 /**
+ * A rollout's plan (design §3.9), as POST /api/rollouts takes it; the gateway answers it with the defaults
+ * applied (gateway-responses.ts rolloutPlanSchema).
+ */
+export const rolloutPlanProperty = {
+  type: 'object',
+  additionalProperties: false,
+  required: ['success_share', 'abort_share', 'deadline_s'],
+  properties: {
+    first_wave_count: { type: 'integer', minimum: 1, maximum: 10000000 },
+    first_wave_percent: { type: 'number', exclusiveMinimum: 0, maximum: 100 },
+    // Default 2 (applied by the gateway; a schema default would make the derived type require it).
+    growth_factor: { type: 'number', minimum: 1, maximum: 100 },
+    max_per_minute: {
+      type: 'integer',
+      minimum: 1,
+      maximum: 100000000,
+      description: 'notifications a minute at most; absent: no limit',
+    },
+    success_share: {
+      type: 'number',
+      minimum: 0,
+      maximum: 1,
+      description: 'share of a wave that must acknowledge',
+    },
+    abort_share: {
+      type: 'number',
+      exclusiveMinimum: 0,
+      maximum: 1,
+      description: 'share of a wave whose failure aborts',
+    },
+    deadline_s: {
+      type: 'integer',
+      minimum: 1,
+      maximum: 86400,
+      description:
+        "per device, from its notification; at least the delivery record's lag (2 x GATEWAY_DELIVERY_FLUSH_MS + 1 s, in whole seconds), else 400",
+    },
+  },
+  oneOf: [{ required: ['first_wave_count'] }, { required: ['first_wave_percent'] }],
+} as const;
+
+/**
  * POST /api/rollouts (design §3.9): which devices (every criterion given must match; at least one), the settings
  * (validated exactly like a notify body's) and the plan. Shares are fractions from 0 to 1.
  */
@@ -136,22 +178,7 @@ export const rolloutCreateRequestSchema = {
       },
     },
     settings: { $ref: deviceSettingsSchema.$id },
-    plan: {
-      type: 'object',
-      additionalProperties: false,
-      required: ['success_share', 'abort_share', 'deadline_s'],
-      properties: {
-        first_wave_count: { type: 'integer', minimum: 1, maximum: 10000000 },
-        first_wave_percent: { type: 'number', exclusiveMinimum: 0, maximum: 100 },
-        // Default 2 (applied by the gateway; a schema default would make the derived type require it).
-        growth_factor: { type: 'number', minimum: 1, maximum: 100 },
-        max_per_minute: { type: 'integer', minimum: 1, maximum: 100000000 },
-        success_share: { type: 'number', minimum: 0, maximum: 1 },
-        abort_share: { type: 'number', exclusiveMinimum: 0, maximum: 1 },
-        deadline_s: { type: 'integer', minimum: 1, maximum: 86400 },
-      },
-      oneOf: [{ required: ['first_wave_count'] }, { required: ['first_wave_percent'] }],
-    },
+    plan: rolloutPlanProperty,
   },
 } as const;
 

@@ -55,6 +55,25 @@ export {
   type SettingsDocument,
 } from './gateway.js';
 export {
+  deliveryStates,
+  deviceDeliverySchema,
+  deviceListQuerySchema,
+  deviceListResponseSchema,
+  deviceViewResponseSchema,
+  gatewayPublicConfigSchema,
+  gatewayReferencedSchemas,
+  gatewayUnusedBodySchema,
+  rolloutActionResponseSchema,
+  rolloutCreatedResponseSchema,
+  rolloutListQuerySchema,
+  rolloutListResponseSchema,
+  rolloutPlanSchema,
+  rolloutResponseSchema,
+  rolloutStates,
+  rolloutSummarySchema,
+  rolloutWaveCountsSchema,
+} from './gateway-responses.js';
+export {
   FILENAME_PATTERN,
   UUID_PATTERN,
   downloadResponseSchema,

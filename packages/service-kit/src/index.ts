@@ -22,9 +22,11 @@ export type { AddRoutesOptions, HttpMethod, RouteDefinition, RouteTarget } from 
 export { JSON_BODY_ERRORS, openApiDocument } from './http/openapi.js';
 export type {
   ContractSchema,
+  EmbeddedSchema,
   HeaderDoc,
   OpenApiInfo,
   ParameterDoc,
+  RequestBodyDoc,
   ResponseDoc,
   RouteDoc,
 } from './http/openapi.js';

@@ -1,5 +1,5 @@
 // The OpenAPI generator (http/openapi.ts): what a route's `doc` becomes, with a gateway-shaped route whose body
-// schema `$ref`s another contracts schema by `$id` (the device gateway's routes are converted in a later step).
+// schema `$ref`s another contracts schema by `$id`.
 import {
   deviceSettingsSchema,
   gatewayUpdatedResponseSchema,
@@ -83,5 +83,35 @@ describe('openApiDocument', () => {
     expect(() => openApiDocument(info, [{ ...notify, doc: noBody }], [deviceSettingsSchema])).toThrow(
       'a JSON body without its schema',
     );
+  });
+
+  it('writes a body with its prose (optional, with an example) and a query parameter embedded in a schema', () => {
+    const route: RouteDefinition = {
+      method: 'POST',
+      path: '/api/reload',
+      body: 'json',
+      handler,
+      doc: {
+        operationId: 'reload',
+        summary: 'Reload',
+        parameters: { limit: { in: 'query', schema: { type: 'integer', maximum: 5 } } },
+        requestBody: {
+          schema: { $id: 'https://platform.example/schemas/any-body.json', type: 'object' },
+          required: false,
+          example: { a: 1 },
+        },
+        responses: { 200: { description: 'Done.' } },
+      },
+    };
+    const op = (openApiDocument(info, [route]) as unknown as Tree).paths!['/api/reload']!.post!;
+    expect(op.requestBody).toEqual({
+      required: false,
+      content: {
+        'application/json': { schema: { $ref: '#/components/schemas/AnyBody' }, example: { a: 1 } },
+      },
+    });
+    expect(op.parameters).toEqual([
+      { name: 'limit', in: 'query', required: false, schema: { type: 'integer', maximum: 5 } },
+    ]);
   });
 });

@@ -15,7 +15,7 @@ import { Inspector, ownPart, type LocalView } from './cluster/inspect.js';
 import { registerBusMetrics } from './cluster/metrics.js';
 import { DtlsTransport } from './coap/dtls-transport.js';
 import { CoapServer } from './coap/server.js';
-import { maxDocumentBytes } from './coap/wire.js';
+import { maxDocumentBytes } from './coap/representations.js';
 import { servesCoaps, servesPlainCoap, type GatewayConfig } from './config.js';
 import type { GatewayDatabase } from './db/tables.js';
 import { GatewayState } from './domain/gateway-state.js';

@@ -1,5 +1,6 @@
 // Public entry of @platform/device-gateway.
 export { buildApp, type GatewayApp, type GatewayDeps } from './app.js';
+export { gatewayApiDocument } from './http/api-document.js';
 export {
   gatewayConfigSchema,
   loadGatewayConfig,

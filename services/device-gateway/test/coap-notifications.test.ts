@@ -4,7 +4,7 @@
 // reaches an observer with the longest token it accepts in one datagram, whole.
 import { decode } from 'cbor-x';
 import type { CoapServer } from '../src/coap/server.js';
-import { MAX_MESSAGE_BYTES } from '../src/coap/wire.js';
+import { MAX_MESSAGE_BYTES } from '../src/coap/representations.js';
 import { DocumentTooLargeError, type GatewayState } from '../src/domain/gateway-state.js';
 import { RawCoapClient, json, observe0, option, pathOptions, uint } from './support/coap-client.js';
 import { device, startCoap } from './support/harness.js';

@@ -1,7 +1,7 @@
 import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { createDb, createLogger, SecretSet } from '@platform/service-kit';
-import { freePort } from '@platform/testkit';
+import { freePort, renderOpenApiYaml } from '@platform/testkit';
 import { Ajv2020 } from 'ajv/dist/2020.js';
 import request from 'supertest';
 import { parse } from 'yaml';
@@ -9,46 +9,65 @@ import { buildApp, type GatewayApp } from '../src/app.js';
 import { loadGatewayConfig } from '../src/config.js';
 import { loadRegistry } from '../src/db/registry-repository.js';
 import type { GatewayDatabase } from '../src/db/tables.js';
+import { gatewayApiDocument } from '../src/http/api-document.js';
 import { gatewayRoutes } from '../src/http/routes.js';
 import { API_KEYS, startGateway, type GatewayFixture } from './support/gateway.js';
 
+interface ResponseObject {
+  $ref?: string;
+  headers?: Record<string, { required?: boolean }>;
+  content?: Record<string, { schema: unknown }>;
+}
 interface Operation {
-  responses: Record<string, { $ref?: string; content?: Record<string, { schema: unknown }> }>;
+  responses: Record<string, ResponseObject>;
 }
 interface OpenApi {
   paths: Record<string, Record<string, Operation>>;
   components: {
-    responses: Record<string, { content?: Record<string, { schema: unknown }> }>;
+    responses?: Record<string, ResponseObject>;
     schemas: Record<string, unknown>;
   };
 }
 
-const doc = parse(
-  readFileSync(fileURLToPath(new URL('../openapi.yaml', import.meta.url)), 'utf8'),
-) as OpenApi;
+const committed = readFileSync(fileURLToPath(new URL('../openapi.yaml', import.meta.url)), 'utf8');
+const doc = parse(committed) as OpenApi;
 const ajv = new Ajv2020({ strict: false, allErrors: true });
 ajv.addSchema({ $id: 'https://gateway.example/openapi', components: doc.components });
+
+function documentedResponse(path: string, method: string, status: string): ResponseObject {
+  const response = doc.paths[path]![method]!.responses[status]!;
+  return response.$ref === undefined
+    ? response
+    : doc.components.responses![response.$ref.split('/').at(-1)!]!;
+}
 
 function responseSchema(
   path: string,
   method: string,
   status: string,
 ): { mediaType: string; schema: unknown } {
-  let response = doc.paths[path]![method]!.responses[status]!;
-  if (response.$ref !== undefined) response = doc.components.responses[response.$ref.split('/').at(-1)!]!;
-  const [mediaType, media] = Object.entries(response.content!)[0]!;
+  const [mediaType, media] = Object.entries(documentedResponse(path, method, status).content!)[0]!;
   return { mediaType, schema: media.schema };
 }
 
+/** Checks `body` against a schema of the document (a `$ref` to a component, or one written in place). */
 function validate(schema: unknown, body: unknown): string {
-  const check = ajv.compile({
-    $id: `https://gateway.example/r${Math.random()}`,
-    $ref: `https://gateway.example/openapi${(schema as { $ref?: string }).$ref ?? ''}`,
-  });
+  // The schema's references into the document, made absolute (the document is registered under its own id).
+  const absolute = JSON.parse(
+    JSON.stringify(schema).replaceAll('"#/components/', '"https://gateway.example/openapi#/components/'),
+  ) as object;
+  const check = ajv.compile({ $id: `https://gateway.example/r${Math.random()}`, allOf: [absolute] });
   return check(body) ? '' : ajv.errorsText(check.errors);
 }
 
 const key = `Bearer ${API_KEYS[1]}`;
+
+describe('openapi.yaml', () => {
+  it('is what the routes and the contracts generate (npm run openapi)', () => {
+    // On failure: npm run openapi (at the root), and commit the file.
+    expect(committed).toBe(renderOpenApiYaml(gatewayApiDocument()));
+  });
+});
 
 describe('openapi.yaml describes the management API exactly', () => {
   let gw: GatewayFixture;
@@ -98,8 +117,21 @@ describe('openapi.yaml describes the management API exactly', () => {
   });
 
   it('the schema check can fail', () => {
-    expect(validate({ $ref: '#/components/schemas/Ok' }, { status: 'reloaded' })).not.toBe('');
-    expect(validate({ $ref: '#/components/schemas/Problem' }, { status: 400 })).not.toBe('');
+    expect(validate({ $ref: '#/components/schemas/GatewayOkResponse' }, { status: 'reloaded' })).not.toBe('');
+    expect(validate({ $ref: '#/components/schemas/ProblemDocument' }, { status: 400 })).not.toBe('');
+    // A problem's schema is written in place: the document's, narrowed to the codes of its status.
+    const unauthorized = responseSchema('/api/config', 'get', '401').schema;
+    expect(validate(unauthorized, { status: 400 })).not.toBe('');
+    expect(
+      validate(unauthorized, {
+        type: 'about:blank',
+        title: 'Not found',
+        status: 404,
+        detail: 'x',
+        code: 'not_found',
+        request_id: 'r',
+      }),
+    ).not.toBe('');
   });
 
   const notify = (path: string) => ({
@@ -116,6 +148,7 @@ describe('openapi.yaml describes the management API exactly', () => {
     'post reload 200': (p) => request(gw.app.http).post(p).set('Authorization', key),
     'post reload 401': (p) => request(gw.app.http).post(p),
     'post reload 503': (p) => request(offline.http).post(p).set('Authorization', key),
+    ...bodyErrors('post reload'),
     'post notify 200': (p) => request(gw.app.http).post(p).set('Authorization', key).send(notify(p)),
     'post notify 400': (p) => request(gw.app.http).post(p).set('Authorization', key).send({ device_id: 'x' }),
     'post notify 401': (p) => request(gw.app.http).post(p).send(notify(p)),
@@ -154,6 +187,8 @@ describe('openapi.yaml describes the management API exactly', () => {
     },
     'post /api/rollouts 503': (p) =>
       request(offline.http).post(p).set('Authorization', key).send(rolloutBody('acme-hq-hvac-01')),
+    'post /api/rollouts 413': bodyErrors('post /api/rollouts')['post /api/rollouts 413']!,
+    'post /api/rollouts 415': bodyErrors('post /api/rollouts')['post /api/rollouts 415']!,
     'get /api/rollouts 200': async (p) => {
       await fixtures();
       return request(gw.app.http).get(`${p}?limit=1`).set('Authorization', key);
@@ -169,6 +204,8 @@ describe('openapi.yaml describes the management API exactly', () => {
       request(gw.app.http).get(`/api/rollouts/${(await fixtures()).active}`),
     'get /api/rollouts/{rollout_id} 404': () =>
       request(gw.app.http).get(`/api/rollouts/${UNKNOWN_ROLLOUT}`).set('Authorization', key),
+    'get /api/rollouts/{rollout_id} 503': () =>
+      request(offline.http).get(`/api/rollouts/${UNKNOWN_ROLLOUT}`).set('Authorization', key),
     ...(Object.fromEntries(
       ['pause', 'resume', 'cancel', 'rollback'].flatMap((action) => {
         const path = `/api/rollouts/{rollout_id}/${action}`;
@@ -195,12 +232,38 @@ describe('openapi.yaml describes the management API exactly', () => {
                 .post(at((await fixtures()).rolledBack))
                 .set('Authorization', key),
           ],
+          [
+            `post ${path} 503`,
+            () => request(offline.http).post(at(UNKNOWN_ROLLOUT)).set('Authorization', key),
+          ],
+          ...Object.entries(bodyErrors(`post ${path}`)).map(
+            ([name, scenario]) => [name, () => scenario(at(UNKNOWN_ROLLOUT))] as const,
+          ),
         ];
       }),
     ) as Record<string, Scenario>),
     'post notify 415': (p) =>
       request(gw.app.http).post(p).set('Authorization', key).set('Content-Type', 'text/plain').send('x'),
   };
+  // What the JSON body reader answers on every route that takes a body (service-kit readJsonBody).
+  function bodyErrors(family: string): Record<string, Scenario> {
+    return {
+      [`${family} 400`]: (p) =>
+        request(gw.app.http)
+          .post(p)
+          .set('Authorization', key)
+          .set('Content-Type', 'application/json')
+          .send('{'),
+      [`${family} 413`]: (p) =>
+        request(gw.app.http)
+          .post(p)
+          .set('Authorization', key)
+          .set('Content-Type', 'application/json')
+          .send(`{"x":"${'a'.repeat(70000)}"}`),
+      [`${family} 415`]: (p) =>
+        request(gw.app.http).post(p).set('Authorization', key).set('Content-Type', 'text/plain').send('x'),
+    };
+  }
   const ACTIVE_DEVICE = 'acme-hq-lobby-sensor-03';
   const UNKNOWN_ROLLOUT = '00000000-0000-4000-8000-000000000000';
   const rolloutBody = (deviceId: string) => ({
@@ -244,6 +307,11 @@ describe('openapi.yaml describes the management API exactly', () => {
       const { mediaType, schema } = responseSchema(path, method, status);
       expect(res.headers['content-type']).toContain(mediaType);
       expect(validate(schema, res.body)).toBe('');
+      // Every header the document says is always sent (Location, WWW-Authenticate, Retry-After) is.
+      const required = Object.entries(documentedResponse(path, method, status).headers ?? {})
+        .filter(([, spec]) => spec.required === true)
+        .map(([header]) => header);
+      expect(required.filter((header) => res.headers[header.toLowerCase()] === undefined)).toEqual([]);
     },
   );
 });

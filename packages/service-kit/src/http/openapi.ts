@@ -12,12 +12,26 @@ export interface ContractSchema {
   readonly [keyword: string]: unknown;
 }
 
+/** A schema embedded in a contracts schema (a property's), which has no `$id` of its own. */
+export type EmbeddedSchema = Readonly<Record<string, unknown>>;
+
 export interface ParameterDoc {
   in: 'path' | 'header' | 'query';
   description?: string;
   /** Default: true for a path parameter, false otherwise. */
   required?: boolean;
+  /** Written inline in the parameter (without its `$id`). */
+  schema: ContractSchema | EmbeddedSchema;
+}
+
+/** A JSON body with more to say than its schema. */
+export interface RequestBodyDoc {
   schema: ContractSchema;
+  /** Default true. False: the route also takes a request without a body. */
+  required?: boolean;
+  description?: string;
+  /** An example body, shown under the schema. */
+  example?: unknown;
 }
 
 export interface HeaderDoc {
@@ -46,8 +60,8 @@ export interface RouteDoc {
   security?: readonly string[];
   /** Path parameters by name (each `:name` of the path must be here), then headers and query parameters. */
   parameters?: Readonly<Record<string, ParameterDoc>>;
-  /** The JSON body's schema (routes with `body: 'json'`). */
-  requestBody?: ContractSchema;
+  /** The JSON body's schema, or the schema and its prose (routes with `body: 'json'`). */
+  requestBody?: ContractSchema | RequestBodyDoc;
   /** The success answers, by status. */
   responses: Readonly<Record<number, ResponseDoc>>;
   /**
@@ -109,7 +123,7 @@ class SchemaComponents {
   }
 
   /** A schema inline (a parameter's), without its `$id`. */
-  inline(schema: ContractSchema): unknown {
+  inline(schema: ContractSchema | EmbeddedSchema): unknown {
     const { $id: _id, ...rest } = schema;
     return this.rewrite(JSON.parse(JSON.stringify(rest)));
   }
@@ -161,6 +175,23 @@ function headerObjects(headers: Record<string, HeaderDoc>): Record<string, unkno
       },
     ]),
   );
+}
+
+function requestBody(
+  body: ContractSchema | RequestBodyDoc,
+  components: SchemaComponents,
+): Record<string, unknown> {
+  const doc: RequestBodyDoc = '$id' in body ? { schema: body } : body;
+  return {
+    ...(doc.description === undefined ? {} : { description: doc.description }),
+    required: doc.required ?? true,
+    content: {
+      'application/json': {
+        schema: components.ref(doc.schema),
+        ...(doc.example === undefined ? {} : { example: doc.example }),
+      },
+    },
+  };
 }
 
 /** Express's `/sites/:site_id/…` as OpenAPI's `/sites/{site_id}/…`. */
@@ -229,14 +260,7 @@ function operation(
             schema: components.inline(p.schema),
           })),
         }),
-    ...(doc.requestBody === undefined
-      ? {}
-      : {
-          requestBody: {
-            required: true,
-            content: { 'application/json': { schema: components.ref(doc.requestBody) } },
-          },
-        }),
+    ...(doc.requestBody === undefined ? {} : { requestBody: requestBody(doc.requestBody, components) }),
     responses,
   };
 }

@@ -29,8 +29,8 @@ export interface RouteDefinition {
   handler: RequestHandler | RequestHandler[];
   /**
    * The route's entry in the API document (openapi.ts `openApiDocument`): its parameter, body and answer
-   * schemas from @platform/contracts, the error codes it may answer, and the prose. Optional: a service whose
-   * document is not generated yet leaves it out.
+   * schemas from @platform/contracts, the error codes it may answer, and the prose. Both services' routes carry
+   * it; `openApiDocument` refuses a route without one (a route only a test registers may leave it out).
    */
   doc?: RouteDoc;
 }

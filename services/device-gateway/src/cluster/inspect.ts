@@ -30,16 +30,28 @@ export interface ReplicaPart extends Partial<LiveView> {
   answered: boolean;
 }
 
+// One-letter fields like the bus's (messages.ts says why): device_gateway.inspect_answer (migration 0005) writes
+// the answer notice's JSON itself.
+
+/** "Send me your live part of this device", on INSPECT_CHANNEL. */
 interface Request {
+  /** Kind: `q`, a query. */
   k: 'q';
+  /** Query id (a UUID): names the answers in device_gateway.inspect_answers. */
   q: string;
+  /** Device id asked about. */
   d: string;
+  /** Origin: the asking replica's id. */
   o: string;
 }
 
+/** "My answer to query `q` is in the table". */
 interface AnswerNotice {
+  /** Kind: `a`, an answer notice. */
   k: 'a';
+  /** Query id the answer is for. */
   q: string;
+  /** Origin: the answering replica's id. */
   o: string;
 }
 

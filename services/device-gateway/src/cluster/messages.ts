@@ -25,24 +25,42 @@ export const ROLLOUT_CHANNEL = 'device_gateway_rollout';
  */
 export const NOTIFY_PAYLOAD_LIMIT_BYTES = 7999;
 
+/*
+ * The bus messages' one-letter field names are not forced by NOTIFY_PAYLOAD_LIMIT_BYTES: the largest message,
+ * an override, is its settings (whose document must fit one CoAP datagram, ~1 KiB) and a device id (at most
+ * 128 characters), far below 8000 bytes with any names. They stay because they are a wire format with two
+ * other readers: the bus's SQL functions (migrations 0002, 0003: bus_publish_overrides reads m->>'k', 'd',
+ * 'v', 'o', 's' to retain an override; bus_publish_reload checks 'k'), and replicas of the previous release
+ * during a rolling update, which drop a message whose fields they do not know. Longer names would need a new
+ * migration and a release that reads both. The device view's messages (inspect.ts) are short for the same
+ * reason (migration 0005's inspect_answer writes its notice); the rollout channel's payloads carry only a `k`.
+ */
+
 /**
- * An override accepted by one replica. `v` is the version the accepting replica stamped with its hybrid
- * logical clock; `o` that replica's origin id. (v, o) orders overrides of one device totally: the larger
- * wins everywhere (last writer wins), so replicas may apply messages in any order, twice, or from the
- * retained table after a gap, and still agree.
+ * An override accepted by one replica. (v, o) orders overrides of one device totally: the larger wins
+ * everywhere (last writer wins), so replicas may apply messages in any order, twice, or from the retained table
+ * after a gap, and still agree.
  */
 export interface OverrideMessage {
+  /** Kind: which message this is. */
   k: 'override';
+  /** Device id of the device whose settings are overridden (a registry device id). */
   d: string;
+  /** Version the accepting replica stamped with its hybrid logical clock (a positive safe integer). */
   v: number;
+  /** Origin: the accepting replica's id (1-64 characters of `[A-Za-z0-9._:-]`); breaks ties between versions. */
   o: string;
+  /** Settings: the override's Device Settings, which replace the registry's (checked again on arrival). */
   s: Settings;
 }
 
-/** "The registry changed, reload it"; `v` lifts receivers' clocks above every version the sender issued. */
+/** "The registry changed, reload it". */
 export interface ReloadMessage {
+  /** Kind: which message this is. */
   k: 'reload';
+  /** Version: the sender's clock when it asked; lifts receivers' clocks above every version the sender issued. */
   v: number;
+  /** Origin: the sending replica's id. */
   o: string;
 }
 

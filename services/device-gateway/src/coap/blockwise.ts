@@ -1,5 +1,5 @@
 import { Opt, encodeOptions, uintBytes } from './codec.js';
-import { MAX_PAYLOAD_BYTES, type WireForm } from './wire.js';
+import { MAX_PAYLOAD_BYTES, type WireForm } from './representations.js';
 
 /**
  * The block-wise layer (RFC 7959 Block2; Californium's `BlockwiseLayer`), for plain responses only: every

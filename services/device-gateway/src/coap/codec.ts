@@ -306,7 +306,7 @@ function writeHeader(out: Buffer, type: number, msgCode: number, messageId: numb
 }
 
 /**
- * A notification from a pre-built observe form (see `observeForm` in wire.ts): header, token, the form's first
+ * A notification from a pre-built observe form (see `observeForm` in representations.ts): header, token, the form's first
  * `splitAt` bytes (options numbered below 6, encoded from 0), the Observe option (24-bit `observe`), then the
  * rest of the form (options encoded from 6, payload marker, payload). One allocation and two copies per
  * datagram: the fan-out hot path.

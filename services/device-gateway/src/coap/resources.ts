@@ -21,7 +21,13 @@ import { linkFormat } from './link-format.js';
 import type { InboundRequest, MessageLayer, RequestHandler } from './messages.js';
 import type { DocumentLookup, ObserveLayer, Relation, ResourceKind } from './observe.js';
 import type { CoapServerOptions } from './options.js';
-import { buildForm, contentEtag, documentForm, type DocumentFormat, type WireForm } from './wire.js';
+import {
+  buildForm,
+  contentEtag,
+  documentForm,
+  type DocumentFormat,
+  type WireForm,
+} from './representations.js';
 
 /**
  * The resources (aiocoap's `resource.py` site, Californium's `ServerMessageDeliverer` and resource tree):

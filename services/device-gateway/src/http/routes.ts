@@ -1,20 +1,36 @@
-import { isDeviceId, validateNotifySettingsRequest, validateRolloutCreateRequest } from '@platform/contracts';
-import { DomainError, mapDbError, requireValid, sqlState, type RouteDefinition } from '@platform/service-kit';
+// The management API (design §3.1), each route with its entry in the API document (http/api-document.ts):
+// its parameter, body and answer schemas from @platform/contracts, the error codes it may answer, the prose.
+// The probes, the configuration, the registry and settings routes and on-call's reads are here; the staged
+// rollouts' routes in rollout-routes.ts.
+import {
+  deviceIdSchema,
+  deviceListQuerySchema,
+  deviceListResponseSchema,
+  deviceViewResponseSchema,
+  gatewayOkResponseSchema,
+  gatewayPublicConfigSchema,
+  gatewayReloadedResponseSchema,
+  gatewayUpdatedResponseSchema,
+  isDeviceId,
+  notifySettingsRequestSchema,
+  validateNotifySettingsRequest,
+} from '@platform/contracts';
+import {
+  DomainError,
+  mapDbError,
+  requireValid,
+  type RouteDefinition,
+  type RouteDoc,
+} from '@platform/service-kit';
 import type { Request, RequestHandler } from 'express';
 import type { DeliveryState } from '../db/tables.js';
 import { decodeCursor, type DeviceListQuery } from '../delivery/device-view.js';
 import { BusMessageTooLargeError, BusPublishError } from '../cluster/bus.js';
 import { DocumentTooLargeError, UnknownDeviceError } from '../domain/gateway-state.js';
 import type { GatewayService } from '../service.js';
-import type { RolloutAction, RolloutState } from '../rollout/sql.js';
-import {
-  decodeRolloutCursor,
-  NoTargetsError,
-  RolloutInvalidError,
-  RolloutOverlapError,
-  RolloutStateError,
-  UnknownRolloutError,
-} from '../rollout/service.js';
+import { readListQuery } from './list-query.js';
+import { rolloutRoutes } from './rollout-routes.js';
+import { apiKeyStep, listDoc, settingsTooLarge, UNUSED_BODY } from './route-parts.js';
 
 /** The replica bus's failures as problems (design §3.6): the bus itself knows nothing of HTTP. */
 function asProblem(err: unknown): never {
@@ -30,9 +46,13 @@ function asProblem(err: unknown): never {
 
 /**
  * The management API (design §3.1). Aliases are the same handler object registered under a second path:
- * `register-device` = `reload-registry`, `update-settings` = `notify-settings`.
+ * `register-device` = `reload-registry`, `update-settings` = `notify-settings`. Building the routes touches
+ * neither `service` nor `auth` (the API document is generated from them without a gateway).
  */
 export function gatewayRoutes(service: GatewayService, auth: RequestHandler): RouteDefinition[] {
+  // Every route but the probes needs the API key, checked before any body is read.
+  const withApiKey = apiKeyStep(auth);
+
   const health: RequestHandler = (_req, res) => {
     res.json({ status: 'ok' });
   };
@@ -86,197 +106,180 @@ export function gatewayRoutes(service: GatewayService, auth: RequestHandler): Ro
     }
   };
   const devices: RequestHandler = async (req, res) => {
-    const query = listQuery(req);
+    const query = deviceListQuery(req);
     res.json(
       await service.deviceList(query).catch((err: unknown) => {
         throw mapDbError(err);
       }),
     );
   };
-  const createRollout: RequestHandler = async (req, res) => {
-    // The settings are validated exactly as a notify body's (the same Device Settings schema).
-    const body = requireValid(validateRolloutCreateRequest(req.body));
-    try {
-      const created = await service.rollouts.create(body);
-      req.log.info('rollout created', { ...created });
-      res.status(201).setHeader('Location', `/api/rollouts/${created.rollout_id}`);
-      res.json({ ...created, state: 'active' });
-    } catch (err) {
-      if (err instanceof DocumentTooLargeError) throw settingsTooLarge(err);
-      if (err instanceof NoTargetsError) {
-        throw new DomainError('invalid_body', 'The selector matches no enabled device.', {
-          errors: [{ path: '/selector', message: 'matches no enabled device of the registry' }],
-        });
-      }
-      if (err instanceof RolloutInvalidError) {
-        throw new DomainError('invalid_body', `The rollout cannot be created: ${err.path} ${err.message}.`, {
-          errors: [{ path: err.path, message: err.message }],
-        });
-      }
-      if (err instanceof RolloutOverlapError) {
-        throw new DomainError(
-          'rollout_conflict',
-          `${err.devices} of the selected devices belong to the open rollout ${err.conflictingRollout}; a device belongs to at most one open rollout.`,
-        );
-      }
-      // 22023 from the creation function: a plan that makes more than 1000 waves.
-      if (sqlState(err) === '22023') {
-        throw new DomainError('invalid_body', 'The plan makes more than 1000 waves.', {
-          errors: [{ path: '/plan', message: 'makes more than 1000 waves for this selector' }],
-        });
-      }
-      throw mapDbError(err);
-    }
-  };
-  const rollout: RequestHandler = async (req, res) => {
-    const id = rolloutId(req);
-    res.json(await service.rollouts.get(id).catch(rolloutProblem));
-  };
-  const rollouts: RequestHandler = async (req, res) => {
-    res.json(await service.rollouts.list(rolloutListQuery(req)).catch(rolloutProblem));
-  };
-  const control =
-    (action: RolloutAction): RequestHandler =>
-    async (req, res) => {
-      const id = rolloutId(req);
-      const outcome = await service.rollouts.control(id, action).catch(rolloutProblem);
-      req.log.info(`rollout ${action}`, { rollout_id: id, state: outcome.state, returned: outcome.returned });
-      res.json({ rollout_id: id, state: outcome.state, devices_returned: outcome.returned });
-    };
+  const reloadDoc = (operationId: string, summary: string): RouteDoc => ({
+    operationId,
+    summary,
+    description:
+      'When PostgreSQL cannot be reached the answer is 503 and the previous registry keeps serving.',
+    requestBody: UNUSED_BODY,
+    responses: {
+      200: {
+        description: 'The registry was reloaded and swapped in.',
+        schema: gatewayReloadedResponseSchema,
+      },
+    },
+    errors: ['backend_unavailable'],
+  });
+  const notifyDoc = (operationId: string, summary: string, description?: string): RouteDoc => ({
+    operationId,
+    summary,
+    ...(description === undefined ? {} : { description }),
+    requestBody: {
+      schema: notifySettingsRequestSchema,
+      example: {
+        device_id: 'acme-hq-hvac-01',
+        settings: { reporting_interval_s: 120, thresholds: { supply_temp_c: { min: 12, max: 18 } } },
+      },
+    },
+    responses: {
+      200: {
+        description: 'The override is stored; observers were notified if anything visible changed.',
+        schema: gatewayUpdatedResponseSchema,
+        headers: {
+          Location: { description: 'The device view (GET /api/devices/{device_id}).', required: true },
+        },
+      },
+    },
+    // settings_too_large: the settings' notification would not fit one CoAP datagram; payload_too_large: the
+    // override would not fit one NOTIFY.
+    errors: ['settings_too_large', 'unknown_device', 'payload_too_large', 'backend_unavailable'],
+  });
+
   return [
-    // Public: the probes (design §3.1). Every other route needs the API key, checked before any body is read.
-    { method: 'GET', path: '/api/health', handler: health },
-    { method: 'GET', path: '/api/ready', handler: ready },
-    { method: 'GET', path: '/api/config', authenticate: auth, handler: config },
+    // Public: the probes (design §3.1).
+    {
+      method: 'GET',
+      path: '/api/health',
+      handler: health,
+      doc: {
+        operationId: 'health',
+        summary: 'Liveness (no dependency call)',
+        responses: { 200: { description: 'The process is alive.', schema: gatewayOkResponseSchema } },
+      },
+    },
+    {
+      method: 'GET',
+      path: '/api/ready',
+      handler: ready,
+      doc: {
+        operationId: 'ready',
+        summary: 'Readiness (registry loaded and CoAP socket bound)',
+        responses: { 200: { description: 'Ready to serve devices.', schema: gatewayOkResponseSchema } },
+        errors: ['not_ready'],
+      },
+    },
+    withApiKey({
+      method: 'GET',
+      path: '/api/config',
+      handler: config,
+      doc: {
+        operationId: 'getConfig',
+        summary: 'Effective configuration, secrets redacted',
+        responses: {
+          200: {
+            description: 'API keys only as a count and fingerprints; passwords in URLs replaced.',
+            schema: gatewayPublicConfigSchema,
+          },
+        },
+      },
+    }),
     // The reload routes take no fields; a body, if any, is still read as JSON and must be well-formed.
-    { method: 'POST', path: '/api/reload-registry', authenticate: auth, body: 'json', handler: reload },
-    { method: 'POST', path: '/api/register-device', authenticate: auth, body: 'json', handler: reload },
-    { method: 'POST', path: '/api/notify-settings', authenticate: auth, body: 'json', handler: notify },
-    { method: 'POST', path: '/api/update-settings', authenticate: auth, body: 'json', handler: notify },
+    withApiKey({
+      method: 'POST',
+      path: '/api/reload-registry',
+      body: 'json',
+      handler: reload,
+      doc: reloadDoc(
+        'reloadRegistry',
+        'Reload the registry from PostgreSQL and notify observers whose document changed',
+      ),
+    }),
+    withApiKey({
+      method: 'POST',
+      path: '/api/register-device',
+      body: 'json',
+      handler: reload,
+      doc: reloadDoc('registerDevice', 'Alias of /api/reload-registry (same handler)'),
+    }),
+    withApiKey({
+      method: 'POST',
+      path: '/api/notify-settings',
+      body: 'json',
+      handler: notify,
+      doc: notifyDoc(
+        'notifySettings',
+        'Store an in-memory settings override (replaces the registry settings) and notify observers',
+        `With the replica bus (GATEWAY_CLUSTER_BUS, default on) the override is published through PostgreSQL and
+200 is answered only after that commit; every replica applies it and notifies its observers. When the
+database cannot be reached the answer is 503 with Retry-After and nothing was applied.
+`,
+      ),
+    }),
+    withApiKey({
+      method: 'POST',
+      path: '/api/update-settings',
+      body: 'json',
+      handler: notify,
+      doc: notifyDoc('updateSettings', 'Alias of /api/notify-settings (same handler)'),
+    }),
     // On-call's reads of delivery (design §3.8).
-    { method: 'GET', path: '/api/devices', authenticate: auth, handler: devices },
-    { method: 'GET', path: '/api/devices/:device_id', authenticate: auth, handler: device },
-    // Staged rollouts (design §3.9).
-    { method: 'POST', path: '/api/rollouts', authenticate: auth, body: 'json', handler: createRollout },
-    { method: 'GET', path: '/api/rollouts', authenticate: auth, handler: rollouts },
-    { method: 'GET', path: '/api/rollouts/:rollout_id', authenticate: auth, handler: rollout },
-    ...(['pause', 'resume', 'cancel', 'rollback'] as const).map((action) => ({
-      method: 'POST' as const,
-      path: `/api/rollouts/:rollout_id/${action}`,
-      authenticate: auth,
-      body: 'json' as const,
-      handler: control(action),
-    })),
+    withApiKey({
+      method: 'GET',
+      path: '/api/devices',
+      handler: devices,
+      doc: {
+        operationId: 'listDevices',
+        summary: 'The fleet\'s delivery, "which devices have not acknowledged their desired settings?"',
+        description: `Devices of the registry (enabled) with their delivery record (design §3.8), oldest desired change first
+(then by device id), paged by an opaque keyset cursor. Each device is in exactly one delivery state:
+acknowledged (it acknowledged the desired settings), unobserved (not acknowledged, and no relation on any
+replica), pending (the desired settings were sent and not acknowledged; a NON notification stays pending,
+"sent, unconfirmed"), stale (observed, and the desired settings have not been sent: it holds older ones).
+The record is written in batches; it lags the devices by up to two GATEWAY_DELIVERY_FLUSH_MS plus one write.
+`,
+        ...listDoc(deviceListQuerySchema, deviceListResponseSchema),
+      },
+    }),
+    withApiKey({
+      method: 'GET',
+      path: '/api/devices/:device_id',
+      handler: device,
+      doc: {
+        operationId: 'getDevice',
+        summary:
+          'One device, as on-call needs it - was its setting received, when, by which replica, and if not why',
+        description: `The device's public registry record, the settings this replica serves it, the delivery record shared by
+every replica, each replica's live relations and DTLS sessions (gathered over the replica bus within
+GATEWAY_DEVICE_VIEW_DEADLINE_MS; \`answered\` says which replicas did), and a summary of its keys. Never
+key material.
+`,
+        parameters: { device_id: { in: 'path', schema: deviceIdSchema } },
+        responses: { 200: { description: 'The device view.', schema: deviceViewResponseSchema } },
+        errors: ['unknown_device', 'backend_unavailable'],
+      },
+    }),
+    ...rolloutRoutes(service, withApiKey),
   ];
 }
 
-function settingsTooLarge(err: DocumentTooLargeError): DomainError {
-  return new DomainError('settings_too_large', err.message, {
-    errors: [
-      {
-        path: '/settings',
-        message: `must encode to at most ${err.limitBytes} bytes (is ${err.encodedBytes})`,
-      },
-    ],
-  });
-}
-
-/** A rollout id from the path; anything but a UUID is as unknown as an absent one (and never echoed). */
-function rolloutId(req: Request): string {
-  const raw: unknown = req.params.rollout_id;
-  if (typeof raw !== 'string' || !UUID.test(raw))
-    throw new DomainError('unknown_rollout', 'The rollout is unknown.');
-  return raw.toLowerCase();
-}
-
-function rolloutProblem(err: unknown): never {
-  if (err instanceof UnknownRolloutError)
-    throw new DomainError('unknown_rollout', `Rollout ${err.rolloutId} is unknown.`);
-  if (err instanceof RolloutStateError) throw new DomainError('rollout_conflict', `${err.message}.`);
-  throw mapDbError(err);
-}
-
-const ROLLOUT_STATES: readonly RolloutState[] = ['active', 'paused', 'completed', 'cancelled', 'rolled_back'];
-const ROLLOUT_LIST_PARAMS = new Set(['state', 'limit', 'cursor']);
-
-/** GET /api/rollouts's query, checked whole like GET /api/devices's. */
-function rolloutListQuery(req: Request): { limit: number; cursor?: string; state?: RolloutState } {
-  const errors: { path: string; message: string }[] = [];
-  const one = (name: string): string | undefined => {
-    const value = req.query[name];
-    if (value === undefined) return undefined;
-    if (typeof value !== 'string') {
-      errors.push({ path: `/query/${name}`, message: 'must be given once' });
-      return undefined;
-    }
-    return value;
-  };
-  for (const name of Object.keys(req.query))
-    if (!ROLLOUT_LIST_PARAMS.has(name))
-      errors.push({ path: `/query/${name.slice(0, 64)}`, message: 'is not a parameter of this route' });
-  const state = one('state');
-  if (state !== undefined && !ROLLOUT_STATES.includes(state as RolloutState))
-    errors.push({ path: '/query/state', message: `must be one of ${ROLLOUT_STATES.join(', ')}` });
-  const limitText = one('limit');
-  const limit = limitText === undefined ? 20 : Number(limitText);
-  if (limitText !== undefined && !(/^\d{1,3}$/.test(limitText) && limit >= 1 && limit <= 100))
-    errors.push({ path: '/query/limit', message: 'must be an integer from 1 to 100' });
-  const cursorText = one('cursor');
-  const cursor = cursorText === undefined ? undefined : decodeRolloutCursor(cursorText);
-  if (cursorText !== undefined && cursor === undefined)
-    errors.push({ path: '/query/cursor', message: 'is not a cursor this API issued' });
-  if (errors.length > 0)
-    throw new DomainError('invalid_query', 'The query parameters are invalid.', { errors });
+/** GET /api/devices's query (list-query.ts, by deviceListQuerySchema). */
+function deviceListQuery(req: Request): DeviceListQuery {
+  const { limit, cursor, filters } = readListQuery(req, deviceListQuerySchema, decodeCursor);
   return {
     limit,
-    ...(cursor === undefined ? {} : { cursor }),
-    ...(state === undefined ? {} : { state: state as RolloutState }),
+    ...(filters.site_id === undefined ? {} : { siteId: filters.site_id }),
+    ...(filters.delivery === undefined ? {} : { delivery: filters.delivery as DeliveryState }),
+    ...(cursor === undefined ? {} : { after: cursor }),
   };
 }
 
 function unknownDevice(deviceId: string): DomainError {
   return new DomainError('unknown_device', `Device ${deviceId} is unknown or disabled.`);
-}
-
-const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
-const DELIVERY_STATES: readonly DeliveryState[] = ['acknowledged', 'pending', 'unobserved', 'stale'];
-const LIST_PARAMS = new Set(['site_id', 'delivery', 'limit', 'cursor']);
-
-/** GET /api/devices's query, checked whole: every problem listed, unknown parameters refused. */
-function listQuery(req: Request): DeviceListQuery {
-  const errors: { path: string; message: string }[] = [];
-  const one = (name: string): string | undefined => {
-    const value = req.query[name];
-    if (value === undefined) return undefined;
-    if (typeof value !== 'string') {
-      errors.push({ path: `/query/${name}`, message: 'must be given once' });
-      return undefined;
-    }
-    return value;
-  };
-  for (const name of Object.keys(req.query))
-    if (!LIST_PARAMS.has(name))
-      errors.push({ path: `/query/${name.slice(0, 64)}`, message: 'is not a parameter of this route' });
-  const siteId = one('site_id');
-  if (siteId !== undefined && !UUID.test(siteId))
-    errors.push({ path: '/query/site_id', message: 'must be a UUID' });
-  const delivery = one('delivery');
-  if (delivery !== undefined && !DELIVERY_STATES.includes(delivery as DeliveryState))
-    errors.push({ path: '/query/delivery', message: `must be one of ${DELIVERY_STATES.join(', ')}` });
-  const limitText = one('limit');
-  const limit = limitText === undefined ? 100 : Number(limitText);
-  if (limitText !== undefined && !(/^\d{1,3}$/.test(limitText) && limit >= 1 && limit <= 500))
-    errors.push({ path: '/query/limit', message: 'must be an integer from 1 to 500' });
-  const cursorText = one('cursor');
-  const after = cursorText === undefined ? undefined : decodeCursor(cursorText);
-  if (cursorText !== undefined && after === undefined)
-    errors.push({ path: '/query/cursor', message: 'is not a cursor this API issued' });
-  if (errors.length > 0)
-    throw new DomainError('invalid_query', 'The query parameters are invalid.', { errors });
-  return {
-    limit,
-    ...(siteId === undefined ? {} : { siteId: siteId.toLowerCase() }),
-    ...(delivery === undefined ? {} : { delivery: delivery as DeliveryState }),
-    ...(after === undefined ? {} : { after }),
-  };
 }

@@ -1,6 +1,6 @@
 import { validateDesiredSettings } from '@platform/contracts';
 import { CoapServer, defaultCoapOptions, type CoapServerOptions } from '../../src/coap/server.js';
-import { maxDocumentBytes } from '../../src/coap/wire.js';
+import { maxDocumentBytes } from '../../src/coap/representations.js';
 import type { DeviceRecord } from '../../src/domain/documents.js';
 import { GatewayState } from '../../src/domain/gateway-state.js';
 import { VersionClock } from '../../src/domain/version-clock.js';

@@ -1,0 +1,89 @@
+// The query of a list route (GET /api/devices, GET /api/rollouts), read by its contracts schema
+// (deviceListQuerySchema, rolloutListQuerySchema): the schema's enums, UUID format, integer range and default
+// are the rules applied here, and the same schema documents the parameters in the API document.
+import { isUuid } from '@platform/contracts';
+import { DomainError, type ParameterDoc } from '@platform/service-kit';
+import type { Request } from 'express';
+
+/** A query parameter's schema, as the contracts' list query schemas write them. */
+interface QueryParameterSchema {
+  readonly type?: string;
+  readonly format?: string;
+  readonly enum?: readonly string[];
+  readonly minimum?: number;
+  readonly maximum?: number;
+  readonly default?: number;
+  readonly description?: string;
+}
+
+export interface ListQuerySchema {
+  readonly properties: Readonly<Record<string, QueryParameterSchema>>;
+}
+
+/** What a list query holds once checked: the page size, the decoded cursor, the other parameters given. */
+export interface ListQuery<Cursor> {
+  limit: number;
+  cursor?: Cursor;
+  /** The parameters other than `limit` and `cursor`, as given (a UUID in lower case). */
+  filters: Record<string, string>;
+}
+
+/**
+ * Checks the query whole: every problem listed (unknown parameters first, then each parameter in the schema's
+ * order), each parameter at most once. `cursor` is whatever `decodeCursor` makes of the previous page's
+ * `next_cursor`; one it cannot read was not issued by this API.
+ */
+export function readListQuery<Cursor>(
+  req: Request,
+  schema: ListQuerySchema,
+  decodeCursor: (text: string) => Cursor | undefined,
+): ListQuery<Cursor> {
+  const errors: { path: string; message: string }[] = [];
+  for (const name of Object.keys(req.query))
+    if (!Object.hasOwn(schema.properties, name))
+      errors.push({ path: `/query/${name.slice(0, 64)}`, message: 'is not a parameter of this route' });
+  const query: ListQuery<Cursor> = { limit: 0, filters: {} };
+  for (const [name, rule] of Object.entries(schema.properties)) {
+    const path = `/query/${name}`;
+    const value = req.query[name];
+    if (name === 'limit') query.limit = rule.default ?? 0;
+    if (value === undefined) continue;
+    if (typeof value !== 'string') {
+      errors.push({ path, message: 'must be given once' });
+      continue;
+    }
+    if (name === 'cursor') {
+      const cursor = decodeCursor(value);
+      if (cursor === undefined) errors.push({ path, message: 'is not a cursor this API issued' });
+      else query.cursor = cursor;
+    } else if (name === 'limit') {
+      const min = rule.minimum ?? 1;
+      const max = rule.maximum ?? 1;
+      const limit = Number(value);
+      if (new RegExp(`^\\d{1,${String(max).length}}$`).test(value) && limit >= min && limit <= max)
+        query.limit = limit;
+      else errors.push({ path, message: `must be an integer from ${min} to ${max}` });
+    } else if (rule.enum !== undefined) {
+      if (rule.enum.includes(value)) query.filters[name] = value;
+      else errors.push({ path, message: `must be one of ${rule.enum.join(', ')}` });
+    } else if (rule.format === 'uuid') {
+      if (isUuid(value)) query.filters[name] = value.toLowerCase();
+      else errors.push({ path, message: 'must be a UUID' });
+    } else {
+      throw new Error(`query parameter ${name}: no rule to read it by`);
+    }
+  }
+  if (errors.length > 0)
+    throw new DomainError('invalid_query', 'The query parameters are invalid.', { errors });
+  return query;
+}
+
+/** The list's query parameters for the API document, each schema's description said of the parameter. */
+export function listQueryParameters(schema: ListQuerySchema): Record<string, ParameterDoc> {
+  return Object.fromEntries(
+    Object.entries(schema.properties).map(([name, { description, ...rule }]) => [
+      name,
+      { in: 'query', ...(description === undefined ? {} : { description }), schema: rule },
+    ]),
+  );
+}
