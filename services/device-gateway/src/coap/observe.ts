@@ -23,7 +23,7 @@ import {
   type MessageLayer,
 } from './messages.js';
 import { now, type CoapServerOptions, type CoapStats } from './options.js';
-import { OBSERVE_FORM_SPLIT, formEtagEquals, observeForm, type DocumentFormat } from './wire.js';
+import { OBSERVE_FORM_SPLIT, formEtagEquals, observeForm, type DocumentFormat } from './representations.js';
 import type { Peer } from './transport.js';
 
 /**
