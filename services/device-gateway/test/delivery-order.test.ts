@@ -1,7 +1,8 @@
 // Every replica records the desired settings of every device (design §3.8), so after a reload all replicas
 // upsert the same delivery rows at once. Batches that lock the same rows in different orders deadlock
 // (40P01): PostgreSQL ends one after deadlock_timeout and the recorder must write its chunk again. Migration
-// 0009 writes a batch's rows in device order, so concurrent batches wait for each other instead.
+// 0009 writes a batch's rows in device order, and has delivery_reap lock its rows in that order, so concurrent
+// batches and reaps wait for each other instead. (The reap's test is a PoC of cold review 0008.)
 import { afterAll, beforeAll, describe, expect, it, jest } from '@jest/globals';
 import { createTestDatabase, type TestDatabase } from '@platform/testkit';
 import { createDb } from '@platform/service-kit';
@@ -9,9 +10,10 @@ import { sql, type Kysely } from 'kysely';
 import pg from 'pg';
 import { gatewayLoginUrl, gatewayMigrations } from '../src/db/migrations.js';
 
-jest.setTimeout(60_000);
+jest.setTimeout(120_000);
 
 const SITE = 'd0d0d0d0-0000-4000-8000-000000000009';
+const DEAD = 'deadbeefdeadbeef';
 const DEVICES = Array.from({ length: 2000 }, (_, i) => `order-${String(i).padStart(5, '0')}`);
 
 let database: TestDatabase;
@@ -70,5 +72,38 @@ describe('delivery_record under concurrent replicas', () => {
       owner,
     );
     expect(rows[0]!.n).toBe(DEVICES.length);
+  });
+
+  // delivery_reap, run by every replica now and then, updates every row that lists a dead replica. Here the
+  // rows lie in the table in no particular order (a hash of the id, as non-HOT updates leave them); before 0009
+  // locked them in device order, a reap beside a batch over the same rows deadlocked in 8 of 8 rounds.
+  it('a reap running beside a batch over the same devices never deadlocks', async () => {
+    const a = new pg.Client({ connectionString: gatewayLoginUrl(database.url) });
+    const b = new pg.Client({ connectionString: gatewayLoginUrl(database.url) });
+    await a.connect();
+    await b.connect();
+    const errors: string[] = [];
+    try {
+      for (let round = 1; round <= 8; round++) {
+        await sql`DELETE FROM device_gateway.device_delivery`.execute(owner);
+        await sql`VACUUM device_gateway.device_delivery`.execute(owner).catch(() => undefined);
+        await sql`
+          INSERT INTO device_gateway.device_delivery (device_id, site_id, desired_at, observed_by)
+          SELECT d, ${SITE}::uuid, now(), ARRAY[${DEAD}::text]
+          FROM unnest(${DEVICES}::text[]) d ORDER BY md5(d || ${round})`.execute(owner);
+        const results = await Promise.allSettled([
+          a.query(`SELECT device_gateway.delivery_record('aaaaaaaaaaaaaaaa', $1::json)`, [
+            batch(DEVICES, Date.now() * 1000 + round),
+          ]),
+          b.query(`SELECT device_gateway.delivery_reap('bbbbbbbbbbbbbbbb')`),
+        ]);
+        for (const r of results)
+          if (r.status === 'rejected') errors.push((r.reason as { code?: string }).code ?? '?');
+      }
+    } finally {
+      await a.end();
+      await b.end();
+    }
+    expect(errors).toEqual([]);
   });
 });
