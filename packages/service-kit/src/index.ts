@@ -20,16 +20,16 @@ export type { HttpAppOptions } from './http/app.js';
 export { addRoutes } from './http/routes.js';
 export type { AddRoutesOptions, HttpMethod, RouteDefinition, RouteTarget } from './http/routes.js';
 export { JSON_BODY_ERRORS, openApiDocument } from './http/openapi.js';
+export type { OpenApiInfo } from './http/openapi.js';
 export type {
   ContractSchema,
   EmbeddedSchema,
   HeaderDoc,
-  OpenApiInfo,
   ParameterDoc,
   RequestBodyDoc,
   ResponseDoc,
   RouteDoc,
-} from './http/openapi.js';
+} from './http/route-doc.js';
 export { PROBLEM_CONTENT_TYPE, problemErrorHandler, sendProblem } from './http/problem.js';
 export { REQUEST_ID_HEADER, REQUEST_ID_PATTERN, installRequestContext } from './http/request-context.js';
 export * from './db/index.js';

@@ -1,6 +1,6 @@
 import type { IRoute, RequestHandler } from 'express';
 import { COMMON_ERRORS } from '../errors.js';
-import type { RouteDoc } from './openapi.js';
+import type { RouteDoc } from './route-doc.js';
 import { DEFAULT_BODY_LIMIT_BYTES, readJsonBody } from './app.js';
 import { CLIENT_ADDRESS } from './request-context.js';
 
