@@ -10,7 +10,7 @@ import type { WorkflowDb } from './db/database.js';
 import type { WorkflowContext } from './domain/context.js';
 import { createWorkflowMetrics } from './domain/counters.js';
 import { defaultMultipartSettings } from './domain/multipart-uploads.js';
-import type { MultipartSettings } from './domain/multipart-uploads.js';
+import type { MultipartSettings } from './domain/context.js';
 import { workflowRoutes } from './http/routes.js';
 import type { MediaStorage } from './domain/ports.js';
 

@@ -13,7 +13,7 @@ import type { DatabaseDeadlines, LogLevel } from '@platform/service-kit';
 import type { S3Settings } from './storage/s3-client.js';
 import type { TokenVerifierSettings } from './auth/token-verifier.js';
 import type { MediaLimits } from './domain/media-rules.js';
-import type { MultipartSettings } from './domain/multipart-uploads.js';
+import type { MultipartSettings } from './domain/context.js';
 
 const MiB = 1024 * 1024;
 

@@ -5,7 +5,6 @@ import type { Kysely } from 'kysely';
 import type { Registry } from '@platform/service-kit';
 import type { WorkflowDb } from '../db/database.js';
 import type { MediaLimits } from './media-rules.js';
-import type { MultipartSettings } from './multipart-uploads.js';
 import type { WorkflowMetrics } from './counters.js';
 import type { MediaStorage, PortalUser } from './ports.js';
 
@@ -21,6 +20,16 @@ export interface WorkflowContext {
   metrics: Registry | undefined;
   counters: WorkflowMetrics;
   now: () => Date;
+}
+
+/** When and how files are uploaded in parts (design §4.4; the defaults: multipart-uploads.ts). */
+export interface MultipartSettings {
+  /** Files larger than this are uploaded in parts. */
+  thresholdBytes: number;
+  /** Preferred part size; raised (to a whole MiB) when the file would need more than 10,000 parts. */
+  partSizeBytes: number;
+  /** How long an upload in parts may take, from its intent to its completion, in seconds. */
+  uploadTtlS: number;
 }
 
 /** The caller of one portal request. */

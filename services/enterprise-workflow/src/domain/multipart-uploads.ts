@@ -12,7 +12,7 @@ import { findMultipartMedia, markAbandoned } from '../db/multipart-repository.js
 import type { MultipartMedia } from '../db/multipart-repository.js';
 import { storeCall } from './store-call.js';
 import type { StoredPart } from './ports.js';
-import type { UserScope, WorkflowContext } from './context.js';
+import type { MultipartSettings, UserScope, WorkflowContext } from './context.js';
 import { ERRORS } from './errors.js';
 import { normaliseEtag } from './media-rules.js';
 
@@ -20,15 +20,6 @@ const MiB = 1024 * 1024;
 /** S3's limits: parts of at least 5 MiB (but the last), at most 10,000 parts. */
 export const MIN_PART_SIZE_BYTES = 5 * MiB;
 export const MAX_PARTS = 10_000;
-
-export interface MultipartSettings {
-  /** Files larger than this are uploaded in parts. */
-  thresholdBytes: number;
-  /** Preferred part size; raised (to a whole MiB) when the file would need more than 10,000 parts. */
-  partSizeBytes: number;
-  /** How long an upload in parts may take, from its intent to its completion, in seconds. */
-  uploadTtlS: number;
-}
 
 export const defaultMultipartSettings: MultipartSettings = {
   thresholdBytes: 64 * MiB,

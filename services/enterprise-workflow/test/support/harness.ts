@@ -18,7 +18,7 @@ import { buildApp } from '../../src/app.js';
 import { createTokenVerifier } from '../../src/auth/token-verifier.js';
 import type { TokenVerifier } from '../../src/auth/token-verifier.js';
 import type { WorkflowDb } from '../../src/db/database.js';
-import type { MultipartSettings } from '../../src/domain/multipart-uploads.js';
+import type { MultipartSettings } from '../../src/domain/context.js';
 import { createS3Storage } from '../../src/storage/s3-store.js';
 import type { MediaStorage } from '../../src/domain/ports.js';
 
