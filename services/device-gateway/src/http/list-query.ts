@@ -5,6 +5,8 @@ import { isUuid } from '@platform/contracts';
 import { DomainError, type ParameterDoc } from '@platform/service-kit';
 import type { Request } from 'express';
 
+const DIGITS = /^\d+$/;
+
 /** A query parameter's schema, as the contracts' list query schemas write them. */
 interface QueryParameterSchema {
   readonly type?: string;
@@ -60,7 +62,7 @@ export function readListQuery<Cursor>(
       const min = rule.minimum ?? 1;
       const max = rule.maximum ?? 1;
       const limit = Number(value);
-      if (new RegExp(`^\\d{1,${String(max).length}}$`).test(value) && limit >= min && limit <= max)
+      if (DIGITS.test(value) && value.length <= String(max).length && limit >= min && limit <= max)
         query.limit = limit;
       else errors.push({ path, message: `must be an integer from ${min} to ${max}` });
     } else if (rule.enum !== undefined) {
