@@ -27,6 +27,11 @@ const ONLY_DELIVERY = process.env.BENCH_ONLY === 'delivery';
 // BENCH_ONLY=rollout: staged rollouts (design §3.9, bench-gateway-rollout.ts): the largest size's reload fan-out,
 // a rollout to the same observers at an unlimited rate, and notify p99 with and without a running rollout.
 const ONLY_ROLLOUT = process.env.BENCH_ONLY === 'rollout';
+// BENCH_ONLY=dtls: only the DTLS capacity figures (design §3.5): per round, the plain fan-out to
+// BENCH_DTLS_OBSERVERS (10,000) observers and the DTLS fan-out to as many, with each of the two DTLS clients
+// (bench-gateway-dtls.ts), each on a fresh gateway child, in an order that alternates from round to round;
+// BENCH_ROUNDS rounds, pooled at the end.
+const ONLY_DTLS = process.env.BENCH_ONLY === 'dtls';
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 1);
 const ROWS = ONLY_NOTIFY ? 1000 : Math.max(...SIZES);
 // Many sockets: real devices are one endpoint each, and the gateway caps relations per endpoint (256).
@@ -659,6 +664,58 @@ function printDelivery(
   }
 }
 
+/**
+ * BENCH_ONLY=dtls: the plain fan-out and the DTLS fan-out with each client, BENCH_ROUNDS rounds, the order
+ * rotating so that no kind always runs first (or last) in a round; each on a fresh gateway child, all reading the
+ * same registry and credentials. Capacity is plain ÷ DTLS server CPU per notification, its ACK included.
+ */
+async function dtlsCapacityRounds(
+  url: string,
+  owner: ReturnType<typeof createDb<GatewayDatabase>>,
+  ids: string[],
+): Promise<void> {
+  const n = ids.length;
+  type Kind = 'plain' | 'independent' | 'node-dtls-client';
+  const orders: Kind[][] = [
+    ['plain', 'independent', 'node-dtls-client'],
+    ['node-dtls-client', 'independent', 'plain'],
+    ['independent', 'plain', 'node-dtls-client'],
+    ['node-dtls-client', 'plain', 'independent'],
+  ];
+  const total = { plain: 0, independent: 0, 'node-dtls-client': 0 };
+  const usPer = (cpuMs: number): string => `${((1000 * cpuMs) / n).toFixed(1)} µs`;
+  for (let r = 0; r < ROUNDS; r++) {
+    const cpu = { plain: 0, independent: 0, 'node-dtls-client': 0 };
+    const notes: string[] = [];
+    for (const kind of orders[r % orders.length]!) {
+      if (kind === 'plain') {
+        const g = await measure('gateway', n, url, owner, 100 + r);
+        cpu.plain = g.serverCpuMs;
+        notes.push(`plain lost ${g.lost} dup ${g.duplicates}`);
+      } else {
+        const child = await startChild('gateway', url, { BENCH_COAP_SECURITY: 'both' });
+        const f = await dtlsFanout(child, owner, ids, 5000 + 10 * r + (kind === 'independent' ? 1 : 2), kind);
+        await stopChild(child);
+        cpu[kind] = f.serverCpuMs;
+        notes.push(`${kind} lost ${f.lost} dup ${f.duplicates}`);
+      }
+    }
+    for (const k of Object.keys(total) as Kind[]) total[k] += cpu[k];
+    console.log(
+      `round ${r + 1} of ${ROUNDS} (${orders[r % orders.length]!.join(', ')}; load ${loadavg()[0]!.toFixed(2)}): ` +
+        `server CPU per notification plain ${usPer(cpu.plain)}, dtls answering at once ${usPer(cpu.independent)} ` +
+        `(capacity ${ratio(cpu.plain, cpu.independent)}), dtls node-dtls-client ${usPer(cpu['node-dtls-client'])} ` +
+        `(capacity ${ratio(cpu.plain, cpu['node-dtls-client'])}); ${notes.join(', ')}`,
+    );
+  }
+  if (ROUNDS > 1)
+    console.log(
+      `pooled over ${ROUNDS} rounds: plain ${usPer(total.plain / ROUNDS)}, dtls answering at once ${usPer(total.independent / ROUNDS)} ` +
+        `(capacity ${ratio(total.plain, total.independent)}), dtls node-dtls-client ${usPer(total['node-dtls-client'] / ROUNDS)} ` +
+        `(capacity ${ratio(total.plain, total['node-dtls-client'])})`,
+    );
+}
+
 async function main(): Promise<void> {
   console.log(`bench:gateway — loopback, ${ROWS} registry rows, sizes ${SIZES.join(', ')}`);
   const pg = await startPostgres();
@@ -728,6 +785,11 @@ async function main(): Promise<void> {
     const ids = Array.from({ length: dtlsN }, (_, i) => deviceId(i));
     await issueBenchKeys(owner, ids);
     let round = 0;
+    if (ONLY_DTLS) {
+      await dtlsCapacityRounds(url, owner, ids);
+      await owner.destroy();
+      return;
+    }
     let deliveryOn: Awaited<ReturnType<typeof measure>> | undefined;
     const plainFanout = new Map<number, number>();
     const plainFanoutCpuMs = new Map<number, number>();
@@ -791,6 +853,10 @@ async function main(): Promise<void> {
     const dchild = await startChild('gateway', url, { BENCH_COAP_SECURITY: 'both' });
     const fan = await dtlsFanout(dchild, owner, ids, 500 + round++);
     await stopChild(dchild);
+    // The same fan-out with observers that answer at once, as the plain ones do (bench-gateway-dtls.ts).
+    const ichild = await startChild('gateway', url, { BENCH_COAP_SECURITY: 'both' });
+    const ifan = await dtlsFanout(ichild, owner, ids, 500 + round++, 'independent');
+    await stopChild(ichild);
     // A fresh child for the latency, as the plain figure has (see dtlsLatency).
     const lchild = await startChild('gateway', url, { BENCH_COAP_SECURITY: 'both' });
     const dlat = await dtlsLatency(lchild, deviceId(0));
@@ -816,6 +882,10 @@ async function main(): Promise<void> {
     if (plainCpu !== undefined)
       console.log(
         `  server CPU per notification (its ACK included): dtls ${((1000 * fan.serverCpuMs) / dtlsN).toFixed(1)} µs   plain ${((1000 * plainCpu) / dtlsN).toFixed(1)} µs   capacity dtls/plain ${ratio(plainCpu, fan.serverCpuMs)}`,
+      );
+    if (plainCpu !== undefined)
+      console.log(
+        `  like with like, observers answering at once (testkit PSK client): dtls ${((1000 * ifan.serverCpuMs) / dtlsN).toFixed(1)} µs   capacity dtls/plain ${ratio(plainCpu, ifan.serverCpuMs)}   lost ${ifan.lost}   duplicated ${ifan.duplicates}   fan-out ${ifan.fanoutPerS.toFixed(0)}/s`,
       );
     const plainSystem = plainFanoutSystemMs.get(dtlsN);
     if (plainSystem !== undefined)

@@ -1,5 +1,5 @@
 // The five attacks of the second review of src/dtls, each reproduced against DtlsServer over real UDP sockets
-// with a scripted client written apart from the server (support/independent-psk-client.ts), then the defence checked:
+// with a scripted client written apart from the server (@platform/testkit/dtls-psk-client), then the defence checked:
 //   1. a revoked or expired key finishes a handshake, and a session outlives its key;
 //   2. the handshake table is held full by peers that have no key;
 //   3. one key holds unlimited sessions (and a full address refuses newcomers instead of making room);
@@ -17,7 +17,7 @@ import {
   PskClient,
   encodeHandshake,
   prf,
-} from './support/independent-psk-client.js';
+} from '@platform/testkit/dtls-psk-client';
 
 const IDENTITY2 = 'dev2-identity';
 const KEY2 = Buffer.from('another-key-for-dev2-0123456789ab');

@@ -1,4 +1,5 @@
-// A scriptable DTLS 1.2 PSK client over a real UDP socket, for the attack tests (dtls-attacks.test.ts).
+// A scriptable DTLS 1.2 PSK client over a real UDP socket, for the gateway's attack tests (dtls-attacks.test.ts)
+// and for bench:gateway's DTLS observers that answer at once, as its plain ones do (scripts/src/bench-gateway-dtls.ts).
 //
 // It is written from the RFCs with node:crypto alone and imports nothing from src/dtls, so that a mistake in
 // the server's key schedule, transcript or record protection cannot be mirrored here and go unnoticed:
@@ -13,7 +14,15 @@
 // replay a recorded ClientHello, send a forged record from the client's own address and port), and the client
 // can bind any 127.0.0.0/8 address so that the server sees distinct source addresses. It never retransmits:
 // on loopback nothing is lost, and a test wants to see exactly what it sent.
-import { createCipheriv, createDecipheriv, createHash, createHmac, randomBytes } from 'node:crypto';
+import {
+  createCipheriv,
+  createDecipheriv,
+  createHash,
+  createHmac,
+  createSecretKey,
+  randomBytes,
+  type KeyObject,
+} from 'node:crypto';
 import dgram from 'node:dgram';
 
 export const ContentType = { changeCipherSpec: 20, alert: 21, handshake: 22, applicationData: 23 } as const;
@@ -82,7 +91,8 @@ export function pskPremasterSecret(psk: Buffer): Buffer {
 }
 
 interface RecordKeys {
-  writeKey: Buffer;
+  /** A KeyObject, made once per session: a Buffer key costs node two thrown exceptions per cipher made. */
+  writeKey: KeyObject;
   /** The 4-byte implicit part of the CCM nonce (client_write_IV / server_write_IV). */
   salt: Buffer;
 }
@@ -262,6 +272,11 @@ export interface PskClientOptions {
    * the path, who can send from and receive at the victim's address). close() leaves a shared socket open.
    */
   socket?: dgram.Socket;
+  /**
+   * Keep every datagram sent and received in `sent` and `received` (default true). A benchmark holding
+   * thousands of sessions for many notifications turns it off.
+   */
+  keepDatagrams?: boolean;
 }
 
 type Result<T> = { done: T } | undefined;
@@ -273,8 +288,10 @@ export class PskClient {
   readonly received: Buffer[] = [];
   /** Alerts received: epoch 0 ones as they came, epoch 1 ones once they verified under our keys. */
   readonly alerts: ReceivedAlert[] = [];
-  /** Application data received (epoch 1, verified). */
+  /** Application data received (epoch 1, verified), unless onApplicationData takes it. */
   readonly appData: Buffer[] = [];
+  /** When set, verified application data goes here as it arrives instead of into `appData`. */
+  onApplicationData: ((plaintext: Buffer) => void) | undefined;
   random: Buffer = randomBytes(32);
   cookie: Buffer = Buffer.alloc(0);
   /** The ClientHello datagram that carried the cookie, as sent (a replay test sends it again). */
@@ -305,13 +322,15 @@ export class PskClient {
     private readonly serverPort: number,
     private readonly serverHost: string,
     private readonly ownsSocket: boolean,
+    private readonly keepDatagrams: boolean,
   ) {
     socket.on('message', this.onMessage);
   }
 
   static async open(opts: PskClientOptions): Promise<PskClient> {
     const host = opts.host ?? '127.0.0.1';
-    if (opts.socket !== undefined) return new PskClient(opts.socket, opts.port, host, false);
+    const keep = opts.keepDatagrams ?? true;
+    if (opts.socket !== undefined) return new PskClient(opts.socket, opts.port, host, false, keep);
     const socket = dgram.createSocket('udp4');
     await new Promise<void>((resolve, reject) => {
       socket.once('error', reject);
@@ -320,7 +339,7 @@ export class PskClient {
         resolve();
       });
     });
-    return new PskClient(socket, opts.port, host, true);
+    return new PskClient(socket, opts.port, host, true, keep);
   }
 
   get address(): { address: string; port: number } {
@@ -334,7 +353,7 @@ export class PskClient {
 
   /** Sends raw bytes to the server from this client's address and port. */
   send(datagram: Buffer): void {
-    this.sent.push(datagram);
+    if (this.keepDatagrams) this.sent.push(datagram);
     this.socket.send(datagram, this.serverPort, this.serverHost);
   }
 
@@ -424,8 +443,8 @@ export class PskClient {
       : prf(premaster, 'master secret', Buffer.concat([this.random, this.serverRandom]), 48);
     // RFC 5246 §6.3: the AEAD suite has no MAC keys; keys 16 bytes, fixed IVs 4 (RFC 6655 §3).
     const block = prf(this.master, 'key expansion', Buffer.concat([this.serverRandom, this.random]), 40);
-    this.clientKeys = { writeKey: block.subarray(0, 16), salt: block.subarray(32, 36) };
-    this.serverKeys = { writeKey: block.subarray(16, 32), salt: block.subarray(36, 40) };
+    this.clientKeys = { writeKey: createSecretKey(block.subarray(0, 16)), salt: block.subarray(32, 36) };
+    this.serverKeys = { writeKey: createSecretKey(block.subarray(16, 32)), salt: block.subarray(36, 40) };
     this.epoch1Seq = 0;
     this.finished = undefined;
     const datagram = Buffer.concat([
@@ -588,7 +607,7 @@ export class PskClient {
   }
 
   private receive(datagram: Buffer): void {
-    this.received.push(datagram);
+    if (this.keepDatagrams) this.received.push(datagram);
     for (const rec of parseRecords(datagram)) {
       let plaintext: Buffer | undefined;
       if (rec.epoch === 0) plaintext = rec.fragment;
@@ -603,7 +622,9 @@ export class PskClient {
           (rec.epoch === 0 ? this.handshakes0 : this.handshakes1).push(...parseHandshakes(plaintext));
           break;
         case ContentType.applicationData:
-          if (rec.epoch === 1) this.appData.push(plaintext);
+          if (rec.epoch !== 1) break;
+          if (this.onApplicationData !== undefined) this.onApplicationData(plaintext);
+          else this.appData.push(plaintext);
           break;
         default:
           break;
