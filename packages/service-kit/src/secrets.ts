@@ -92,9 +92,19 @@ export function countNonBearerSecrets(secrets: readonly string[]): number {
   return secrets.filter((secret) => !IS_TOKEN68.test(secret)).length;
 }
 
-/** The bearer token of a request, or undefined when the header is absent or not a Bearer credential. */
-export function bearerToken(req: { headers: IncomingHttpHeaders }): string | undefined {
+/**
+ * The bearer token of a request, or undefined when the header is absent or not a Bearer credential.
+ *
+ * Authorization sent more than once gives the empty string, which no key or token matches (so the caller
+ * answers 401 invalid_token): it carries one credential (RFC 9110 §11.6.2), and node:http keeps only the
+ * first copy, so a proxy that checked or rewrote another copy would have seen a different credential.
+ */
+export function bearerToken(req: {
+  headers: IncomingHttpHeaders;
+  headersDistinct?: Record<string, string[] | undefined>;
+}): string | undefined {
   const header = req.headers.authorization;
   if (header === undefined) return undefined;
+  if ((req.headersDistinct?.authorization?.length ?? 1) > 1) return '';
   return BEARER.exec(header)?.[1];
 }

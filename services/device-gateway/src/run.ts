@@ -17,6 +17,9 @@ import { buildApp } from './app.js';
 import { loadGatewayConfig, readApiKeys, type GatewayConfig } from './config.js';
 import type { GatewayDatabase } from './db/tables.js';
 
+const HTTP_HEADERS_TIMEOUT_MS = 10_000;
+const HTTP_REQUEST_TIMEOUT_MS = 30_000;
+
 async function main(): Promise<void> {
   let config: GatewayConfig;
   try {
@@ -89,6 +92,10 @@ async function main(): Promise<void> {
         : app.http.listen(config.http.port, config.http.host, () => resolve(s));
     s.once('error', reject);
   });
+  // Deadlines on reading a request (design §6): its headers within 10 s, all of it within 30 s (node's defaults
+  // are 60 s and 300 s). The API's bodies are a few kilobytes; a client slower than that only holds a socket.
+  server.headersTimeout = HTTP_HEADERS_TIMEOUT_MS;
+  server.requestTimeout = HTTP_REQUEST_TIMEOUT_MS;
   const address = server.address();
   logger.info('http listening', {
     port: typeof address === 'object' && address !== null ? address.port : address,

@@ -61,6 +61,10 @@ export function sendProblem(res: Response, error: DomainError, requestId: string
   const retryAfterS = error.retryAfterS ?? (error.status === 503 ? RETRY_AFTER_S : undefined);
   if (retryAfterS !== undefined) res.setHeader('Retry-After', String(retryAfterS));
   res.setHeader('Cache-Control', 'no-store');
+  // A request answered before its body was read (a 401, 404, 405 or 413 is decided first): node:http would
+  // otherwise read and discard the rest of the body to keep the connection, for as long as the client sends,
+  // which lets a caller without credentials stream bytes or hold the connection open. Closing it reads no more.
+  if (!res.req.complete) res.setHeader('Connection', 'close');
   // The request log line names the code, so a 4xx needs no log line of its own.
   res.locals.errorCode = error.code;
   res.status(error.status).type(PROBLEM_CONTENT_TYPE).send(JSON.stringify(body));
