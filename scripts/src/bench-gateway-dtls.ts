@@ -139,6 +139,7 @@ async function observeAllIndependent(
       while (next < deviceIds.length) {
         const i = next++;
         const client = await PskClient.open({ port, keepDatagrams: false });
+        await client.connectSocket();
         await client.connect(identityOf(i), keyOf(i), { timeoutMs: 20_000 });
         const o: Observer = { close: () => client.close(), got: 0 };
         observers[i] = o;
@@ -157,6 +158,9 @@ async function observeAllIndependent(
   return observers;
 }
 
+const observersOf = (client: DtlsClientKind): typeof observeAll =>
+  client === 'independent' ? observeAllIndependent : observeAll;
+
 export interface DtlsFanout {
   observers: number;
   sessionsPerS: number;
@@ -166,6 +170,8 @@ export interface DtlsFanout {
   serverCpuMs: number;
   /** Of serverCpuMs, the kernel's (process.cpuUsage().system): sendmsg/recvmsg and their wake-ups. */
   serverSystemMs: number;
+  /** The observers' CPU over the same window (this process). */
+  clientCpuMs: number;
 }
 
 /** N DTLS observers; every device's settings change; one reload notifies them all over their sessions. */
@@ -178,11 +184,7 @@ export async function dtlsFanout(
 ): Promise<DtlsFanout> {
   const marker = { value };
   const t0 = performance.now();
-  const observers = await (client === 'independent' ? observeAllIndependent : observeAll)(
-    child.coapsPort!,
-    deviceIds,
-    marker,
-  );
+  const observers = await observersOf(client)(child.coapsPort!, deviceIds, marker);
   const sessionsPerS = observers.length / ((performance.now() - t0) / 1000);
   let first = Infinity;
   let last = 0;
@@ -200,6 +202,7 @@ export async function dtlsFanout(
     owner,
   );
   const cpu0 = await child.ask<{ cpuMs: number; systemMs?: number }>({ cmd: 'cpu' });
+  const clientCpu0 = process.cpuUsage();
   await child.ask({ cmd: 'reload' });
   // Settle: until every observer has its notification, or 3 s without progress.
   let seen = -1;
@@ -210,6 +213,7 @@ export async function dtlsFanout(
     seen = now;
   }
   await new Promise((r) => setTimeout(r, 3000));
+  const clientCpu = process.cpuUsage(clientCpu0);
   const cpu1 = await child.ask<{ cpuMs: number; systemMs?: number }>({ cmd: 'cpu' });
   const serverCpuMs = cpu1.cpuMs - cpu0.cpuMs;
   const serverSystemMs = (cpu1.systemMs ?? NaN) - (cpu0.systemMs ?? NaN);
@@ -224,6 +228,7 @@ export async function dtlsFanout(
     duplicates,
     serverCpuMs,
     serverSystemMs,
+    clientCpuMs: (clientCpu.user + clientCpu.system) / 1000,
   };
 }
 
@@ -245,6 +250,7 @@ export async function dtlsLatency(
    * the generator nor the timestamps of other notifications.
    */
   device: 'in-process' | 'own-process' = 'in-process',
+  clientKind: DtlsClientKind = 'node-dtls-client',
 ): Promise<{ p50: number; p99: number; seen: number; sent: number; samples: number[] }> {
   const sentAt = new Map<number, number>();
   const samples: number[] = [];
@@ -258,7 +264,7 @@ export async function dtlsLatency(
     device === 'in-process' ? () => performance.now() : () => performance.timeOrigin + performance.now();
   let stopDevice: () => Promise<void>;
   if (device === 'in-process') {
-    const observers = await observeAll(child.coapsPort!, [deviceId], { value: -1 });
+    const observers = await observersOf(clientKind)(child.coapsPort!, [deviceId], { value: -1 });
     observers[0]!.onValue = onValue;
     stopDevice = () => {
       observers[0]!.close();
@@ -266,7 +272,10 @@ export async function dtlsLatency(
     };
   } else {
     const proc = fork(fileURLToPath(import.meta.url), [], {
-      env: { ...process.env, BENCH_DTLS_DEVICE: JSON.stringify({ port: child.coapsPort!, deviceId }) },
+      env: {
+        ...process.env,
+        BENCH_DTLS_DEVICE: JSON.stringify({ port: child.coapsPort!, deviceId, client: clientKind }),
+      },
       stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
     });
     await new Promise<void>((resolve, reject) => {
@@ -312,11 +321,11 @@ export async function dtlsLatency(
 }
 
 /**
- * The DTLS device of dtlsLatency's 'own-process' mode, in a child: one node-dtls-client session observing one
- * device's settings; sends [value, wall-clock ms] of each notification to the parent every 50 ms.
+ * The DTLS device of dtlsLatency's 'own-process' mode, in a child: one session (of the client asked for) observing
+ * one device's settings; sends [value, wall-clock ms] of each notification to the parent every 50 ms.
  */
-async function runDevice(config: { port: number; deviceId: string }): Promise<void> {
-  const observers = await observeAll(config.port, [config.deviceId], { value: -1 });
+async function runDevice(config: { port: number; deviceId: string; client: DtlsClientKind }): Promise<void> {
+  const observers = await observersOf(config.client)(config.port, [config.deviceId], { value: -1 });
   let batch: [number, number][] = [];
   observers[0]!.onValue = (v, at) => batch.push([v, performance.timeOrigin + at]);
   const timer = setInterval(() => {
@@ -335,4 +344,6 @@ async function runDevice(config: { port: number; deviceId: string }): Promise<vo
 }
 
 if (process.env.BENCH_DTLS_DEVICE !== undefined && process.argv[1] === fileURLToPath(import.meta.url))
-  await runDevice(JSON.parse(process.env.BENCH_DTLS_DEVICE) as { port: number; deviceId: string });
+  await runDevice(
+    JSON.parse(process.env.BENCH_DTLS_DEVICE) as { port: number; deviceId: string; client: DtlsClientKind },
+  );

@@ -32,6 +32,8 @@ const ONLY_ROLLOUT = process.env.BENCH_ONLY === 'rollout';
 // (bench-gateway-dtls.ts), each on a fresh gateway child, in an order that alternates from round to round;
 // BENCH_ROUNDS rounds, pooled at the end.
 const ONLY_DTLS = process.env.BENCH_ONLY === 'dtls';
+// BENCH_DTLS_FANOUT=false: those rounds without the fan-outs (latency only).
+const FANOUTS = process.env.BENCH_DTLS_FANOUT !== 'false';
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 1);
 const ROWS = ONLY_NOTIFY ? 1000 : Math.max(...SIZES);
 // Many sockets: real devices are one endpoint each, and the gateway caps relations per endpoint (256).
@@ -684,36 +686,72 @@ async function dtlsCapacityRounds(
   ];
   const total = { plain: 0, independent: 0, 'node-dtls-client': 0 };
   const usPer = (cpuMs: number): string => `${((1000 * cpuMs) / n).toFixed(1)} µs`;
+  const p99s: [number, number][] = [];
+  const shapes: string[] = [];
+  const allPlain: number[] = [];
+  const allDtls: number[] = [];
   for (let r = 0; r < ROUNDS; r++) {
     const cpu = { plain: 0, independent: 0, 'node-dtls-client': 0 };
     const notes: string[] = [];
-    for (const kind of orders[r % orders.length]!) {
+    for (const kind of FANOUTS ? orders[r % orders.length]! : []) {
       if (kind === 'plain') {
         const g = await measure('gateway', n, url, owner, 100 + r);
         cpu.plain = g.serverCpuMs;
-        notes.push(`plain lost ${g.lost} dup ${g.duplicates}`);
+        notes.push(`plain lost ${g.lost} dup ${g.duplicates} client ${usPer(g.clientCpuMs)}`);
       } else {
         const child = await startChild('gateway', url, { BENCH_COAP_SECURITY: 'both' });
         const f = await dtlsFanout(child, owner, ids, 5000 + 10 * r + (kind === 'independent' ? 1 : 2), kind);
         await stopChild(child);
         cpu[kind] = f.serverCpuMs;
-        notes.push(`${kind} lost ${f.lost} dup ${f.duplicates}`);
+        notes.push(`${kind} lost ${f.lost} dup ${f.duplicates} client ${usPer(f.clientCpuMs)}`);
       }
     }
     for (const k of Object.keys(total) as Kind[]) total[k] += cpu[k];
-    console.log(
-      `round ${r + 1} of ${ROUNDS} (${orders[r % orders.length]!.join(', ')}; load ${loadavg()[0]!.toFixed(2)}): ` +
-        `server CPU per notification plain ${usPer(cpu.plain)}, dtls answering at once ${usPer(cpu.independent)} ` +
+    // notify → device p99 at 1,000/s, both devices in this process answering at once (the plain raw observer,
+    // the testkit PSK client), each on a fresh child, the order alternating.
+    const plainLatency = async () => (await latency(url)).samples;
+    const dtlsLatencyP99 = async () => {
+      const child = await startChild('gateway', url, { BENCH_COAP_SECURITY: 'both' });
+      const l = await dtlsLatency(child, ids[0]!, 1000, 'in-process', 'independent');
+      await stopChild(child);
+      return l.samples;
+    };
+    const [p99Plain, p99Dtls] =
+      r % 2 === 0
+        ? [await plainLatency(), await dtlsLatencyP99()]
+        : await (async () => {
+            const d = await dtlsLatencyP99();
+            return [await plainLatency(), d];
+          })();
+    const shape = (x: number[]): string =>
+      [50, 90, 99, 99.9].map((q) => percentile(x, q).toFixed(2)).join('/');
+    p99s.push([percentile(p99Plain, 99), percentile(p99Dtls, 99)]);
+    allPlain.push(...p99Plain);
+    allDtls.push(...p99Dtls);
+    shapes.push(`plain ${shape(p99Plain)} ms, dtls ${shape(p99Dtls)} ms`);
+    const capacity = FANOUTS
+      ? `server CPU per notification plain ${usPer(cpu.plain)}, dtls answering at once ${usPer(cpu.independent)} ` +
         `(capacity ${ratio(cpu.plain, cpu.independent)}), dtls node-dtls-client ${usPer(cpu['node-dtls-client'])} ` +
-        `(capacity ${ratio(cpu.plain, cpu['node-dtls-client'])}); ${notes.join(', ')}`,
+        `(capacity ${ratio(cpu.plain, cpu['node-dtls-client'])}); ${notes.join(', ')}; `
+      : '';
+    console.log(
+      `round ${r + 1} of ${ROUNDS} (${FANOUTS ? `${orders[r % orders.length]!.join(', ')}; ` : ''}load ${loadavg()[0]!.toFixed(2)}): ` +
+        `${capacity}notify → device at 1,000/s p50/p90/p99/p99.9 ${shapes[r]!}, p99 dtls/plain ${ratio(p99s[r]![1], p99s[r]![0])}`,
     );
   }
-  if (ROUNDS > 1)
+  if (ROUNDS <= 1) return;
+  allPlain.sort((a, b) => a - b);
+  allDtls.sort((a, b) => a - b);
+  if (FANOUTS)
     console.log(
       `pooled over ${ROUNDS} rounds: plain ${usPer(total.plain / ROUNDS)}, dtls answering at once ${usPer(total.independent / ROUNDS)} ` +
         `(capacity ${ratio(total.plain, total.independent)}), dtls node-dtls-client ${usPer(total['node-dtls-client'] / ROUNDS)} ` +
         `(capacity ${ratio(total.plain, total['node-dtls-client'])})`,
     );
+  console.log(
+    `notify → device p99 dtls/plain per round ${p99s.map(([p, d]) => ratio(d, p)).join(', ')}; all rounds' samples pooled: ` +
+      `p99 plain ${percentile(allPlain, 99).toFixed(2)} ms, dtls ${percentile(allDtls, 99).toFixed(2)} ms (${ratio(percentile(allDtls, 99), percentile(allPlain, 99))})`,
+  );
 }
 
 async function main(): Promise<void> {
@@ -861,6 +899,10 @@ async function main(): Promise<void> {
     const lchild = await startChild('gateway', url, { BENCH_COAP_SECURITY: 'both' });
     const dlat = await dtlsLatency(lchild, deviceId(0));
     await stopChild(lchild);
+    // The same with a device that answers at once, as the plain one does (the testkit PSK client).
+    const ilchild = await startChild('gateway', url, { BENCH_COAP_SECURITY: 'both' });
+    const ilat = await dtlsLatency(ilchild, deviceId(0), 1000, 'in-process', 'independent');
+    await stopChild(ilchild);
     // The same with the DTLS device in a process of its own (see dtlsLatency), on another fresh child.
     const ochild = await startChild('gateway', url, { BENCH_COAP_SECURITY: 'both' });
     const olat = await dtlsLatency(ochild, deviceId(0), 1000, 'own-process');
@@ -894,6 +936,9 @@ async function main(): Promise<void> {
       );
     console.log(
       `notify → device over DTLS, open loop 1,000/s for 5 s: p50 ${dlat.p50.toFixed(3)} ms   p99 ${dlat.p99.toFixed(3)} ms   (${dlat.seen}/${dlat.sent} delivered, the rest superseded)   plain p99 (same run) ${lat.p99.toFixed(3)} ms   dtls/plain p99 ${ratio(dlat.p99, lat.p99)}`,
+    );
+    console.log(
+      `  the same, device answering at once (testkit PSK client, in this process as the plain one is): p50 ${ilat.p50.toFixed(3)} ms   p99 ${ilat.p99.toFixed(3)} ms   (${ilat.seen}/${ilat.sent} delivered)   dtls/plain p99 ${ratio(ilat.p99, lat.p99)}`,
     );
     console.log(
       `  the same, DTLS device in its own process: p50 ${olat.p50.toFixed(3)} ms   p99 ${olat.p99.toFixed(3)} ms   (${olat.seen}/${olat.sent} delivered)   dtls/plain p99 ${ratio(olat.p99, lat.p99)}`,

@@ -200,20 +200,41 @@ export function parseHandshakes(fragment: Buffer): HandshakeMessage[] {
   return out;
 }
 
-/** RFC 6655 §3 for DTLS: AES-128-CCM with an 8-byte tag, explicit nonce = epoch + sequence number. */
-function sealCcm8(keys: RecordKeys, epoch: number, seq: number, type: number, plaintext: Buffer): Buffer {
-  const explicit = seqNum(epoch, seq);
-  const aad = Buffer.alloc(13);
-  explicit.copy(aad, 0);
+/**
+ * RFC 6655 §3 for DTLS: AES-128-CCM with an 8-byte tag, explicit nonce = epoch + sequence number. Returns the
+ * whole record (RFC 6347 §4.1: header, explicit nonce, ciphertext, tag), written into one buffer.
+ */
+function sealCcm8Record(
+  keys: RecordKeys,
+  epoch: number,
+  seq: number,
+  type: number,
+  plaintext: Buffer,
+): Buffer {
+  const length = EXPLICIT_NONCE_BYTES + plaintext.length + TAG_BYTES;
+  const out = Buffer.allocUnsafe(RECORD_HEADER_BYTES + length);
+  out[0] = type;
+  out.writeUInt16BE(DTLS_1_2, 1);
+  out.writeUInt16BE(epoch, 3);
+  out.writeUIntBE(seq, 5, 6);
+  out.writeUInt16BE(length, 11);
+  out.copy(out, RECORD_HEADER_BYTES, 3, 11); // the explicit nonce: epoch and sequence number again
+  // AAD = seq_num(8) type(1) version(2) length(2) of the plaintext; the header's first 11 bytes, reordered.
+  const aad = Buffer.allocUnsafe(13);
+  out.copy(aad, 0, 3, 11);
   aad[8] = type;
   aad.writeUInt16BE(DTLS_1_2, 9);
   aad.writeUInt16BE(plaintext.length, 11);
-  const cipher = createCipheriv('aes-128-ccm', keys.writeKey, Buffer.concat([keys.salt, explicit]), {
-    authTagLength: TAG_BYTES,
-  });
+  const nonce = Buffer.allocUnsafe(12);
+  keys.salt.copy(nonce, 0);
+  out.copy(nonce, 4, 3, 11);
+  const cipher = createCipheriv('aes-128-ccm', keys.writeKey, nonce, { authTagLength: TAG_BYTES });
   cipher.setAAD(aad, { plaintextLength: plaintext.length });
-  const body = Buffer.concat([cipher.update(plaintext), cipher.final()]);
-  return Buffer.concat([explicit, body, cipher.getAuthTag()]);
+  let at = RECORD_HEADER_BYTES + EXPLICIT_NONCE_BYTES;
+  at += cipher.update(plaintext).copy(out, at);
+  at += cipher.final().copy(out, at);
+  cipher.getAuthTag().copy(out, at);
+  return out;
 }
 
 function openCcm8(keys: RecordKeys, rec: WireRecord): Buffer | undefined {
@@ -315,6 +336,7 @@ export class PskClient {
   private finished?: Buffer;
   private expectedServerVerify?: Buffer;
   private appRead = 0;
+  private connected = false;
   private readonly onMessage = (m: Buffer): void => this.receive(m);
 
   private constructor(
@@ -354,7 +376,18 @@ export class PskClient {
   /** Sends raw bytes to the server from this client's address and port. */
   send(datagram: Buffer): void {
     if (this.keepDatagrams) this.sent.push(datagram);
-    this.socket.send(datagram, this.serverPort, this.serverHost);
+    if (this.connected) this.socket.send(datagram);
+    else this.socket.send(datagram, this.serverPort, this.serverHost);
+  }
+
+  /**
+   * Connects this client's own socket to the server, so that a send resolves no address and the kernel
+   * delivers it only the server's datagrams (a benchmark's many sessions; not for a shared socket).
+   */
+  async connectSocket(): Promise<void> {
+    if (!this.ownsSocket) throw new Error('a shared socket is not connected');
+    await new Promise<void>((resolve) => this.socket.connect(this.serverPort, this.serverHost, resolve));
+    this.connected = true;
   }
 
   /** An epoch 0 record with this client's next epoch 0 sequence number (not sent). */
@@ -365,8 +398,7 @@ export class PskClient {
   /** An epoch 1 record under this client's keys with its next epoch 1 sequence number (not sent). */
   protect(type: number, plaintext: Buffer): Buffer {
     if (this.clientKeys === undefined) throw new Error('no keys yet: keyExchange() first');
-    const seq = this.epoch1Seq++;
-    return encodeRecord(type, 1, seq, sealCcm8(this.clientKeys, 1, seq, type, plaintext));
+    return sealCcm8Record(this.clientKeys, 1, this.epoch1Seq++, type, plaintext);
   }
 
   /** ClientHello without a cookie → HelloVerifyRequest (RFC 6347 §4.2.1). Returns the cookie. */
