@@ -67,49 +67,56 @@ function connect(port: number, i: number): Promise<dtls.Socket> {
   });
 }
 
-/** Opens `n` sessions (device i observes bench device i's settings, CON) and waits for each first response. */
-async function observeAll(port: number, deviceIds: string[], marker: { value: number }): Promise<Observer[]> {
-  const observers = new Array<Observer>(deviceIds.length);
+/** Runs `open(i)` for i = 0 … n-1, at most 100 at a time (node-dtls-client never retransmits a lost flight). */
+async function hundredAtOnce(n: number, open: (i: number) => Promise<void>): Promise<void> {
   let next = 0;
   await Promise.all(
     Array.from({ length: 100 }, async () => {
-      while (next < deviceIds.length) {
-        const i = next++;
-        const socket = await connect(port, i);
-        const o: Observer = { close: () => socket.close(), got: 0 };
-        observers[i] = o;
-        await new Promise<void>((resolve) => {
-          let first = true;
-          socket.on('message', (raw: Buffer) => {
-            let p;
-            try {
-              p = parse(raw);
-            } catch {
-              return;
-            }
-            if (p.confirmable) socket.send(generate({ ack: true, code: '0.00', messageId: p.messageId }));
-            if (first) {
-              first = false;
-              resolve();
-              return;
-            }
-            const m = /"reporting_interval_s":(\d+)/.exec(p.payload.toString());
-            const value = m === null ? -1 : Number(m[1]);
-            if (value === marker.value) o.got++;
-            o.onValue?.(value, performance.now());
-          });
-          socket.send(observeRequest(i, deviceIds[i]!));
-        });
-      }
+      while (next < n) await open(next++);
     }),
   );
+}
+
+/** Opens `n` sessions (device i observes bench device i's settings, CON) and waits for each first response. */
+async function observeAll(port: number, deviceIds: string[], marker: { value: number }): Promise<Observer[]> {
+  const observers = new Array<Observer>(deviceIds.length);
+  await hundredAtOnce(deviceIds.length, async (i) => {
+    const socket = await connect(port, i);
+    const o: Observer = { close: () => socket.close(), got: 0 };
+    observers[i] = o;
+    await new Promise<void>((resolve) => {
+      let first = true;
+      socket.on('message', (raw: Buffer) => {
+        let p;
+        try {
+          p = parse(raw);
+        } catch {
+          return;
+        }
+        if (p.confirmable) socket.send(generate({ ack: true, code: '0.00', messageId: p.messageId }));
+        if (first) {
+          first = false;
+          resolve();
+          return;
+        }
+        const m = /"reporting_interval_s":(\d+)/.exec(p.payload.toString());
+        const value = m === null ? -1 : Number(m[1]);
+        if (value === marker.value) o.got++;
+        o.onValue?.(value, performance.now());
+      });
+      socket.send(observeRequest(i, deviceIds[i]!));
+    });
+  });
   return observers;
 }
 
-/** The registration of device `i`: CON GET with Observe, token = 3 bytes of the index and 0x42. */
-function observeRequest(i: number, deviceId: string): Buffer {
+/**
+ * The registration of device `i`: GET with Observe, token = 3 bytes of the index and 0x42; CON unless told (a
+ * NON registration gets NON notifications, design §3.4).
+ */
+function observeRequest(i: number, deviceId: string, confirmable = true): Buffer {
   return generate({
-    confirmable: true,
+    confirmable,
     code: 'GET',
     messageId: (i * 7) & 0xffff,
     token: Buffer.from([i & 0xff, (i >> 8) & 0xff, 0x42]),
@@ -131,30 +138,25 @@ async function observeAllIndependent(
   port: number,
   deviceIds: string[],
   marker: { value: number },
+  confirmable = true,
 ): Promise<Observer[]> {
   const observers = new Array<Observer>(deviceIds.length);
-  let next = 0;
-  await Promise.all(
-    Array.from({ length: 100 }, async () => {
-      while (next < deviceIds.length) {
-        const i = next++;
-        const client = await PskClient.open({ port, keepDatagrams: false });
-        await client.connectSocket();
-        await client.connect(identityOf(i), keyOf(i), { timeoutMs: 20_000 });
-        const o: Observer = { close: () => client.close(), got: 0 };
-        observers[i] = o;
-        await client.request(observeRequest(i, deviceIds[i]!), 20_000);
-        client.onApplicationData = (coap: Buffer) => {
-          if (coap.length < 4) return;
-          if (coap[0]! >> 4 === 0x4) client.sendApp(Buffer.from([0x60, 0x00, coap[2]!, coap[3]!]));
-          const m = /"reporting_interval_s":(\d+)/.exec(coap.toString('latin1'));
-          const value = m === null ? -1 : Number(m[1]);
-          if (value === marker.value) o.got++;
-          o.onValue?.(value, performance.now());
-        };
-      }
-    }),
-  );
+  await hundredAtOnce(deviceIds.length, async (i) => {
+    const client = await PskClient.open({ port, keepDatagrams: false });
+    await client.connectSocket();
+    await client.connect(identityOf(i), keyOf(i), { timeoutMs: 20_000 });
+    const o: Observer = { close: () => client.close(), got: 0 };
+    observers[i] = o;
+    await client.request(observeRequest(i, deviceIds[i]!, confirmable), 20_000);
+    client.onApplicationData = (coap: Buffer) => {
+      if (coap.length < 4) return;
+      if (coap[0]! >> 4 === 0x4) client.sendApp(Buffer.from([0x60, 0x00, coap[2]!, coap[3]!]));
+      const m = /"reporting_interval_s":(\d+)/.exec(coap.toString('latin1'));
+      const value = m === null ? -1 : Number(m[1]);
+      if (value === marker.value) o.got++;
+      o.onValue?.(value, performance.now());
+    };
+  });
   return observers;
 }
 
@@ -251,6 +253,8 @@ export async function dtlsLatency(
    */
   device: 'in-process' | 'own-process' = 'in-process',
   clientKind: DtlsClientKind = 'node-dtls-client',
+  /** NON registration (the testkit client in this process only): no ACK round trip to wait for. */
+  confirmable = true,
 ): Promise<{ p50: number; p99: number; seen: number; sent: number; samples: number[] }> {
   const sentAt = new Map<number, number>();
   const samples: number[] = [];
@@ -264,7 +268,9 @@ export async function dtlsLatency(
     device === 'in-process' ? () => performance.now() : () => performance.timeOrigin + performance.now();
   let stopDevice: () => Promise<void>;
   if (device === 'in-process') {
-    const observers = await observersOf(clientKind)(child.coapsPort!, [deviceId], { value: -1 });
+    const observers = confirmable
+      ? await observersOf(clientKind)(child.coapsPort!, [deviceId], { value: -1 })
+      : await observeAllIndependent(child.coapsPort!, [deviceId], { value: -1 }, false);
     observers[0]!.onValue = onValue;
     stopDevice = () => {
       observers[0]!.close();

@@ -34,6 +34,8 @@ const ONLY_ROLLOUT = process.env.BENCH_ONLY === 'rollout';
 const ONLY_DTLS = process.env.BENCH_ONLY === 'dtls';
 // BENCH_DTLS_FANOUT=false: those rounds without the fan-outs (latency only).
 const FANOUTS = process.env.BENCH_DTLS_FANOUT !== 'false';
+// BENCH_DTLS_NON=true: those rounds' latency devices register NON (no ACK round trip to wait for).
+const NON_LATENCY = process.env.BENCH_DTLS_NON === 'true';
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 1);
 const ROWS = ONLY_NOTIFY ? 1000 : Math.max(...SIZES);
 // Many sockets: real devices are one endpoint each, and the gateway caps relations per endpoint (256).
@@ -709,10 +711,10 @@ async function dtlsCapacityRounds(
     for (const k of Object.keys(total) as Kind[]) total[k] += cpu[k];
     // notify → device p99 at 1,000/s, both devices in this process answering at once (the plain raw observer,
     // the testkit PSK client), each on a fresh child, the order alternating.
-    const plainLatency = async () => (await latency(url)).samples;
+    const plainLatency = async () => (await latency(url, 1000, !NON_LATENCY)).samples;
     const dtlsLatencyP99 = async () => {
       const child = await startChild('gateway', url, { BENCH_COAP_SECURITY: 'both' });
-      const l = await dtlsLatency(child, ids[0]!, 1000, 'in-process', 'independent');
+      const l = await dtlsLatency(child, ids[0]!, 1000, 'in-process', 'independent', !NON_LATENCY);
       await stopChild(child);
       return l.samples;
     };
