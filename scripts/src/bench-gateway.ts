@@ -683,12 +683,14 @@ async function main(): Promise<void> {
     console.log(`PostgreSQL on CPUs ${pgCpus} (BENCH_PG_CPUS): ${pinTree(pg.pid, pgCpus)} processes pinned`);
   if (gatewayCpus !== undefined)
     console.log(
-      `load generator and gateway children on CPUs ${gatewayCpus} (BENCH_GATEWAY_CPUS): ${pinTree(process.pid, gatewayCpus)} processes pinned`,
+      // This process alone: PostgreSQL, which it started, is one of its children.
+      `load generator and gateway children on CPUs ${gatewayCpus} (BENCH_GATEWAY_CPUS): ${pinTree(process.pid, gatewayCpus, false)} process pinned`,
     );
   try {
     const owner = createDb<GatewayDatabase>(pg.url, { max: 2 });
     if (pgCpus !== undefined || gatewayCpus !== undefined) {
-      // What the kernel says, for the record: the postmaster, a backend forked after the pinning, and this process.
+      // What the kernel says, for the record: the postmaster, a backend forked after the pinning, and this process
+      // (a first run pinned PostgreSQL's tree again with this process's children, so it is checked).
       const { rows } = await sql<{ pid: number }>`SELECT pg_backend_pid() AS pid`.execute(owner);
       console.log(
         `CPUs allowed: postmaster ${allowedCpus(pg.pid ?? 0)}, a new backend ${allowedCpus(rows[0]!.pid)}, load generator ${allowedCpus(process.pid)}`,

@@ -37,11 +37,11 @@ function descendants(root: number): number[] {
 }
 
 /**
- * Pins `pid` (every thread: `taskset -a -p`) and every process it has already started to `cpus`; what it
- * starts later inherits the affinity. Returns how many processes were pinned.
+ * Pins `pid` (every thread: `taskset -a -p`) and, with `children`, every process it has already started to
+ * `cpus`; what it starts later inherits the affinity. Returns how many processes were pinned.
  */
-export function pinTree(pid: number, cpus: string): number {
-  const pids = [pid, ...descendants(pid)];
+export function pinTree(pid: number, cpus: string, children = true): number {
+  const pids = children ? [pid, ...descendants(pid)] : [pid];
   for (const p of pids) {
     try {
       execFileSync('taskset', ['-a', '-c', '-p', cpus, String(p)], { stdio: 'ignore' });
