@@ -74,7 +74,7 @@ function rows(shape: Shape, from: number, to: number, version: number, content: 
 }
 
 /** Postgres array text of `values` (numbers, booleans, plain words; NULL for undefined). */
-function arr(values: readonly unknown[]): string {
+function arr(values: readonly (string | number | boolean | undefined)[]): string {
   return `{${values.map((v) => (v === undefined ? 'NULL' : typeof v === 'string' ? `"${v}"` : String(v))).join(',')}}`;
 }
 
