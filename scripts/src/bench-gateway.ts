@@ -12,6 +12,7 @@ import { dtlsFanout, dtlsLatency, issueBenchKeys } from './bench-gateway-dtls.js
 import { runDtlsBench } from './bench-dtls.js';
 import { benchDeviceReads } from './bench-gateway-devices.js';
 import { benchRollout } from './bench-gateway-rollout.js';
+import { allowedCpus, cpuList, pinTree } from './lib/cpu-pinning.js';
 import { benchNodeArgs } from './lib/node-args.js';
 import { openLoop } from './lib/open-loop.js';
 import { RawHttpClient } from './lib/raw-http-client.js';
@@ -68,6 +69,8 @@ export async function startChild(
     env: { ...process.env, BENCH_DATABASE_URL: databaseUrl, ...env },
     stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
   });
+  if (process.env.BENCH_GATEWAY_CPUS && proc.pid !== undefined)
+    console.log(`  ${mode} child on CPUs ${allowedCpus(proc.pid)}`);
   const first = await new Promise<{ coapPort: number; coapsPort?: number; httpPort: number }>(
     (resolve, reject) => {
       proc.once('message', (m) => resolve(m as { coapPort: number; coapsPort?: number; httpPort: number }));
@@ -767,8 +770,29 @@ async function main(): Promise<void> {
     execFileSync('renice', ['-n', pgNice, '-p', String(pg.pid)]);
     console.log(`PostgreSQL at nice ${pgNice} (BENCH_PG_NICE)`);
   }
+  // BENCH_PG_CPUS=0 BENCH_GATEWAY_CPUS=1: PostgreSQL (the postmaster and the processes it has started; the
+  // backends it forks later inherit it) on those CPUs, and this process (the load generator) on the others, with
+  // every gateway child it forks from here on (they inherit it): "the database on another host" on a small
+  // machine, the same in every mode, so the on/off ratios compare like with like.
+  const pgCpus = cpuList('BENCH_PG_CPUS', process.env.BENCH_PG_CPUS);
+  const gatewayCpus = cpuList('BENCH_GATEWAY_CPUS', process.env.BENCH_GATEWAY_CPUS);
+  if (pgCpus !== undefined && pg.pid !== undefined)
+    console.log(`PostgreSQL on CPUs ${pgCpus} (BENCH_PG_CPUS): ${pinTree(pg.pid, pgCpus)} processes pinned`);
+  if (gatewayCpus !== undefined)
+    console.log(
+      // This process alone: PostgreSQL, which it started, is one of its children.
+      `load generator and gateway children on CPUs ${gatewayCpus} (BENCH_GATEWAY_CPUS): ${pinTree(process.pid, gatewayCpus, false)} process pinned`,
+    );
   try {
     const owner = createDb<GatewayDatabase>(pg.url, { max: 2 });
+    if (pgCpus !== undefined || gatewayCpus !== undefined) {
+      // What the kernel says, for the record: the postmaster, a backend forked after the pinning, and this process
+      // (a first run pinned PostgreSQL's tree again with this process's children, so it is checked).
+      const { rows } = await sql<{ pid: number }>`SELECT pg_backend_pid() AS pid`.execute(owner);
+      console.log(
+        `CPUs allowed: postmaster ${allowedCpus(pg.pid ?? 0)}, a new backend ${allowedCpus(rows[0]!.pid)}, load generator ${allowedCpus(process.pid)}`,
+      );
+    }
     await migrateToLatest(owner, [gatewayMigrations]);
     await sql`
       INSERT INTO device_gateway.device_registry (device_id, site_id, name, model, desired_settings)

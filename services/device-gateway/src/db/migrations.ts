@@ -9,6 +9,7 @@ import { deviceCredentialsMigration } from './credentials-migration.js';
 import { deliveryMigration } from './delivery-migration.js';
 import { definerPathMigration } from './definer-path-migration.js';
 import { deliveryOrderMigration } from './delivery-order-migration.js';
+import { deliveryCostMigration } from './delivery-cost-migration.js';
 import { rolloutGuardMigration } from './rollout-guard-migration.js';
 import { rolloutMigration } from './rollout-migration.js';
 
@@ -122,6 +123,7 @@ export function gatewayMigrationsWith(loginPassword: string): MigrationSet {
       '0007_definer_search_path': definerPathMigration,
       '0008_rollout_guards': rolloutGuardMigration,
       '0009_delivery_record_order': deliveryOrderMigration,
+      '0010_delivery_record_cost': deliveryCostMigration,
     },
   };
 }
