@@ -691,8 +691,7 @@ async function dtlsCapacityRounds(
   ];
   const total = { plain: 0, independent: 0, 'node-dtls-client': 0 };
   const usPer = (cpuMs: number): string => `${((1000 * cpuMs) / n).toFixed(1)} µs`;
-  const p99s: [number, number][] = [];
-  const shapes: string[] = [];
+  const p99Ratios: string[] = [];
   const allPlain: number[] = [];
   const allDtls: number[] = [];
   for (let r = 0; r < ROUNDS; r++) {
@@ -712,28 +711,30 @@ async function dtlsCapacityRounds(
       }
     }
     for (const k of Object.keys(total) as Kind[]) total[k] += cpu[k];
-    // notify → device p99 at 1,000/s, both devices in this process answering at once (the plain raw observer,
-    // the testkit PSK client), each on a fresh child, the order alternating.
-    const plainLatency = async () => (await latency(url, 1000, !NON_LATENCY)).samples;
-    const dtlsLatencyP99 = async () => {
+    // notify → device at 1,000/s, both devices in this process answering at once (the plain raw observer, the
+    // testkit PSK client), each on a fresh child, the order alternating. Each returns its sorted samples.
+    const plainSamples = async () => (await latency(url, 1000, !NON_LATENCY)).samples;
+    const dtlsSamples = async () => {
       const child = await startChild('gateway', url, { BENCH_COAP_SECURITY: 'both' });
       const l = await dtlsLatency(child, ids[0]!, 1000, 'in-process', 'independent', !NON_LATENCY);
       await stopChild(child);
       return l.samples;
     };
-    const [p99Plain, p99Dtls] =
-      r % 2 === 0
-        ? [await plainLatency(), await dtlsLatencyP99()]
-        : await (async () => {
-            const d = await dtlsLatencyP99();
-            return [await plainLatency(), d];
-          })();
+    let plain: number[];
+    let dtls: number[];
+    if (r % 2 === 0) {
+      plain = await plainSamples();
+      dtls = await dtlsSamples();
+    } else {
+      dtls = await dtlsSamples();
+      plain = await plainSamples();
+    }
+    allPlain.push(...plain);
+    allDtls.push(...dtls);
+    const p99Ratio = ratio(percentile(dtls, 99), percentile(plain, 99));
+    p99Ratios.push(p99Ratio);
     const shape = (x: number[]): string =>
       [50, 90, 99, 99.9].map((q) => percentile(x, q).toFixed(2)).join('/');
-    p99s.push([percentile(p99Plain, 99), percentile(p99Dtls, 99)]);
-    allPlain.push(...p99Plain);
-    allDtls.push(...p99Dtls);
-    shapes.push(`plain ${shape(p99Plain)} ms, dtls ${shape(p99Dtls)} ms`);
     const capacity = FANOUTS
       ? `server CPU per notification plain ${usPer(cpu.plain)}, dtls answering at once ${usPer(cpu.independent)} ` +
         `(capacity ${ratio(cpu.plain, cpu.independent)}), dtls node-dtls-client ${usPer(cpu['node-dtls-client'])} ` +
@@ -741,7 +742,7 @@ async function dtlsCapacityRounds(
       : '';
     console.log(
       `round ${r + 1} of ${ROUNDS} (${FANOUTS ? `${orders[r % orders.length]!.join(', ')}; ` : ''}load ${loadavg()[0]!.toFixed(2)}): ` +
-        `${capacity}notify → device at 1,000/s p50/p90/p99/p99.9 ${shapes[r]!}, p99 dtls/plain ${ratio(p99s[r]![1], p99s[r]![0])}`,
+        `${capacity}notify → device at 1,000/s p50/p90/p99/p99.9 plain ${shape(plain)} ms, dtls ${shape(dtls)} ms, p99 dtls/plain ${p99Ratio}`,
     );
   }
   if (ROUNDS <= 1) return;
@@ -754,7 +755,7 @@ async function dtlsCapacityRounds(
         `(capacity ${ratio(total.plain, total['node-dtls-client'])})`,
     );
   console.log(
-    `notify → device p99 dtls/plain per round ${p99s.map(([p, d]) => ratio(d, p)).join(', ')}; all rounds' samples pooled: ` +
+    `notify → device p99 dtls/plain per round ${p99Ratios.join(', ')}; all rounds' samples pooled: ` +
       `p99 plain ${percentile(allPlain, 99).toFixed(2)} ms, dtls ${percentile(allDtls, 99).toFixed(2)} ms (${ratio(percentile(allDtls, 99), percentile(allPlain, 99))})`,
   );
 }
