@@ -1,7 +1,7 @@
 // The gateway process (loaded by main.ts once SIGHUPs are held): load config, bind CoAP and HTTP, load the
 // registry (retrying until the database answers; /api/ready says 503 meanwhile), re-read API keys on SIGHUP,
 // shut down cleanly on SIGTERM/SIGINT.
-import type { Server } from 'node:http';
+import { createServer, type Server } from 'node:http';
 import {
   closeHttpServer,
   ConfigError,
@@ -84,18 +84,24 @@ async function main(): Promise<void> {
     coap_security: config.coap.security,
     transports: app.coap.transports.map((t) => ({ kind: t.kind, port: t.address().port })),
   });
-  const server: Server = await new Promise((resolve, reject) => {
-    // Without GATEWAY_HTTP_HOST, Node's default: every interface (IPv6 and IPv4 where available).
-    const s =
-      config.http.host === undefined
-        ? app.http.listen(config.http.port, () => resolve(s))
-        : app.http.listen(config.http.port, config.http.host, () => resolve(s));
-    s.once('error', reject);
-  });
   // Deadlines on reading a request (design §6): its headers within 10 s, all of it within 30 s (node's defaults
   // are 60 s and 300 s). The API's bodies are a few kilobytes; a client slower than that only holds a socket.
-  server.headersTimeout = HTTP_HEADERS_TIMEOUT_MS;
-  server.requestTimeout = HTTP_REQUEST_TIMEOUT_MS;
+  // Node enforces both when it checks its connections, every connectionsCheckingInterval (30 s by default,
+  // settable only here), so that is 1 s: a deadline is then at most a second late.
+  const server: Server = createServer(
+    {
+      headersTimeout: HTTP_HEADERS_TIMEOUT_MS,
+      requestTimeout: HTTP_REQUEST_TIMEOUT_MS,
+      connectionsCheckingInterval: 1000,
+    },
+    app.http,
+  );
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    // Without GATEWAY_HTTP_HOST, Node's default: every interface (IPv6 and IPv4 where available).
+    if (config.http.host === undefined) server.listen(config.http.port, () => resolve());
+    else server.listen(config.http.port, config.http.host, () => resolve());
+  });
   const address = server.address();
   logger.info('http listening', {
     port: typeof address === 'object' && address !== null ? address.port : address,

@@ -147,6 +147,20 @@ describe('the gateway process (dist/main.js)', () => {
       await new Promise((r) => setTimeout(r, 300));
       expect((await fetch(`${url}/api/config`, key('new-key-bbbbbbbbbbbb'))).status).toBe(200);
       expect((await fetch(`${url}/api/config`, key('old-key-aaaaaaaaaaaa'))).status).toBe(401);
+      // design §6: headers must arrive within 10 s; node checks every second here (run.ts), so a client that
+      // never finishes its headers gets 408 and a closed connection within about 11 s, not node's 60-90 s.
+      const slow = net.connect(httpPort, '127.0.0.1');
+      let slowAnswer = '';
+      slow.on('data', (d: Buffer) => (slowAnswer += d.toString()));
+      const slowStarted = Date.now();
+      const slowClosed = new Promise<number>((resolve) =>
+        slow.once('close', () => resolve(Date.now() - slowStarted)),
+      );
+      slow.write('GET /api/health HTTP/1.1\r\nHost: x\r\n');
+      const slowMs = await slowClosed;
+      expect(slowAnswer).toMatch(/^HTTP\/1\.1 408 /);
+      expect(slowMs).toBeGreaterThanOrEqual(9_500);
+      expect(slowMs).toBeLessThan(12_500);
       const mid = client.send({
         confirmable: true,
         code: 'GET',

@@ -507,6 +507,32 @@ describe('1. every route but the probes is behind the API key', () => {
     expect(outcome.acceptedAfter401).toBeLessThan(16 * 1024 * 1024);
   });
 
+  it('1o a 401 to a request without a body keeps the connection (only an unread body closes it)', async () => {
+    const res = await rawRequest(headFor('GET', '/api/devices'));
+    expect(res.status).toBe(401);
+    expect(header(res, 'connection')).not.toBe('close');
+    const posted = await rawRequest(
+      headFor('POST', '/api/notify-settings', ['Content-Type: application/json', 'Content-Length: 2']),
+    );
+    expect(posted.status).toBe(401);
+    expect(header(posted, 'connection')).toBe('close');
+  });
+
+  it('1p with the key, a declared Content-Length over the limit is 413 at once, before any body byte, and closes', async () => {
+    const res = await rawRequest(
+      headFor('POST', '/api/notify-settings', [
+        `Authorization: Bearer ${KEY}`,
+        'Content-Type: application/json',
+        'Content-Length: 50000000',
+      ]),
+      [],
+      2000,
+    );
+    expect(res.status).toBe(413);
+    expect(json(res).code).toBe('payload_too_large');
+    expect(header(res, 'connection')).toBe('close');
+  });
+
   it('1m after the 401 the gateway closes a connection whose unauthenticated body never ends (within 3 s)', async () => {
     const closed = await new Promise<string>((resolve) => {
       const socket = connect(port, '127.0.0.1');

@@ -4,6 +4,7 @@ import type { Registry } from 'prom-client';
 import type { Logger } from 'winston';
 import { COMMON_ERRORS } from '../errors.js';
 import { UNSTORABLE_TEXT_MESSAGE, unstorableTextPaths } from '../text.js';
+import { hasBody } from './has-body.js';
 import { problemErrorHandler } from './problem.js';
 import { CLIENT_ADDRESS, installRequestContext } from './request-context.js';
 
@@ -97,6 +98,7 @@ function jsonAnswer(expressJson: Response['json']): Response['json'] {
 export function readJsonBody(limitBytes: number = DEFAULT_BODY_LIMIT_BYTES): RequestHandler[] {
   return [
     requireJsonBody,
+    refuseDeclaredOversize(limitBytes),
     // body-parser is handed express's request; its types only promise the IncomingMessage underneath.
     express.json({ limit: limitBytes, type: (req) => isJsonRequest(req as Request) }),
     requireStorableText,
@@ -138,6 +140,24 @@ function isJsonRequest(req: Request): boolean {
 }
 
 /** A request with a body must declare a JSON media type; bodiless requests pass untouched. */
+/**
+ * A body whose Content-Length already says it is over the limit is refused before any of it is read. body-parser
+ * would read and discard all of it first, then answer 413; this answers at once, and sendProblem closes the
+ * connection because the body was not read. Only for an identity encoding: a compressed body's limit applies to
+ * its inflated size, which body-parser measures.
+ */
+function refuseDeclaredOversize(limitBytes: number): RequestHandler {
+  return (req, _res, next) => {
+    const encoding = req.headers['content-encoding'];
+    const length = Number(req.headers['content-length']);
+    if ((encoding === undefined || encoding === 'identity') && length > limitBytes) {
+      next(COMMON_ERRORS.bodyTooLarge(new Error(`declared Content-Length ${length} over ${limitBytes}`)));
+      return;
+    }
+    next();
+  };
+}
+
 const requireJsonBody: RequestHandler = (req, _res, next) => {
   if (!hasBody(req) || isJsonRequest(req)) {
     next();
@@ -145,9 +165,3 @@ const requireJsonBody: RequestHandler = (req, _res, next) => {
   }
   next(COMMON_ERRORS.notJson());
 };
-
-function hasBody(req: Request): boolean {
-  if (req.headers['transfer-encoding'] !== undefined) return true;
-  const length = Number(req.headers['content-length'] ?? 0);
-  return Number.isFinite(length) && length > 0;
-}

@@ -2,6 +2,7 @@ import type { ProblemDocument } from '@platform/contracts';
 import type { ErrorRequestHandler, Response } from 'express';
 import type { Logger } from 'winston';
 import { COMMON_ERRORS, DomainError, RETRY_AFTER_S } from '../errors.js';
+import { hasBody } from './has-body.js';
 
 export const PROBLEM_CONTENT_TYPE = 'application/problem+json';
 
@@ -64,7 +65,8 @@ export function sendProblem(res: Response, error: DomainError, requestId: string
   // A request answered before its body was read (a 401, 404, 405 or 413 is decided first): node:http would
   // otherwise read and discard the rest of the body to keep the connection, for as long as the client sends,
   // which lets a caller without credentials stream bytes or hold the connection open. Closing it reads no more.
-  if (!res.req.complete) res.setHeader('Connection', 'close');
+  // A request without a body keeps its connection (node marks it complete only after the 'request' event).
+  if (!res.req.complete && hasBody(res.req)) res.setHeader('Connection', 'close');
   // The request log line names the code, so a 4xx needs no log line of its own.
   res.locals.errorCode = error.code;
   res.status(error.status).type(PROBLEM_CONTENT_TYPE).send(JSON.stringify(body));
