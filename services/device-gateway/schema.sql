@@ -372,7 +372,7 @@ CREATE TRIGGER device_registry_touch BEFORE UPDATE ON device_gateway.device_regi
 -- view definitions (0)
 
 
--- functions (19)
+-- functions (20)
 CREATE OR REPLACE FUNCTION device_gateway.bus_join(OUT cleared integer, OUT top_version bigint)
  RETURNS record
  LANGUAGE plpgsql
@@ -604,6 +604,125 @@ BEGIN
   FROM json_to_recordset(p_batch) AS b(d text, r integer)
   WHERE b.r IS NOT NULL AND t.device_id = b.d
     AND (b.r > 0) IS DISTINCT FROM (p_replica = ANY (t.observed_by));
+  RETURN written;
+END $function$
+OWNER <migrator> ACL <migrator>:EXECUTE,device_gateway_login:EXECUTE COMMENT -
+
+CREATE OR REPLACE FUNCTION device_gateway.delivery_record_arrays(p_replica text, p_d text[], p_dv bigint[], p_ds text[], p_dc text[], p_da double precision[], p_sv bigint[], p_sc text[], p_sa double precision[], p_st text[], p_sk boolean[], p_av bigint[], p_ac text[], p_aa double precision[], p_at text[], p_h double precision[], p_r integer[])
+ RETURNS integer
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+  written integer;
+  n integer := cardinality(p_d);
+  -- The bounds, computed once a call (as 0010): a time is at most now + 1 day in ms, a version (a µs clock
+  -- reading) at most that in µs.
+  max_ms double precision := (extract(epoch FROM now()) * 1000)::double precision + 86400000;
+  max_version double precision := max_ms * 1000;
+BEGIN
+  IF p_replica IS NULL OR p_replica !~ '^[0-9a-f]{16}$' OR n IS NULL
+     OR cardinality(p_dv) <> n OR cardinality(p_ds) <> n OR cardinality(p_dc) <> n OR cardinality(p_da) <> n
+     OR cardinality(p_sv) <> n OR cardinality(p_sc) <> n OR cardinality(p_sa) <> n OR cardinality(p_st) <> n
+     OR cardinality(p_sk) <> n OR cardinality(p_av) <> n OR cardinality(p_ac) <> n OR cardinality(p_aa) <> n
+     OR cardinality(p_at) <> n OR cardinality(p_h) <> n OR cardinality(p_r) <> n THEN
+    RAISE EXCEPTION 'invalid delivery batch' USING ERRCODE = '22023';
+  END IF;
+  -- One row per device in a batch (the recorder merges events per device); a device not in the registry is
+  -- skipped. NULL values mean "no news": each part moves only to a higher version.
+  INSERT INTO device_gateway.device_delivery AS t (
+    device_id, site_id, desired_version, desired_source, desired_content, desired_at,
+    sent_version, sent_content, sent_at, sent_by, sent_transport, sent_confirmable,
+    acked_version, acked_content, acked_at, acked_by, acked_transport, heard_at, observed_by)
+  SELECT b.d, reg.site_id, b.dv, b.ds, b.dc, coalesce(to_timestamp(b.da / 1000.0), now()),
+         b.sv, b.sc, to_timestamp(b.sa / 1000.0), CASE WHEN b.sv IS NULL THEN NULL ELSE p_replica END, b.st, b.sk,
+         b.av, b.ac, to_timestamp(b.aa / 1000.0), CASE WHEN b.av IS NULL THEN NULL ELSE p_replica END, b.at,
+         to_timestamp(b.h / 1000.0),
+         CASE WHEN b.r > 0 THEN ARRAY[p_replica] ELSE '{}'::text[] END
+  FROM unnest(p_d, p_dv, p_ds, p_dc, p_da, p_sv, p_sc, p_sa, p_st, p_sk, p_av, p_ac, p_aa, p_at, p_h, p_r)
+    AS b(d, dv, ds, dc, da, sv, sc, sa, st, sk, av, ac, aa, at, h, r)
+  JOIN device_gateway.device_registry reg ON reg.device_id = b.d
+  -- What the replicas send, bounded (0010's rules): a version is a µs clock reading (design §3.6) within a day
+  -- of now, a content is 16 hex digits (16 bytes, each a hex digit), a time is within [2020, now + 1 day]. A row
+  -- outside them is skipped, not written (the batch goes on).
+  WHERE coalesce(b.dv, 0) BETWEEN 0 AND max_version
+    AND coalesce(b.sv, 0) BETWEEN 0 AND max_version
+    AND coalesce(b.av, 0) BETWEEN 0 AND max_version
+    AND (b.dc IS NULL OR (octet_length(b.dc) = 16 AND b.dc ~ '^[0-9a-f]+$'))
+    AND (b.sc IS NULL OR (octet_length(b.sc) = 16 AND b.sc ~ '^[0-9a-f]+$'))
+    AND (b.ac IS NULL OR (octet_length(b.ac) = 16 AND b.ac ~ '^[0-9a-f]+$'))
+    AND coalesce(b.da, 1600000000000) BETWEEN 1577836800000 AND max_ms
+    AND coalesce(b.sa, 1600000000000) BETWEEN 1577836800000 AND max_ms
+    AND coalesce(b.aa, 1600000000000) BETWEEN 1577836800000 AND max_ms
+    AND coalesce(b.h, 1600000000000) BETWEEN 1577836800000 AND max_ms
+  -- Rows are written, and locked, in device order, so two statements writing the same devices (another
+  -- replica's, or another chunk's of this replica) wait for each other instead of deadlocking (0009).
+  ORDER BY b.d
+  ON CONFLICT (device_id) DO UPDATE SET
+    site_id = excluded.site_id,
+    desired_at = CASE
+      WHEN excluded.desired_version IS NULL OR excluded.desired_version <= coalesce(t.desired_version, -1)
+        OR excluded.desired_content IS NOT DISTINCT FROM t.desired_content THEN t.desired_at
+      ELSE excluded.desired_at END,
+    desired_version = CASE WHEN excluded.desired_version > coalesce(t.desired_version, -1)
+      THEN excluded.desired_version ELSE t.desired_version END,
+    desired_source = CASE WHEN excluded.desired_version > coalesce(t.desired_version, -1)
+      THEN excluded.desired_source ELSE t.desired_source END,
+    desired_content = CASE WHEN excluded.desired_version > coalesce(t.desired_version, -1)
+      THEN excluded.desired_content ELSE t.desired_content END,
+    sent_version = CASE WHEN excluded.sent_version >= coalesce(t.sent_version, -1)
+      THEN excluded.sent_version ELSE t.sent_version END,
+    sent_content = CASE WHEN excluded.sent_version >= coalesce(t.sent_version, -1)
+      THEN excluded.sent_content ELSE t.sent_content END,
+    sent_at = CASE WHEN excluded.sent_version >= coalesce(t.sent_version, -1)
+      THEN excluded.sent_at ELSE t.sent_at END,
+    sent_by = CASE WHEN excluded.sent_version >= coalesce(t.sent_version, -1)
+      THEN excluded.sent_by ELSE t.sent_by END,
+    sent_transport = CASE WHEN excluded.sent_version >= coalesce(t.sent_version, -1)
+      THEN excluded.sent_transport ELSE t.sent_transport END,
+    sent_confirmable = CASE WHEN excluded.sent_version >= coalesce(t.sent_version, -1)
+      THEN excluded.sent_confirmable ELSE t.sent_confirmable END,
+    acked_version = CASE WHEN excluded.acked_version >= coalesce(t.acked_version, -1)
+      THEN excluded.acked_version ELSE t.acked_version END,
+    acked_content = CASE WHEN excluded.acked_version >= coalesce(t.acked_version, -1)
+      THEN excluded.acked_content ELSE t.acked_content END,
+    acked_at = CASE WHEN excluded.acked_version >= coalesce(t.acked_version, -1)
+      THEN excluded.acked_at ELSE t.acked_at END,
+    acked_by = CASE WHEN excluded.acked_version >= coalesce(t.acked_version, -1)
+      THEN excluded.acked_by ELSE t.acked_by END,
+    acked_transport = CASE WHEN excluded.acked_version >= coalesce(t.acked_version, -1)
+      THEN excluded.acked_transport ELSE t.acked_transport END,
+    heard_at = greatest(excluded.heard_at, t.heard_at),
+    -- A count above 0 proposes this replica (a one-element list); it is added when missing.
+    observed_by = CASE WHEN cardinality(excluded.observed_by) > 0 AND NOT (p_replica = ANY (t.observed_by))
+      THEN array_append(t.observed_by, p_replica) ELSE t.observed_by END,
+    updated_at = now()
+  -- A row that would change nothing is not written again (0010's rule, with the relation added): no new row
+  -- version, index entries or WAL. It is still locked, in device order.
+  WHERE excluded.site_id IS DISTINCT FROM t.site_id
+    OR excluded.desired_version > coalesce(t.desired_version, -1)
+    OR (excluded.sent_version >= coalesce(t.sent_version, -1)
+        AND (excluded.sent_version, excluded.sent_content, excluded.sent_at, excluded.sent_by,
+             excluded.sent_transport, excluded.sent_confirmable)
+            IS DISTINCT FROM (t.sent_version, t.sent_content, t.sent_at, t.sent_by, t.sent_transport,
+                              t.sent_confirmable))
+    OR (excluded.acked_version >= coalesce(t.acked_version, -1)
+        AND (excluded.acked_version, excluded.acked_content, excluded.acked_at, excluded.acked_by,
+             excluded.acked_transport)
+            IS DISTINCT FROM (t.acked_version, t.acked_content, t.acked_at, t.acked_by, t.acked_transport))
+    OR excluded.heard_at > t.heard_at
+    OR (t.heard_at IS NULL AND excluded.heard_at IS NOT NULL)
+    OR (cardinality(excluded.observed_by) > 0 AND NOT (p_replica = ANY (t.observed_by)));
+  GET DIAGNOSTICS written = ROW_COUNT;
+  -- A count of 0: this replica no longer observes the device. Only when the batch has one (0 = ANY of NULL is
+  -- NULL); the rows were locked by the upsert above, in device order.
+  IF 0 = ANY (p_r) THEN
+    UPDATE device_gateway.device_delivery t
+    SET observed_by = array_remove(t.observed_by, p_replica), updated_at = now()
+    FROM unnest(p_d, p_r) AS b(d, r)
+    WHERE b.r = 0 AND t.device_id = b.d AND p_replica = ANY (t.observed_by);
+  END IF;
   RETURN written;
 END $function$
 OWNER <migrator> ACL <migrator>:EXECUTE,device_gateway_login:EXECUTE COMMENT -

@@ -189,6 +189,7 @@ export function buildApp(deps: GatewayDeps): GatewayApp {
         writer: deps.deliveryWriter ?? deliveryWriter(deps.db),
         logger: logger.child({ component: 'delivery' }),
         flushMs: config.delivery.flushMs,
+        writers: config.delivery.writers,
         relationsOf: (deviceId) => coap.settingsRelationsOf(deviceId, dtlsOnly(deviceId)),
         trusts: (deviceId, transport) => transport === 'dtls' || !dtlsOnly(deviceId),
       })

@@ -111,10 +111,18 @@ export const gatewayConfigSchema = {
     /** The delivery record (design §3.8): what each device was sent and acknowledged, kept in PostgreSQL. */
     GATEWAY_DELIVERY_RECORD: { type: 'boolean', default: true },
     /**
-     * Delivery events are written in batches this often (ms). The record lags by at most two of these plus one
-     * write: a device about to be notified waits up to one interval so that sent and acknowledged share a row.
+     * Delivery events are written in batches this often (ms), and sooner when a chunk's worth of rows (2,000)
+     * waits. The record lags by one of these plus the write: a device about to be notified waits up to one
+     * interval so that sent and acknowledged share a row, and is written when that interval ends. At the defaults
+     * that is within 2 s while the database keeps up; a burst larger than the writers write in a second lags by
+     * about burst × cost per row / writers (design §3.8).
      */
     GATEWAY_DELIVERY_FLUSH_MS: { type: 'integer', minimum: 50, maximum: 60000, default: 1000 },
+    /**
+     * Chunks of one flush written at once, each on its own connection of the pool; at most DB_POOL_MAX - 1 (the
+     * HTTP API and the bus keep one), a larger value is lowered to that.
+     */
+    GATEWAY_DELIVERY_WRITERS: { type: 'integer', minimum: 1, maximum: 16, default: 2 },
     /** How long GET /api/devices/{device_id} waits for the other replicas' live parts (ms). */
     GATEWAY_DEVICE_VIEW_DEADLINE_MS: { type: 'integer', minimum: 50, maximum: 10000, default: 1000 },
     /** Staged rollouts (design §3.9): whether this replica may drive them (hold the lease and advance waves). */
@@ -185,6 +193,8 @@ export function loadGatewayConfig(env: Record<string, string | undefined> = proc
     delivery: {
       enabled: raw.GATEWAY_DELIVERY_RECORD,
       flushMs: raw.GATEWAY_DELIVERY_FLUSH_MS,
+      // The pool's other connections serve the API and the bus (design §3.8); a pool of one shares its only one.
+      writers: Math.max(1, Math.min(raw.GATEWAY_DELIVERY_WRITERS, raw.DB_POOL_MAX - 1)),
       viewDeadlineMs: raw.GATEWAY_DEVICE_VIEW_DEADLINE_MS,
     },
     rollouts: {

@@ -10,6 +10,7 @@ import { deliveryMigration } from './delivery-migration.js';
 import { definerPathMigration } from './definer-path-migration.js';
 import { deliveryOrderMigration } from './delivery-order-migration.js';
 import { deliveryCostMigration } from './delivery-cost-migration.js';
+import { deliveryArraysMigration } from './delivery-arrays-migration.js';
 import { rolloutGuardMigration } from './rollout-guard-migration.js';
 import { rolloutMigration } from './rollout-migration.js';
 
@@ -124,6 +125,7 @@ export function gatewayMigrationsWith(loginPassword: string): MigrationSet {
       '0008_rollout_guards': rolloutGuardMigration,
       '0009_delivery_record_order': deliveryOrderMigration,
       '0010_delivery_record_cost': deliveryCostMigration,
+      '0011_delivery_record_arrays': deliveryArraysMigration,
     },
   };
 }

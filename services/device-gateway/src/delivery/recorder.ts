@@ -1,11 +1,14 @@
 // The delivery recorder (design §3.8): what the CoAP layer did for each device (sent, acknowledged, heard from,
 // relations) and what each device should have (desired), gathered in memory per device and written to
 // PostgreSQL in batches, off the hot path: an event costs a map lookup and a few typed-array stores (no
-// allocation), a flush one function call per chunk of devices. A replica that dies loses at most what it had not flushed yet.
+// allocation), a flush one function call per chunk of devices, the chunks of a flush on up to `writers`
+// connections at once. A replica that dies loses at most what it had not flushed yet.
 import { errorMessage, type Logger } from '@platform/service-kit';
 import type { DeviceRecord, VisibleDocument } from '../domain/documents.js';
 import {
   ACKED,
+  ColumnBuilder,
+  type DeliveryBatch,
   ACKED_DTLS,
   D_ACKED,
   D_DESIRED,
@@ -27,7 +30,6 @@ import {
   N_SENT_V,
   QUEUED,
   RELATIONS,
-  RowBuffer,
   SENT,
   SENT_CON,
   SENT_DTLS,
@@ -74,7 +76,10 @@ export interface DeliveryEvents {
   relationsChanged(deviceId: string, ref?: DeliveryRef): void;
 }
 
-/** One device's row of a batch: the argument of `device_gateway.delivery_record` (migration 0005). */
+/**
+ * One device's row of a batch, as objects (tests, and the keys of migration 0005's JSON rows): the recorder
+ * sends the same values as columns (DeliveryBatch, `delivery_record_arrays`, migration 0011).
+ */
 export interface DeliveryRow {
   d: string;
   s?: string;
@@ -98,8 +103,12 @@ export interface DeliveryRow {
 
 /** Where batches go (delivery/sql.ts against PostgreSQL). */
 export interface DeliveryWriter {
-  /** `rowsJson`: a JSON array of DeliveryRow. */
-  record(replica: string, rowsJson: string): Promise<void>;
+  /**
+   * Writes one chunk (`delivery_record_arrays`). The batch object and its strings are the recorder's, reused
+   * for its next chunk once the call has settled: read them before returning, keep none. Up to `writers` calls
+   * at once, never two with the same device.
+   */
+  record(replica: string, batch: DeliveryBatch): Promise<void>;
   /** Removes from observed_by every replica whose bus session is not up, except `self` (null: none). */
   reap(self: string | null): Promise<number>;
 }
@@ -121,6 +130,11 @@ export interface DeliveryRecorderOptions {
   trusts?: (deviceId: string, transport: DeliveryTransport) => boolean;
   /** Rows per function call. */
   chunkRows?: number;
+  /**
+   * Chunks of one flush written at once, each on a connection of its own (GATEWAY_DELIVERY_WRITERS; default 1).
+   * A device is in one chunk of a flush and every call locks its rows in device order, so they cannot deadlock.
+   */
+  writers?: number;
   /** Dead replicas are removed from `observed_by` this often (ms). */
   reapMs?: number;
 }
@@ -136,6 +150,8 @@ const B_STRIDE = 4;
 /** Wall-clock ms of the oldest unwritten event (for the lag gauge). */
 const N_SINCE = 7;
 const N_STRIDE = 8;
+/** Rows a chunk has at least when a flush is split between writers (a call's round trip is worth ~100 rows). */
+const MIN_CHUNK = 250;
 /** Device ids JSON writes as they are (the registry's pattern). */
 const PLAIN_ID = /^[A-Za-z0-9._:-]{1,128}$/;
 
@@ -255,16 +271,26 @@ export class DeliveryRecorder implements DeliveryEvents {
   private queueOldest = 0;
   /** The batch being written, and its oldest event. */
   private inFlightOldest = 0;
-  /** Builds each chunk's JSON text from the snapshot. */
-  private readonly rows = new RowBuffer();
-  /** The slots of the chunk being written (their parts are marked unwritten again if its write fails). */
-  private chunk: Int32Array;
-  /** The chunk's facts as they were when its rows were taken: what the builder reads. */
-  private readonly snapshot: Snapshot;
+  /** One a writer: the chunk it writes, built from its own snapshot and buffer. */
+  private readonly lanes: Lane[];
   private flushing: Promise<void> | undefined;
   private timer: NodeJS.Timeout | undefined;
+  /** Started: the timer ticks, and a flush also starts early (see `mark`). */
+  private running = false;
+  /**
+   * Rows that became writable since the last flush took the queue (a part other than desired alone): when a
+   * chunk's worth waits, a flush starts without waiting for the tick (design §3.8).
+   */
+  private ready = 0;
+  /** An early flush is scheduled (setImmediate), or wanted when the running flush ends. */
+  private earlyScheduled = false;
+  private earlyWanted = false;
+  /** When the rows a flush deferred are due (wall-clock ms, 0: none), and the timer that flushes them then. */
+  private deferredDue = 0;
+  private dueTimer: NodeJS.Timeout | undefined;
   private lastReap = 0;
   private readonly chunkRows: number;
+  private readonly writers: number;
   private readonly reapMs: number;
   readonly stats = {
     flushes: 0,
@@ -272,16 +298,25 @@ export class DeliveryRecorder implements DeliveryEvents {
     failures: 0,
     totalFlushMs: 0,
     maxFlushMs: 0,
+    /** Flushes started early (a chunk's worth waiting) rather than by the tick; counted in `flushes` too. */
+    earlyFlushes: 0,
+    /** Function calls (chunks) written. */
+    chunks: 0,
   };
 
   constructor(private readonly options: DeliveryRecorderOptions) {
     this.chunkRows = options.chunkRows ?? 2000;
+    this.writers = Math.max(1, options.writers ?? 1);
     this.reapMs = options.reapMs ?? 10_000;
-    this.chunk = new Int32Array(this.chunkRows);
-    this.snapshot = new Snapshot(this.chunkRows);
+    this.lanes = Array.from({ length: this.writers }, () => ({
+      chunk: new Int32Array(this.chunkRows),
+      snapshot: new Snapshot(this.chunkRows),
+      columns: new ColumnBuilder(),
+    }));
   }
 
   start(): void {
+    this.running = true;
     this.timer ??= setInterval(() => void this.flush(), this.options.flushMs);
     this.timer.unref();
   }
@@ -291,8 +326,12 @@ export class DeliveryRecorder implements DeliveryEvents {
    * whose bus session is up cannot be removed); bounded by the pool's deadlines.
    */
   async stop(): Promise<void> {
+    this.running = false;
     if (this.timer !== undefined) clearInterval(this.timer);
     this.timer = undefined;
+    if (this.dueTimer !== undefined) clearTimeout(this.dueTimer);
+    this.dueTimer = undefined;
+    await this.flushing;
     await this.flush();
     await this.options.writer.reap(null).catch((err: unknown) => {
       this.options.logger.warn('delivery record: leaving failed', { error: errorMessage(err) });
@@ -323,7 +362,10 @@ export class DeliveryRecorder implements DeliveryEvents {
     }
     const b = s * B_STRIDE;
     const bytes = t.bytes;
-    bytes[b + B_UNWRITTEN]! |= part;
+    const before = bytes[b + B_UNWRITTEN]!;
+    bytes[b + B_UNWRITTEN] = before | part;
+    // A part other than desired alone, new to the row: one more row a flush can write now (counted once a part).
+    if ((part & ~before & ~DESIRED) !== 0 && ++this.ready >= this.chunkRows) this.early();
     const flags = bytes[b + B_FLAGS]!;
     if ((flags & QUEUED) === 0) {
       bytes[b + B_FLAGS] = flags | QUEUED | TOUCHED;
@@ -438,56 +480,101 @@ export class DeliveryRecorder implements DeliveryEvents {
 
   // ---- flushing -----------------------------------------------------------------------------------------
 
-  /** Writes every unwritten part; one flush at a time (a tick during a flush waits for the next). */
+  /**
+   * Writes every unwritten part (but the rows `defer` holds back); one flush at a time (a tick during a flush
+   * waits for the next), its chunks on up to `writers` connections at once.
+   */
   flush(): Promise<void> {
+    return this.begin(false);
+  }
+
+  private begin(early: boolean): Promise<void> {
     if (this.flushing !== undefined) return this.flushing;
     if (this.queued === 0 && Date.now() - this.lastReap < this.reapMs) return Promise.resolve();
-    this.flushing = this.write().finally(() => (this.flushing = undefined));
+    if (early) this.stats.earlyFlushes++;
+    this.flushing = this.write(early).finally(() => {
+      this.flushing = undefined;
+      // Rows that became writable during this flush: a chunk's worth starts the next one at once.
+      if (this.earlyWanted || this.ready >= this.chunkRows) {
+        this.earlyWanted = false;
+        this.early();
+      }
+    });
     return this.flushing;
   }
 
-  private async write(): Promise<void> {
+  /**
+   * A flush before the tick, once a chunk's worth of rows can be written (design §3.8): at the tick alone a
+   * fan-out's rows would wait up to a whole interval and then arrive all at once; started as they come, they
+   * are written while the fan-out runs, on every writer. Scheduled, not run inside the event that counted the
+   * row (the CoAP layer's handler); while a flush runs, the next starts when it ends.
+   */
+  private early(): void {
+    if (!this.running || this.earlyScheduled) return;
+    if (this.flushing !== undefined) {
+      this.earlyWanted = true;
+      return;
+    }
+    this.earlyScheduled = true;
+    setImmediate(() => {
+      this.earlyScheduled = false;
+      if (this.flushing !== undefined) this.earlyWanted = true;
+      else if (this.running) void this.begin(true);
+    });
+  }
+
+  private async write(early: boolean): Promise<void> {
     // The batch is the queue as it is now; events from here on queue their devices in the other array. A slot
-    // is in at most one of them (QUEUED), so each holds at most every slot.
+    // is in at most one of them (QUEUED), so each holds at most every slot, and a device is in one chunk.
     const batch = this.queue;
     const size = this.queued;
     this.queue = this.spare.length >= batch.length ? this.spare : new Int32Array(batch.length);
     this.queued = 0;
+    this.ready = 0;
+    this.deferredDue = 0;
     this.inFlightOldest = this.queueOldest;
     this.queueOldest = 0;
     const started = performance.now();
     const t = this.table;
-    // A chunk at a time: its devices' unwritten parts are copied into the snapshot and marked written (copy
-    // and clear, so no event is lost or read half-written), then its text is built from the snapshot and
-    // written. An event after its device was taken queues it again for the next flush; a failed write marks
-    // what it carried unwritten again.
+    // Chunks no larger than chunkRows, and small enough that a small flush still uses every writer.
+    const per = Math.min(this.chunkRows, Math.max(MIN_CHUNK, Math.ceil(size / this.writers)));
+    // Each writer takes a chunk at a time from the batch (one cursor, `i`): its devices' unwritten parts are
+    // copied into its snapshot and marked written (copy and clear, so no event is lost or read half-written),
+    // then the chunk's columns are built from the snapshot and written. An event after its device was taken
+    // queues it again for the next flush; a failed write marks what it carried unwritten again. After a failure
+    // no further chunk is taken; the chunks in flight finish (or fail and are marked unwritten) first.
     let written = 0;
     let i = 0;
+    let failure: { err: unknown } | undefined;
     const now = Date.now();
-    try {
-      while (i < size) {
-        const chunk = this.chunk;
+    const lane = async (l: Lane): Promise<void> => {
+      while (failure === undefined && i < size) {
         let n = 0;
-        for (; i < size && n < this.chunkRows; i++) {
+        for (; i < size && n < per; i++) {
           const s = batch[i]!;
-          if (this.defer(s, now)) {
+          if (this.defer(s, now, early)) {
             this.enqueue(s, t.nums[s * N_STRIDE + N_SINCE]!);
             continue;
           }
-          if (!this.take(s, n)) break; // the snapshot's id area is full: the next chunk takes it
-          chunk[n++] = s;
+          if (!this.take(l.snapshot, s, n)) break; // the snapshot's id area is full: the next chunk takes it
+          l.chunk[n++] = s;
         }
         if (n === 0) continue;
         try {
-          const text = this.rows.build(this.snapshot, n);
-          await this.options.writer.record(this.options.replica, text);
+          await this.options.writer.record(this.options.replica, l.columns.build(l.snapshot, n));
         } catch (err) {
           // Its parts are unwritten again (with whatever newer values arrived meanwhile).
-          for (let k = 0; k < n; k++) this.requeue(chunk[k]!, now);
-          throw err;
+          for (let k = 0; k < n; k++) this.requeue(l.chunk[k]!, now);
+          failure ??= { err };
+          return;
         }
         written += n;
+        this.stats.chunks++;
       }
+    };
+    try {
+      await Promise.all(this.lanes.map(lane));
+      if (failure !== undefined) throw failure.err;
       this.stats.flushes++;
       this.stats.rows += written;
       const ms = performance.now() - started;
@@ -517,16 +604,31 @@ export class DeliveryRecorder implements DeliveryEvents {
     } finally {
       this.inFlightOldest = 0;
       this.spare = batch;
+      this.scheduleDue();
     }
+  }
+
+  /**
+   * Rows this flush deferred are written when they are due, not at the tick after (which could come up to an
+   * interval later): one timer, for the first of them.
+   */
+  private scheduleDue(): void {
+    if (this.deferredDue === 0 || !this.running || this.dueTimer !== undefined) return;
+    const wait = Math.max(0, this.deferredDue - Date.now());
+    this.dueTimer = setTimeout(() => {
+      this.dueTimer = undefined;
+      if (this.flushing !== undefined) this.earlyWanted = true;
+      else void this.flush();
+    }, wait);
+    this.dueTimer.unref();
   }
 
   /**
    * Copies slot `s`'s unwritten parts into row `r` of the snapshot and marks them written (WRITING keeps them
    * until the write is known); false when its device id does not fit in this chunk.
    */
-  private take(s: number, r: number): boolean {
+  private take(snap: Snapshot, s: number, r: number): boolean {
     const t = this.table;
-    const snap = this.snapshot;
     const b = s * B_STRIDE;
     const bytes = t.bytes;
     const parts = bytes[b + B_UNWRITTEN]!;
@@ -592,14 +694,35 @@ export class DeliveryRecorder implements DeliveryEvents {
    * A device whose settings just changed and that observes them here is about to be sent them (the fan-out
    * pump) and, moments later, to acknowledge them: its row waits while its desired part is younger than one
    * flush interval, so a fleet-wide change writes one row per device (desired, sent and acknowledged together)
-   * instead of two, and the record's lag stays within two intervals.
+   * instead of two, and the record's lag stays within one interval and a write. An early flush (`early`) also
+   * leaves out a row whose confirmable notification was sent less than an interval ago and is not acknowledged
+   * yet (its acknowledgement is on its way: one row instead of two), and does not ask for the relations of a
+   * young desired part (the tick or the due timer writes it): it writes what is complete, the tick everything.
+   * Each held row is due (`deferredDue`) an interval after the part it waits on.
    */
-  private defer(s: number, now: number): boolean {
+  private defer(s: number, now: number, early: boolean): boolean {
     const t = this.table;
-    return (
-      t.bytes[s * B_STRIDE + B_UNWRITTEN] === DESIRED &&
-      now - t.nums[s * N_STRIDE + N_DESIRED_AT]! < this.options.flushMs &&
-      this.options.relationsOf(t.ids[s]!) > 0
-    );
+    const parts = t.bytes[s * B_STRIDE + B_UNWRITTEN]!;
+    const n = s * N_STRIDE;
+    const flushMs = this.options.flushMs;
+    let since: number;
+    if (parts === DESIRED) {
+      since = t.nums[n + N_DESIRED_AT]!;
+      if (now - since >= flushMs || (!early && this.options.relationsOf(t.ids[s]!) === 0)) return false;
+    } else if (early && (parts & (SENT | ACKED)) === SENT) {
+      if ((t.bytes[s * B_STRIDE + B_FLAGS]! & SENT_CON) === 0) return false;
+      since = t.nums[n + N_SENT_AT]!;
+      if (now - since >= flushMs) return false;
+    } else return false;
+    const due = since + flushMs;
+    if (this.deferredDue === 0 || due < this.deferredDue) this.deferredDue = due;
+    return true;
   }
+}
+
+/** One writer's own parts: the slots of its chunk (marked unwritten again if its write fails), their facts as they were when taken (what the builder reads), and its builder. */
+interface Lane {
+  chunk: Int32Array;
+  snapshot: Snapshot;
+  columns: ColumnBuilder;
 }

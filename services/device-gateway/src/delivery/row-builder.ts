@@ -1,6 +1,7 @@
 // The delivery record's rows (design §3.8), built from a snapshot of the recorder's facts: at a flush the event
 // loop copies each device's unwritten parts into the snapshot (a few dozen stores a device, nothing allocated)
-// and builds the chunk's JSON text from it byte by byte, into one reused buffer.
+// and builds the chunk's columns from it byte by byte, into one reused buffer: one PostgreSQL array literal a
+// column, the parameters of `delivery_record_arrays` (migration 0011).
 
 // The parts of a device's facts not yet written (the recorder's UNWRITTEN byte; a row carries them).
 export const DESIRED = 1;
@@ -44,13 +45,13 @@ export const D_SENT = 2;
 export const D_ACKED = 4;
 export const D_STRIDE = 6;
 
-/** Bytes of device id (as JSON text, quotes included) a snapshot holds per row on average before a chunk ends. */
+/** Bytes of device id (as an array element, quotes included) a snapshot holds per row on average before a chunk ends. */
 const ID_BYTES_PER_ROW = 140;
 
 /**
  * One chunk's facts, copied out of the recorder at the flush (and their parts marked written there): what the
  * builder reads. Row r: parts, flags and meta at bytes[4r..4r+2], numbers at nums[7r..], digests at
- * digests[6r..], the relation count at rel[r], the device id's JSON text at idBytes[idStart[r]..idStart[r+1]).
+ * digests[6r..], the relation count at rel[r], the device id's array element at idBytes[idStart[r]..idStart[r+1]).
  */
 export class Snapshot {
   readonly nums: Float64Array;
@@ -70,141 +71,199 @@ export class Snapshot {
   }
 
   /**
-   * Writes row r's device id (JSON text) after row r-1's; false (nothing written) when the id area is full, so
-   * the chunk ends before this row.
+   * Writes row r's device id (an array element) after row r-1's; false (nothing written) when the id area is
+   * full, so the chunk ends before this row. An id outside the registry's pattern (`plain` false) is written as
+   * NULL: the function writes devices of the registry only, whose ids all match it, so such a row is skipped
+   * there anyway, and no escaping is needed.
    */
   putId(r: number, d: string, plain: boolean): boolean {
     const start = r === 0 ? 0 : this.idStart[r]!;
     if (r === 0) this.idStart[0] = 0;
     const out = this.idBytes;
-    if (plain) {
+    let p = start;
+    if (!plain) {
+      if (start + 4 > out.length) return false;
+      out[p++] = 0x4e; // NULL
+      out[p++] = 0x55;
+      out[p++] = 0x4c;
+      out[p++] = 0x4c;
+    } else {
       if (start + d.length + 2 > out.length) return false;
-      let p = start;
       out[p++] = 0x22;
       for (let i = 0; i < d.length; i++) out[p++] = d.charCodeAt(i);
       out[p++] = 0x22;
-      this.idStart[r + 1] = p;
-      return true;
     }
-    const json = Buffer.from(JSON.stringify(d), 'utf8');
-    if (start + json.length > out.length) return false;
-    out.set(json, start);
-    this.idStart[r + 1] = start + json.length;
+    this.idStart[r + 1] = p;
     return true;
   }
 }
 
+/**
+ * A chunk as `delivery_record_arrays` takes it (migration 0011): `rows` rows, and one PostgreSQL array literal a
+ * column, in the function's order (COLUMNS); null for a column no row carries.
+ */
+export interface DeliveryBatch {
+  rows: number;
+  columns: (string | null)[];
+}
+
+/** The function's columns, in its parameters' order (after the replica). */
+export const COLUMNS = [
+  'd',
+  'dv',
+  'ds',
+  'dc',
+  'da',
+  'sv',
+  'sc',
+  'sa',
+  'st',
+  'sk',
+  'av',
+  'ac',
+  'aa',
+  'at',
+  'h',
+  'r',
+] as const;
+// Their indexes.
+const C_D = 0;
+const C_DV = 1;
+const C_DS = 2;
+const C_DC = 3;
+const C_DA = 4;
+const C_SV = 5;
+const C_SC = 6;
+const C_SA = 7;
+const C_ST = 8;
+const C_SK = 9;
+const C_AV = 10;
+const C_AC = 11;
+const C_AA = 12;
+const C_AT = 13;
+const C_H = 14;
+const C_R = 15;
+
 const ascii = (text: string): Uint8Array => Uint8Array.from(Buffer.from(text, 'latin1'));
 const HEX = ascii('0123456789abcdef');
-const T_OPEN = ascii('{"d":');
-const T_DV = ascii(',"dv":');
-const T_DS = ascii(',"ds":"');
-const T_DC = ascii('","dc":"');
-const T_DA = ascii('","da":');
-const T_SV = ascii(',"sv":');
-const T_SC = ascii(',"sc":"');
-const T_SA = ascii('","sa":');
-const T_ST = ascii(',"st":"');
-const T_SK_TRUE = ascii('","sk":true');
-const T_SK_FALSE = ascii('","sk":false');
-const T_AV = ascii(',"av":');
-const T_AC = ascii(',"ac":"');
-const T_AA = ascii('","aa":');
-const T_AT = ascii(',"at":"');
-const T_H = ascii(',"h":');
-const T_R = ascii(',"r":');
+const T_NULL = ascii('NULL');
 const T_PLAIN = ascii('plain');
 const T_DTLS = ascii('dtls');
 const T_SOURCES = SOURCES.map(ascii);
-/** The most one row takes besides its device id. */
-const ROW_MAX = 400;
+/** The most one element other than a device id takes (a number's digits, a digest, a word), and its comma. */
+const ELEMENT_MAX = 32;
 
 /**
- * A chunk's JSON text built in one reused buffer, written byte by byte: one string per chunk, none per row or
- * per number.
+ * A chunk's columns built in one reused buffer, written byte by byte: one string a column per chunk (16), none
+ * per row or per number. Not shared between chunks written at the same time (one builder a writer).
  */
-export class RowBuffer {
-  private buf = Buffer.allocUnsafe(1 << 20);
+export class ColumnBuilder {
+  private buf = Buffer.allocUnsafe(1 << 18);
   private pos = 0;
+  /** Reused for every chunk: the writer reads it before its call returns. */
+  private readonly batch: DeliveryBatch = { rows: 0, columns: COLUMNS.map(() => null) };
 
   /**
-   * The JSON array (DeliveryRow[]) of the snapshot's first `n` rows. Every value is a number, a boolean, a fixed
-   * word, a hex digest or a device id's JSON text.
+   * The snapshot's first `n` rows as columns. Every value is a number, a boolean, a fixed word, a hex digest or
+   * a device id of the registry's pattern (quoted), so no element needs escaping.
    */
-  build(snap: Snapshot, n: number): string {
-    this.pos = 0;
-    this.ensure(2);
-    this.buf[this.pos++] = 0x5b; // [
-    for (let r = 0; r < n; r++) {
-      const idLength = snap.idStart[r + 1]! - snap.idStart[r]!;
-      this.ensure(idLength);
-      if (r > 0) this.buf[this.pos++] = 0x2c; // ,
-      this.row(snap, r);
-    }
-    this.ensure(1);
-    this.buf[this.pos++] = 0x5d; // ]
-    return this.buf.toString('utf8', 0, this.pos);
+  build(snap: Snapshot, n: number): DeliveryBatch {
+    const columns = this.batch.columns;
+    this.batch.rows = n;
+    for (let c = 0; c < COLUMNS.length; c++) columns[c] = this.column(snap, n, c);
+    return this.batch;
   }
 
-  private row(snap: Snapshot, r: number): void {
+  private column(snap: Snapshot, n: number, c: number): string | null {
+    this.pos = 0;
+    this.ensure(c === C_D ? snap.idStart[n]! + n + 2 : n * ELEMENT_MAX + 2);
+    const buf = this.buf;
+    buf[this.pos++] = 0x7b; // {
+    let any = false;
+    for (let r = 0; r < n; r++) {
+      if (r > 0) buf[this.pos++] = 0x2c; // ,
+      if (this.value(snap, r, c)) any = true;
+      else this.bytes(T_NULL);
+    }
+    buf[this.pos++] = 0x7d; // }
+    return any ? buf.toString('latin1', 0, this.pos) : null;
+  }
+
+  /** Writes row r's value of column c; false (nothing written) when the row carries none. */
+  private value(snap: Snapshot, r: number, c: number): boolean {
     const parts = snap.bytes[r * 4]!;
     const flags = snap.bytes[r * 4 + 1]!;
-    const meta = snap.bytes[r * 4 + 2]!;
     const n = r * N_ROW;
     const g = r * D_STRIDE;
     const nums = snap.nums;
     const digests = snap.digests;
-    this.bytes(T_OPEN);
-    this.copy(snap.idBytes, snap.idStart[r]!, snap.idStart[r + 1]!);
-    if (parts & DESIRED && flags & HAVE_DESIRED) {
-      this.bytes(T_DV);
-      this.num(nums[n + N_DESIRED_V]!);
-      this.bytes(T_DS);
-      this.bytes(T_SOURCES[meta & SOURCE_MASK] ?? T_SOURCES[0]!);
-      this.bytes(T_DC);
-      this.hex(digests[g + D_DESIRED]!);
-      this.hex(digests[g + D_DESIRED + 1]!);
-      this.bytes(T_DA);
-      this.num(nums[n + N_DESIRED_AT]!);
+    const desired = (parts & DESIRED) !== 0 && (flags & HAVE_DESIRED) !== 0;
+    const sent = (parts & SENT) !== 0 && (flags & HAVE_SENT) !== 0;
+    const acked = (parts & ACKED) !== 0 && (flags & HAVE_ACKED) !== 0;
+    switch (c) {
+      case C_D: {
+        const from = snap.idStart[r]!;
+        const to = snap.idStart[r + 1]!;
+        // A NULL id (outside the registry's pattern) is written as it is: the function skips the row.
+        this.copy(snap.idBytes, from, to);
+        return true;
+      }
+      case C_DV:
+        if (desired) this.num(nums[n + N_DESIRED_V]!);
+        return desired;
+      case C_DS:
+        if (desired) this.bytes(T_SOURCES[snap.bytes[r * 4 + 2]! & SOURCE_MASK] ?? T_SOURCES[0]!);
+        return desired;
+      case C_DC:
+        if (desired) this.digest(digests, g + D_DESIRED);
+        return desired;
+      case C_DA:
+        if (desired) this.num(nums[n + N_DESIRED_AT]!);
+        return desired;
+      case C_SV:
+        if (sent) this.num(nums[n + N_SENT_V]!);
+        return sent;
+      case C_SC:
+        if (sent) this.digest(digests, g + D_SENT);
+        return sent;
+      case C_SA:
+        if (sent) this.num(nums[n + N_SENT_AT]!);
+        return sent;
+      case C_ST:
+        if (sent) this.bytes(flags & SENT_DTLS ? T_DTLS : T_PLAIN);
+        return sent;
+      case C_SK:
+        if (sent) this.buf[this.pos++] = flags & SENT_CON ? 0x74 : 0x66; // t, f
+        return sent;
+      case C_AV:
+        if (acked) this.num(nums[n + N_ACKED_V]!);
+        return acked;
+      case C_AC:
+        if (acked) this.digest(digests, g + D_ACKED);
+        return acked;
+      case C_AA:
+        if (acked) this.num(nums[n + N_ACKED_AT]!);
+        return acked;
+      case C_AT:
+        if (acked) this.bytes(flags & ACKED_DTLS ? T_DTLS : T_PLAIN);
+        return acked;
+      case C_H: {
+        const heard = (parts & HEARD) !== 0 && nums[n + N_HEARD_AT]! > 0;
+        if (heard) this.num(nums[n + N_HEARD_AT]!);
+        return heard;
+      }
+      case C_R:
+        if ((parts & RELATIONS) === 0) return false;
+        this.num(snap.rel[r]!);
+        return true;
+      default:
+        return false;
     }
-    if (parts & SENT && flags & HAVE_SENT) {
-      this.bytes(T_SV);
-      this.num(nums[n + N_SENT_V]!);
-      this.bytes(T_SC);
-      this.hex(digests[g + D_SENT]!);
-      this.hex(digests[g + D_SENT + 1]!);
-      this.bytes(T_SA);
-      this.num(nums[n + N_SENT_AT]!);
-      this.bytes(T_ST);
-      this.bytes(flags & SENT_DTLS ? T_DTLS : T_PLAIN);
-      this.bytes(flags & SENT_CON ? T_SK_TRUE : T_SK_FALSE);
-    }
-    if (parts & ACKED && flags & HAVE_ACKED) {
-      this.bytes(T_AV);
-      this.num(nums[n + N_ACKED_V]!);
-      this.bytes(T_AC);
-      this.hex(digests[g + D_ACKED]!);
-      this.hex(digests[g + D_ACKED + 1]!);
-      this.bytes(T_AA);
-      this.num(nums[n + N_ACKED_AT]!);
-      this.bytes(T_AT);
-      this.bytes(flags & ACKED_DTLS ? T_DTLS : T_PLAIN);
-      this.buf[this.pos++] = 0x22;
-    }
-    if (parts & HEARD && nums[n + N_HEARD_AT]! > 0) {
-      this.bytes(T_H);
-      this.num(nums[n + N_HEARD_AT]!);
-    }
-    if (parts & RELATIONS) {
-      this.bytes(T_R);
-      this.num(snap.rel[r]!);
-    }
-    this.buf[this.pos++] = 0x7d; // }
   }
 
-  /** Room for one more row with a device id `idLength` bytes long. */
-  private ensure(idLength: number): void {
-    const need = this.pos + ROW_MAX + idLength + 2;
+  /** Room for `bytes` more. */
+  private ensure(bytes: number): void {
+    const need = this.pos + bytes;
     if (need <= this.buf.length) return;
     const next = Buffer.allocUnsafe(Math.max(need, this.buf.length * 2));
     this.buf.copy(next, 0, 0, this.pos);
@@ -252,6 +311,12 @@ export class RowBuffer {
       x = q;
     }
     this.pos = end;
+  }
+
+  /** A content digest: 16 hex digits from its two 32-bit halves at digests[i], digests[i + 1]. */
+  private digest(digests: Uint32Array, i: number): void {
+    this.hex(digests[i]!);
+    this.hex(digests[i + 1]!);
   }
 
   private hex(v: number): void {

@@ -1,4 +1,5 @@
-// The delivery record's SQL (migration 0005, design §3.8): the batch writer, one device's row, the fleet list.
+// The delivery record's SQL (migrations 0005 and 0011, design §3.8): the batch writer, one device's row, the
+// fleet list.
 import { sql, type Kysely } from 'kysely';
 import type { DeliveryState, DeviceDeliveryTable, GatewayDatabase } from '../db/tables.js';
 import { INSPECT_CHANNEL } from '../cluster/messages.js';
@@ -7,8 +8,14 @@ import type { DeliveryWriter } from './recorder.js';
 
 export function deliveryWriter(db: Kysely<GatewayDatabase>): DeliveryWriter {
   return {
-    async record(replica, rowsJson) {
-      await sql`SELECT device_gateway.delivery_record(${replica}, ${rowsJson}::json)`.execute(db);
+    // One chunk, one call of 0011's function; each call takes a connection of the pool, so the recorder's
+    // writers (GATEWAY_DELIVERY_WRITERS) run on as many connections at once.
+    async record(replica, batch) {
+      const [d, dv, ds, dc, da, sv, sc, sa, st, sk, av, ac, aa, at, h, r] = batch.columns;
+      await sql`SELECT device_gateway.delivery_record_arrays(${replica}, ${d}::text[], ${dv}::bigint[],
+        ${ds}::text[], ${dc}::text[], ${da}::double precision[], ${sv}::bigint[], ${sc}::text[],
+        ${sa}::double precision[], ${st}::text[], ${sk}::boolean[], ${av}::bigint[], ${ac}::text[],
+        ${aa}::double precision[], ${at}::text[], ${h}::double precision[], ${r}::integer[])`.execute(db);
     },
     async reap(self) {
       const { rows } = await sql<{ n: number }>`
