@@ -20,6 +20,9 @@ type Command =
   | { cmd: 'reload' }
   | { cmd: 'fanout'; value: number }
   | { cmd: 'flush' }
+  | { cmd: 'lag-start' }
+  | { cmd: 'lag-wait' }
+  | { cmd: 'lag-stop' }
   | { cmd: 'exit' };
 
 const cpuMs = (): number => {
@@ -70,9 +73,14 @@ async function gateway(): Promise<void> {
     GATEWAY_DELIVERY_RECORD: process.env.BENCH_DELIVERY === 'false' ? 'false' : undefined,
     // Its flush interval, when given (a long one leaves only the events' cost inside the fan-out's window).
     GATEWAY_DELIVERY_FLUSH_MS: process.env.GATEWAY_DELIVERY_FLUSH_MS,
+    // Its writers, when given (GATEWAY_DELIVERY_WRITERS=1: one chunk at a time, as before the fifth pass).
+    ...(process.env.GATEWAY_DELIVERY_WRITERS === undefined
+      ? {}
+      : { GATEWAY_DELIVERY_WRITERS: process.env.GATEWAY_DELIVERY_WRITERS }),
   });
   const logger = createLogger({ service: 'bench-gateway', level: 'error' });
-  const db = createDb<GatewayDatabase>(config.database.url, { max: 2 });
+  // The pool as configured (DB_POOL_MAX, 4 by default): the delivery record's writers take up to all but one.
+  const db = createDb<GatewayDatabase>(config.database.url, { max: config.database.poolMax });
   const keys = new SecretSet(['bench-key']);
   // BENCH_DELIVERY=discard: the record on, its batches built and handed to a writer that drops them after a
   // turn of the event loop, so the gateway's own cost is measured without PostgreSQL's upserts on the same cores
@@ -96,6 +104,12 @@ async function gateway(): Promise<void> {
   // BENCH_ROLLOUT=true: this child drives rollouts (design §3.9); the rollout benchmark creates them over HTTP.
   if (process.env.BENCH_ROLLOUT === 'true') app.rollouts.driver.start();
   observers = () => app.coap.observerCount;
+  // The delivery record's lag (design §3.8), sampled every 50 ms between lag-start and lag-stop, with the
+  // window's longest flush (stats.maxFlushMs is since the start: kept aside during the window).
+  let lagSamples: number[] = [];
+  let lagTimer: NodeJS.Timeout | undefined;
+  let maxFlushBefore = 0;
+  const lagWindow = { startedAt: 0 };
   process.on('message', (m: Command) => {
     void (async () => {
       switch (m.cmd) {
@@ -113,6 +127,43 @@ async function gateway(): Promise<void> {
           await app.delivery?.flush();
           send({ done: true });
           break;
+        case 'lag-start': {
+          lagSamples = [];
+          lagWindow.startedAt = performance.now();
+          const d = app.delivery;
+          if (d !== undefined) {
+            maxFlushBefore = d.stats.maxFlushMs;
+            d.stats.maxFlushMs = 0;
+            lagTimer = setInterval(() => lagSamples.push(d.lagSeconds()), 50);
+          }
+          send({ done: true });
+          break;
+        }
+        case 'lag-wait': {
+          // Until everything is written without being asked to (the timer, early flushes), or 60 s.
+          const d = app.delivery;
+          const t0 = performance.now();
+          while (d !== undefined && d.lagSeconds() > 0 && performance.now() - t0 < 60_000)
+            await new Promise((r) => setTimeout(r, 10));
+          send({ ms: performance.now() - t0 });
+          break;
+        }
+        case 'lag-stop': {
+          if (lagTimer !== undefined) clearInterval(lagTimer);
+          lagTimer = undefined;
+          const d = app.delivery;
+          const sorted = [...lagSamples].sort((a, b) => a - b);
+          const windowMaxFlushMs = d?.stats.maxFlushMs ?? 0;
+          if (d !== undefined) d.stats.maxFlushMs = Math.max(maxFlushBefore, windowMaxFlushMs);
+          send({
+            samples: sorted.length,
+            maxS: sorted.at(-1) ?? 0,
+            p99S: sorted[Math.min(sorted.length - 1, Math.floor(sorted.length * 0.99))] ?? 0,
+            windowMs: performance.now() - lagWindow.startedAt,
+            maxFlushMs: windowMaxFlushMs,
+          });
+          break;
+        }
         case 'reload': {
           const t0 = performance.now();
           const summary = await app.service.reload();

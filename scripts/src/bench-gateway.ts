@@ -292,6 +292,19 @@ interface DeliveryStats {
   failures: number;
   totalFlushMs: number;
   maxFlushMs: number;
+  /** Since the fifth pass (absent in an older build's child). */
+  earlyFlushes?: number;
+  chunks?: number;
+}
+
+/** The delivery record's lag over a window (the child samples `lagSeconds()` every 50 ms), and its longest flush. */
+interface LagWindow {
+  samples: number;
+  maxS: number;
+  p99S: number;
+  /** From the window's start until everything was written (without an explicit flush). */
+  windowMs: number;
+  maxFlushMs: number;
 }
 
 async function measure(
@@ -306,11 +319,19 @@ async function measure(
   const base = await child.ask<{ heap: number; rss: number }>({ cmd: 'heap' });
   const obs = new Observers(child.coapPort, n);
   await obs.open();
+  // The record's lag while the registrations arrive and until they are written, unasked (gateway only).
+  const lagged = mode === 'gateway';
+  const lagWindow = async (): Promise<LagWindow> => {
+    await child.ask({ cmd: 'lag-wait' });
+    return child.ask<LagWindow>({ cmd: 'lag-stop' });
+  };
   const regServerCpu0 = await child.ask<{ cpuMs: number }>({ cmd: 'cpu' });
   const regClientCpu0 = process.cpuUsage();
+  if (lagged) await child.ask({ cmd: 'lag-start' });
   const regPerS = await obs.registerAll();
   const regClientCpuMs = cpuMs(process.cpuUsage(regClientCpu0));
   const regServerCpuMs = (await child.ask<{ cpuMs: number }>({ cmd: 'cpu' })).cpuMs - regServerCpu0.cpuMs;
+  const regLag = lagged ? await lagWindow() : undefined;
   await new Promise((r) => setTimeout(r, 500));
   // The delivery record's registrations written first: memory per relation is what stays.
   await child.ask({ cmd: 'flush' });
@@ -327,12 +348,15 @@ async function measure(
   const delivery0 = (await child.ask<{ delivery?: DeliveryStats }>({ cmd: 'stats' })).delivery;
   const serverCpu0 = await child.ask<{ cpuMs: number; systemMs?: number }>({ cmd: 'cpu' });
   const clientCpu0 = process.cpuUsage();
+  if (lagged) await child.ask({ cmd: 'lag-start' });
   const t0 = performance.now();
   if (mode === 'gateway') reloadMs = (await child.ask<{ ms: number }>({ cmd: 'reload' })).ms;
   else await child.ask({ cmd: 'fanout', value });
   await obs.settle();
   const clientCpuMs = cpuMs(process.cpuUsage(clientCpu0));
   const serverCpu1 = await child.ask<{ cpuMs: number; systemMs?: number }>({ cmd: 'cpu' });
+  // The fan-out's window ends when its events are written without an explicit flush.
+  const fanLag = lagged ? await lagWindow() : undefined;
   const serverCpuMs = serverCpu1.cpuMs - serverCpu0.cpuMs;
   const serverSystemMs = (serverCpu1.systemMs ?? NaN) - (serverCpu0.systemMs ?? NaN);
   const stats = await child.ask<Record<string, number>>({ cmd: 'stats' });
@@ -352,7 +376,10 @@ async function measure(
           msPerFlush:
             (delivery1.totalFlushMs - delivery0.totalFlushMs) /
             Math.max(1, delivery1.flushes - delivery0.flushes),
-          maxFlushMs: delivery1.maxFlushMs,
+          earlyFlushes: (delivery1.earlyFlushes ?? NaN) - (delivery0.earlyFlushes ?? NaN),
+          chunks: (delivery1.chunks ?? NaN) - (delivery0.chunks ?? NaN),
+          regLag,
+          fanLag,
         };
   // Rate from the first to the last distinct notification received; end to end from the reload command
   // (gateway: includes the database read) or the fan-out command (node-coap).
@@ -662,12 +689,20 @@ function printDelivery(
     console.log(
       `  ${x.mode.padEnd(7)}: lost ${x.r.lost}, duplicated ${x.r.duplicates}, retransmissions ${x.r.stats.retransmissions ?? 0}, server CPU ${x.r.serverCpuMs.toFixed(0)} ms, end to end ${x.r.endToEnd.toFixed(2)} s, heap/RSS per relation ${kb(x.r.heapPerRelation)}/${kb(x.r.rssPerRelation)}`,
     );
+  const lag = (w: LagWindow | undefined): string =>
+    w === undefined
+      ? '-'
+      : `max ${w.maxS.toFixed(2)} s, p99 ${w.p99S.toFixed(2)} s (${w.samples} samples over ${(w.windowMs / 1000).toFixed(1)} s), longest flush ${w.maxFlushMs.toFixed(0)} ms`;
   for (const r of of('on')) {
     const d = r.delivery;
-    if (d !== undefined)
+    if (d !== undefined) {
+      // The fan-out's flushes only (stats.maxFlushMs since the child's start would include the registrations').
       console.log(
-        `  PostgreSQL: ${d.rows} rows in ${d.flushes} flushes (${d.failures} failed), ${d.rowsPerS.toFixed(0)} rows/s over the fan-out (${((1000 * d.rows) / Math.max(1, d.msPerFlush * d.flushes)).toFixed(0)} rows/s while writing), ${d.msPerFlush.toFixed(0)} ms per flush (max ${d.maxFlushMs.toFixed(0)} ms)`,
+        `  PostgreSQL: ${d.rows} rows in ${d.flushes} flushes (${Number.isNaN(d.earlyFlushes) ? '-' : d.earlyFlushes} early, ${Number.isNaN(d.chunks) ? '-' : d.chunks} calls, ${d.failures} failed), ${d.rowsPerS.toFixed(0)} rows/s over the fan-out (${((1000 * d.rows) / Math.max(1, d.msPerFlush * d.flushes)).toFixed(0)} rows/s while writing), ${d.msPerFlush.toFixed(0)} ms per flush (max ${(d.fanLag?.maxFlushMs ?? NaN).toFixed(0)} ms)`,
       );
+      console.log(`    record lag, fan-out:       ${lag(d.fanLag)}`);
+      console.log(`    record lag, registrations: ${lag(d.regLag)}`);
+    }
   }
 }
 
