@@ -285,6 +285,8 @@ export class DeliveryRecorder implements DeliveryEvents {
   /** An early flush is scheduled (setImmediate), or wanted when the running flush ends. */
   private earlyScheduled = false;
   private earlyWanted = false;
+  /** A tick (or `flush()`) came during an early flush: it goes on with a round of the tick's rules. */
+  private tickWanted = false;
   /** When the rows a flush deferred are due (wall-clock ms, 0: none), and the timer that flushes them then. */
   private deferredDue = 0;
   private dueTimer: NodeJS.Timeout | undefined;
@@ -482,25 +484,44 @@ export class DeliveryRecorder implements DeliveryEvents {
 
   /**
    * Writes every unwritten part (but the rows `defer` holds back); one flush at a time (a tick during a flush
-   * waits for the next), its chunks on up to `writers` connections at once.
+   * makes it go on under the tick's rules), in rounds of a few chunks written on up to `writers` connections
+   * at once, until a round finds no more than it may take.
    */
   flush(): Promise<void> {
     return this.begin(false);
   }
 
   private begin(early: boolean): Promise<void> {
-    if (this.flushing !== undefined) return this.flushing;
+    if (this.flushing !== undefined) {
+      if (!early) this.tickWanted = true;
+      return this.flushing;
+    }
     if (this.queued === 0 && Date.now() - this.lastReap < this.reapMs) return Promise.resolve();
     if (early) this.stats.earlyFlushes++;
-    this.flushing = this.write(early).finally(() => {
+    this.flushing = this.drain(early).finally(() => {
       this.flushing = undefined;
-      // Rows that became writable during this flush: a chunk's worth starts the next one at once.
+      // Rows that became writable during the last round: a chunk's worth starts the next flush at once.
       if (this.earlyWanted || this.ready >= this.chunkRows) {
         this.earlyWanted = false;
         this.early();
       }
     });
     return this.flushing;
+  }
+
+  /**
+   * Rounds until one takes all it found: a round takes at most two chunks a writer, the oldest first, so an
+   * event waits for the rows queued before it, not for a whole backlog taken at once (design §3.8).
+   */
+  private async drain(early: boolean): Promise<void> {
+    let rules = early;
+    for (;;) {
+      const more = await this.write(rules);
+      if (this.tickWanted) {
+        this.tickWanted = false;
+        rules = false;
+      } else if (!more) return;
+    }
   }
 
   /**
@@ -523,11 +544,15 @@ export class DeliveryRecorder implements DeliveryEvents {
     });
   }
 
-  private async write(early: boolean): Promise<void> {
+  /** One round; true when it stopped at its limit with rows of its batch left (which stay first in the queue). */
+  private async write(early: boolean): Promise<boolean> {
     // The batch is the queue as it is now; events from here on queue their devices in the other array. A slot
     // is in at most one of them (QUEUED), so each holds at most every slot, and a device is in one chunk.
     const batch = this.queue;
     const size = this.queued;
+    // The round's limit: what its writers take in about two calls each.
+    const limit = 2 * this.writers * this.chunkRows;
+    let taken = 0;
     this.queue = this.spare.length >= batch.length ? this.spare : new Int32Array(batch.length);
     this.queued = 0;
     this.ready = 0;
@@ -548,9 +573,9 @@ export class DeliveryRecorder implements DeliveryEvents {
     let failure: { err: unknown } | undefined;
     const now = Date.now();
     const lane = async (l: Lane): Promise<void> => {
-      while (failure === undefined && i < size) {
+      while (failure === undefined && i < size && taken < limit) {
         let n = 0;
-        for (; i < size && n < per; i++) {
+        for (; i < size && n < per && taken < limit; i++) {
           const s = batch[i]!;
           if (this.defer(s, now, early)) {
             this.enqueue(s, t.nums[s * N_STRIDE + N_SINCE]!);
@@ -558,6 +583,7 @@ export class DeliveryRecorder implements DeliveryEvents {
           }
           if (!this.take(l.snapshot, s, n)) break; // the snapshot's id area is full: the next chunk takes it
           l.chunk[n++] = s;
+          taken++;
         }
         if (n === 0) continue;
         try {
@@ -588,24 +614,47 @@ export class DeliveryRecorder implements DeliveryEvents {
         await this.options.writer.reap(this.options.replica);
       }
     } catch (err) {
-      // Nothing is lost but time: what was not written goes back on the queue, and the next tick writes it
-      // under whatever arrived meanwhile (a chunk written before the failure is written again, which the
-      // function's rules absorb).
+      // Nothing is lost but time: what was not written goes back on the queue (the failed chunks' rows by
+      // `requeue`, the rest of the batch below), and the next tick writes it under whatever arrived meanwhile
+      // (a chunk written before the failure is written again, which the function's rules absorb).
       this.stats.failures++;
       this.options.logger.warn('delivery record: flush failed; retrying at the next tick', {
         error: errorMessage(err),
         devices: size,
       });
-      for (; i < size; i++) {
-        const s = batch[i]!;
-        if ((t.bytes[s * B_STRIDE + B_FLAGS]! & QUEUED) !== 0)
-          this.enqueue(s, t.nums[s * N_STRIDE + N_SINCE]!);
-      }
     } finally {
       this.inFlightOldest = 0;
-      this.spare = batch;
+      this.requeueRest(batch, i, size);
       this.scheduleDue();
     }
+    return failure === undefined && i < size;
+  }
+
+  /**
+   * Puts the batch's rows a round did not reach (batch[from..size), still QUEUED) back at the head of the
+   * queue, before the events that came during the round: the oldest are written first.
+   */
+  private requeueRest(batch: typeof this.queue, from: number, size: number): void {
+    const rest = size - from;
+    if (rest <= 0) {
+      this.spare = batch;
+      return;
+    }
+    const t = this.table;
+    const total = rest + this.queued;
+    const next = batch.length >= total ? batch : new Int32Array(Math.max(total, t.capacity));
+    if (next === batch) next.copyWithin(0, from, size);
+    else next.set(batch.subarray(from, size));
+    next.set(this.queue.subarray(0, this.queued), rest);
+    let oldest = this.queueOldest;
+    for (let k = 0; k < rest; k++) {
+      const since = t.nums[next[k]! * N_STRIDE + N_SINCE]!;
+      if (oldest === 0 || since < oldest) oldest = since;
+    }
+    this.spare = this.queue;
+    this.queue = next;
+    this.queued = total;
+    this.queueOldest = oldest;
   }
 
   /**
@@ -617,8 +666,7 @@ export class DeliveryRecorder implements DeliveryEvents {
     const wait = Math.max(0, this.deferredDue - Date.now());
     this.dueTimer = setTimeout(() => {
       this.dueTimer = undefined;
-      if (this.flushing !== undefined) this.earlyWanted = true;
-      else void this.flush();
+      void this.flush();
     }, wait);
     this.dueTimer.unref();
   }
