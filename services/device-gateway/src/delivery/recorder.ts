@@ -291,6 +291,8 @@ export class DeliveryRecorder implements DeliveryEvents {
   private deferredDue = 0;
   private dueTimer: NodeJS.Timeout | undefined;
   private lastReap = 0;
+  /** The reap running beside the rounds (writers > 1), in place of one writer. */
+  private reaping: Promise<void> | undefined;
   private readonly chunkRows: number;
   private readonly writers: number;
   private readonly reapMs: number;
@@ -335,6 +337,7 @@ export class DeliveryRecorder implements DeliveryEvents {
     this.dueTimer = undefined;
     await this.flushing;
     await this.flush();
+    await this.reaping;
     await this.options.writer.reap(null).catch((err: unknown) => {
       this.options.logger.warn('delivery record: leaving failed', { error: errorMessage(err) });
     });
@@ -599,7 +602,10 @@ export class DeliveryRecorder implements DeliveryEvents {
       }
     };
     try {
-      await Promise.all(this.lanes.map(lane));
+      // While a reap runs beside the rounds it holds one writer's connection.
+      await Promise.all(
+        this.reaping === undefined ? this.lanes.map(lane) : this.lanes.slice(1).map(lane),
+      );
       if (failure !== undefined) throw failure.err;
       this.stats.flushes++;
       this.stats.rows += written;
@@ -608,10 +614,26 @@ export class DeliveryRecorder implements DeliveryEvents {
         this.stats.totalFlushMs += ms;
         if (ms > this.stats.maxFlushMs) this.stats.maxFlushMs = ms;
       }
-      if (Date.now() - this.lastReap >= this.reapMs) {
+      if (Date.now() - this.lastReap >= this.reapMs && this.reaping === undefined) {
         this.lastReap = Date.now();
         this.sweep();
-        await this.options.writer.reap(this.options.replica);
+        // A reap after a replica died updates every row that named it (100,000 after a fleet's fan-out: seconds);
+        // with more than one writer it runs beside the next rounds, in place of one writer, instead of holding
+        // them. It locks its rows in device order (0009), like every chunk, so they cannot deadlock.
+        const reap = this.options.writer.reap(this.options.replica);
+        if (this.writers === 1) await reap;
+        else
+          this.reaping = reap.then(
+            () => {
+              this.reaping = undefined;
+            },
+            (err: unknown) => {
+              this.reaping = undefined;
+              this.options.logger.warn('delivery record: reaping failed; retrying after the next interval', {
+                error: errorMessage(err),
+              });
+            },
+          );
       }
     } catch (err) {
       // Nothing is lost but time: what was not written goes back on the queue (the failed chunks' rows by
