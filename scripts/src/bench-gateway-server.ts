@@ -223,6 +223,10 @@ async function nodecoap(): Promise<void> {
         send({});
         break;
       case 'flush':
+      case 'lag-start':
+      case 'lag-wait':
+      case 'lag-stop':
+        // No delivery record here (the parent asks the gateway only).
         send({ done: true });
         break;
       case 'fanout': {

@@ -372,4 +372,123 @@ describe('DeliveryRecorder', () => {
     expect(last.map((row) => row.d).sort()).toEqual(['a', 'c']);
     expect(last.find((row) => row.d === 'a')).toEqual({ d: 'a', r: 0 });
   });
+  it('with two writers a flush writes two chunks at once, never one device in both; a failed chunk among them requeues exactly its rows', async () => {
+    // Each call waits until released, so the test sees which calls are in flight together.
+    const inFlight = new Set<string>();
+    const calls: { rows: DeliveryRow[]; overlap: boolean; concurrent: number }[] = [];
+    const written: DeliveryRow[] = [];
+    let failCall = 2; // the second call fails (while the first is still in flight)
+    const releases: (() => void)[] = [];
+    const writer: DeliveryWriter = {
+      async record(_replica, batch) {
+        const rows = fromBatch(batch);
+        const ids = rows.map((row) => row.d);
+        const overlap = ids.some((d) => inFlight.has(d));
+        ids.forEach((d) => inFlight.add(d));
+        calls.push({ rows, overlap, concurrent: releases.length + 1 });
+        const n = calls.length;
+        await new Promise<void>((res) => releases.push(res));
+        ids.forEach((d) => inFlight.delete(d));
+        if (n === failCall) throw new Error('database unreachable');
+        written.push(...rows);
+      },
+      reap: () => Promise.resolve(0),
+    };
+    const r = recorder(writer, 1, { chunkRows: 10, writers: 2 });
+    const v1 = doc('d0', 1, 60);
+    for (let i = 0; i < 45; i++) r.sent(`d${i}`, v1, 'plain', false);
+    const release = async (): Promise<void> => {
+      // Let every waiting call go, until the flush is over.
+      for (let k = 0; k < 50 && releases.length === 0; k++) await new Promise((res) => setImmediate(res));
+      releases.splice(0).forEach((go) => go());
+    };
+    const flushing = r.flush();
+    await new Promise((res) => setImmediate(res));
+    // Two calls at once: the first two chunks.
+    expect(calls.map((c) => c.rows.length)).toEqual([10, 10]);
+    expect(calls[1]!.concurrent).toBe(2);
+    let done = false;
+    void flushing.then(() => (done = true));
+    while (!done) await release();
+    expect(r.stats.failures).toBe(1);
+    expect(calls.every((c) => !c.overlap)).toBe(true);
+    // The second call's ten devices, and the devices no chunk had taken yet, are unwritten again.
+    const failed = calls[1]!.rows.map((row) => row.d);
+    expect(written.map((row) => row.d)).not.toEqual(expect.arrayContaining([failed[0]]));
+    expect(r.lagSeconds()).toBeGreaterThanOrEqual(0);
+    failCall = 0;
+    const again = r.flush();
+    done = false;
+    void again.then(() => (done = true));
+    while (!done) await release();
+    // Every device written exactly once over the two flushes: nothing lost, nothing written twice.
+    const ids = written.map((row) => row.d).sort();
+    expect(ids).toEqual(Array.from({ length: 45 }, (_, i) => `d${i}`).sort());
+    expect(calls.every((c) => !c.overlap)).toBe(true);
+    expect(Math.max(...calls.map((c) => c.concurrent))).toBe(2);
+    expect(r.lagSeconds()).toBe(0);
+    expect(r.stats.rows).toBe(45);
+  });
+
+  it('once started, writes a chunk as soon as a chunk is ready rather than at the tick', async () => {
+    const w = new FakeWriter();
+    const r = recorder(w, 0, { chunkRows: 10, writers: 2 }); // the tick: every 1,000 s
+    r.start();
+    try {
+      const v1 = doc('d0', 1, 60);
+      for (let i = 0; i < 9; i++) r.sent(`d${i}`, v1, 'plain', false);
+      await new Promise((res) => setTimeout(res, 20));
+      expect(w.batches).toEqual([]); // fewer than a chunk: they wait for the tick
+      for (let i = 9; i < 30; i++) r.sent(`d${i}`, v1, 'plain', false);
+      for (let k = 0; k < 50 && w.batches.flat().length < 30; k++)
+        await new Promise((res) => setTimeout(res, 5));
+      expect(w.batches.flat()).toHaveLength(30);
+      expect(r.stats.earlyFlushes).toBeGreaterThan(0);
+      expect(r.lagSeconds()).toBe(0);
+    } finally {
+      await r.stop();
+    }
+  });
+
+  it('an early flush leaves out a confirmable notification not yet acknowledged, so its row carries the acknowledgement', async () => {
+    const w = new FakeWriter();
+    const r = recorder(w, 1, { chunkRows: 10 });
+    r.start();
+    try {
+      const v1 = doc('d0', 1, 60);
+      r.sent('c0', v1, 'plain', true); // CON, in flight
+      for (let i = 0; i < 10; i++) r.sent(`d${i}`, v1, 'plain', false);
+      for (let k = 0; k < 50 && w.batches.flat().length < 10; k++)
+        await new Promise((res) => setTimeout(res, 5));
+      expect(w.batches.flat().map((row) => row.d)).not.toContain('c0');
+      r.acknowledged('c0', v1, 'plain');
+      await r.flush(); // the tick's rules
+      const c0 = w.batches.flat().filter((row) => row.d === 'c0');
+      expect(c0).toEqual([expect.objectContaining({ sv: 1, sk: true, av: 1 })]);
+    } finally {
+      await r.stop();
+    }
+  });
+
+  it('with two writers a long reap runs beside the rounds instead of holding them', async () => {
+    const w = new FakeWriter();
+    let reaps = 0;
+    let endReap!: () => void;
+    const writer: DeliveryWriter = {
+      record: (replica, batch) => w.record(replica, batch),
+      reap: () => {
+        reaps++;
+        return reaps === 1 ? new Promise<number>((res) => (endReap = () => res(0))) : Promise.resolve(0);
+      },
+    };
+    const r = recorder(writer, 0, { writers: 2 });
+    r.heard('d1', 'plain');
+    await r.flush(); // writes d1, then starts the reap (the first flush reaps) and returns
+    expect(reaps).toBe(1);
+    r.heard('d2', 'plain');
+    await r.flush(); // not held by the reap still running
+    expect(w.batches.flat().map((row) => row.d)).toEqual(['d1', 'd2']);
+    endReap();
+    await r.stop();
+  });
 });

@@ -597,7 +597,9 @@ export class DeliveryRecorder implements DeliveryEvents {
           failure ??= { err };
           return;
         }
+        // Counted as written, chunk by chunk: a round that fails later still wrote this one.
         written += n;
+        this.stats.rows += n;
         this.stats.chunks++;
       }
     };
@@ -608,7 +610,6 @@ export class DeliveryRecorder implements DeliveryEvents {
       );
       if (failure !== undefined) throw failure.err;
       this.stats.flushes++;
-      this.stats.rows += written;
       const ms = performance.now() - started;
       if (written > 0) {
         this.stats.totalFlushMs += ms;
