@@ -161,11 +161,14 @@ DROP FUNCTION device_gateway.delivery_record_arrays(text, text[], bigint[], text
   double precision[], text[], double precision[], integer[]);
 `;
 
-export const deliveryArraysMigration: Migration = withGeneratedSql(DELIVERY_ARRAYS_UP + DELIVERY_ARRAYS_DOWN, {
-  async up(db: Kysely<unknown>): Promise<void> {
-    await sql.raw(DELIVERY_ARRAYS_UP).execute(db);
+export const deliveryArraysMigration: Migration = withGeneratedSql(
+  DELIVERY_ARRAYS_UP + DELIVERY_ARRAYS_DOWN,
+  {
+    async up(db: Kysely<unknown>): Promise<void> {
+      await sql.raw(DELIVERY_ARRAYS_UP).execute(db);
+    },
+    async down(db: Kysely<unknown>): Promise<void> {
+      await sql.raw(DELIVERY_ARRAYS_DOWN).execute(db);
+    },
   },
-  async down(db: Kysely<unknown>): Promise<void> {
-    await sql.raw(DELIVERY_ARRAYS_DOWN).execute(db);
-  },
-});
+);

@@ -605,9 +605,7 @@ export class DeliveryRecorder implements DeliveryEvents {
     };
     try {
       // While a reap runs beside the rounds it holds one writer's connection.
-      await Promise.all(
-        this.reaping === undefined ? this.lanes.map(lane) : this.lanes.slice(1).map(lane),
-      );
+      await Promise.all(this.reaping === undefined ? this.lanes.map(lane) : this.lanes.slice(1).map(lane));
       if (failure !== undefined) throw failure.err;
       this.stats.flushes++;
       const ms = performance.now() - started;
