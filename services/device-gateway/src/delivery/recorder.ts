@@ -152,6 +152,10 @@ const N_SINCE = 7;
 const N_STRIDE = 8;
 /** Rows a chunk has at least when a flush is split between writers (a call's round trip is worth ~100 rows). */
 const MIN_CHUNK = 250;
+// What `defer` says of a row: write it now, hold it for a later flush, or write it after the round's others.
+const TAKE = 0;
+const HOLD = 1;
+const LATER = 2;
 /** Device ids JSON writes as they are (the registry's pattern). */
 const PLAIN_ID = /^[A-Za-z0-9._:-]{1,128}$/;
 
@@ -291,6 +295,8 @@ export class DeliveryRecorder implements DeliveryEvents {
   private deferredDue = 0;
   private dueTimer: NodeJS.Timeout | undefined;
   private lastReap = 0;
+  /** A round's due rows of desired parts alone, taken after its other rows (see `write`). */
+  private later = new Int32Array(1024);
   /** The reap running beside the rounds (writers > 1), in place of one writer. */
   private reaping: Promise<void> | undefined;
   private readonly chunkRows: number;
@@ -575,19 +581,37 @@ export class DeliveryRecorder implements DeliveryEvents {
     let i = 0;
     let failure: { err: unknown } | undefined;
     const now = Date.now();
+    // Due rows of desired parts alone, of observed devices (`later`): taken once the batch's other rows are, so
+    // while the fan-out is still notifying them they wait for their acknowledgements where the writers are busy.
+    if (this.later.length < size) this.later = new Int32Array(batch.length);
+    const later = this.later;
+    let laterN = 0;
+    let j = 0;
     const lane = async (l: Lane): Promise<void> => {
-      while (failure === undefined && i < size && taken < limit) {
+      while (failure === undefined && taken < limit && (i < size || j < laterN)) {
         let n = 0;
         for (; i < size && n < per && taken < limit; i++) {
           const s = batch[i]!;
-          if (this.defer(s, now, early)) {
+          const d = this.defer(s, now, early);
+          if (d === HOLD) {
             this.enqueue(s, t.nums[s * N_STRIDE + N_SINCE]!);
+            continue;
+          }
+          if (d === LATER) {
+            later[laterN++] = s;
             continue;
           }
           if (!this.take(l.snapshot, s, n)) break; // the snapshot's id area is full: the next chunk takes it
           l.chunk[n++] = s;
           taken++;
         }
+        if (i >= size)
+          for (; j < laterN && n < per && taken < limit; j++) {
+            const s = later[j]!;
+            if (!this.take(l.snapshot, s, n)) break;
+            l.chunk[n++] = s;
+            taken++;
+          }
         if (n === 0) continue;
         try {
           await this.options.writer.record(this.options.replica, l.columns.build(l.snapshot, n));
@@ -645,18 +669,27 @@ export class DeliveryRecorder implements DeliveryEvents {
       });
     } finally {
       this.inFlightOldest = 0;
-      this.requeueRest(batch, i, size);
+      this.requeueRest(batch, i, size, later, j, laterN);
       this.scheduleDue();
     }
-    return failure === undefined && i < size;
+    return failure === undefined && (i < size || j < laterN);
   }
 
   /**
-   * Puts the batch's rows a round did not reach (batch[from..size), still QUEUED) back at the head of the
-   * queue, before the events that came during the round: the oldest are written first.
+   * Puts the rows a round did not take (the due ones it kept for later, later[laterFrom..laterTo), then the
+   * batch's rows it did not reach, batch[from..size); all still QUEUED) back at the head of the queue, before
+   * the events that came during the round: the oldest are written first.
    */
-  private requeueRest(batch: typeof this.queue, from: number, size: number): void {
-    const rest = size - from;
+  private requeueRest(
+    batch: typeof this.queue,
+    from: number,
+    size: number,
+    later: Int32Array,
+    laterFrom: number,
+    laterTo: number,
+  ): void {
+    const held = laterTo - laterFrom;
+    const rest = size - from + held;
     if (rest <= 0) {
       this.spare = batch;
       return;
@@ -664,8 +697,11 @@ export class DeliveryRecorder implements DeliveryEvents {
     const t = this.table;
     const total = rest + this.queued;
     const next = batch.length >= total ? batch : new Int32Array(Math.max(total, t.capacity));
-    if (next === batch) next.copyWithin(0, from, size);
-    else next.set(batch.subarray(from, size));
+    // The batch's rest first moved up to its place after the held rows (a copy within one array: copyWithin
+    // handles the overlap), then the held rows, then the round's events.
+    if (next === batch) next.copyWithin(held, from, size);
+    else next.set(batch.subarray(from, size), held);
+    next.set(later.subarray(laterFrom, laterTo), 0);
     next.set(this.queue.subarray(0, this.queued), rest);
     let oldest = this.queueOldest;
     for (let k = 0; k < rest; k++) {
@@ -761,15 +797,16 @@ export class DeliveryRecorder implements DeliveryEvents {
 
   /**
    * A device whose settings just changed and that observes them here is about to be sent them (the fan-out
-   * pump) and, moments later, to acknowledge them: its row waits while its desired part is younger than one
-   * flush interval, so a fleet-wide change writes one row per device (desired, sent and acknowledged together)
-   * instead of two, and the record's lag stays within one interval and a write. An early flush (`early`) also
-   * leaves out a row whose confirmable notification was sent less than an interval ago and is not acknowledged
-   * yet (its acknowledgement is on its way: one row instead of two), and does not ask for the relations of a
-   * young desired part (the tick or the due timer writes it): it writes what is complete, the tick everything.
-   * Each held row is due (`deferredDue`) an interval after the part it waits on.
+   * pump) and, moments later, to acknowledge them: its row is held (HOLD) while its desired part is younger
+   * than one flush interval, so a fleet-wide change writes one row per device (desired, sent and acknowledged
+   * together) instead of two, and then, due, is written after the round's other rows (LATER): where the
+   * writers are busy, the fan-out reaches many of them first and they still take one row. An early flush
+   * (`early`) also holds a row whose confirmable notification was sent less than an interval ago and is not
+   * acknowledged yet (its acknowledgement is on its way), and does not ask for the relations of a young
+   * desired part (the tick or the due timer does): it writes what is complete, the tick everything. Each held
+   * row is due (`deferredDue`) an interval after the part it waits on.
    */
-  private defer(s: number, now: number, early: boolean): boolean {
+  private defer(s: number, now: number, early: boolean): number {
     const t = this.table;
     const parts = t.bytes[s * B_STRIDE + B_UNWRITTEN]!;
     const n = s * N_STRIDE;
@@ -777,15 +814,16 @@ export class DeliveryRecorder implements DeliveryEvents {
     let since: number;
     if (parts === DESIRED) {
       since = t.nums[n + N_DESIRED_AT]!;
-      if (now - since >= flushMs || (!early && this.options.relationsOf(t.ids[s]!) === 0)) return false;
+      if (now - since >= flushMs) return this.options.relationsOf(t.ids[s]!) > 0 ? LATER : TAKE;
+      if (!early && this.options.relationsOf(t.ids[s]!) === 0) return TAKE;
     } else if (early && (parts & (SENT | ACKED)) === SENT) {
-      if ((t.bytes[s * B_STRIDE + B_FLAGS]! & SENT_CON) === 0) return false;
+      if ((t.bytes[s * B_STRIDE + B_FLAGS]! & SENT_CON) === 0) return TAKE;
       since = t.nums[n + N_SENT_AT]!;
-      if (now - since >= flushMs) return false;
-    } else return false;
+      if (now - since >= flushMs) return TAKE;
+    } else return TAKE;
     const due = since + flushMs;
     if (this.deferredDue === 0 || due < this.deferredDue) this.deferredDue = due;
-    return true;
+    return HOLD;
   }
 }
 
