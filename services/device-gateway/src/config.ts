@@ -203,9 +203,10 @@ export function loadGatewayConfig(env: Record<string, string | undefined> = proc
       // A tick renews the lease: three ticks fit in one lease, so one slow tick does not lose it.
       stepMs: Math.min(raw.GATEWAY_ROLLOUT_STEP_MS, Math.floor(raw.GATEWAY_ROLLOUT_LEASE_MS / 3)),
       stepMax: raw.GATEWAY_ROLLOUT_STEP_MAX,
-      // How far the delivery record may lag a device (design §3.8): two flush intervals and a write, for which
-      // a second is allowed. No device is judged failed before its deadline plus this, and a plan whose
-      // deadline is shorter is refused (design §3.9).
+      // How far the delivery record may lag a device (design §3.8): one flush interval and the write while the
+      // database keeps up, more during a fleet-wide burst (about its rows × the cost per row / writers); two
+      // intervals and a second are allowed. No device is judged failed before its deadline plus this, and a
+      // plan whose deadline is shorter is refused (design §3.9).
       recordLagMs: 2 * raw.GATEWAY_DELIVERY_FLUSH_MS + 1000,
     },
     shutdownTimeoutMs: raw.SHUTDOWN_TIMEOUT_MS,
