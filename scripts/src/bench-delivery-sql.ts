@@ -1,8 +1,9 @@
 // `npm run bench:delivery-sql`: where PostgreSQL's time goes in the delivery record's batch function (design
 // §3.8), standalone: the embedded PostgreSQL the tests use, 100,000 registry rows, batches of 2,000 rows shaped as
 // the recorder sends them during a reload's fan-out (desired + sent + acknowledged for every device), desired
-// only, and acknowledged only. Prints µs per row of each function the database has (`delivery_record` of 0009
-// with its JSON batch, and of 0010 with parallel arrays when present), WAL bytes per row, the parts of the
+// only, acknowledged only, and registrations (a relation each, from a replica the rows do not list yet). Prints
+// µs per row of each function the database has (`delivery_record` with its JSON batch, and 0011's
+// `delivery_record_arrays` with parallel arrays when present), WAL bytes per row, the parts of the
 // statement timed alone (parsing, checks, registry join, sort), the cost of each index, and the plan of the
 // statement inside the function (auto_explain). Not a pass/fail test.
 import { performance } from 'node:perf_hooks';
@@ -78,7 +79,7 @@ function arr(values: readonly (string | number | boolean | undefined)[]): string
   return `{${values.map((v) => (v === undefined ? 'NULL' : typeof v === 'string' ? `"${v}"` : String(v))).join(',')}}`;
 }
 
-/** What 0010's delivery_record_arrays takes: the parts present in the chunk, as parallel arrays. */
+/** What 0011's delivery_record_arrays takes: the parts present in the chunk, as parallel arrays. */
 function arrays(rs: Row[]): unknown[] {
   const col = (k: keyof Row): string | null =>
     rs.some((r) => r[k] !== undefined) ? arr(rs.map((r) => r[k])) : null;
@@ -162,13 +163,13 @@ async function main(): Promise<void> {
     `bench:delivery-sql — ${N} registry rows, chunks of ${CHUNK}; functions: ${fns.map((f) => f.sig).join(', ')}`,
   );
 
-  const call = async (fn: 'json' | 'arrays', rs: Row[]): Promise<void> => {
+  const call = async (fn: 'json' | 'arrays', rs: Row[], replica = REPLICA): Promise<void> => {
     if (fn === 'json')
-      await c.query('SELECT device_gateway.delivery_record($1, $2::json)', [REPLICA, JSON.stringify(rs)]);
+      await c.query('SELECT device_gateway.delivery_record($1, $2::json)', [replica, JSON.stringify(rs)]);
     else
       await c.query(
         'SELECT device_gateway.delivery_record_arrays($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)',
-        [REPLICA, ...arrays(rs)],
+        [replica, ...arrays(rs)],
       );
   };
   const wal = async (): Promise<string> =>
@@ -194,10 +195,11 @@ async function main(): Promise<void> {
     shape: Shape,
     version: number,
     chunks = build(shape, version),
+    replica = REPLICA,
   ): Promise<{ us: number; wal: number }> => {
     const lsn = await wal();
     const started = performance.now();
-    for (const ch of chunks) await call(fn, ch);
+    for (const ch of chunks) await call(fn, ch, replica);
     const ms = performance.now() - started;
     return { us: (1000 * ms) / N, wal: (await walBytes(lsn)) / N };
   };
@@ -230,6 +232,12 @@ async function main(): Promise<void> {
         const r = await pass(fn, shape, v, shape === 'acked' ? acks : undefined);
         out.push(`${name} ${r.us.toFixed(1)} (${r.wal.toFixed(0)} B)`);
       }
+      // Registrations on a replica the rows do not list yet (a replica that restarted: each row gains it in
+      // observed_by; 0010 does that in a second statement, 0011 in the upsert), then that replica reaped.
+      const other = hex16(clock);
+      const reg = await pass(fn, 'registered', (clock += 1_000_000), undefined, other);
+      out.push(`registered ${reg.us.toFixed(1)} (${reg.wal.toFixed(0)} B)`);
+      await c.query('SELECT device_gateway.delivery_reap($1)', [REPLICA]);
       console.log(`  ${fn.padEnd(6)} ${out.join('   ')}`);
     }
 
