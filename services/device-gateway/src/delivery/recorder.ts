@@ -297,6 +297,10 @@ export class DeliveryRecorder implements DeliveryEvents {
   private lastReap = 0;
   /** A round's due rows of desired parts alone, taken after its other rows (see `write`). */
   private later = new Int32Array(1024);
+  /** later[laterAt..laterN) wait (QUEUED, in no queue); their oldest event (for the lag gauge). */
+  private laterAt = 0;
+  private laterN = 0;
+  private laterOldest = 0;
   /** The reap running beside the rounds (writers > 1), in place of one writer. */
   private reaping: Promise<void> | undefined;
   private readonly chunkRows: number;
@@ -356,7 +360,11 @@ export class DeliveryRecorder implements DeliveryEvents {
 
   /** Seconds since the oldest event not yet written (0 when everything is written). */
   lagSeconds(): number {
-    const oldest = Math.min(this.queueOldest || Infinity, this.inFlightOldest || Infinity);
+    const oldest = Math.min(
+      this.queueOldest || Infinity,
+      this.inFlightOldest || Infinity,
+      this.laterOldest || Infinity,
+    );
     return oldest === Infinity ? 0 : Math.max(0, (Date.now() - oldest) / 1000);
   }
 
@@ -581,14 +589,19 @@ export class DeliveryRecorder implements DeliveryEvents {
     let i = 0;
     let failure: { err: unknown } | undefined;
     const now = Date.now();
-    // Due rows of desired parts alone, of observed devices (`later`): taken once the batch's other rows are, so
-    // while the fan-out is still notifying them they wait for their acknowledgements where the writers are busy.
-    if (this.later.length < size) this.later = new Int32Array(batch.length);
+    // Due rows of desired parts alone (`later`, kept across rounds so a round does not scan them again): taken
+    // once the batch's other rows are, so while the fan-out is still notifying those devices they wait for
+    // their acknowledgements where the writers are busy, and take one row.
+    if (this.later.length < this.laterN + size) {
+      const grown = new Int32Array(Math.max(this.laterN + size, this.later.length * 2));
+      grown.set(this.later.subarray(this.laterAt, this.laterN));
+      this.laterN -= this.laterAt;
+      this.laterAt = 0;
+      this.later = grown;
+    }
     const later = this.later;
-    let laterN = 0;
-    let j = 0;
     const lane = async (l: Lane): Promise<void> => {
-      while (failure === undefined && taken < limit && (i < size || j < laterN)) {
+      while (failure === undefined && taken < limit && (i < size || this.laterAt < this.laterN)) {
         let n = 0;
         for (; i < size && n < per && taken < limit; i++) {
           const s = batch[i]!;
@@ -598,7 +611,9 @@ export class DeliveryRecorder implements DeliveryEvents {
             continue;
           }
           if (d === LATER) {
-            later[laterN++] = s;
+            later[this.laterN++] = s;
+            const since = t.nums[s * N_STRIDE + N_SINCE]!;
+            if (this.laterOldest === 0 || since < this.laterOldest) this.laterOldest = since;
             continue;
           }
           if (!this.take(l.snapshot, s, n)) break; // the snapshot's id area is full: the next chunk takes it
@@ -606,8 +621,8 @@ export class DeliveryRecorder implements DeliveryEvents {
           taken++;
         }
         if (i >= size)
-          for (; j < laterN && n < per && taken < limit; j++) {
-            const s = later[j]!;
+          for (; this.laterAt < this.laterN && n < per && taken < limit; this.laterAt++) {
+            const s = later[this.laterAt]!;
             if (!this.take(l.snapshot, s, n)) break;
             l.chunk[n++] = s;
             taken++;
@@ -669,27 +684,26 @@ export class DeliveryRecorder implements DeliveryEvents {
       });
     } finally {
       this.inFlightOldest = 0;
-      this.requeueRest(batch, i, size, later, j, laterN);
+      this.requeueRest(batch, i, size);
+      // The waiting rows' oldest event, for the lag gauge (a read a row: no lookup).
+      let oldest = 0;
+      for (let k = this.laterAt; k < this.laterN; k++) {
+        const since = t.nums[this.later[k]! * N_STRIDE + N_SINCE]!;
+        if (oldest === 0 || since < oldest) oldest = since;
+      }
+      this.laterOldest = oldest;
+      if (this.laterAt === this.laterN) this.laterAt = this.laterN = 0;
       this.scheduleDue();
     }
-    return failure === undefined && (i < size || j < laterN);
+    return failure === undefined && (i < size || this.laterAt < this.laterN);
   }
 
   /**
-   * Puts the rows a round did not take (the due ones it kept for later, later[laterFrom..laterTo), then the
-   * batch's rows it did not reach, batch[from..size); all still QUEUED) back at the head of the queue, before
-   * the events that came during the round: the oldest are written first.
+   * Puts the batch's rows a round did not reach (batch[from..size), still QUEUED) back at the head of the
+   * queue, before the events that came during the round: the oldest are written first.
    */
-  private requeueRest(
-    batch: typeof this.queue,
-    from: number,
-    size: number,
-    later: Int32Array,
-    laterFrom: number,
-    laterTo: number,
-  ): void {
-    const held = laterTo - laterFrom;
-    const rest = size - from + held;
+  private requeueRest(batch: typeof this.queue, from: number, size: number): void {
+    const rest = size - from;
     if (rest <= 0) {
       this.spare = batch;
       return;
@@ -697,11 +711,8 @@ export class DeliveryRecorder implements DeliveryEvents {
     const t = this.table;
     const total = rest + this.queued;
     const next = batch.length >= total ? batch : new Int32Array(Math.max(total, t.capacity));
-    // The batch's rest first moved up to its place after the held rows (a copy within one array: copyWithin
-    // handles the overlap), then the held rows, then the round's events.
-    if (next === batch) next.copyWithin(held, from, size);
-    else next.set(batch.subarray(from, size), held);
-    next.set(later.subarray(laterFrom, laterTo), 0);
+    if (next === batch) next.copyWithin(0, from, size);
+    else next.set(batch.subarray(from, size));
     next.set(this.queue.subarray(0, this.queued), rest);
     let oldest = this.queueOldest;
     for (let k = 0; k < rest; k++) {
@@ -814,7 +825,8 @@ export class DeliveryRecorder implements DeliveryEvents {
     let since: number;
     if (parts === DESIRED) {
       since = t.nums[n + N_DESIRED_AT]!;
-      if (now - since >= flushMs) return this.options.relationsOf(t.ids[s]!) > 0 ? LATER : TAKE;
+      // Due: after the round's other rows (an unobserved device's too: no lookup of its relations per round).
+      if (now - since >= flushMs) return LATER;
       if (!early && this.options.relationsOf(t.ids[s]!) === 0) return TAKE;
     } else if (early && (parts & (SENT | ACKED)) === SENT) {
       if ((t.bytes[s * B_STRIDE + B_FLAGS]! & SENT_CON) === 0) return TAKE;
