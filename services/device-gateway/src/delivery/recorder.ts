@@ -579,7 +579,10 @@ export class DeliveryRecorder implements DeliveryEvents {
     const started = performance.now();
     const t = this.table;
     // Chunks no larger than chunkRows, and small enough that a small flush still uses every writer.
-    const per = Math.min(this.chunkRows, Math.max(MIN_CHUNK, Math.ceil(size / this.writers)));
+    const per = Math.min(
+      this.chunkRows,
+      Math.max(MIN_CHUNK, Math.ceil((size + this.laterN - this.laterAt) / this.writers)),
+    );
     // Each writer takes a chunk at a time from the batch (one cursor, `i`): its devices' unwritten parts are
     // copied into its snapshot and marked written (copy and clear, so no event is lost or read half-written),
     // then the chunk's columns are built from the snapshot and written. An event after its device was taken
