@@ -592,7 +592,8 @@ export class DeliveryRecorder implements DeliveryEvents {
     let i = 0;
     let failure: { err: unknown } | undefined;
     const now = Date.now();
-    // Due rows of desired parts alone (`later`, kept across rounds so a round does not scan them again): taken
+    // Due rows of desired parts alone of observed devices (`later`, kept across rounds so a round does not scan
+    // them again): taken
     // once the batch's other rows are, so while the fan-out is still notifying those devices they wait for
     // their acknowledgements where the writers are busy, and take one row.
     if (this.later.length < this.laterN + size) {
@@ -828,8 +829,9 @@ export class DeliveryRecorder implements DeliveryEvents {
     let since: number;
     if (parts === DESIRED) {
       since = t.nums[n + N_DESIRED_AT]!;
-      // Due: after the round's other rows (an unobserved device's too: no lookup of its relations per round).
-      if (now - since >= flushMs) return LATER;
+      // Due: an observed device's row after the round's other rows (the fan-out may still reach it first; it
+      // then waits in `later`, not looked up again), an unobserved device's now (nothing will join it).
+      if (now - since >= flushMs) return this.options.relationsOf(t.ids[s]!) > 0 ? LATER : TAKE;
       if (!early && this.options.relationsOf(t.ids[s]!) === 0) return TAKE;
     } else if (early && (parts & (SENT | ACKED)) === SENT) {
       if ((t.bytes[s * B_STRIDE + B_FLAGS]! & SENT_CON) === 0) return TAKE;
