@@ -593,9 +593,8 @@ export class DeliveryRecorder implements DeliveryEvents {
     let failure: { err: unknown } | undefined;
     const now = Date.now();
     // Due rows of desired parts alone of observed devices (`later`, kept across rounds so a round does not scan
-    // them again): taken
-    // once the batch's other rows are, so while the fan-out is still notifying those devices they wait for
-    // their acknowledgements where the writers are busy, and take one row.
+    // them again): taken once the batch's other rows are, so while the fan-out is still notifying those devices
+    // they wait for their acknowledgements where the writers are busy, and take one row.
     if (this.later.length < this.laterN + size) {
       const grown = new Int32Array(Math.max(this.laterN + size, this.later.length * 2));
       grown.set(this.later.subarray(this.laterAt, this.laterN));
