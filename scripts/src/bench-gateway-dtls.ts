@@ -160,6 +160,20 @@ async function observeAllIndependent(
   return observers;
 }
 
+/**
+ * One DTLS observer of `deviceId`'s settings answering at once (observeAllIndependent with one device, so with
+ * the first key issueBenchKeys issued: `deviceId` must be the first device it was given). The DTLS half of
+ * bench-gateway.ts's paired latency.
+ */
+export async function openDtlsObserver(
+  port: number,
+  deviceId: string,
+  confirmable: boolean,
+): Promise<{ close(): void; onValue?: (value: number, at: number) => void }> {
+  const [observer] = await observeAllIndependent(port, [deviceId], { value: -1 }, confirmable);
+  return observer!;
+}
+
 const observersOf = (client: DtlsClientKind): typeof observeAll =>
   client === 'independent' ? observeAllIndependent : observeAll;
 

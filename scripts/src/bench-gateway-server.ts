@@ -7,6 +7,7 @@
 // BENCH_OBSERVER_PORT and is answered 200.
 import dgram from 'node:dgram';
 import { createServer as createHttpServer } from 'node:http';
+import { monitorEventLoopDelay, PerformanceObserver } from 'node:perf_hooks';
 import type { AddressInfo } from 'node:net';
 import express from 'express';
 import { createLogger, createDb, SecretSet } from '@platform/service-kit';
@@ -23,6 +24,7 @@ type Command =
   | { cmd: 'lag-start' }
   | { cmd: 'lag-wait' }
   | { cmd: 'lag-stop' }
+  | { cmd: 'loop'; reset?: boolean }
   | { cmd: 'exit' };
 
 const cpuMs = (): number => {
@@ -46,6 +48,40 @@ function heap(): { heap: number; rss: number; observers: number } {
 }
 
 let observers = (): number => 0;
+
+/**
+ * BENCH_LOOP=true: the gateway child's event-loop delay (sampled every 2 ms) and garbage-collection pauses, read
+ * (and started afresh) by the `loop` command: where a latency tail inside the child comes from. Off by default,
+ * since the sampling timer is work the child would not otherwise do.
+ */
+function loopMonitor(): (reset: boolean) => unknown {
+  if (process.env.BENCH_LOOP !== 'true') return () => undefined;
+  const delay = monitorEventLoopDelay({ resolution: 2 });
+  delay.enable();
+  // Pauses by kind (PerformanceGCEntry detail.kind: 1 minor, 2 major, 4 incremental marking, 8 weak callbacks).
+  const pauses: { kind: number; ms: number }[] = [];
+  new PerformanceObserver((list) => {
+    for (const e of list.getEntries())
+      pauses.push({ kind: (e as { detail?: { kind?: number } }).detail?.kind ?? 0, ms: e.duration });
+  }).observe({ entryTypes: ['gc'] });
+  return (reset) => {
+    const of = (kind: number) => pauses.filter((x) => x.kind === kind).map((x) => x.ms);
+    const out = {
+      delayP99Ms: delay.percentile(99) / 1e6,
+      delayMaxMs: delay.max / 1e6,
+      gcs: pauses.length,
+      gcMs: pauses.reduce((a, x) => a + x.ms, 0),
+      gcMaxMs: Math.max(0, ...pauses.map((x) => x.ms)),
+      minor: of(1),
+      major: of(2),
+    };
+    if (reset) {
+      delay.reset();
+      pauses.length = 0;
+    }
+    return out;
+  };
+}
 
 async function gateway(): Promise<void> {
   const config = loadGatewayConfig({
@@ -110,6 +146,7 @@ async function gateway(): Promise<void> {
   let lagTimer: NodeJS.Timeout | undefined;
   let maxFlushBefore = 0;
   const lagWindow = { startedAt: 0 };
+  const loop = loopMonitor();
   process.on('message', (m: Command) => {
     void (async () => {
       switch (m.cmd) {
@@ -164,6 +201,9 @@ async function gateway(): Promise<void> {
           });
           break;
         }
+        case 'loop':
+          send({ loop: loop(m.reset === true) });
+          break;
         case 'reload': {
           const t0 = performance.now();
           const summary = await app.service.reload();
@@ -220,6 +260,9 @@ async function nodecoap(): Promise<void> {
         send({ cpuMs: cpuMs() });
         break;
       case 'stats':
+        send({});
+        break;
+      case 'loop':
         send({});
         break;
       case 'flush':

@@ -8,7 +8,7 @@ import { createDb, migrateToLatest } from '@platform/service-kit';
 import { gatewayLoginUrl, gatewayMigrations, type GatewayDatabase } from '@platform/device-gateway';
 import { startPostgres } from '@platform/testkit';
 import { sql } from 'kysely';
-import { dtlsFanout, dtlsLatency, issueBenchKeys } from './bench-gateway-dtls.js';
+import { dtlsFanout, dtlsLatency, issueBenchKeys, openDtlsObserver } from './bench-gateway-dtls.js';
 import { runDtlsBench } from './bench-dtls.js';
 import { benchDeviceReads } from './bench-gateway-devices.js';
 import { benchRollout } from './bench-gateway-rollout.js';
@@ -37,6 +37,12 @@ const ONLY_DTLS = process.env.BENCH_ONLY === 'dtls';
 const FANOUTS = process.env.BENCH_DTLS_FANOUT !== 'false';
 // BENCH_DTLS_NON=true: those rounds' latency devices register NON (no ACK round trip to wait for).
 const NON_LATENCY = process.env.BENCH_DTLS_NON === 'true';
+// BENCH_DTLS_LATENCY=sequential: those rounds measure plain and DTLS latency one after the other (the sixth pass),
+// not taking turns every 100 ms (pairedLatency).
+const SEQUENTIAL_LATENCY = process.env.BENCH_DTLS_LATENCY === 'sequential';
+// BENCH_WARM_S: seconds each side of the paired latency is warmed up before its 5 s are counted (default 4: with
+// 1, the first scavenge inside the window, 10-33 ms, still carried the start-up garbage of both children).
+const WARM_S = Number(process.env.BENCH_WARM_S ?? 4);
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 1);
 const ROWS = ONLY_NOTIFY ? 1000 : Math.max(...SIZES);
 // Many sockets: real devices are one endpoint each, and the gateway caps relations per endpoint (256).
@@ -707,6 +713,140 @@ function printDelivery(
 }
 
 /**
+ * notify → device over plain CoAP and over DTLS in the same seconds: two fresh gateway children, one plain and
+ * one serving coaps as well, each with device 0 observed from this process by a client that answers at once
+ * (the raw observer; the testkit's PSK client, whose device is `dtlsDevice`). One open loop at `rate`/s takes
+ * turns: 100 ms to one gateway, 100 ms to the other, BENCH_WARM_S (4) s each not counted, then 5 s each. Whatever else the machine does in those seconds (another process, a slow second)
+ * falls on both sets of samples alike: with one window after the other (BENCH_DTLS_LATENCY=sequential), the
+ * difference between two windows' tails was as large as the one between the transports. Each sample runs from
+ * its own request's write to its own notification's arrival. Returns the samples, sorted.
+ */
+/** A gateway child's event loop over a window (bench-gateway-server.ts `loopMonitor`, BENCH_LOOP=true). */
+interface LoopFigures {
+  delayP99Ms: number;
+  delayMaxMs: number;
+  gcs: number;
+  gcMs: number;
+  gcMaxMs: number;
+  /** Pauses (ms) of minor (scavenge) and major (mark-compact) collections. */
+  minor: number[];
+  major: number[];
+}
+
+const loopText = (l: LoopFigures | undefined): string =>
+  l === undefined
+    ? ''
+    : `loop delay p99/max ${l.delayP99Ms.toFixed(2)}/${l.delayMaxMs.toFixed(2)} ms, ${l.gcs} GCs ${l.gcMs.toFixed(1)} ms ` +
+      `(minor ${l.minor.map((x) => x.toFixed(1)).join(' ')}; major ${l.major.map((x) => x.toFixed(1)).join(' ')})`;
+
+async function pairedLatency(
+  url: string,
+  dtlsDevice: string,
+  rate: number,
+  confirmable: boolean,
+): Promise<{
+  plain: number[];
+  dtls: number[];
+  answers: { plain: number[]; dtls: number[] };
+  gaps: { plain: number[]; dtls: number[] };
+  loops: { plain?: LoopFigures; dtls?: LoopFigures };
+}> {
+  const plainChild = await startChild('gateway', url);
+  const dtlsChild = await startChild('gateway', url, { BENCH_COAP_SECURITY: 'both' });
+  const observers = new Observers(plainChild.coapPort, 1, confirmable);
+  await observers.open();
+  await observers.registerAll();
+  observers.mark();
+  const device = await openDtlsObserver(dtlsChild.coapsPort!, dtlsDevice, confirmable);
+  const side = (child: Child, device: string) => {
+    const sentAt = new Map<number, number>();
+    // When the value's notification, and its request's 200, arrived (whichever came first waits for the other).
+    const notifiedAt = new Map<number, number>();
+    const answeredAt = new Map<number, number>();
+    const samples: number[] = [];
+    /** Request written → its 200 read: the HTTP path into the gateway (the handler answers once it has sent). */
+    const answers: number[] = [];
+    /** Notification arrived − its request's 200 arrived: what the CoAP (or DTLS) path adds after the send. */
+    const gaps: number[] = [];
+    const pair = (value: number, mine: Map<number, number>, other: Map<number, number>, at: number): void => {
+      const t = other.get(value);
+      if (t === undefined) mine.set(value, at);
+      else {
+        other.delete(value);
+        gaps.push(mine === notifiedAt ? at - t : t - at);
+      }
+    };
+    return {
+      device,
+      samples,
+      answers,
+      gaps,
+      sentAt,
+      client: new RawHttpClient(child.httpPort, 64, { authorization: 'Bearer bench-key' }),
+      arrived(value: number, at: number): void {
+        const t = sentAt.get(value);
+        if (t === undefined) return;
+        sentAt.delete(value);
+        samples.push(at - t);
+        pair(value, notifiedAt, answeredAt, at);
+      },
+      answered(value: number, sent: number): void {
+        const at = performance.now();
+        answers.push(at - sent);
+        pair(value, answeredAt, notifiedAt, at);
+      },
+      reset(): void {
+        for (const x of [samples, answers, gaps]) x.length = 0;
+        notifiedAt.clear();
+        answeredAt.clear();
+      },
+    };
+  };
+  const p = side(plainChild, deviceId(0));
+  const d = side(dtlsChild, dtlsDevice);
+  const sides = [p, d];
+  observers.onEveryNotification = (payload, at) => {
+    const doc = JSON.parse(payload.toString()) as { settings: { reporting_interval_s: number } };
+    p.arrived(doc.settings.reporting_interval_s, at);
+  };
+  device.onValue = (value, at) => d.arrived(value, at);
+  const post = async (side: typeof p, value: number): Promise<void> => {
+    const t = performance.now();
+    side.sentAt.set(value, t);
+    await side.client.post(
+      '/api/notify-settings',
+      JSON.stringify({ device_id: side.device, settings: { reporting_interval_s: value } }),
+    );
+    side.answered(value, t);
+  };
+  // Request i of the loop goes to one side for 100 ms (`slice` requests), then to the other, so each gateway sees
+  // `rate`/s while it is measured and the machine carries one stream of notifies, as in the sequential design.
+  const slice = Math.max(1, Math.round(rate / 10));
+  const to = (i: number): typeof p => (Math.floor(i / slice) % 2 === 0 ? p : d);
+  await openLoop(rate, 2 * WARM_S * rate, (i) => post(to(i), 10 + i));
+  await new Promise((r) => setTimeout(r, 100));
+  for (const side of sides) side.reset();
+  const children = [plainChild, dtlsChild];
+  for (const c of children) await c.ask({ cmd: 'loop', reset: true });
+  await openLoop(rate, 2 * 5 * rate, (i) => post(to(i), 10 + 2 * WARM_S * rate + i));
+  const loops = await Promise.all(children.map((c) => c.ask<{ loop?: LoopFigures }>({ cmd: 'loop' })));
+  await new Promise((r) => setTimeout(r, 500));
+  for (const side of sides) side.client.close();
+  observers.close();
+  device.close();
+  await stopChild(plainChild);
+  await stopChild(dtlsChild);
+  const sorted = (x: number[]): number[] => x.sort((a, b) => a - b);
+  return {
+    plain: sorted(p.samples),
+    dtls: sorted(d.samples),
+    answers: { plain: sorted(p.answers), dtls: sorted(d.answers) },
+    gaps: { plain: sorted(p.gaps), dtls: sorted(d.gaps) },
+    loops: { plain: loops[0]!.loop, dtls: loops[1]!.loop },
+  };
+}
+
+/**
  * BENCH_ONLY=dtls: the plain fan-out and the DTLS fan-out with each client, BENCH_ROUNDS rounds, the order
  * rotating so that no kind always runs first (or last) in a round; each on a fresh gateway child, all reading the
  * same registry and credentials. Capacity is plain ÷ DTLS server CPU per notification, its ACK included.
@@ -747,22 +887,37 @@ async function dtlsCapacityRounds(
     }
     for (const k of Object.keys(total) as Kind[]) total[k] += cpu[k];
     // notify → device at 1,000/s, both devices in this process answering at once (the plain raw observer, the
-    // testkit PSK client), each on a fresh child, the order alternating. Each returns its sorted samples.
-    const plainSamples = async () => (await latency(url, 1000, !NON_LATENCY)).samples;
-    const dtlsSamples = async () => {
-      const child = await startChild('gateway', url, { BENCH_COAP_SECURITY: 'both' });
-      const l = await dtlsLatency(child, ids[0]!, 1000, 'in-process', 'independent', !NON_LATENCY);
-      await stopChild(child);
-      return l.samples;
-    };
+    // testkit PSK client): taking turns every 100 ms (pairedLatency) unless BENCH_DTLS_LATENCY=sequential
+    // (the sixth pass's design: each on a fresh child, one after the other, the order alternating).
     let plain: number[];
     let dtls: number[];
-    if (r % 2 === 0) {
-      plain = await plainSamples();
-      dtls = await dtlsSamples();
+    let answers = '';
+    const shape2 = (x: number[]): string => [50, 99].map((q) => percentile(x, q).toFixed(2)).join('/');
+    if (!SEQUENTIAL_LATENCY) {
+      const paired = await pairedLatency(url, ids[0]!, 1000, !NON_LATENCY);
+      ({ plain, dtls } = paired);
+      answers =
+        `; HTTP answer p50/p99 plain ${shape2(paired.answers.plain)}, dtls ${shape2(paired.answers.dtls)} ms ` +
+        `(${ratio(percentile(paired.answers.dtls, 99), percentile(paired.answers.plain, 99))}); ` +
+        `notification − answer p50/p99 plain ${shape2(paired.gaps.plain)}, dtls ${shape2(paired.gaps.dtls)} ms` +
+        (paired.loops.plain === undefined
+          ? ''
+          : `; children: plain ${loopText(paired.loops.plain)}; dtls ${loopText(paired.loops.dtls)}`);
     } else {
-      dtls = await dtlsSamples();
-      plain = await plainSamples();
+      const plainSamples = async () => (await latency(url, 1000, !NON_LATENCY)).samples;
+      const dtlsSamples = async () => {
+        const child = await startChild('gateway', url, { BENCH_COAP_SECURITY: 'both' });
+        const l = await dtlsLatency(child, ids[0]!, 1000, 'in-process', 'independent', !NON_LATENCY);
+        await stopChild(child);
+        return l.samples;
+      };
+      if (r % 2 === 0) {
+        plain = await plainSamples();
+        dtls = await dtlsSamples();
+      } else {
+        dtls = await dtlsSamples();
+        plain = await plainSamples();
+      }
     }
     allPlain.push(...plain);
     allDtls.push(...dtls);
@@ -777,7 +932,7 @@ async function dtlsCapacityRounds(
       : '';
     console.log(
       `round ${r + 1} of ${ROUNDS} (${FANOUTS ? `${orders[r % orders.length]!.join(', ')}; ` : ''}load ${loadavg()[0]!.toFixed(2)}): ` +
-        `${capacity}notify → device at 1,000/s p50/p90/p99/p99.9 plain ${shape(plain)} ms, dtls ${shape(dtls)} ms, p99 dtls/plain ${p99Ratio}`,
+        `${capacity}notify → device at 1,000/s p50/p90/p99/p99.9 plain ${shape(plain)} ms, dtls ${shape(dtls)} ms, p99 dtls/plain ${p99Ratio}${answers}`,
     );
   }
   if (ROUNDS <= 1) return;

@@ -82,6 +82,27 @@ describe('bearerToken', () => {
   it('is undefined without an Authorization header', () => {
     expect(bearerToken({ headers: {} })).toBeUndefined();
   });
+
+  it("is '' (no credential can match it) when the header is repeated, whatever the copies say", () => {
+    for (const copies of [
+      ['Bearer good', 'Bearer junk'],
+      ['Bearer good', 'Bearer good'],
+      ['Bearer good', ''],
+    ]) {
+      // node:http joins repeated Authorization headers with ', ' in `headers`; headersDistinct keeps each copy.
+      const req = {
+        headers: { authorization: copies.join(', ') },
+        headersDistinct: { authorization: copies },
+      };
+      expect(bearerToken(req)).toBe('');
+    }
+    expect(
+      bearerToken({
+        headers: { authorization: 'Bearer good' },
+        headersDistinct: { authorization: ['Bearer good'] },
+      }),
+    ).toBe('good');
+  });
 });
 
 describe('countNonBearerSecrets', () => {

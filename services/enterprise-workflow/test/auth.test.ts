@@ -1,6 +1,7 @@
 // The authentication matrix (design §4.4): every portal endpoint × every way a token can be wrong,
 // with real tokens from the testkit issuer (RS256/ES256 keys, Keycloak-shaped JWKS).
 import http from 'node:http';
+import net from 'node:net';
 import { PassThrough } from 'node:stream';
 import type { AddressInfo } from 'node:net';
 import { validateProblemDocument } from '@platform/contracts';
@@ -11,7 +12,7 @@ import request from 'supertest';
 import { buildApp } from '../src/app.js';
 import { createTokenVerifier } from '../src/auth/token-verifier.js';
 import type { TokenVerifier, TokenVerifierSettings } from '../src/auth/token-verifier.js';
-import { startHarness } from './support/harness.js';
+import { startHarness, WEBHOOK_TOKENS } from './support/harness.js';
 import type { Harness } from './support/harness.js';
 
 let h: Harness;
@@ -294,6 +295,68 @@ describe('credentials before bodies', () => {
       .send('{"filename": ');
     expect(res.status).toBe(400);
     expect(res.body.code).toBe('invalid_json');
+  });
+});
+
+describe('a repeated Authorization header', () => {
+  /** A POST with these header lines, written as they are over a raw socket (an HTTP client would merge them). */
+  async function post(path: string, headerLines: string[]): Promise<{ status: number; text: string }> {
+    const server = http.createServer(h.app).listen(0, '127.0.0.1');
+    await new Promise((r) => server.once('listening', r));
+    try {
+      const { port } = server.address() as AddressInfo;
+      const body = JSON.stringify({ filename: 'a.jpg', content_type: 'image/jpeg', size_bytes: 10 });
+      const raw = await new Promise<string>((resolve, reject) => {
+        // Written, not ended: a half-closed socket would be closed by the server before an async route answers.
+        const socket = net.connect(port, '127.0.0.1', () =>
+          socket.write(
+            [
+              `POST ${path} HTTP/1.1`,
+              'Host: 127.0.0.1',
+              ...headerLines,
+              'Content-Type: application/json',
+              `Content-Length: ${Buffer.byteLength(body)}`,
+              'Connection: close',
+              '',
+              body,
+            ].join('\r\n'),
+          ),
+        );
+        let text = '';
+        socket.on('data', (c: Buffer) => (text += c.toString()));
+        socket.on('end', () => resolve(text));
+        socket.on('error', reject);
+      });
+      return { status: Number(/^HTTP\/1\.1 (\d{3})/.exec(raw)?.[1] ?? 0), text: raw };
+    } finally {
+      server.closeAllConnections();
+      server.close();
+    }
+  }
+
+  it('is 401 even when one copy carries a valid token, on portal and webhook routes', async () => {
+    const token = await h.issuer.demoToken('alice');
+    const intent = `/sites/${hq}/media/upload-intents`;
+    for (const [path, good, detail] of [
+      [intent, `Bearer ${token}`, 'more than one Authorization header'],
+      [
+        '/internal/media/object-created',
+        `Bearer ${WEBHOOK_TOKENS[0]}`,
+        'A valid webhook bearer token is required',
+      ],
+    ] as const) {
+      for (const lines of [
+        [`Authorization: ${good}`, 'Authorization: Bearer junk'],
+        [`Authorization: ${good}`, `authorization: ${good}`],
+      ]) {
+        const res = await post(path, lines);
+        expect(res.status).toBe(401);
+        expect(res.text).toContain('"code":"unauthorized"');
+        expect(res.text).toContain(detail);
+      }
+    }
+    // One copy of the same valid token is accepted: the refusal is the repetition.
+    expect((await post(intent, [`Authorization: Bearer ${token}`])).status).toBe(201);
   });
 });
 

@@ -42,6 +42,12 @@ export function portalUser(res: Response): PortalUser {
 async function verify(req: Request, verifier: TokenVerifier): Promise<PortalUser> {
   const token = bearerToken(req);
   if (token === undefined) throw ERRORS.tokenRequired(challenge());
+  // bearerToken's '' is a repeated Authorization header: refused whatever its copies say (design §4.4).
+  if (token === '')
+    throw ERRORS.invalidToken(
+      'The request carries more than one Authorization header.',
+      challenge('invalid_token'),
+    );
   const result = await verifier.verify(token);
   if (result.ok) return result.user;
   switch (result.reason) {
