@@ -13,6 +13,7 @@ import { runDtlsBench } from './bench-dtls.js';
 import { benchDeviceReads } from './bench-gateway-devices.js';
 import { benchRollout } from './bench-gateway-rollout.js';
 import { allowedCpus, cpuList, pinTree } from './lib/cpu-pinning.js';
+import { benchDeviceId as deviceId, seedBenchRegistry } from './lib/bench-registry.js';
 import { benchNodeArgs } from './lib/node-args.js';
 import { openLoop } from './lib/open-loop.js';
 import { RawHttpClient } from './lib/raw-http-client.js';
@@ -283,7 +284,6 @@ class Observers {
   }
 }
 
-const deviceId = (i: number): string => `bench-${String(i).padStart(6, '0')}`;
 /** The notify-settings body of the latency runs: device 0, the value to recognise at the observer. */
 const notifyBody = (value: number): string =>
   JSON.stringify({ device_id: deviceId(0), settings: { reporting_interval_s: value } });
@@ -950,11 +950,7 @@ async function main(): Promise<void> {
       );
     }
     await migrateToLatest(owner, [gatewayMigrations]);
-    await sql`
-      INSERT INTO device_gateway.device_registry (device_id, site_id, name, model, desired_settings)
-      SELECT 'bench-' || lpad(i::text, 6, '0'), 'a1000000-0000-4000-8000-000000000001', 'Bench device ' || i, 'bench',
-             '{"reporting_interval_s": 60}'::jsonb
-      FROM generate_series(0, ${ROWS - 1}) AS i`.execute(owner);
+    await seedBenchRegistry(owner, ROWS);
     const url = gatewayLoginUrl(pg.url);
 
     console.log(
