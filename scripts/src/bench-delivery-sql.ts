@@ -9,35 +9,18 @@
 import { performance } from 'node:perf_hooks';
 import pg from 'pg';
 import { createDb, migrateToLatest } from '@platform/service-kit';
-import { gatewayMigrations, type GatewayDatabase } from '@platform/device-gateway';
+import { gatewayMigrations, type DeliveryRow, type GatewayDatabase } from '@platform/device-gateway';
 import { startPostgres } from '@platform/testkit';
-import { sql } from 'kysely';
+import { benchDeviceId as deviceId, seedBenchRegistry } from './lib/bench-registry.js';
 
 const N = Number(process.env.BENCH_DEVICES ?? 100_000);
 const CHUNK = Number(process.env.BENCH_CHUNK ?? 2000);
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3);
 const REPLICA = '0123456789abcdef';
-const deviceId = (i: number): string => `bench-${String(i).padStart(6, '0')}`;
 
 type Shape = 'fanout' | 'desired' | 'acked' | 'registered';
-interface Row {
-  d: string;
-  dv?: number;
-  ds?: string;
-  dc?: string;
-  da?: number;
-  sv?: number;
-  sc?: string;
-  sa?: number;
-  st?: string;
-  sk?: boolean;
-  av?: number;
-  ac?: string;
-  aa?: number;
-  at?: string;
-  h?: number;
-  r?: number;
-}
+/** A row as the recorder sends it (delivery_record's batch element). */
+type Row = DeliveryRow;
 
 let clock = Date.now() * 1000;
 const hex16 = (v: number): string => v.toString(16).padStart(16, '0').slice(-16);
@@ -146,11 +129,7 @@ async function main(): Promise<void> {
   const server = await startPostgres({ onLog: (line) => log.push(line) });
   const owner = createDb<GatewayDatabase>(server.url, { max: 2 });
   await migrateToLatest(owner, [gatewayMigrations]);
-  await sql`
-    INSERT INTO device_gateway.device_registry (device_id, site_id, name, model, desired_settings)
-    SELECT 'bench-' || lpad(i::text, 6, '0'), 'a1000000-0000-4000-8000-000000000001', 'Bench device ' || i, 'bench',
-           '{"reporting_interval_s": 60}'::jsonb
-    FROM generate_series(0, ${N - 1}) AS i`.execute(owner);
+  await seedBenchRegistry(owner, N);
   await owner.destroy();
   const c = new pg.Client({ connectionString: server.url });
   await c.connect();

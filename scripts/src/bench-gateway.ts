@@ -13,6 +13,7 @@ import { runDtlsBench } from './bench-dtls.js';
 import { benchDeviceReads } from './bench-gateway-devices.js';
 import { benchRollout } from './bench-gateway-rollout.js';
 import { allowedCpus, cpuList, pinTree } from './lib/cpu-pinning.js';
+import { benchDeviceId as deviceId, seedBenchRegistry } from './lib/bench-registry.js';
 import { benchNodeArgs } from './lib/node-args.js';
 import { openLoop } from './lib/open-loop.js';
 import { RawHttpClient } from './lib/raw-http-client.js';
@@ -283,7 +284,6 @@ class Observers {
   }
 }
 
-const deviceId = (i: number): string => `bench-${String(i).padStart(6, '0')}`;
 /** The notify-settings body of the latency runs: device 0, the value to recognise at the observer. */
 const notifyBody = (value: number): string =>
   JSON.stringify({ device_id: deviceId(0), settings: { reporting_interval_s: value } });
@@ -985,11 +985,7 @@ async function main(): Promise<void> {
       );
     }
     await migrateToLatest(owner, [gatewayMigrations]);
-    await sql`
-      INSERT INTO device_gateway.device_registry (device_id, site_id, name, model, desired_settings)
-      SELECT 'bench-' || lpad(i::text, 6, '0'), 'a1000000-0000-4000-8000-000000000001', 'Bench device ' || i, 'bench',
-             '{"reporting_interval_s": 60}'::jsonb
-      FROM generate_series(0, ${ROWS - 1}) AS i`.execute(owner);
+    await seedBenchRegistry(owner, ROWS);
     const url = gatewayLoginUrl(pg.url);
 
     console.log(
@@ -1116,10 +1112,8 @@ async function main(): Promise<void> {
     const lchild = await startChild('gateway', url, { BENCH_COAP_SECURITY: 'both' });
     const dlat = await dtlsLatency(lchild, deviceId(0));
     await stopChild(lchild);
-    // The same with a device that answers at once, as the plain one does (the testkit PSK client).
-    const ilchild = await startChild('gateway', url, { BENCH_COAP_SECURITY: 'both' });
-    const ilat = await dtlsLatency(ilchild, deviceId(0), 1000, 'in-process', 'independent');
-    await stopChild(ilchild);
+    // Like with like: a device that answers at once (the testkit PSK client), taking turns with a plain one.
+    const ilat = await pairedLatency(url, deviceId(0), 1000, true);
     // The same with the DTLS device in a process of its own (see dtlsLatency), on another fresh child.
     const ochild = await startChild('gateway', url, { BENCH_COAP_SECURITY: 'both' });
     const olat = await dtlsLatency(ochild, deviceId(0), 1000, 'own-process');
@@ -1155,7 +1149,7 @@ async function main(): Promise<void> {
       `notify → device over DTLS, open loop 1,000/s for 5 s: p50 ${dlat.p50.toFixed(3)} ms   p99 ${dlat.p99.toFixed(3)} ms   (${dlat.seen}/${dlat.sent} delivered, the rest superseded)   plain p99 (same run) ${lat.p99.toFixed(3)} ms   dtls/plain p99 ${ratio(dlat.p99, lat.p99)}`,
     );
     console.log(
-      `  the same, device answering at once (testkit PSK client, in this process as the plain one is): p50 ${ilat.p50.toFixed(3)} ms   p99 ${ilat.p99.toFixed(3)} ms   (${ilat.seen}/${ilat.sent} delivered)   dtls/plain p99 ${ratio(ilat.p99, lat.p99)}`,
+      `  like with like, a device answering at once (testkit PSK client) taking turns every 100 ms with a plain one (pairedLatency): p50 ${percentile(ilat.dtls, 50).toFixed(3)} ms   p99 ${percentile(ilat.dtls, 99).toFixed(3)} ms   plain p50 ${percentile(ilat.plain, 50).toFixed(3)} ms   p99 ${percentile(ilat.plain, 99).toFixed(3)} ms   dtls/plain p99 ${ratio(percentile(ilat.dtls, 99), percentile(ilat.plain, 99))}`,
     );
     console.log(
       `  the same, DTLS device in its own process: p50 ${olat.p50.toFixed(3)} ms   p99 ${olat.p99.toFixed(3)} ms   (${olat.seen}/${olat.sent} delivered)   dtls/plain p99 ${ratio(olat.p99, lat.p99)}`,

@@ -16,6 +16,7 @@ export type { ShutdownHandle, ShutdownOptions, ShutdownStep } from './shutdown.j
 export { Counter, createMetrics, Gauge, Histogram, metricsHandler, Registry } from './prometheus.js';
 export type { MetricsOptions } from './prometheus.js';
 export { createHttpApp, DEFAULT_BODY_LIMIT_BYTES, finishHttpApp, readJsonBody } from './http/app.js';
+export { HTTP_HEADERS_TIMEOUT_MS, HTTP_REQUEST_TIMEOUT_MS, listenHttp } from './http/listen.js';
 export type { HttpAppOptions } from './http/app.js';
 export { addRoutes } from './http/routes.js';
 export type { AddRoutesOptions, HttpMethod, RouteDefinition, RouteTarget } from './http/routes.js';

@@ -89,9 +89,10 @@ describe('bearerToken', () => {
       ['Bearer good', 'Bearer good'],
       ['Bearer good', ''],
     ]) {
-      // node:http joins repeated Authorization headers with ', ' in `headers`; headersDistinct keeps each copy.
+      // node:http keeps only the first copy in `headers` (it drops repeated Authorization headers);
+      // headersDistinct keeps each.
       const req = {
-        headers: { authorization: copies.join(', ') },
+        headers: { authorization: copies[0] },
         headersDistinct: { authorization: copies },
       };
       expect(bearerToken(req)).toBe('');

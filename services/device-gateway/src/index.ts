@@ -32,6 +32,7 @@ export {
   type IssueOptions,
 } from './db/credential-repository.js';
 export type { DeviceCredentialsTable, DeviceRegistryTable, GatewayDatabase } from './db/tables.js';
+export type { DeliveryRow } from './delivery/recorder.js';
 export {
   CredentialSnapshot,
   CredentialStore,

@@ -1,7 +1,6 @@
 // The gateway process (loaded by main.ts once SIGHUPs are held): load config, bind CoAP and HTTP, load the
 // registry (retrying until the database answers; /api/ready says 503 meanwhile), re-read API keys on SIGHUP,
 // shut down cleanly on SIGTERM/SIGINT.
-import { createServer, type Server } from 'node:http';
 import {
   closeHttpServer,
   ConfigError,
@@ -11,14 +10,12 @@ import {
   errorMessage,
   installSecretReload,
   installShutdown,
+  listenHttp,
   type SecretSet,
 } from '@platform/service-kit';
 import { buildApp } from './app.js';
 import { loadGatewayConfig, readApiKeys, type GatewayConfig } from './config.js';
 import type { GatewayDatabase } from './db/tables.js';
-
-const HTTP_HEADERS_TIMEOUT_MS = 10_000;
-const HTTP_REQUEST_TIMEOUT_MS = 30_000;
 
 async function main(): Promise<void> {
   let config: GatewayConfig;
@@ -84,24 +81,9 @@ async function main(): Promise<void> {
     coap_security: config.coap.security,
     transports: app.coap.transports.map((t) => ({ kind: t.kind, port: t.address().port })),
   });
-  // Deadlines on reading a request (design §6): its headers within 10 s, all of it within 30 s (node's defaults
-  // are 60 s and 300 s). The API's bodies are a few kilobytes; a client slower than that only holds a socket.
-  // Node enforces both when it checks its connections, every connectionsCheckingInterval (30 s by default,
-  // settable only here), so that is 1 s: a deadline is then at most a second late.
-  const server: Server = createServer(
-    {
-      headersTimeout: HTTP_HEADERS_TIMEOUT_MS,
-      requestTimeout: HTTP_REQUEST_TIMEOUT_MS,
-      connectionsCheckingInterval: 1000,
-    },
-    app.http,
-  );
-  await new Promise<void>((resolve, reject) => {
-    server.once('error', reject);
-    // Without GATEWAY_HTTP_HOST, Node's default: every interface (IPv6 and IPv4 where available).
-    if (config.http.host === undefined) server.listen(config.http.port, () => resolve());
-    else server.listen(config.http.port, config.http.host, () => resolve());
-  });
+  // Deadlines on reading a request (design §6, service-kit listenHttp). Without GATEWAY_HTTP_HOST, node's default:
+  // every interface (IPv6 and IPv4 where available).
+  const server = await listenHttp(app.http, config.http.port, config.http.host);
   const address = server.address();
   logger.info('http listening', {
     port: typeof address === 'object' && address !== null ? address.port : address,

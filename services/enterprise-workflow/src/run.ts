@@ -10,6 +10,7 @@ import {
   errorMessage,
   installSecretReload,
   installShutdown,
+  listenHttp,
   redactUrl,
   SecretSet,
 } from '@platform/service-kit';
@@ -79,11 +80,8 @@ async function main(): Promise<void> {
     outcomes: createSweepMetrics(metrics),
   });
 
-  const server = app.listen(config.http.port, config.http.host);
-  await new Promise<void>((resolve, reject) => {
-    server.once('listening', resolve);
-    server.once('error', reject);
-  });
+  // Deadlines on reading a request (design §6, service-kit listenHttp).
+  const server = await listenHttp(app, config.http.port, config.http.host);
   const address = server.address();
   const port = typeof address === 'object' && address !== null ? address.port : config.http.port;
   logger.info('listening', {

@@ -1,6 +1,7 @@
 // The built service as a process (`dist/main.js`, run `npx tsc -b` first): refuses bad configuration
 // with exit code 2, serves when configured, and shuts down cleanly on SIGTERM.
 import { spawn } from 'node:child_process';
+import net from 'node:net';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -80,6 +81,20 @@ describe('configured', () => {
       },
     );
     expect(res.status).toBe(404);
+    // design §6 (service-kit listenHttp): headers must arrive within 10 s, checked every second, so a client that
+    // never finishes its headers gets 408 and a closed connection within about 11 s (node's default: 60-90 s).
+    const slow = net.connect(port, '127.0.0.1');
+    let slowAnswer = '';
+    slow.on('data', (d: Buffer) => (slowAnswer += d.toString()));
+    const slowStarted = Date.now();
+    const slowClosed = new Promise<number>((resolve) =>
+      slow.once('close', () => resolve(Date.now() - slowStarted)),
+    );
+    slow.write('GET /health HTTP/1.1\r\nHost: x\r\n');
+    const slowMs = await slowClosed;
+    expect(slowAnswer).toMatch(/^HTTP\/1\.1 408 /);
+    expect(slowMs).toBeGreaterThanOrEqual(9_500);
+    expect(slowMs).toBeLessThan(12_500);
 
     p.child.kill('SIGTERM');
     expect(await p.exit).toBe(0);
@@ -93,7 +108,7 @@ describe('configured', () => {
     expect(p.output()).not.toContain('process-test-token');
     expect(p.output()).not.toContain(devRolePasswords.enterpriseApi);
     expect(p.output()).not.toContain(token);
-  });
+  }, 60_000);
   it('re-reads WEBHOOK_TOKENS_FILE on SIGHUP without stopping, keeps the old tokens when the file is unusable', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'wf-tokens-'));
     const file = join(dir, 'webhook-tokens');
