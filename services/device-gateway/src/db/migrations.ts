@@ -11,6 +11,7 @@ import { definerPathMigration } from './definer-path-migration.js';
 import { deliveryOrderMigration } from './delivery-order-migration.js';
 import { deliveryCostMigration } from './delivery-cost-migration.js';
 import { deliveryArraysMigration } from './delivery-arrays-migration.js';
+import { deliveryFillfactorMigration } from './delivery-fillfactor-migration.js';
 import { rolloutGuardMigration } from './rollout-guard-migration.js';
 import { rolloutMigration } from './rollout-migration.js';
 
@@ -126,6 +127,7 @@ export function gatewayMigrationsWith(loginPassword: string): MigrationSet {
       '0009_delivery_record_order': deliveryOrderMigration,
       '0010_delivery_record_cost': deliveryCostMigration,
       '0011_delivery_record_arrays': deliveryArraysMigration,
+      '0012_delivery_record_fillfactor': deliveryFillfactorMigration,
     },
   };
 }
