@@ -470,6 +470,65 @@ describe('DeliveryRecorder', () => {
     }
   });
 
+  it('rows held back are read again once a tick, not at every round, and their relations are looked up once until a relation event', async () => {
+    let asked = 0;
+    const w = new FakeWriter();
+    const r = recorder(w, 1, {
+      chunkRows: 10,
+      relationsOf: () => {
+        asked++;
+        return 1;
+      },
+    });
+    const v1 = doc('d0', 1, 60);
+    // 1,000 observed devices whose settings just changed (held for an interval), then 100 rows to write now:
+    // five rounds of at most two chunks of 10.
+    for (let i = 0; i < 1000; i++) r.desired(record(`h${i}`), v1);
+    await r.flush();
+    expect(asked).toBe(1000);
+    for (let i = 0; i < 100; i++) r.sent(`s${i}`, v1, 'plain', false);
+    asked = 0;
+    await r.flush();
+    expect(w.batches.flat().map((row) => row.d)).toEqual(Array.from({ length: 100 }, (_, i) => `s${i}`));
+    expect(w.batches.length).toBeGreaterThanOrEqual(5);
+    expect(asked).toBe(0); // known since the first flush
+    // A relation event: that device is written now (its relation count read again), the others still wait.
+    r.relationsChanged('h7');
+    await r.flush();
+    expect(asked).toBe(1);
+    expect(w.batches.flat().filter((row) => row.d.startsWith('h'))).toEqual([
+      expect.objectContaining({ d: 'h7', dv: 1 }),
+    ]);
+    expect(r.lagSeconds()).toBeGreaterThanOrEqual(0);
+  });
+
+  it('a held row that gets a new part is written by the next early flush, without waiting for the tick', async () => {
+    const w = new FakeWriter();
+    const r = recorder(w, 1, { chunkRows: 10 });
+    r.start();
+    try {
+      const v1 = doc('d0', 1, 60);
+      for (let i = 0; i < 100; i++) r.desired(record(`h${i}`), v1);
+      await r.flush(); // every row held: observed, its desired part younger than an interval
+      expect(w.batches).toEqual([]);
+      expect(r.lagSeconds()).toBeGreaterThanOrEqual(0);
+      // The fan-out reaches 20 of them (sent and acknowledged: two new parts each, a chunk's worth).
+      for (let i = 0; i < 20; i++) {
+        r.sent(`h${i}`, v1, 'plain', true);
+        r.acknowledged(`h${i}`, v1, 'plain');
+      }
+      for (let k = 0; k < 50 && w.batches.flat().length < 20; k++)
+        await new Promise((res) => setTimeout(res, 5));
+      const rows = w.batches.flat();
+      expect(rows.map((row) => row.d).sort()).toEqual(Array.from({ length: 20 }, (_, i) => `h${i}`).sort());
+      expect(rows.every((row) => row.dv === 1 && row.sv === 1 && row.av === 1)).toBe(true);
+      expect(r.stats.earlyFlushes).toBeGreaterThan(0);
+      expect(r.lagSeconds()).toBeGreaterThan(0); // the other 80 still wait
+    } finally {
+      await r.stop();
+    }
+  });
+
   it('with two writers a long reap runs beside the rounds instead of holding them', async () => {
     const w = new FakeWriter();
     let reaps = 0;

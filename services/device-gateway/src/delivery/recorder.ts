@@ -120,7 +120,10 @@ export interface DeliveryRecorderOptions {
   logger: Logger;
   /** A change is written within this many ms (plus one flush's time); GATEWAY_DELIVERY_FLUSH_MS. */
   flushMs: number;
-  /** Relations to the device's settings on this replica that count (see `trusts`), read at the flush. */
+  /**
+   * Relations to the device's settings on this replica that count (see `trusts`), read at the flush; whether
+   * there are any is kept per device until its next relation event (registered, relationsChanged).
+   */
   relationsOf: (deviceId: string) => number;
   /**
    * Whether what arrives over `transport` may speak for the device. Over plain CoAP anyone can claim any device:
@@ -143,8 +146,15 @@ export interface DeliveryRecorderOptions {
 const B_UNWRITTEN = 0;
 const B_WRITING = 1;
 const B_FLAGS = 2;
-/** Bits 0-1: the desired source (index in SOURCES); ID_PLAIN: the device id needs no escaping in JSON. */
+/**
+ * Bits 0-1: the desired source (index in SOURCES); ID_PLAIN: the device id needs no escaping in JSON; HELD: the
+ * slot waits in the recorder's `held` list; KNOWN: OBSERVED says whether this replica has a relation to the
+ * device's settings, as last looked up (cleared by every relation event). The row builder reads none of these.
+ */
 const B_META = 3;
+const HELD = 8;
+const KNOWN = 16;
+const OBSERVED = 32;
 const B_STRIDE = 4;
 // Its numbers (stride 8, one 64-byte line): N_DESIRED_V .. N_HEARD_AT (row-builder.ts), then:
 /** Wall-clock ms of the oldest unwritten event (for the lag gauge). */
@@ -171,6 +181,8 @@ class FactTable {
   bytes: Uint8Array;
   nums: Float64Array;
   digests: Uint32Array;
+  /** The number of a slot's entry in the recorder's `held` list (valid while its HELD bit is set). */
+  heldSeq: Int32Array;
   /** The device of each slot ('' when free). */
   ids: string[] = [];
   /** Slots in use, by device. */
@@ -187,6 +199,7 @@ class FactTable {
     this.bytes = new Uint8Array(capacity * B_STRIDE);
     this.nums = new Float64Array(capacity * N_STRIDE);
     this.digests = new Uint32Array(capacity * D_STRIDE);
+    this.heldSeq = new Int32Array(capacity);
   }
 
   /** The device's slot, assigned if it has none (cleared). */
@@ -224,6 +237,9 @@ class FactTable {
     nums.set(this.nums);
     const digests = new Uint32Array(capacity * D_STRIDE);
     digests.set(this.digests);
+    const heldSeq = new Int32Array(capacity);
+    heldSeq.set(this.heldSeq);
+    this.heldSeq = heldSeq;
     this.bytes = bytes;
     this.nums = nums;
     this.digests = digests;
@@ -301,6 +317,19 @@ export class DeliveryRecorder implements DeliveryEvents {
   private laterAt = 0;
   private laterN = 0;
   private laterOldest = 0;
+  /**
+   * Rows a round held back (HOLD) whose device has had no new part since: kept out of the queue, so the early
+   * flushes during a fan-out do not read them again at every round (100,000 after a reload, about fifty rounds);
+   * the first round of a tick (or of the due timer, or `flush()`) puts them back at the head of the queue.
+   * held[0..heldN) with heldSeqs[k], valid while the slot is HELD with that number (an entry whose slot left is
+   * skipped); heldLive of them valid, their oldest event heldOldest (for the lag gauge; 0 once none is left).
+   */
+  private held = new Int32Array(1024);
+  private heldSeqs = new Int32Array(1024);
+  private heldN = 0;
+  private heldLive = 0;
+  private heldOldest = 0;
+  private heldNext = 0;
   /** The reap running beside the rounds (writers > 1), in place of one writer. */
   private reaping: Promise<void> | undefined;
   private readonly chunkRows: number;
@@ -364,6 +393,7 @@ export class DeliveryRecorder implements DeliveryEvents {
       this.queueOldest || Infinity,
       this.inFlightOldest || Infinity,
       this.laterOldest || Infinity,
+      this.heldOldest || Infinity,
     );
     return oldest === Infinity ? 0 : Math.max(0, (Date.now() - oldest) / 1000);
   }
@@ -383,14 +413,24 @@ export class DeliveryRecorder implements DeliveryEvents {
     const bytes = t.bytes;
     const before = bytes[b + B_UNWRITTEN]!;
     bytes[b + B_UNWRITTEN] = before | part;
+    if ((part & RELATIONS) !== 0) bytes[b + B_META]! &= ~KNOWN;
     // A part other than desired alone, new to the row: one more row a flush can write now (counted once a part).
-    if ((part & ~before & ~DESIRED) !== 0 && ++this.ready >= this.chunkRows) this.early();
+    const fresh = (part & ~before & ~DESIRED) !== 0;
+    if (fresh && ++this.ready >= this.chunkRows) this.early();
     const flags = bytes[b + B_FLAGS]!;
     if ((flags & QUEUED) === 0) {
       bytes[b + B_FLAGS] = flags | QUEUED | TOUCHED;
       t.nums[s * N_STRIDE + N_SINCE] = now;
       this.enqueue(s, now);
-    } else bytes[b + B_FLAGS] = flags | TOUCHED;
+    } else {
+      bytes[b + B_FLAGS] = flags | TOUCHED;
+      // A held row with a new part (its notification sent, or acknowledged) is due for a look again: back in the
+      // queue, where the next early round finds it.
+      if (fresh && (bytes[b + B_META]! & HELD) !== 0) {
+        this.unhold(s);
+        this.enqueue(s, t.nums[s * N_STRIDE + N_SINCE]!);
+      }
+    }
     return s;
   }
 
@@ -513,7 +553,8 @@ export class DeliveryRecorder implements DeliveryEvents {
       if (!early) this.tickWanted = true;
       return this.flushing;
     }
-    if (this.queued === 0 && Date.now() - this.lastReap < this.reapMs) return Promise.resolve();
+    if (this.queued === 0 && (early || this.heldLive === 0) && Date.now() - this.lastReap < this.reapMs)
+      return Promise.resolve();
     if (early) this.stats.earlyFlushes++;
     this.flushing = this.drain(early).finally(() => {
       this.flushing = undefined;
@@ -532,11 +573,16 @@ export class DeliveryRecorder implements DeliveryEvents {
    */
   private async drain(early: boolean): Promise<void> {
     let rules = early;
+    // The held rows are put back in the queue by the first round under the tick's rules, once a tick: a drain's
+    // later rounds would only hold the same rows again.
+    let merge = !early;
     for (;;) {
-      const more = await this.write(rules);
+      const more = await this.write(rules, merge);
+      merge = false;
       if (this.tickWanted) {
         this.tickWanted = false;
         rules = false;
+        merge = true;
       } else if (!more) return;
     }
   }
@@ -562,7 +608,8 @@ export class DeliveryRecorder implements DeliveryEvents {
   }
 
   /** One round; true when it stopped at its limit with rows of its batch left (which stay first in the queue). */
-  private async write(early: boolean): Promise<boolean> {
+  private async write(early: boolean, merge: boolean): Promise<boolean> {
+    if (merge) this.unholdAll();
     // The batch is the queue as it is now; events from here on queue their devices in the other array. A slot
     // is in at most one of them (QUEUED), so each holds at most every slot, and a device is in one chunk.
     const batch = this.queue;
@@ -610,7 +657,7 @@ export class DeliveryRecorder implements DeliveryEvents {
           const s = batch[i]!;
           const d = this.defer(s, now, early);
           if (d === HOLD) {
-            this.enqueue(s, t.nums[s * N_STRIDE + N_SINCE]!);
+            this.hold(s);
             continue;
           }
           if (d === LATER) {
@@ -701,6 +748,73 @@ export class DeliveryRecorder implements DeliveryEvents {
     return failure === undefined && (i < size || this.laterAt < this.laterN);
   }
 
+  /** Slot `s` (QUEUED, in no queue) waits in `held` until a new part or the next tick's first round. */
+  private hold(s: number): void {
+    if (this.heldN === this.held.length) {
+      // Entries whose slot left are dropped first; the list grows only when most are valid.
+      if (this.heldLive <= this.heldN >> 1) this.compactHeld();
+      else {
+        const held = new Int32Array(this.held.length * 2);
+        held.set(this.held);
+        const seqs = new Int32Array(this.held.length * 2);
+        seqs.set(this.heldSeqs);
+        this.held = held;
+        this.heldSeqs = seqs;
+      }
+    }
+    const t = this.table;
+    const seq = (this.heldNext = (this.heldNext + 1) | 0);
+    t.heldSeq[s] = seq;
+    t.bytes[s * B_STRIDE + B_META]! |= HELD;
+    this.held[this.heldN] = s;
+    this.heldSeqs[this.heldN++] = seq;
+    this.heldLive++;
+    const since = t.nums[s * N_STRIDE + N_SINCE]!;
+    if (this.heldOldest === 0 || since < this.heldOldest) this.heldOldest = since;
+  }
+
+  /** Slot `s` leaves `held` (its entry stays, skipped as no longer valid). */
+  private unhold(s: number): void {
+    this.table.bytes[s * B_STRIDE + B_META]! &= ~HELD;
+    if (--this.heldLive === 0) this.heldN = this.heldOldest = 0;
+  }
+
+  private compactHeld(): void {
+    const t = this.table;
+    let n = 0;
+    for (let k = 0; k < this.heldN; k++) {
+      const s = this.held[k]!;
+      if ((t.bytes[s * B_STRIDE + B_META]! & HELD) === 0 || t.heldSeq[s] !== this.heldSeqs[k]) continue;
+      this.held[n] = s;
+      this.heldSeqs[n++] = this.heldSeqs[k]!;
+    }
+    this.heldN = n;
+  }
+
+  /** Every held row back at the head of the queue (older than what was queued since), in the order held. */
+  private unholdAll(): void {
+    if (this.heldLive > 0) {
+      const t = this.table;
+      const total = this.heldLive + this.queued;
+      const next = this.spare.length >= total ? this.spare : new Int32Array(Math.max(total, t.capacity));
+      let n = 0;
+      for (let k = 0; k < this.heldN; k++) {
+        const s = this.held[k]!;
+        const m = s * B_STRIDE + B_META;
+        if ((t.bytes[m]! & HELD) === 0 || t.heldSeq[s] !== this.heldSeqs[k]) continue;
+        t.bytes[m]! &= ~HELD;
+        next[n++] = s;
+      }
+      next.set(this.queue.subarray(0, this.queued), n);
+      this.spare = this.queue;
+      this.queue = next;
+      this.queued += n;
+      if (this.heldOldest !== 0 && (this.queueOldest === 0 || this.heldOldest < this.queueOldest))
+        this.queueOldest = this.heldOldest;
+    }
+    this.heldN = this.heldLive = this.heldOldest = 0;
+  }
+
   /**
    * Puts the batch's rows a round did not reach (batch[from..size), still QUEUED) back at the head of the
    * queue, before the events that came during the round: the oldest are written first.
@@ -764,7 +878,11 @@ export class DeliveryRecorder implements DeliveryEvents {
     const g = s * D_STRIDE;
     const h = r * D_STRIDE;
     for (let k = 0; k < D_STRIDE; k++) snap.digests[h + k] = t.digests[g + k]!;
-    snap.rel[r] = parts & RELATIONS ? this.options.relationsOf(d) : 0;
+    if (parts & RELATIONS) {
+      const rel = this.options.relationsOf(d);
+      snap.rel[r] = rel;
+      bytes[b + B_META] = (bytes[b + B_META]! & ~OBSERVED) | KNOWN | (rel > 0 ? OBSERVED : 0);
+    } else snap.rel[r] = 0;
     bytes[b + B_WRITING] = parts;
     bytes[b + B_UNWRITTEN] = 0;
     bytes[b + B_FLAGS]! &= ~QUEUED;
@@ -810,6 +928,23 @@ export class DeliveryRecorder implements DeliveryEvents {
   }
 
   /**
+   * Whether this replica has a relation to the device's settings. Looked up (a map lookup in the observe layer,
+   * 1–2 µs at 100,000 devices) once and kept in the slot until the next relation event (`mark` clears it), since
+   * the tick's rounds ask it of every held row (design §3.8). A relation count that changes without an event (a
+   * device given a DTLS key, whose plain relations stop counting) is seen at the next event; until then its row
+   * is at most held for an interval rather than written at once, or written after its round's others.
+   */
+  private observed(s: number): boolean {
+    const t = this.table;
+    const m = s * B_STRIDE + B_META;
+    const meta = t.bytes[m]!;
+    if ((meta & KNOWN) !== 0) return (meta & OBSERVED) !== 0;
+    const yes = this.options.relationsOf(t.ids[s]!) > 0;
+    t.bytes[m] = (meta & ~OBSERVED) | KNOWN | (yes ? OBSERVED : 0);
+    return yes;
+  }
+
+  /**
    * A device whose settings just changed and that observes them here is about to be sent them (the fan-out
    * pump) and, moments later, to acknowledge them: its row is held (HOLD) while its desired part is younger
    * than one flush interval, so a fleet-wide change writes one row per device (desired, sent and acknowledged
@@ -830,8 +965,8 @@ export class DeliveryRecorder implements DeliveryEvents {
       since = t.nums[n + N_DESIRED_AT]!;
       // Due: an observed device's row after the round's other rows (the fan-out may still reach it first; it
       // then waits in `later`, not looked up again), an unobserved device's now (nothing will join it).
-      if (now - since >= flushMs) return this.options.relationsOf(t.ids[s]!) > 0 ? LATER : TAKE;
-      if (!early && this.options.relationsOf(t.ids[s]!) === 0) return TAKE;
+      if (now - since >= flushMs) return this.observed(s) ? LATER : TAKE;
+      if (!early && !this.observed(s)) return TAKE;
     } else if (early && (parts & (SENT | ACKED)) === SENT) {
       if ((t.bytes[s * B_STRIDE + B_FLAGS]! & SENT_CON) === 0) return TAKE;
       since = t.nums[n + N_SENT_AT]!;
