@@ -162,6 +162,16 @@ async function main(): Promise<void> {
       ).rows[0]!.b,
     );
 
+  /** Updates and HOT updates of the table so far (this session's statistics flushed first). */
+  const updates = async (): Promise<{ upd: number; hot: number }> => {
+    await c.query('SELECT pg_stat_force_next_flush()');
+    await c.query('SELECT pg_stat_clear_snapshot()');
+    const { rows: u } = await c.query<{ upd: string; hot: string }>(
+      `SELECT n_tup_upd AS upd, n_tup_hot_upd AS hot FROM pg_stat_user_tables
+       WHERE relid = 'device_gateway.device_delivery'::regclass`,
+    );
+    return { upd: Number(u[0]!.upd), hot: Number(u[0]!.hot) };
+  };
   /** One pass over every device with `shape`: µs per row (client-side, the call's round trip) and WAL per row. */
   const build = (shape: Shape, version: number): Row[][] => {
     const chunks: Row[][] = [];
@@ -175,16 +185,21 @@ async function main(): Promise<void> {
     version: number,
     chunks = build(shape, version),
     replica = REPLICA,
-  ): Promise<{ us: number; wal: number }> => {
+  ): Promise<{ us: number; wal: number; hot: number }> => {
+    const before = await updates();
     const lsn = await wal();
     const started = performance.now();
     for (const ch of chunks) await call(fn, ch, replica);
     const ms = performance.now() - started;
-    return { us: (1000 * ms) / N, wal: (await walBytes(lsn)) / N };
+    const w = (await walBytes(lsn)) / N;
+    const after = await updates();
+    // The share of the pass's updates that were HOT (no new index entries), in %.
+    const hot = after.upd > before.upd ? (100 * (after.hot - before.hot)) / (after.upd - before.upd) : 0;
+    return { us: (1000 * ms) / N, wal: w, hot };
   };
 
   // Every device registered (a row with sent-unconfirmed and a relation), as a fan-out finds them.
-  // BENCH_FILLFACTOR: the table's fillfactor before its rows are written (an experiment; 0010 keeps 100).
+  // BENCH_FILLFACTOR: the table's fillfactor before its rows are written (0012 sets 60; 100 is the default's).
   if (process.env.BENCH_FILLFACTOR)
     await c.query(
       `ALTER TABLE device_gateway.device_delivery SET (fillfactor = ${Number(process.env.BENCH_FILLFACTOR)})`,
@@ -200,7 +215,7 @@ async function main(): Promise<void> {
     for (const fn of fnsToRun) {
       const out: string[] = [];
       const fan = await pass(fn, 'fanout', (clock += 1_000_000));
-      out.push(`fanout ${fan.us.toFixed(1)} (${fan.wal.toFixed(0)} B)`);
+      out.push(`fanout ${fan.us.toFixed(1)} (${fan.wal.toFixed(0)} B, HOT ${fan.hot.toFixed(0)} %)`);
       const v = (clock += 1_000_000);
       const acks = build('acked', v);
       for (const [name, shape] of [
@@ -209,16 +224,32 @@ async function main(): Promise<void> {
         ['acked again', 'acked'],
       ] as const) {
         const r = await pass(fn, shape, v, shape === 'acked' ? acks : undefined);
-        out.push(`${name} ${r.us.toFixed(1)} (${r.wal.toFixed(0)} B)`);
+        out.push(`${name} ${r.us.toFixed(1)} (${r.wal.toFixed(0)} B, HOT ${r.hot.toFixed(0)} %)`);
       }
       // Registrations on a replica the rows do not list yet (a replica that restarted: each row gains it in
       // observed_by; 0010 does that in a second statement, 0011 in the upsert), then that replica reaped.
       const other = hex16(clock);
       const reg = await pass(fn, 'registered', (clock += 1_000_000), undefined, other);
-      out.push(`registered ${reg.us.toFixed(1)} (${reg.wal.toFixed(0)} B)`);
+      out.push(`registered ${reg.us.toFixed(1)} (${reg.wal.toFixed(0)} B, HOT ${reg.hot.toFixed(0)} %)`);
+      // The reap of a replica every row names (a replica that died): each row's observed_by shrinks.
+      const reapStarted = performance.now();
+      const reapBefore = await updates();
       await c.query('SELECT device_gateway.delivery_reap($1)', [REPLICA]);
+      const reapAfter = await updates();
+      out.push(
+        `reap ${((1000 * (performance.now() - reapStarted)) / N).toFixed(1)} (HOT ${((100 * (reapAfter.hot - reapBefore.hot)) / Math.max(1, reapAfter.upd - reapBefore.upd)).toFixed(0)} %)`,
+      );
       console.log(`  ${fn.padEnd(6)} ${out.join('   ')}`);
     }
+  const { rows: size } = await c.query<{ t: string; i: string; ff: string | null }>(
+    `SELECT pg_size_pretty(pg_table_size('device_gateway.device_delivery')) AS t,
+            pg_size_pretty(pg_indexes_size('device_gateway.device_delivery')) AS i,
+            (SELECT array_to_string(reloptions, ',') FROM pg_class
+             WHERE oid = 'device_gateway.device_delivery'::regclass) AS ff`,
+  );
+  console.log(
+    `  table ${size[0]!.t}, indexes ${size[0]!.i} (${size[0]!.ff ?? 'fillfactor 100'}; no VACUUM since the first pass)`,
+  );
 
   // The parts of the statement, one fan-out chunk, best of 20.
   console.log('\n-- parts of the statement (one fan-out chunk), µs per row, best of 20');
