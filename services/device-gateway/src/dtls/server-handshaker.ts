@@ -7,8 +7,8 @@
 //
 // The stateless cookie exchange before it is the connector's (no state exists before a valid cookie,
 // RFC 6347 §4.2.1). What the handshake cannot decide alone (credentials, sending, ending) goes through its host.
-import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
-import type { Hash } from 'node:crypto';
+import { createSecretKey, hash, randomBytes, timingSafeEqual } from 'node:crypto';
+import type { KeyObject } from 'node:crypto';
 import { AlertDescription, AlertLevel, ContentType, HandshakeType, VERIFY_DATA_BYTES } from './constants.js';
 import type { AlertName } from './constants.js';
 import { extendedMasterSecret, finishedVerifyData, keyBlock, masterSecret, pskPremaster } from './crypto.js';
@@ -92,8 +92,12 @@ export class ServerHandshake {
   private retransmittedIn = -1;
   /** Server clock (ms) at which a failed authentication with no authentic Finished since is answered. */
   decryptErrorAt = Infinity;
-  /** Up to and including ServerHelloDone: each candidate continues its own copy. */
-  private readonly transcript: Hash = createHash('sha256');
+  /**
+   * The handshake messages up to and including ServerHelloDone, as RFC 6347 §4.2.6 hashes them: each candidate
+   * hashes its own continuation. Kept as bytes (a few hundred) and hashed in one call where a digest is needed,
+   * not as a running hash object per candidate: fewer native objects per handshake for the garbage collector.
+   */
+  private readonly transcript: Buffer;
   private readonly reassembler: Reassembler;
 
   /**
@@ -137,17 +141,19 @@ export class ServerHandshake {
     // HelloVerifyRequest, so it takes the ClientHello's): ServerHello = ClientHello's seq.
     const shSeq = helloFragment.messageSeq;
     this.nextSeq = shSeq + 2;
-    // RFC 6347 §4.2.6: the transcript starts at the ClientHello that carried the cookie; the first ClientHello
-    // and the HelloVerifyRequest are not part of it.
-    this.transcript.update(encodeHandshake(HandshakeType.clientHello, shSeq, helloFragment.body));
     const sh = encodeHandshake(
       HandshakeType.serverHello,
       shSeq,
       serverHelloBody(this.serverRandom, ems, secureRenegotiation),
     );
     const shd = encodeHandshake(HandshakeType.serverHelloDone, shSeq + 1, Buffer.alloc(0));
-    this.transcript.update(sh);
-    this.transcript.update(shd);
+    // RFC 6347 §4.2.6: the transcript starts at the ClientHello that carried the cookie; the first ClientHello
+    // and the HelloVerifyRequest are not part of it.
+    this.transcript = Buffer.concat([
+      encodeHandshake(HandshakeType.clientHello, shSeq, helloFragment.body),
+      sh,
+      shd,
+    ]);
     this.flight = new Flight([sh, shd], options.retransmitInitialMs, now);
   }
 
@@ -390,16 +396,21 @@ export class ServerHandshake {
         : undefined;
     // The fake key has the length of a typical real one, so the PRF work below is the same.
     const psk = credential?.key ?? randomBytes(32);
-    const transcript = this.transcript.copy();
-    transcript.update(encodeHandshake(HandshakeType.clientKeyExchange, seq, body));
+    const transcript = Buffer.concat([
+      this.transcript,
+      encodeHandshake(HandshakeType.clientKeyExchange, seq, body),
+    ]);
     // RFC 7627 §3: session_hash = Hash(handshake messages up to and including ClientKeyExchange). The
     // client's Finished (RFC 5246 §7.4.9) covers the same messages, so the one digest serves both.
-    const transcriptHash = transcript.copy().digest();
+    const transcriptHash = hash('sha256', transcript, 'buffer');
     const premaster = pskPremaster(psk);
-    const master = this.ems
+    const masterBytes = this.ems
       ? extendedMasterSecret(premaster, transcriptHash)
       : masterSecret(premaster, this.clientRandom, this.serverRandom);
     premaster.fill(0);
+    // One key object for the key block and both Finished messages (each PRF call would otherwise make its own).
+    const master = createSecretKey(masterBytes);
+    masterBytes.fill(0);
     const block = keyBlock(master, this.clientRandom, this.serverRandom);
     const connection = new ConnectionState(block);
     block.fill(0);
@@ -435,8 +446,12 @@ export class ServerHandshake {
     // wrong key: the holder of a dead key learns nothing else.
     if (this.host.lookupPsk(credential.identity)?.credentialId !== credential.credentialId)
       return this.host.fail(this, 'decryptError', 'credential_invalid');
-    chosen.transcript.update(encodeHandshake(HandshakeType.finished, seq, body));
-    const serverVerify = finishedVerifyData(chosen.master, 'server', chosen.transcript.digest());
+    const transcriptHash = hash(
+      'sha256',
+      Buffer.concat([chosen.transcript, encodeHandshake(HandshakeType.finished, seq, body)]),
+      'buffer',
+    );
+    const serverVerify = finishedVerifyData(chosen.master, 'server', transcriptHash);
     this.host.establish(this, credential, serverVerify, seq);
   }
 }
@@ -450,10 +465,12 @@ interface KeyExchangeCandidate {
   readonly body: Buffer;
   /** Undefined for an identity we do not know (its keys come from a random PSK and never authenticate). */
   readonly credential: PskCredential | undefined;
-  readonly master: Buffer;
+  /** The master secret (a key object cannot be overwritten: it is dropped with the candidate). */
+  readonly master: KeyObject;
   readonly connection: ConnectionState;
   readonly expectedClientVerify: Buffer;
-  readonly transcript: Hash;
+  /** The handshake messages up to and including this ClientKeyExchange. */
+  readonly transcript: Buffer;
   /** host.datagramNumber of the datagram that carried it. */
   readonly datagram: number;
   /** The session took its connection state: not wiped with the handshake. */
@@ -461,7 +478,6 @@ interface KeyExchangeCandidate {
 }
 
 function wipeCandidate(c: KeyExchangeCandidate): void {
-  c.master.fill(0);
   c.expectedClientVerify.fill(0);
   if (!c.taken) c.connection.wipe();
 }
