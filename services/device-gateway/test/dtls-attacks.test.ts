@@ -8,7 +8,15 @@
 // Assertions compare named objects so that a failure says which defence is missing.
 import { randomBytes } from 'node:crypto';
 import type { PskCredential } from '../src/dtls/index.js';
-import { IDENTITY, KEY, connectNodeClient, sleep, startEchoServer, waitFor } from './support/dtls.js';
+import {
+  IDENTITY,
+  KEY,
+  clientHello,
+  connectNodeClient,
+  sleep,
+  startEchoServer,
+  waitFor,
+} from './support/dtls.js';
 import type { TestServer } from './support/dtls.js';
 import {
   AlertLevel,
@@ -283,6 +291,36 @@ describe('2. the handshake table cannot be held full without a key', () => {
       waitFor(() => server().server.snapshot().handshakes === 0, 2500, 'the drop'),
     );
     expect(dropped).toEqual({ ok: true });
+  });
+});
+
+describe('2b. a keyless peer cannot make a handshake hold more than maxHandshakeMessageBytes a message', () => {
+  // A cold review found that a record alone allowed an 18 KB ClientHello (never reassembled, so not bounded
+  // by maxHandshakeMessageBytes) and 18 KB ClientKeyExchanges after the first, each kept while the handshake
+  // lived: about 264 KB per handshake in progress without a key.
+  it('a longer ClientHello is not answered, and a longer second ClientKeyExchange is not kept', async () => {
+    t = await startEchoServer({ maxHandshakeMessageBytes: 1024 });
+    const c = await client();
+    // 600 cipher suites: a ClientHello body of about 1,240 bytes, well within one record.
+    const suites = [0xc0a8, ...Array.from({ length: 599 }, (_, i) => 0x1000 + i)];
+    await inject(c, clientHello({ suites }));
+    expect({
+      dropped: t.server.stats.recordsDropped.limit,
+      cookiesSent: t.server.stats.cookiesSent,
+    }).toEqual({ dropped: 1, cookiesSent: 0 });
+    // The client's own handshake, with a ClientKeyExchange of 1,100 bytes at its number in between.
+    await c.hello();
+    const cke = c.keyExchange(IDENTITY, KEY);
+    const seq = cke.readUInt16BE(13 + 4); // record header, then the handshake header's message_seq
+    const identity = Buffer.alloc(2 + 1100, 0x61);
+    identity.writeUInt16BE(1100, 0);
+    await inject(
+      c,
+      c.record(ContentType.handshake, encodeHandshake(HandshakeType.clientKeyExchange, seq, identity)),
+    );
+    expect(t.server.stats.recordsDropped.limit).toBe(2);
+    await c.finish();
+    expect((await c.request(Buffer.from('small'))).toString()).toBe('echo:small');
   });
 });
 

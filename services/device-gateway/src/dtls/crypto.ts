@@ -36,10 +36,15 @@ function pSha256(secretBytes: Buffer | KeyObject, seed: Buffer, length: number):
   let a = seed;
   let written = 0;
   while (written < length) {
-    a = createHmac('sha256', secret).update(a).digest();
+    const next = createHmac('sha256', secret).update(a).digest();
+    if (a !== seed) a.fill(0);
+    a = next;
     const block = createHmac('sha256', secret).update(a).update(seed).digest();
     written += block.copy(out, written, 0, Math.min(block.length, length - written));
+    // The blocks are the output (a master secret, a key block): none is left behind in memory.
+    block.fill(0);
   }
+  a.fill(0);
   return out;
 }
 

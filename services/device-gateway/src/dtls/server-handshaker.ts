@@ -9,7 +9,14 @@
 // RFC 6347 §4.2.1). What the handshake cannot decide alone (credentials, sending, ending) goes through its host.
 import { createSecretKey, hash, randomBytes, timingSafeEqual } from 'node:crypto';
 import type { KeyObject } from 'node:crypto';
-import { AlertDescription, AlertLevel, ContentType, HandshakeType, VERIFY_DATA_BYTES } from './constants.js';
+import {
+  AlertDescription,
+  AlertLevel,
+  ContentType,
+  HANDSHAKE_HEADER_BYTES,
+  HandshakeType,
+  VERIFY_DATA_BYTES,
+} from './constants.js';
 import type { AlertName } from './constants.js';
 import { extendedMasterSecret, finishedVerifyData, keyBlock, masterSecret, pskPremaster } from './crypto.js';
 import { Flight } from './flight.js';
@@ -67,7 +74,7 @@ export class ServerHandshake {
   readonly serverRandom: Buffer;
   /** message_seq of the client's ClientHello (its retransmission means our flight was lost). */
   readonly clientHelloSeq: number;
-  /** The cookie-bearing ClientHello body: only the very same is a retransmission. */
+  /** The cookie-bearing ClientHello body (a view into the transcript): only the very same is a retransmission. */
   readonly clientHelloBody: Buffer;
   /** Server clock (ms) at which the handshake is abandoned if not finished. */
   readonly deadline: number;
@@ -94,8 +101,9 @@ export class ServerHandshake {
   decryptErrorAt = Infinity;
   /**
    * The handshake messages up to and including ServerHelloDone, as RFC 6347 §4.2.6 hashes them: each candidate
-   * hashes its own continuation. Kept as bytes (a few hundred) and hashed in one call where a digest is needed,
-   * not as a running hash object per candidate: fewer native objects per handshake for the garbage collector.
+   * hashes it followed by its own ClientKeyExchange. Kept once, as bytes (a few hundred; at most
+   * maxHandshakeMessageBytes of ClientHello), and hashed in one call where a digest is needed, not as a running
+   * hash object per candidate: fewer native objects per handshake for the garbage collector.
    */
   private readonly transcript: Buffer;
   private readonly reassembler: Reassembler;
@@ -122,7 +130,6 @@ export class ServerHandshake {
     this.clientRandom = Buffer.from(hello.random);
     this.serverRandom = randomBytes(32);
     this.clientHelloSeq = helloFragment.messageSeq;
-    this.clientHelloBody = Buffer.from(helloFragment.body);
     this.deadline = now + options.handshakeTimeoutMs;
     this.stepDeadline = now + options.unauthenticatedTimeoutMs;
     // Our epoch 0 record numbers start above the HelloVerifyRequest's (which reused an earlier ClientHello's
@@ -154,6 +161,10 @@ export class ServerHandshake {
       sh,
       shd,
     ]);
+    this.clientHelloBody = this.transcript.subarray(
+      HANDSHAKE_HEADER_BYTES,
+      HANDSHAKE_HEADER_BYTES + helloFragment.body.length,
+    );
     this.flight = new Flight([sh, shd], options.retransmitInitialMs, now);
   }
 
@@ -319,7 +330,9 @@ export class ServerHandshake {
     ) {
       return this.host.drop('unexpected');
     }
-    if (this.candidates.some((c) => c.body.equals(f.body))) {
+    // The reassembler bounds the first ClientKeyExchange so; a later one skips it.
+    if (f.length > this.host.options.maxHandshakeMessageBytes) return this.host.drop('limit');
+    if (this.candidates.some((c) => c.message.subarray(HANDSHAKE_HEADER_BYTES).equals(f.body))) {
       this.retransmittedIn = this.host.datagramNumber;
       return;
     }
@@ -396,13 +409,10 @@ export class ServerHandshake {
         : undefined;
     // The fake key has the length of a typical real one, so the PRF work below is the same.
     const psk = credential?.key ?? randomBytes(32);
-    const transcript = Buffer.concat([
-      this.transcript,
-      encodeHandshake(HandshakeType.clientKeyExchange, seq, body),
-    ]);
+    const message = encodeHandshake(HandshakeType.clientKeyExchange, seq, body);
     // RFC 7627 §3: session_hash = Hash(handshake messages up to and including ClientKeyExchange). The
     // client's Finished (RFC 5246 §7.4.9) covers the same messages, so the one digest serves both.
-    const transcriptHash = hash('sha256', transcript, 'buffer');
+    const transcriptHash = hash('sha256', Buffer.concat([this.transcript, message]), 'buffer');
     const premaster = pskPremaster(psk);
     const masterBytes = this.ems
       ? extendedMasterSecret(premaster, transcriptHash)
@@ -416,12 +426,11 @@ export class ServerHandshake {
     block.fill(0);
     return {
       seq,
-      body: Buffer.from(body),
+      message,
       credential,
       master,
       connection,
       expectedClientVerify: finishedVerifyData(master, 'client', transcriptHash),
-      transcript,
       datagram: this.host.datagramNumber,
       taken: false,
     };
@@ -448,10 +457,10 @@ export class ServerHandshake {
       return this.host.fail(this, 'decryptError', 'credential_invalid');
     const transcriptHash = hash(
       'sha256',
-      Buffer.concat([chosen.transcript, encodeHandshake(HandshakeType.finished, seq, body)]),
+      Buffer.concat([this.transcript, chosen.message, encodeHandshake(HandshakeType.finished, seq, body)]),
       'buffer',
     );
-    const serverVerify = finishedVerifyData(chosen.master, 'server', transcriptHash);
+    const serverVerify = finishedVerifyData(chosen.master!, 'server', transcriptHash);
     this.host.establish(this, credential, serverVerify, seq);
   }
 }
@@ -462,15 +471,14 @@ const MAX_KEY_EXCHANGES = 3;
 /** One ClientKeyExchange and the keys it makes (ServerHandshake.candidates). */
 interface KeyExchangeCandidate {
   readonly seq: number;
-  readonly body: Buffer;
+  /** The ClientKeyExchange as the transcript has it (RFC 6347 §4.2.6 header and body). */
+  readonly message: Buffer;
   /** Undefined for an identity we do not know (its keys come from a random PSK and never authenticate). */
   readonly credential: PskCredential | undefined;
-  /** The master secret (a key object cannot be overwritten: it is dropped with the candidate). */
-  readonly master: KeyObject;
+  /** The master secret; a key object cannot be overwritten, so wipeCandidate drops it. */
+  master: KeyObject | undefined;
   readonly connection: ConnectionState;
   readonly expectedClientVerify: Buffer;
-  /** The handshake messages up to and including this ClientKeyExchange. */
-  readonly transcript: Buffer;
   /** host.datagramNumber of the datagram that carried it. */
   readonly datagram: number;
   /** The session took its connection state: not wiped with the handshake. */
@@ -478,6 +486,7 @@ interface KeyExchangeCandidate {
 }
 
 function wipeCandidate(c: KeyExchangeCandidate): void {
+  c.master = undefined;
   c.expectedClientVerify.fill(0);
   if (!c.taken) c.connection.wipe();
 }
