@@ -324,6 +324,86 @@ describe('2b. a keyless peer cannot make a handshake hold more than maxHandshake
   });
 });
 
+/** Every Buffer reachable from `root` through own properties, arrays and maps (not `skip` keys), by path. */
+function buffersIn(root: unknown, skip: ReadonlySet<string>): [string, Buffer][] {
+  const found: [string, Buffer][] = [];
+  const seen = new Set<unknown>();
+  const visit = (v: unknown, path: string): void => {
+    if (v === null || typeof v !== 'object' || seen.has(v)) return;
+    seen.add(v);
+    if (Buffer.isBuffer(v)) return void found.push([path, v]);
+    if (v instanceof Map) return v.forEach((value, k) => visit(value, `${path}.get(${String(k)})`));
+    for (const [k, value] of Object.entries(v)) if (!skip.has(k)) visit(value, `${path}.${k}`);
+  };
+  visit(root, 'handshake');
+  return found;
+}
+
+/** The key of a ClientKeyExchange at `seq` naming `identity` (RFC 4279 §2), as an epoch 0 record of `c`. */
+function keyExchangeRecord(c: PskClient, seq: number, identity: string): Buffer {
+  const id = Buffer.from(identity, 'utf8');
+  const body = Buffer.alloc(2 + id.length);
+  body.writeUInt16BE(id.length, 0);
+  id.copy(body, 2);
+  return c.record(ContentType.handshake, encodeHandshake(HandshakeType.clientKeyExchange, seq, body));
+}
+
+describe('2c. a handshake in progress keeps no slice of node’s shared Buffer pool', () => {
+  // A cold review found a handshake's transcript, randoms, flight and expected Finished were slices of node's
+  // Buffer pool, whose blocks are 64 KiB on Node 24: a handshake kept up to four blocks alive, 2,000 of them
+  // (the default table) up to 512 MiB, with enough other traffic between their steps.
+  it('every Buffer a parked handshake holds is its own, at most a few KB', async () => {
+    t = await startEchoServer();
+    t.credentials.set(IDENTITY2, CREDENTIAL2);
+    const c = await client();
+    await parkBeforeFinished(c);
+    // A second key exchange at the same number (another candidate with its own keys).
+    await inject(c, keyExchangeRecord(c, c.finishedMessageSeq! - 1, IDENTITY2));
+    const handshakes = (t.server as unknown as { store: { handshakes: Map<string, object> } }).store
+      .handshakes;
+    expect(handshakes.size).toBe(1);
+    // Not followed: the connector (host) and the credentials, which are the registry's objects.
+    const held = buffersIn([...handshakes.values()][0], new Set(['host', 'credential']));
+    expect(held.length).toBeGreaterThanOrEqual(4);
+    const large = held.filter(([, b]) => b.buffer.byteLength > 4096);
+    expect(large.map(([path, b]) => `${path}: ${b.buffer.byteLength} B`)).toEqual([]);
+    await c.finish();
+    expect((await c.request(Buffer.from('own'))).toString()).toBe('echo:own');
+  });
+
+  it('a lookupPsk that re-enters the server while a Finished is checked cannot make it throw', async () => {
+    const credentials = new Map<string, PskCredential>([
+      [IDENTITY, { credentialId: 'cred-1', identity: IDENTITY, key: KEY, deviceId: 'device-1' }],
+      [IDENTITY2, CREDENTIAL2],
+    ]);
+    let reenter = false;
+    t = await startEchoServer({
+      lookupPsk: (identity) => {
+        const credential = credentials.get(identity);
+        if (reenter && identity === IDENTITY && credential !== undefined) {
+          // Revalidation while IDENTITY is briefly gone drops the client's key exchange, and the other one
+          // (IDENTITY2's) keeps the handshake; then the lookup answers as if nothing happened.
+          reenter = false;
+          credentials.delete(IDENTITY);
+          server().server.revalidate();
+          credentials.set(IDENTITY, credential);
+        }
+        return credential;
+      },
+    });
+    const c = await client();
+    await parkBeforeFinished(c);
+    await inject(c, keyExchangeRecord(c, c.finishedMessageSeq! - 1, IDENTITY2));
+    reenter = true;
+    await inject(c, c.finishedDatagram());
+    expect({
+      reentered: !reenter,
+      internalErrors: t.server.stats.internalErrors,
+      started: t.started.length,
+    }).toEqual({ reentered: true, internalErrors: 0, started: 0 });
+  });
+});
+
 describe('3. one key cannot hold unlimited sessions, and a full group makes room', () => {
   it('past maxSessionsPerCredential the key’s least recently active session ends with close_notify', async () => {
     t = await startEchoServer({ maxSessionsPerCredential: 2 });

@@ -371,7 +371,6 @@ export class DtlsServer implements HandshakeHost, Evictor {
       key,
       address,
       port,
-      hello,
       f,
       rec.seq,
       neg.extendedMasterSecret,

@@ -15,6 +15,7 @@ import {
   ContentType,
   HANDSHAKE_HEADER_BYTES,
   HandshakeType,
+  RANDOM_BYTES,
   VERIFY_DATA_BYTES,
 } from './constants.js';
 import type { AlertName } from './constants.js';
@@ -26,8 +27,9 @@ import {
   parseHandshakeFragments,
   parsePskClientKeyExchange,
   serverHelloBody,
+  writeHandshake,
 } from './handshake.js';
-import type { ClientHello, HandshakeFragment, ReassemblyResult } from './handshake.js';
+import type { HandshakeFragment, ReassemblyResult } from './handshake.js';
 import type { DtlsServerOptions, PskCredential } from './options.js';
 import type { DtlsRecord } from './record.js';
 import { ConnectionState } from './record-layer.js';
@@ -118,7 +120,7 @@ export class ServerHandshake {
     readonly key: string,
     readonly address: string,
     readonly port: number,
-    hello: ClientHello,
+    /** The cookie-verified ClientHello (parsed and negotiated by the connector). */
     helloFragment: HandshakeFragment,
     /** Record sequence number of the ClientHello. */
     helloRecordSeq: number,
@@ -127,8 +129,6 @@ export class ServerHandshake {
     now: number,
   ) {
     const options = host.options;
-    this.clientRandom = Buffer.from(hello.random);
-    this.serverRandom = randomBytes(32);
     this.clientHelloSeq = helloFragment.messageSeq;
     this.deadline = now + options.handshakeTimeoutMs;
     this.stepDeadline = now + options.unauthenticatedTimeoutMs;
@@ -148,24 +148,31 @@ export class ServerHandshake {
     // HelloVerifyRequest, so it takes the ClientHello's): ServerHello = ClientHello's seq.
     const shSeq = helloFragment.messageSeq;
     this.nextSeq = shSeq + 2;
-    const sh = encodeHandshake(
-      HandshakeType.serverHello,
-      shSeq,
-      serverHelloBody(this.serverRandom, ems, secureRenegotiation),
-    );
-    const shd = encodeHandshake(HandshakeType.serverHelloDone, shSeq + 1, Buffer.alloc(0));
+    const shBody = serverHelloBody(randomBytes(32), ems, secureRenegotiation);
     // RFC 6347 §4.2.6: the transcript starts at the ClientHello that carried the cookie; the first ClientHello
-    // and the HelloVerifyRequest are not part of it.
-    this.transcript = Buffer.concat([
-      encodeHandshake(HandshakeType.clientHello, shSeq, helloFragment.body),
-      sh,
-      shd,
-    ]);
-    this.clientHelloBody = this.transcript.subarray(
-      HANDSHAKE_HEADER_BYTES,
-      HANDSHAKE_HEADER_BYTES + helloFragment.body.length,
+    // and the HelloVerifyRequest are not part of it. It is a buffer of the handshake's own (allocUnsafeSlow):
+    // a slice of node's shared Buffer pool (64 KiB blocks on Node 24) would keep its whole block alive while
+    // the handshake lives, a cold review found up to four blocks a handshake. The ClientHello body, both
+    // randoms and our flight 4 are views into it.
+    const transcript = Buffer.allocUnsafeSlow(
+      3 * HANDSHAKE_HEADER_BYTES + helloFragment.body.length + shBody.length,
     );
-    this.flight = new Flight([sh, shd], options.retransmitInitialMs, now);
+    const shAt = writeHandshake(transcript, 0, HandshakeType.clientHello, shSeq, helloFragment.body);
+    const shdAt = writeHandshake(transcript, shAt, HandshakeType.serverHello, shSeq, shBody);
+    writeHandshake(transcript, shdAt, HandshakeType.serverHelloDone, shSeq + 1, NO_BODY);
+    this.transcript = transcript;
+    this.clientHelloBody = transcript.subarray(HANDSHAKE_HEADER_BYTES, shAt);
+    // ClientHello and ServerHello bodies both start with version(2) random(32) (RFC 5246 §7.4.1.2-3).
+    this.clientRandom = this.clientHelloBody.subarray(2, 2 + RANDOM_BYTES);
+    this.serverRandom = transcript.subarray(
+      shAt + HANDSHAKE_HEADER_BYTES + 2,
+      shAt + HANDSHAKE_HEADER_BYTES + 2 + RANDOM_BYTES,
+    );
+    this.flight = new Flight(
+      [transcript.subarray(shAt, shdAt), transcript.subarray(shdAt)],
+      options.retransmitInitialMs,
+      now,
+    );
   }
 
   get reassemblyBytes(): number {
@@ -307,7 +314,8 @@ export class ServerHandshake {
     ) {
       return this.host.drop('epoch');
     }
-    // Buffer.alloc, not Buffer.from: a small Buffer.from comes out of node's shared 8 KB pool and pins it.
+    // Buffer.alloc, not Buffer.from: a small Buffer.from comes out of node's shared pool (64 KiB blocks on
+    // Node 24) and pins its block.
     const fragment = Buffer.alloc(rec.fragment.length);
     rec.fragment.copy(fragment);
     this.early.push({ ...rec, fragment });
@@ -409,7 +417,11 @@ export class ServerHandshake {
         : undefined;
     // The fake key has the length of a typical real one, so the PRF work below is the same.
     const psk = credential?.key ?? randomBytes(32);
-    const message = encodeHandshake(HandshakeType.clientKeyExchange, seq, body);
+    // The message and the client Finished it implies, in a buffer of their own (not the shared pool's, see
+    // the constructor).
+    const own = Buffer.allocUnsafeSlow(HANDSHAKE_HEADER_BYTES + body.length + VERIFY_DATA_BYTES);
+    const verifyAt = writeHandshake(own, 0, HandshakeType.clientKeyExchange, seq, body);
+    const message = own.subarray(0, verifyAt);
     // RFC 7627 §3: session_hash = Hash(handshake messages up to and including ClientKeyExchange). The
     // client's Finished (RFC 5246 §7.4.9) covers the same messages, so the one digest serves both.
     const transcriptHash = hash('sha256', Buffer.concat([this.transcript, message]), 'buffer');
@@ -424,13 +436,16 @@ export class ServerHandshake {
     const block = keyBlock(master, this.clientRandom, this.serverRandom);
     const connection = new ConnectionState(block);
     block.fill(0);
+    const expected = finishedVerifyData(master, 'client', transcriptHash);
+    expected.copy(own, verifyAt);
+    expected.fill(0);
     return {
       seq,
       message,
       credential,
       master,
       connection,
-      expectedClientVerify: finishedVerifyData(master, 'client', transcriptHash),
+      expectedClientVerify: own.subarray(verifyAt),
       datagram: this.host.datagramNumber,
       taken: false,
     };
@@ -455,15 +470,21 @@ export class ServerHandshake {
     // wrong key: the holder of a dead key learns nothing else.
     if (this.host.lookupPsk(credential.identity)?.credentialId !== credential.credentialId)
       return this.host.fail(this, 'decryptError', 'credential_invalid');
+    // lookupPsk is the host's callback: one that re-entered the server (revalidate) may have ended this
+    // handshake or dropped this key exchange meanwhile (found by a cold review; the gateway's own is a pure
+    // lookup). Then there is nothing to complete.
+    if (!this.host.isCurrent(this) || this.chosen !== chosen || chosen.master === undefined) return;
     const transcriptHash = hash(
       'sha256',
       Buffer.concat([this.transcript, chosen.message, encodeHandshake(HandshakeType.finished, seq, body)]),
       'buffer',
     );
-    const serverVerify = finishedVerifyData(chosen.master!, 'server', transcriptHash);
+    const serverVerify = finishedVerifyData(chosen.master, 'server', transcriptHash);
     this.host.establish(this, credential, serverVerify, seq);
   }
 }
+
+const NO_BODY = Buffer.alloc(0);
 
 /** How many distinct ClientKeyExchanges one handshake considers (each costs a key schedule, about 40 µs). */
 const MAX_KEY_EXCHANGES = 3;
