@@ -8,7 +8,15 @@
 // Assertions compare named objects so that a failure says which defence is missing.
 import { randomBytes } from 'node:crypto';
 import type { PskCredential } from '../src/dtls/index.js';
-import { IDENTITY, KEY, connectNodeClient, sleep, startEchoServer, waitFor } from './support/dtls.js';
+import {
+  IDENTITY,
+  KEY,
+  clientHello,
+  connectNodeClient,
+  sleep,
+  startEchoServer,
+  waitFor,
+} from './support/dtls.js';
 import type { TestServer } from './support/dtls.js';
 import {
   AlertLevel,
@@ -283,6 +291,116 @@ describe('2. the handshake table cannot be held full without a key', () => {
       waitFor(() => server().server.snapshot().handshakes === 0, 2500, 'the drop'),
     );
     expect(dropped).toEqual({ ok: true });
+  });
+});
+
+describe('2b. a keyless peer cannot make a handshake hold more than maxHandshakeMessageBytes a message', () => {
+  // A cold review found that a record alone allowed an 18 KB ClientHello (never reassembled, so not bounded
+  // by maxHandshakeMessageBytes) and 18 KB ClientKeyExchanges after the first, each kept while the handshake
+  // lived: about 264 KB per handshake in progress without a key.
+  it('a longer ClientHello is not answered, and a longer second ClientKeyExchange is not kept', async () => {
+    t = await startEchoServer({ maxHandshakeMessageBytes: 1024 });
+    const c = await client();
+    // 600 cipher suites: a ClientHello body of about 1,240 bytes, well within one record.
+    const suites = [0xc0a8, ...Array.from({ length: 599 }, (_, i) => 0x1000 + i)];
+    await inject(c, clientHello({ suites }));
+    expect({
+      dropped: t.server.stats.recordsDropped.limit,
+      cookiesSent: t.server.stats.cookiesSent,
+    }).toEqual({ dropped: 1, cookiesSent: 0 });
+    // The client's own handshake, with a ClientKeyExchange of 1,100 bytes at its number in between.
+    await c.hello();
+    const cke = c.keyExchange(IDENTITY, KEY);
+    const seq = cke.readUInt16BE(13 + 4); // record header, then the handshake header's message_seq
+    const identity = Buffer.alloc(2 + 1100, 0x61);
+    identity.writeUInt16BE(1100, 0);
+    await inject(
+      c,
+      c.record(ContentType.handshake, encodeHandshake(HandshakeType.clientKeyExchange, seq, identity)),
+    );
+    expect(t.server.stats.recordsDropped.limit).toBe(2);
+    await c.finish();
+    expect((await c.request(Buffer.from('small'))).toString()).toBe('echo:small');
+  });
+});
+
+/** Every Buffer reachable from `root` through own properties, arrays and maps (not `skip` keys), by path. */
+function buffersIn(root: unknown, skip: ReadonlySet<string>): [string, Buffer][] {
+  const found: [string, Buffer][] = [];
+  const seen = new Set<unknown>();
+  const visit = (v: unknown, path: string): void => {
+    if (v === null || typeof v !== 'object' || seen.has(v)) return;
+    seen.add(v);
+    if (Buffer.isBuffer(v)) return void found.push([path, v]);
+    if (v instanceof Map) return v.forEach((value, k) => visit(value, `${path}.get(${String(k)})`));
+    for (const [k, value] of Object.entries(v)) if (!skip.has(k)) visit(value, `${path}.${k}`);
+  };
+  visit(root, 'handshake');
+  return found;
+}
+
+/** The key of a ClientKeyExchange at `seq` naming `identity` (RFC 4279 §2), as an epoch 0 record of `c`. */
+function keyExchangeRecord(c: PskClient, seq: number, identity: string): Buffer {
+  const id = Buffer.from(identity, 'utf8');
+  const body = Buffer.alloc(2 + id.length);
+  body.writeUInt16BE(id.length, 0);
+  id.copy(body, 2);
+  return c.record(ContentType.handshake, encodeHandshake(HandshakeType.clientKeyExchange, seq, body));
+}
+
+describe('2c. a handshake in progress keeps no slice of node’s shared Buffer pool', () => {
+  // A cold review found a handshake's transcript, randoms, flight and expected Finished were slices of node's
+  // Buffer pool, whose blocks are 64 KiB on Node 24: a handshake kept up to four blocks alive, 2,000 of them
+  // (the default table) up to 512 MiB, with enough other traffic between their steps.
+  it('every Buffer a parked handshake holds is its own, at most a few KB', async () => {
+    t = await startEchoServer();
+    t.credentials.set(IDENTITY2, CREDENTIAL2);
+    const c = await client();
+    await parkBeforeFinished(c);
+    // A second key exchange at the same number (another candidate with its own keys).
+    await inject(c, keyExchangeRecord(c, c.finishedMessageSeq! - 1, IDENTITY2));
+    const handshakes = (t.server as unknown as { store: { handshakes: Map<string, object> } }).store
+      .handshakes;
+    expect(handshakes.size).toBe(1);
+    // Not followed: the connector (host) and the credentials, which are the registry's objects.
+    const held = buffersIn([...handshakes.values()][0], new Set(['host', 'credential']));
+    expect(held.length).toBeGreaterThanOrEqual(4);
+    const large = held.filter(([, b]) => b.buffer.byteLength > 4096);
+    expect(large.map(([path, b]) => `${path}: ${b.buffer.byteLength} B`)).toEqual([]);
+    await c.finish();
+    expect((await c.request(Buffer.from('own'))).toString()).toBe('echo:own');
+  });
+
+  it('a lookupPsk that re-enters the server while a Finished is checked cannot make it throw', async () => {
+    const credentials = new Map<string, PskCredential>([
+      [IDENTITY, { credentialId: 'cred-1', identity: IDENTITY, key: KEY, deviceId: 'device-1' }],
+      [IDENTITY2, CREDENTIAL2],
+    ]);
+    let reenter = false;
+    t = await startEchoServer({
+      lookupPsk: (identity) => {
+        const credential = credentials.get(identity);
+        if (reenter && identity === IDENTITY && credential !== undefined) {
+          // Revalidation while IDENTITY is briefly gone drops the client's key exchange, and the other one
+          // (IDENTITY2's) keeps the handshake; then the lookup answers as if nothing happened.
+          reenter = false;
+          credentials.delete(IDENTITY);
+          server().server.revalidate();
+          credentials.set(IDENTITY, credential);
+        }
+        return credential;
+      },
+    });
+    const c = await client();
+    await parkBeforeFinished(c);
+    await inject(c, keyExchangeRecord(c, c.finishedMessageSeq! - 1, IDENTITY2));
+    reenter = true;
+    await inject(c, c.finishedDatagram());
+    expect({
+      reentered: !reenter,
+      internalErrors: t.server.stats.internalErrors,
+      started: t.started.length,
+    }).toEqual({ reentered: true, internalErrors: 0, started: 0 });
   });
 });
 

@@ -1,7 +1,7 @@
 // Known-answer and unit tests of the DTLS building blocks: the TLS 1.2 PRF, node's AES-CCM as we use it,
 // our record sealing checked against records written by OpenSSL, the replay window, the cookie and the
 // reassembly bounds.
-import { createCipheriv, createDecipheriv, createHash } from 'node:crypto';
+import { createCipheriv, createDecipheriv, createHash, createSecretKey } from 'node:crypto';
 import { ContentType, DTLS_1_2, HandshakeType } from '../src/dtls/constants.js';
 import {
   KeyBlock,
@@ -46,6 +46,14 @@ describe('TLS 1.2 PRF (RFC 5246 §5, P_SHA256)', () => {
       'e3f229ba727be17b8d122620557cd453c2aab21d07c3d495329b52d4e61edb5a6b301791e90d35c9c9a46b4e14baf9af' +
         '0fa022f7077def17abfd3797c0564bab4fbc91666e9def9b97fce34f796789baa48082d122ee42c5a72e5a5110fff7' +
         '0187347b66',
+    );
+  });
+
+  it('gives the same bytes for a secret passed as a key object (the handshake passes the master secret so)', () => {
+    const secret = hex('9bbe436ba940f017b17652849a71db35');
+    const seed = hex('a0ba9f936cda311827a6f796ffd5198c');
+    expect(prf(createSecretKey(secret), 'test label', seed, 100).toString('hex')).toBe(
+      prf(secret, 'test label', seed, 100).toString('hex'),
     );
   });
 
@@ -153,6 +161,10 @@ describe('record protection against records written by OpenSSL', () => {
     expect(finPlain).toBeDefined();
     const verify = finishedVerifyData(capture.masterFromOpenSslKeyLog, 'client', sessionHash);
     expect(finPlain.toString('hex')).toBe(encodeHandshake(HandshakeType.finished, 3, verify).toString('hex'));
+    // The master secret as one key object (server-handshaker.ts) gives the same key block and Finished.
+    const masterKey = createSecretKey(capture.masterFromOpenSslKeyLog);
+    expect(keyBlock(masterKey, capture.clientRandom, serverRandom).equals(keys)).toBe(true);
+    expect(finishedVerifyData(masterKey, 'client', sessionHash).equals(verify)).toBe(true);
 
     const data = parseRecords(hex(capture.clientData)).records[0]!;
     const plain = openCcm8(ck, civ, data.epoch, data.seq, data.type, data.version, data.fragment)!;

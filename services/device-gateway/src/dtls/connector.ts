@@ -308,6 +308,9 @@ export class DtlsServer implements HandshakeHost, Evictor {
     // The stateless exchange cannot reassemble; a fragmented ClientHello is dropped. A PSK ClientHello is
     // a few hundred bytes and fits any path MTU.
     if (f.fragmentOffset !== 0 || f.body.length !== f.length) return this.drop('fragmented_client_hello');
+    // No larger than any handshake message we reassemble: a handshake keeps its ClientHello (transcript,
+    // retransmission check) for as long as it lives, and a record alone would allow about 18 KB.
+    if (f.length > this.options.maxHandshakeMessageBytes) return this.drop('limit');
     const hello = parseClientHello(f.body);
     if (hello === undefined) return this.drop('malformed');
     // RFC 6347 §4.2.1: the answer to an unverified ClientHello must not amplify. A datagram may carry
@@ -368,7 +371,6 @@ export class DtlsServer implements HandshakeHost, Evictor {
       key,
       address,
       port,
-      hello,
       f,
       rec.seq,
       neg.extendedMasterSecret,

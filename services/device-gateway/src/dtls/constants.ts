@@ -58,6 +58,8 @@ export const EXT_RENEGOTIATION_INFO = 0xff01;
 export const RECORD_HEADER_BYTES = 13;
 /** RFC 6347 §4.2.2: msg_type(1) length(3) message_seq(2) fragment_offset(3) fragment_length(3). */
 export const HANDSHAKE_HEADER_BYTES = 12;
+/** ClientHello.random and ServerHello.random (RFC 5246 §7.4.1.2). */
+export const RANDOM_BYTES = 32;
 /** RFC 5246 §6.2.1: a plaintext fragment is at most 2^14 bytes. */
 export const MAX_PLAINTEXT_BYTES = 16384;
 /** RFC 5246 §6.2.3: a protected fragment may be at most 2^14 + 2048 bytes. */

@@ -3,8 +3,9 @@
 //
 // Secrets reach node:crypto as KeyObjects: given a Buffer key, createHmac and createCipheriv first ask
 // isKeyObject()/isCryptoKey(), and on Node 24 each of those throws and catches an exception internally
-// (12-16 µs per call against 1-2.5 µs). The PRF makes one KeyObject per call; record keys are made once per
-// connection (record-layer.ts). Buffers are still accepted, for tests and one-off use.
+// (12-16 µs per call against 1-2.5 µs). The PRF makes one KeyObject per call when given a Buffer; the handshake
+// gives it the master secret as one KeyObject for its three uses (server-handshaker.ts); record keys are made
+// once per connection (record-layer.ts). Buffers are still accepted, for tests and one-off use.
 import {
   createCipheriv,
   createDecipheriv,
@@ -29,21 +30,26 @@ import {
  *   P_hash(secret, seed) = HMAC_hash(secret, A(1) + seed) + HMAC_hash(secret, A(2) + seed) + ...
  *   A(0) = seed, A(i) = HMAC_hash(secret, A(i-1)).
  */
-function pSha256(secretBytes: Buffer, seed: Buffer, length: number): Buffer {
-  const secret = createSecretKey(secretBytes);
+function pSha256(secretBytes: Buffer | KeyObject, seed: Buffer, length: number): Buffer {
+  const secret = Buffer.isBuffer(secretBytes) ? createSecretKey(secretBytes) : secretBytes;
   const out = Buffer.allocUnsafe(length);
   let a = seed;
   let written = 0;
   while (written < length) {
-    a = createHmac('sha256', secret).update(a).digest();
+    const next = createHmac('sha256', secret).update(a).digest();
+    if (a !== seed) a.fill(0);
+    a = next;
     const block = createHmac('sha256', secret).update(a).update(seed).digest();
     written += block.copy(out, written, 0, Math.min(block.length, length - written));
+    // The blocks are the output (a master secret, a key block): none is left behind in memory.
+    block.fill(0);
   }
+  a.fill(0);
   return out;
 }
 
 /** The TLS 1.2 PRF (RFC 5246 §5): PRF(secret, label, seed) = P_SHA256(secret, label + seed). */
-export function prf(secret: Buffer, label: string, seed: Buffer, length: number): Buffer {
+export function prf(secret: Buffer | KeyObject, label: string, seed: Buffer, length: number): Buffer {
   return pSha256(secret, Buffer.concat([Buffer.from(label, 'ascii'), seed]), length);
 }
 
@@ -84,13 +90,13 @@ export const KeyBlock = {
  * partitioned client_write_MAC_key (0 bytes for AEAD), server_write_MAC_key (0), client_write_key (16),
  * server_write_key (16), client_write_IV (4), server_write_IV (4).
  */
-export function keyBlock(master: Buffer, clientRandom: Buffer, serverRandom: Buffer): Buffer {
+export function keyBlock(master: Buffer | KeyObject, clientRandom: Buffer, serverRandom: Buffer): Buffer {
   return prf(master, 'key expansion', Buffer.concat([serverRandom, clientRandom]), KeyBlock.length);
 }
 
 /** RFC 5246 §7.4.9: verify_data = PRF(master_secret, finished_label, Hash(handshake_messages))[0..11]. */
 export function finishedVerifyData(
-  master: Buffer,
+  master: Buffer | KeyObject,
   sender: 'client' | 'server',
   transcriptHash: Buffer,
 ): Buffer {

@@ -57,13 +57,25 @@ export function parseHandshakeFragments(fragment: Buffer): HandshakeFragment[] |
  */
 export function encodeHandshake(msgType: number, messageSeq: number, body: Buffer): Buffer {
   const out = Buffer.allocUnsafe(HANDSHAKE_HEADER_BYTES + body.length);
-  out[0] = msgType;
-  out.writeUIntBE(body.length, 1, 3);
-  out.writeUInt16BE(messageSeq, 4);
-  out.writeUIntBE(0, 6, 3);
-  out.writeUIntBE(body.length, 9, 3);
-  body.copy(out, HANDSHAKE_HEADER_BYTES);
+  writeHandshake(out, 0, msgType, messageSeq, body);
   return out;
+}
+
+/** Writes what encodeHandshake returns into `out` at `at`; returns the offset after it. */
+export function writeHandshake(
+  out: Buffer,
+  at: number,
+  msgType: number,
+  messageSeq: number,
+  body: Buffer,
+): number {
+  out[at] = msgType;
+  out.writeUIntBE(body.length, at + 1, 3);
+  out.writeUInt16BE(messageSeq, at + 4);
+  out.writeUIntBE(0, at + 6, 3);
+  out.writeUIntBE(body.length, at + 9, 3);
+  body.copy(out, at + HANDSHAKE_HEADER_BYTES);
+  return at + HANDSHAKE_HEADER_BYTES + body.length;
 }
 
 export interface ClientHello {

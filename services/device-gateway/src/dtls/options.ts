@@ -68,7 +68,7 @@ export interface DtlsServerOptions {
    * handshakeTimeoutMs ends the handshake first with the defaults).
    */
   retransmitMaxMs: number;
-  /** Largest handshake message body reassembled, bytes. */
+  /** Largest handshake message body accepted, bytes: reassembled, or a whole ClientHello or ClientKeyExchange. */
   maxHandshakeMessageBytes: number;
   /** Most fragments accepted for one handshake message. */
   maxFragmentsPerMessage: number;

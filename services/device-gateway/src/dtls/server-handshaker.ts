@@ -7,9 +7,17 @@
 //
 // The stateless cookie exchange before it is the connector's (no state exists before a valid cookie,
 // RFC 6347 §4.2.1). What the handshake cannot decide alone (credentials, sending, ending) goes through its host.
-import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
-import type { Hash } from 'node:crypto';
-import { AlertDescription, AlertLevel, ContentType, HandshakeType, VERIFY_DATA_BYTES } from './constants.js';
+import { createSecretKey, hash, randomBytes, timingSafeEqual } from 'node:crypto';
+import type { KeyObject } from 'node:crypto';
+import {
+  AlertDescription,
+  AlertLevel,
+  ContentType,
+  HANDSHAKE_HEADER_BYTES,
+  HandshakeType,
+  RANDOM_BYTES,
+  VERIFY_DATA_BYTES,
+} from './constants.js';
 import type { AlertName } from './constants.js';
 import { extendedMasterSecret, finishedVerifyData, keyBlock, masterSecret, pskPremaster } from './crypto.js';
 import { Flight } from './flight.js';
@@ -19,8 +27,9 @@ import {
   parseHandshakeFragments,
   parsePskClientKeyExchange,
   serverHelloBody,
+  writeHandshake,
 } from './handshake.js';
-import type { ClientHello, HandshakeFragment, ReassemblyResult } from './handshake.js';
+import type { HandshakeFragment, ReassemblyResult } from './handshake.js';
 import type { DtlsServerOptions, PskCredential } from './options.js';
 import type { DtlsRecord } from './record.js';
 import { ConnectionState } from './record-layer.js';
@@ -67,7 +76,7 @@ export class ServerHandshake {
   readonly serverRandom: Buffer;
   /** message_seq of the client's ClientHello (its retransmission means our flight was lost). */
   readonly clientHelloSeq: number;
-  /** The cookie-bearing ClientHello body: only the very same is a retransmission. */
+  /** The cookie-bearing ClientHello body (a view into the transcript): only the very same is a retransmission. */
   readonly clientHelloBody: Buffer;
   /** Server clock (ms) at which the handshake is abandoned if not finished. */
   readonly deadline: number;
@@ -92,8 +101,13 @@ export class ServerHandshake {
   private retransmittedIn = -1;
   /** Server clock (ms) at which a failed authentication with no authentic Finished since is answered. */
   decryptErrorAt = Infinity;
-  /** Up to and including ServerHelloDone: each candidate continues its own copy. */
-  private readonly transcript: Hash = createHash('sha256');
+  /**
+   * The handshake messages up to and including ServerHelloDone, as RFC 6347 §4.2.6 hashes them: each candidate
+   * hashes it followed by its own ClientKeyExchange. Kept once, as bytes (a few hundred; at most
+   * maxHandshakeMessageBytes of ClientHello), and hashed in one call where a digest is needed, not as a running
+   * hash object per candidate: fewer native objects per handshake for the garbage collector.
+   */
+  private readonly transcript: Buffer;
   private readonly reassembler: Reassembler;
 
   /**
@@ -106,7 +120,7 @@ export class ServerHandshake {
     readonly key: string,
     readonly address: string,
     readonly port: number,
-    hello: ClientHello,
+    /** The cookie-verified ClientHello (parsed and negotiated by the connector). */
     helloFragment: HandshakeFragment,
     /** Record sequence number of the ClientHello. */
     helloRecordSeq: number,
@@ -115,10 +129,7 @@ export class ServerHandshake {
     now: number,
   ) {
     const options = host.options;
-    this.clientRandom = Buffer.from(hello.random);
-    this.serverRandom = randomBytes(32);
     this.clientHelloSeq = helloFragment.messageSeq;
-    this.clientHelloBody = Buffer.from(helloFragment.body);
     this.deadline = now + options.handshakeTimeoutMs;
     this.stepDeadline = now + options.unauthenticatedTimeoutMs;
     // Our epoch 0 record numbers start above the HelloVerifyRequest's (which reused an earlier ClientHello's
@@ -137,18 +148,31 @@ export class ServerHandshake {
     // HelloVerifyRequest, so it takes the ClientHello's): ServerHello = ClientHello's seq.
     const shSeq = helloFragment.messageSeq;
     this.nextSeq = shSeq + 2;
+    const shBody = serverHelloBody(randomBytes(32), ems, secureRenegotiation);
     // RFC 6347 §4.2.6: the transcript starts at the ClientHello that carried the cookie; the first ClientHello
-    // and the HelloVerifyRequest are not part of it.
-    this.transcript.update(encodeHandshake(HandshakeType.clientHello, shSeq, helloFragment.body));
-    const sh = encodeHandshake(
-      HandshakeType.serverHello,
-      shSeq,
-      serverHelloBody(this.serverRandom, ems, secureRenegotiation),
+    // and the HelloVerifyRequest are not part of it. It is a buffer of the handshake's own (allocUnsafeSlow):
+    // a slice of node's shared Buffer pool (64 KiB blocks on Node 24) would keep its whole block alive while
+    // the handshake lives, a cold review found up to four blocks a handshake. The ClientHello body, both
+    // randoms and our flight 4 are views into it.
+    const transcript = Buffer.allocUnsafeSlow(
+      3 * HANDSHAKE_HEADER_BYTES + helloFragment.body.length + shBody.length,
     );
-    const shd = encodeHandshake(HandshakeType.serverHelloDone, shSeq + 1, Buffer.alloc(0));
-    this.transcript.update(sh);
-    this.transcript.update(shd);
-    this.flight = new Flight([sh, shd], options.retransmitInitialMs, now);
+    const shAt = writeHandshake(transcript, 0, HandshakeType.clientHello, shSeq, helloFragment.body);
+    const shdAt = writeHandshake(transcript, shAt, HandshakeType.serverHello, shSeq, shBody);
+    writeHandshake(transcript, shdAt, HandshakeType.serverHelloDone, shSeq + 1, NO_BODY);
+    this.transcript = transcript;
+    this.clientHelloBody = transcript.subarray(HANDSHAKE_HEADER_BYTES, shAt);
+    // ClientHello and ServerHello bodies both start with version(2) random(32) (RFC 5246 §7.4.1.2-3).
+    this.clientRandom = this.clientHelloBody.subarray(2, 2 + RANDOM_BYTES);
+    this.serverRandom = transcript.subarray(
+      shAt + HANDSHAKE_HEADER_BYTES + 2,
+      shAt + HANDSHAKE_HEADER_BYTES + 2 + RANDOM_BYTES,
+    );
+    this.flight = new Flight(
+      [transcript.subarray(shAt, shdAt), transcript.subarray(shdAt)],
+      options.retransmitInitialMs,
+      now,
+    );
   }
 
   get reassemblyBytes(): number {
@@ -290,7 +314,8 @@ export class ServerHandshake {
     ) {
       return this.host.drop('epoch');
     }
-    // Buffer.alloc, not Buffer.from: a small Buffer.from comes out of node's shared 8 KB pool and pins it.
+    // Buffer.alloc, not Buffer.from: a small Buffer.from comes out of node's shared pool (64 KiB blocks on
+    // Node 24) and pins its block.
     const fragment = Buffer.alloc(rec.fragment.length);
     rec.fragment.copy(fragment);
     this.early.push({ ...rec, fragment });
@@ -313,7 +338,9 @@ export class ServerHandshake {
     ) {
       return this.host.drop('unexpected');
     }
-    if (this.candidates.some((c) => c.body.equals(f.body))) {
+    // The reassembler bounds the first ClientKeyExchange so; a later one skips it.
+    if (f.length > this.host.options.maxHandshakeMessageBytes) return this.host.drop('limit');
+    if (this.candidates.some((c) => c.message.subarray(HANDSHAKE_HEADER_BYTES).equals(f.body))) {
       this.retransmittedIn = this.host.datagramNumber;
       return;
     }
@@ -390,27 +417,35 @@ export class ServerHandshake {
         : undefined;
     // The fake key has the length of a typical real one, so the PRF work below is the same.
     const psk = credential?.key ?? randomBytes(32);
-    const transcript = this.transcript.copy();
-    transcript.update(encodeHandshake(HandshakeType.clientKeyExchange, seq, body));
+    // The message and the client Finished it implies, in a buffer of their own (not the shared pool's, see
+    // the constructor).
+    const own = Buffer.allocUnsafeSlow(HANDSHAKE_HEADER_BYTES + body.length + VERIFY_DATA_BYTES);
+    const verifyAt = writeHandshake(own, 0, HandshakeType.clientKeyExchange, seq, body);
+    const message = own.subarray(0, verifyAt);
     // RFC 7627 §3: session_hash = Hash(handshake messages up to and including ClientKeyExchange). The
     // client's Finished (RFC 5246 §7.4.9) covers the same messages, so the one digest serves both.
-    const transcriptHash = transcript.copy().digest();
+    const transcriptHash = hash('sha256', Buffer.concat([this.transcript, message]), 'buffer');
     const premaster = pskPremaster(psk);
-    const master = this.ems
+    const masterBytes = this.ems
       ? extendedMasterSecret(premaster, transcriptHash)
       : masterSecret(premaster, this.clientRandom, this.serverRandom);
     premaster.fill(0);
+    // One key object for the key block and both Finished messages (each PRF call would otherwise make its own).
+    const master = createSecretKey(masterBytes);
+    masterBytes.fill(0);
     const block = keyBlock(master, this.clientRandom, this.serverRandom);
     const connection = new ConnectionState(block);
     block.fill(0);
+    const expected = finishedVerifyData(master, 'client', transcriptHash);
+    expected.copy(own, verifyAt);
+    expected.fill(0);
     return {
       seq,
-      body: Buffer.from(body),
+      message,
       credential,
       master,
       connection,
-      expectedClientVerify: finishedVerifyData(master, 'client', transcriptHash),
-      transcript,
+      expectedClientVerify: own.subarray(verifyAt),
       datagram: this.host.datagramNumber,
       taken: false,
     };
@@ -435,11 +470,21 @@ export class ServerHandshake {
     // wrong key: the holder of a dead key learns nothing else.
     if (this.host.lookupPsk(credential.identity)?.credentialId !== credential.credentialId)
       return this.host.fail(this, 'decryptError', 'credential_invalid');
-    chosen.transcript.update(encodeHandshake(HandshakeType.finished, seq, body));
-    const serverVerify = finishedVerifyData(chosen.master, 'server', chosen.transcript.digest());
+    // lookupPsk is the host's callback: one that re-entered the server (revalidate) may have ended this
+    // handshake or dropped this key exchange meanwhile (found by a cold review; the gateway's own is a pure
+    // lookup). Then there is nothing to complete.
+    if (!this.host.isCurrent(this) || this.chosen !== chosen || chosen.master === undefined) return;
+    const transcriptHash = hash(
+      'sha256',
+      Buffer.concat([this.transcript, chosen.message, encodeHandshake(HandshakeType.finished, seq, body)]),
+      'buffer',
+    );
+    const serverVerify = finishedVerifyData(chosen.master, 'server', transcriptHash);
     this.host.establish(this, credential, serverVerify, seq);
   }
 }
+
+const NO_BODY = Buffer.alloc(0);
 
 /** How many distinct ClientKeyExchanges one handshake considers (each costs a key schedule, about 40 µs). */
 const MAX_KEY_EXCHANGES = 3;
@@ -447,13 +492,14 @@ const MAX_KEY_EXCHANGES = 3;
 /** One ClientKeyExchange and the keys it makes (ServerHandshake.candidates). */
 interface KeyExchangeCandidate {
   readonly seq: number;
-  readonly body: Buffer;
+  /** The ClientKeyExchange as the transcript has it (RFC 6347 §4.2.6 header and body). */
+  readonly message: Buffer;
   /** Undefined for an identity we do not know (its keys come from a random PSK and never authenticate). */
   readonly credential: PskCredential | undefined;
-  readonly master: Buffer;
+  /** The master secret; a key object cannot be overwritten, so wipeCandidate drops it. */
+  master: KeyObject | undefined;
   readonly connection: ConnectionState;
   readonly expectedClientVerify: Buffer;
-  readonly transcript: Hash;
   /** host.datagramNumber of the datagram that carried it. */
   readonly datagram: number;
   /** The session took its connection state: not wiped with the handshake. */
@@ -461,7 +507,7 @@ interface KeyExchangeCandidate {
 }
 
 function wipeCandidate(c: KeyExchangeCandidate): void {
-  c.master.fill(0);
+  c.master = undefined;
   c.expectedClientVerify.fill(0);
   if (!c.taken) c.connection.wipe();
 }

@@ -1,9 +1,8 @@
 // An established DTLS association (RFC 6347 §4.2.8: one per address and port) and the object callers see.
-import { VERIFY_DATA_BYTES } from './constants.js';
+import { RANDOM_BYTES, VERIFY_DATA_BYTES } from './constants.js';
 import type { ConnectionState } from './record-layer.js';
 
 /** RFC 5246 §7.4.1.2: Random is 32 bytes. */
-const RANDOM_BYTES = 32;
 
 /** What the gateway sees of a session: the same frozen object for every callback of one session. */
 export interface DtlsSession {
