@@ -372,7 +372,7 @@ CREATE TRIGGER device_registry_touch BEFORE UPDATE ON device_gateway.device_regi
 -- view definitions (0)
 
 
--- functions (20)
+-- functions (21)
 CREATE OR REPLACE FUNCTION device_gateway.bus_join(OUT cleared integer, OUT top_version bigint)
  RETURNS record
  LANGUAGE plpgsql
@@ -484,6 +484,43 @@ BEGIN
   WHERE t.device_id = l.device_id;
   GET DIAGNOSTICS reaped = ROW_COUNT;
   RETURN reaped;
+END $function$
+OWNER <migrator> ACL <migrator>:EXECUTE,device_gateway_login:EXECUTE COMMENT -
+
+CREATE OR REPLACE FUNCTION device_gateway.delivery_reap(p_self text, p_after text, p_limit integer, OUT reaped integer, OUT last_device text)
+ RETURNS record
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+  alive text[];
+BEGIN
+  SELECT coalesce(array_agg(DISTINCT split_part(a.application_name, ' ', 2)), '{}') INTO alive
+  FROM pg_catalog.pg_stat_activity a
+  WHERE a.datname = pg_catalog.current_database()
+    AND a.usename = session_user
+    AND a.application_name LIKE 'device-gateway-bus %';
+  IF p_self IS NOT NULL THEN
+    alive := array_append(alive, p_self);
+  END IF;
+  -- The batch's rows are found along the primary key from p_after on and locked in device order, at most
+  -- p_limit of them; the update and the call's commit release them.
+  WITH l AS (
+    SELECT d.device_id FROM device_gateway.device_delivery d
+    WHERE d.device_id > coalesce(p_after, '') AND cardinality(d.observed_by) > 0
+      AND NOT (d.observed_by <@ alive)
+    ORDER BY d.device_id
+    LIMIT greatest(p_limit, 1)
+    FOR UPDATE
+  ), u AS (
+    UPDATE device_gateway.device_delivery t
+    SET observed_by = ARRAY(SELECT o FROM unnest(t.observed_by) o WHERE o = ANY (alive))
+    FROM l
+    WHERE t.device_id = l.device_id
+    RETURNING t.device_id
+  )
+  SELECT count(*)::integer, max(u.device_id) INTO reaped, last_device FROM u;
 END $function$
 OWNER <migrator> ACL <migrator>:EXECUTE,device_gateway_login:EXECUTE COMMENT -
 

@@ -12,6 +12,7 @@ import { deliveryOrderMigration } from './delivery-order-migration.js';
 import { deliveryCostMigration } from './delivery-cost-migration.js';
 import { deliveryArraysMigration } from './delivery-arrays-migration.js';
 import { deliveryFillfactorMigration } from './delivery-fillfactor-migration.js';
+import { deliveryReapBatchMigration } from './delivery-reap-batch-migration.js';
 import { rolloutGuardMigration } from './rollout-guard-migration.js';
 import { rolloutMigration } from './rollout-migration.js';
 
@@ -128,6 +129,7 @@ export function gatewayMigrationsWith(loginPassword: string): MigrationSet {
       '0010_delivery_record_cost': deliveryCostMigration,
       '0011_delivery_record_arrays': deliveryArraysMigration,
       '0012_delivery_record_fillfactor': deliveryFillfactorMigration,
+      '0013_delivery_reap_batches': deliveryReapBatchMigration,
     },
   };
 }

@@ -109,7 +109,10 @@ export interface DeliveryWriter {
    * at once, never two with the same device.
    */
   record(replica: string, batch: DeliveryBatch): Promise<void>;
-  /** Removes from observed_by every replica whose bus session is not up, except `self` (null: none). */
+  /**
+   * Removes from observed_by every replica whose bus session is not up, except `self` (null: none); in batches
+   * that each commit on their own (0013), so a chunk of `record` waits for one batch at most.
+   */
   reap(self: string | null): Promise<number>;
 }
 
@@ -707,7 +710,9 @@ export class DeliveryRecorder implements DeliveryEvents {
         this.sweep();
         // A reap after a replica died updates every row that named it (100,000 after a fleet's fan-out: seconds);
         // with more than one writer it runs beside the next rounds, in place of one writer, instead of holding
-        // them. It locks its rows in device order (0009), like every chunk, so they cannot deadlock.
+        // them. It locks its rows in device order (0009), like every chunk, so they cannot deadlock, and commits
+        // them in batches of REAP_BATCH (0013), so a chunk over rows it has passed waits for one batch, not for
+        // the whole reap.
         const reap = this.options.writer.reap(this.options.replica);
         if (this.writers === 1) await reap;
         else
