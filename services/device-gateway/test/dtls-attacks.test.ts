@@ -372,13 +372,10 @@ describe('2c. a handshake in progress keeps no slice of node’s shared Buffer p
   });
 
   it('a lookupPsk that re-enters the server while a Finished is checked cannot make it throw', async () => {
-    const credentials = new Map<string, PskCredential>([
-      [IDENTITY, { credentialId: 'cred-1', identity: IDENTITY, key: KEY, deviceId: 'device-1' }],
-      [IDENTITY2, CREDENTIAL2],
-    ]);
     let reenter = false;
     t = await startEchoServer({
       lookupPsk: (identity) => {
+        const credentials = server().credentials;
         const credential = credentials.get(identity);
         if (reenter && identity === IDENTITY && credential !== undefined) {
           // Revalidation while IDENTITY is briefly gone drops the client's key exchange, and the other one
@@ -391,6 +388,7 @@ describe('2c. a handshake in progress keeps no slice of node’s shared Buffer p
         return credential;
       },
     });
+    t.credentials.set(IDENTITY2, CREDENTIAL2);
     const c = await client();
     await parkBeforeFinished(c);
     await inject(c, keyExchangeRecord(c, c.finishedMessageSeq! - 1, IDENTITY2));
