@@ -1,5 +1,5 @@
 export { freePort } from './ports.js';
-export { rawHttpExchange } from './raw-http.js';
+export { headersDeadlineFaults, rawHttpExchange } from './raw-http.js';
 export type { RawHttpAnswer } from './raw-http.js';
 export { startPostgres } from './postgres.js';
 export type { PostgresServer, StartPostgresOptions } from './postgres.js';

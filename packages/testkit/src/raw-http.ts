@@ -5,6 +5,8 @@ export interface RawHttpAnswer {
   text: string;
   /** The status line's code (NaN if the answer has none). */
   status: number;
+  /** The Content-Type header's value (undefined without one). */
+  contentType: string | undefined;
   /** The body after the blank line, parsed as JSON (undefined if it is not JSON). */
   json: Record<string, unknown> | undefined;
   /** ms from sending until the server closed the connection. */
@@ -33,5 +35,22 @@ export async function rawHttpExchange(port: number, bytes: string | Buffer): Pro
   } catch {
     json = undefined;
   }
-  return { text, status, json, closedAfterMs };
+  const contentType = /\r\ncontent-type: *([^\r]*)\r\n/i.exec(at === -1 ? text : text.slice(0, at + 2))?.[1];
+  return { text, status, contentType, json, closedAfterMs };
+}
+
+/**
+ * What is wrong (nothing: []) with a service's answer to a request whose headers never end (design §6: read
+ * within 10 s, checked every second): it must be a 408 problem+json `request_timeout`, and the connection
+ * closed between 9.5 and 12.5 s after the request began.
+ */
+export async function headersDeadlineFaults(port: number, path: string): Promise<string[]> {
+  const answer = await rawHttpExchange(port, `GET ${path} HTTP/1.1\r\nHost: x\r\n`);
+  const faults: string[] = [];
+  if (answer.status !== 408) faults.push(`status ${answer.status}, not 408`);
+  if (answer.contentType !== 'application/problem+json') faults.push(`Content-Type ${answer.contentType}`);
+  if (answer.json?.code !== 'request_timeout') faults.push(`code ${String(answer.json?.code)}`);
+  if (answer.closedAfterMs < 9_500 || answer.closedAfterMs >= 12_500)
+    faults.push(`closed after ${answer.closedAfterMs} ms, not within 9.5-12.5 s`);
+  return faults;
 }

@@ -8,7 +8,7 @@ import { createDb } from '@platform/service-kit';
 import {
   createTestDatabase,
   freePort,
-  rawHttpExchange,
+  headersDeadlineFaults,
   startPostgres,
   type PostgresServer,
 } from '@platform/testkit';
@@ -155,12 +155,7 @@ describe('the gateway process (dist/main.js)', () => {
       expect((await fetch(`${url}/api/config`, key('old-key-aaaaaaaaaaaa'))).status).toBe(401);
       // design §6: headers must arrive within 10 s; node checks every second here (run.ts), so a client that
       // never finishes its headers gets 408 and a closed connection within about 11 s, not node's 60-90 s.
-      const slow = await rawHttpExchange(httpPort, 'GET /api/health HTTP/1.1\r\nHost: x\r\n');
-      expect(slow.status).toBe(408);
-      expect(slow.text).toContain('Content-Type: application/problem+json');
-      expect(slow.json).toMatchObject({ status: 408, code: 'request_timeout' });
-      expect(slow.closedAfterMs).toBeGreaterThanOrEqual(9_500);
-      expect(slow.closedAfterMs).toBeLessThan(12_500);
+      expect(await headersDeadlineFaults(httpPort, '/api/health')).toEqual([]);
       const mid = client.send({
         confirmable: true,
         code: 'GET',

@@ -7,7 +7,7 @@ import { join } from 'node:path';
 import type { ChildProcess } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { API_LOGIN, devRolePasswords, urlForLogin } from '@platform/enterprise-db';
-import { freePort, rawHttpExchange } from '@platform/testkit';
+import { freePort, headersDeadlineFaults } from '@platform/testkit';
 import { startHarness } from './support/harness.js';
 import type { Harness } from './support/harness.js';
 
@@ -82,12 +82,7 @@ describe('configured', () => {
     expect(res.status).toBe(404);
     // design §6 (service-kit listenHttp): headers must arrive within 10 s, checked every second, so a client that
     // never finishes its headers gets 408 and a closed connection within about 11 s (node's default: 60-90 s).
-    const slow = await rawHttpExchange(port, 'GET /health HTTP/1.1\r\nHost: x\r\n');
-    expect(slow.status).toBe(408);
-    expect(slow.text).toContain('Content-Type: application/problem+json');
-    expect(slow.json).toMatchObject({ status: 408, code: 'request_timeout' });
-    expect(slow.closedAfterMs).toBeGreaterThanOrEqual(9_500);
-    expect(slow.closedAfterMs).toBeLessThan(12_500);
+    expect(await headersDeadlineFaults(port, '/health')).toEqual([]);
 
     p.child.kill('SIGTERM');
     expect(await p.exit).toBe(0);
@@ -97,10 +92,15 @@ describe('configured', () => {
       .filter((l) => l.startsWith('{'))
       .map((l) => JSON.parse(l) as Record<string, unknown>);
     expect(lines.some((l) => l.message === 'shutdown complete')).toBe(true);
-    // The 408 above has a log line under the request id its problem document gave.
-    expect(
-      lines.filter((l) => l.message === 'http client error' && l.request_id === slow.json?.request_id),
-    ).toMatchObject([{ status: 408, code: 'request_timeout', reason: 'ERR_HTTP_REQUEST_TIMEOUT' }]);
+    // The 408 above has its log line (service-kit's listen.test checks it names the answer's request id).
+    expect(lines.filter((l) => l.message === 'http client error')).toMatchObject([
+      {
+        status: 408,
+        code: 'request_timeout',
+        reason: 'ERR_HTTP_REQUEST_TIMEOUT',
+        request_id: expect.any(String),
+      },
+    ]);
     // Secrets never reach the log: not the webhook token, not the database password.
     expect(p.output()).not.toContain('process-test-token');
     expect(p.output()).not.toContain(devRolePasswords.enterpriseApi);
