@@ -1,6 +1,7 @@
 // listenHttp (design §6): what node:http refuses before any route runs is answered as problem+json and logged
 // with a request id. Real sockets; the 408 of the read deadlines is checked by both services' process tests.
 import type { Server } from 'node:http';
+import { connect } from 'node:net';
 import { rawHttpExchange } from '@platform/testkit';
 import { listenHttp } from '../src/index.js';
 import { captureLogs } from './log-capture.js';
@@ -13,13 +14,47 @@ afterEach(async () => {
   server = undefined;
 });
 
+let handled = 0;
+
 async function start(): Promise<{ port: number; logs: ReturnType<typeof captureLogs> }> {
   const logs = captureLogs();
-  server = await listenHttp((_req, res) => res.end('ok'), 0, '127.0.0.1', logs.logger);
+  handled = 0;
+  server = await listenHttp(
+    (_req, res) => {
+      handled++;
+      res.end('ok');
+    },
+    0,
+    '127.0.0.1',
+    logs.logger,
+  );
   const address = server.address();
   if (typeof address !== 'object' || address === null) throw new Error('no address');
   return { port: address.port, logs };
 }
+
+/**
+ * A client that keeps its side open after the server's answer (as a hostile one would; node's own client
+ * closes at once, which hid a half-closed server socket): sends `first`, waits for the server's FIN, then
+ * sends `then`. Resolves with the answer once the server has had 300 ms to act on `then`.
+ */
+async function halfOpenExchange(port: number, first: string, then: string): Promise<string> {
+  const socket = connect({ port, host: '127.0.0.1', allowHalfOpen: true });
+  let answer = '';
+  socket.on('data', (d: Buffer) => (answer += d.toString('latin1')));
+  socket.on('error', () => undefined); // a write after the server destroyed the socket may draw EPIPE/RST
+  await new Promise<void>((resolve) => {
+    socket.once('end', () => resolve());
+    socket.write(first);
+  });
+  if (then !== '') socket.write(then);
+  await new Promise((r) => setTimeout(r, 300));
+  socket.destroy();
+  return answer;
+}
+
+const connections = (): Promise<number> =>
+  new Promise((resolve, reject) => server!.getConnections((err, n) => (err ? reject(err) : resolve(n))));
 
 describe('listenHttp: requests node:http refuses before any route runs', () => {
   it.each([
@@ -50,6 +85,24 @@ describe('listenHttp: requests node:http refuses before any route runs', () => {
       expect(logs.text()).not.toContain('aaaaaaaa');
     },
   );
+
+  it('destroys the connection after a 400: a half-open client holds no socket', async () => {
+    const { port } = await start();
+    const answer = await halfOpenExchange(port, 'NOT HTTP\r\n\r\n', '');
+    expect(answer).toMatch(/^HTTP\/1\.1 400 /);
+    expect({ handled, connections: await connections() }).toEqual({ handled: 0, connections: 0 });
+  });
+
+  it('after the headers deadline (408), the rest of the request and the next one are never routed', async () => {
+    const { port } = await start();
+    const answer = await halfOpenExchange(
+      port,
+      'POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n',
+      '\r\nhiGET / HTTP/1.1\r\nHost: x\r\n\r\n',
+    );
+    expect(answer).toMatch(/^HTTP\/1\.1 408 /);
+    expect({ handled, connections: await connections() }).toEqual({ handled: 0, connections: 0 });
+  }, 20_000);
 
   it('still answers a well-formed request, and keeps its connection', async () => {
     const { port } = await start();

@@ -26,9 +26,11 @@ const CLIENT_ERRORS: Readonly<Record<string, ErrorCode>> = {
 
 /**
  * Answers a request node:http refused before any route ran, as problem+json with a request id of its own (the
- * request was never read, so it has none), and closes the connection. Nothing is answered on a socket that
- * cannot take it, or whose current response has started (a 408 for a body still arriving while the handler
- * already answers): node's default does the same.
+ * request was never read, so it has none), and destroys the connection, as node's default does: `end()` would
+ * only half-close it, and node's server sockets allow half-open connections, so the parser would go on reading
+ * what the client sends next (a cold review had the rest of a request that got 408 routed and run, and sockets
+ * kept open for as long as the client liked). Nothing is answered on a socket that cannot take it, or whose
+ * current response has started (a 408 for a body still arriving while the handler already answers).
  */
 function answerClientError(err: Error & { code?: string }, socket: Duplex, logger: Logger | undefined): void {
   const response = (socket as { _httpMessage?: { headersSent?: boolean } })._httpMessage;
@@ -39,7 +41,7 @@ function answerClientError(err: Error & { code?: string }, socket: Duplex, logge
   const error = new DomainError(CLIENT_ERRORS[err.code ?? ''] ?? 'malformed_request');
   const requestId = randomUUID();
   const body = JSON.stringify(problemDocument(error, requestId));
-  socket.end(
+  socket.write(
     `HTTP/1.1 ${error.status} ${STATUS_CODES[error.status] ?? ''}\r\n` +
       `Content-Type: ${PROBLEM_CONTENT_TYPE}\r\n` +
       `Content-Length: ${Buffer.byteLength(body)}\r\n` +
@@ -47,6 +49,7 @@ function answerClientError(err: Error & { code?: string }, socket: Duplex, logge
       'Connection: close\r\n\r\n' +
       body,
   );
+  socket.destroy();
   // As a request log line would (no path: none was read); node's message can quote the client's bytes.
   logger?.info('http client error', {
     request_id: requestId,
