@@ -148,7 +148,7 @@ export class ServerHandshake {
     // HelloVerifyRequest, so it takes the ClientHello's): ServerHello = ClientHello's seq.
     const shSeq = helloFragment.messageSeq;
     this.nextSeq = shSeq + 2;
-    const shBody = serverHelloBody(randomBytes(32), ems, secureRenegotiation);
+    const shBody = serverHelloBody(randomBytes(RANDOM_BYTES), ems, secureRenegotiation);
     // RFC 6347 §4.2.6: the transcript starts at the ClientHello that carried the cookie; the first ClientHello
     // and the HelloVerifyRequest are not part of it. It is a buffer of the handshake's own (allocUnsafeSlow):
     // a slice of node's shared Buffer pool (64 KiB blocks on Node 24) would keep its whole block alive while
