@@ -4,6 +4,7 @@ import { compileValidator } from './validation.js';
 
 /** Every stable machine-readable `code` a problem document may carry. */
 export const errorCodes = [
+  'malformed_request',
   'invalid_json',
   'invalid_body',
   'invalid_query',
@@ -25,8 +26,10 @@ export const errorCodes = [
   'upload_gone',
   'upload_assembled',
   'parts_mismatch',
+  'request_timeout',
   'payload_too_large',
   'unsupported_media_type',
+  'headers_too_large',
   'internal_error',
   'backend_unavailable',
   'not_ready',
@@ -36,6 +39,8 @@ export type ErrorCode = (typeof errorCodes)[number];
 
 /** HTTP status and a short human title (the problem's `title`) of every error code. */
 export const errorCatalogue = {
+  // 400: bytes node:http cannot parse as an HTTP/1.1 request (answered before any route runs, design §6).
+  malformed_request: { status: 400, title: 'Malformed HTTP request' },
   // 400: the body is not JSON at all.
   invalid_json: { status: 400, title: 'Malformed JSON' },
   // 400: JSON that breaks the endpoint's schema; `errors` lists the offending fields.
@@ -77,8 +82,12 @@ export const errorCatalogue = {
   upload_assembled: { status: 409, title: 'Upload already assembled' },
   // 409: the stored parts do not make the declared file (missing, another ETag or length): list them, resend.
   parts_mismatch: { status: 409, title: 'Stored parts do not match' },
+  // 408: the request's headers or the whole request did not arrive within the read deadlines (design §6).
+  request_timeout: { status: 408, title: 'Request timeout' },
   payload_too_large: { status: 413, title: 'Payload too large' },
   unsupported_media_type: { status: 415, title: 'Unsupported media type' },
+  // 431: more header bytes than node:http reads (16 KiB by default).
+  headers_too_large: { status: 431, title: 'Request header fields too large' },
   // 500: anything unexpected; details only in the log.
   internal_error: { status: 500, title: 'Internal server error' },
   // 503: a dependency (database, object storage) is unreachable; the response carries Retry-After.

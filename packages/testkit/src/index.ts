@@ -1,4 +1,6 @@
 export { freePort } from './ports.js';
+export { headersDeadlineFaults, rawHttpExchange } from './raw-http.js';
+export type { RawHttpAnswer } from './raw-http.js';
 export { startPostgres } from './postgres.js';
 export type { PostgresServer, StartPostgresOptions } from './postgres.js';
 export { createTestDatabase, migrationFingerprint } from './database.js';

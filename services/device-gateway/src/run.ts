@@ -83,7 +83,7 @@ async function main(): Promise<void> {
   });
   // Deadlines on reading a request (design §6, service-kit listenHttp). Without GATEWAY_HTTP_HOST, node's default:
   // every interface (IPv6 and IPv4 where available).
-  const server = await listenHttp(app.http, config.http.port, config.http.host);
+  const server = await listenHttp(app.http, config.http.port, config.http.host, logger);
   const address = server.address();
   logger.info('http listening', {
     port: typeof address === 'object' && address !== null ? address.port : address,

@@ -372,13 +372,10 @@ describe('2c. a handshake in progress keeps no slice of node’s shared Buffer p
   });
 
   it('a lookupPsk that re-enters the server while a Finished is checked cannot make it throw', async () => {
-    const credentials = new Map<string, PskCredential>([
-      [IDENTITY, { credentialId: 'cred-1', identity: IDENTITY, key: KEY, deviceId: 'device-1' }],
-      [IDENTITY2, CREDENTIAL2],
-    ]);
     let reenter = false;
     t = await startEchoServer({
       lookupPsk: (identity) => {
+        const credentials = server().credentials;
         const credential = credentials.get(identity);
         if (reenter && identity === IDENTITY && credential !== undefined) {
           // Revalidation while IDENTITY is briefly gone drops the client's key exchange, and the other one
@@ -391,16 +388,47 @@ describe('2c. a handshake in progress keeps no slice of node’s shared Buffer p
         return credential;
       },
     });
+    t.credentials.set(IDENTITY2, CREDENTIAL2);
     const c = await client();
     await parkBeforeFinished(c);
     await inject(c, keyExchangeRecord(c, c.finishedMessageSeq! - 1, IDENTITY2));
     reenter = true;
     await inject(c, c.finishedDatagram());
+    // The Finished's credential was not valid throughout: the handshake ends as for a revoked key.
     expect({
       reentered: !reenter,
       internalErrors: t.server.stats.internalErrors,
       started: t.started.length,
-    }).toEqual({ reentered: true, internalErrors: 0, started: 0 });
+      handshakes: t.server.snapshot().handshakes,
+      credentialInvalid: t.server.stats.handshakeFailures.credential_invalid,
+    }).toEqual({ reentered: true, internalErrors: 0, started: 0, handshakes: 0, credentialInvalid: 1 });
+  });
+
+  it('a lookupPsk that ends the handshake while a key exchange is made leaves no key material in it', async () => {
+    let reenter = false;
+    t = await startEchoServer({
+      lookupPsk: (identity) => {
+        if (reenter && identity === IDENTITY2) {
+          reenter = false;
+          server().server.invalidateCredentials(['cred-1']); // abandons the handshake (its only key exchange)
+        }
+        return server().credentials.get(identity);
+      },
+    });
+    t.credentials.set(IDENTITY2, CREDENTIAL2);
+    const c = await client();
+    await parkBeforeFinished(c);
+    const handshakes = (t.server as unknown as { store: { handshakes: Map<string, object> } }).store
+      .handshakes;
+    const hs = [...handshakes.values()][0] as { candidates: { master?: unknown }[] };
+    reenter = true;
+    await inject(c, keyExchangeRecord(c, c.finishedMessageSeq! - 1, IDENTITY2));
+    expect({
+      reentered: !reenter,
+      handshakes: handshakes.size,
+      mastersHeld: hs.candidates.filter((k) => k.master !== undefined).length,
+      internalErrors: t.server.stats.internalErrors,
+    }).toEqual({ reentered: true, handshakes: 0, mastersHeld: 0, internalErrors: 0 });
   });
 });
 

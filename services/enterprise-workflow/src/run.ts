@@ -81,7 +81,7 @@ async function main(): Promise<void> {
   });
 
   // Deadlines on reading a request (design §6, service-kit listenHttp).
-  const server = await listenHttp(app, config.http.port, config.http.host);
+  const server = await listenHttp(app, config.http.port, config.http.host, logger);
   const address = server.address();
   const port = typeof address === 'object' && address !== null ? address.port : config.http.port;
   logger.info('listening', {

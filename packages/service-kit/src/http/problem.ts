@@ -44,8 +44,8 @@ function classify(err: unknown): Classified {
   return { error: COMMON_ERRORS.unexpected(err), expected: false };
 }
 
-/** Writes `error` as problem+json, with its headers and the request id. */
-export function sendProblem(res: Response, error: DomainError, requestId: string): void {
+/** The problem document (RFC 9457) of `error`. */
+export function problemDocument(error: DomainError, requestId: string): ProblemDocument {
   const body: ProblemDocument = {
     type: `${PROBLEM_TYPE_BASE}${error.code}`,
     title: error.title,
@@ -55,6 +55,12 @@ export function sendProblem(res: Response, error: DomainError, requestId: string
     request_id: requestId,
   };
   if (error.errors !== undefined && error.errors.length > 0) body.errors = error.errors;
+  return body;
+}
+
+/** Writes `error` as problem+json, with its headers and the request id. */
+export function sendProblem(res: Response, error: DomainError, requestId: string): void {
+  const body = problemDocument(error, requestId);
 
   for (const [name, value] of Object.entries(error.headers ?? {})) res.setHeader(name, value);
   // design §2: every 401 names the scheme; every 503 says when to retry (seconds).

@@ -30,8 +30,8 @@ import {
  *   P_hash(secret, seed) = HMAC_hash(secret, A(1) + seed) + HMAC_hash(secret, A(2) + seed) + ...
  *   A(0) = seed, A(i) = HMAC_hash(secret, A(i-1)).
  */
-function pSha256(secretBytes: Buffer | KeyObject, seed: Buffer, length: number): Buffer {
-  const secret = Buffer.isBuffer(secretBytes) ? createSecretKey(secretBytes) : secretBytes;
+function pSha256(secretIn: Buffer | KeyObject, seed: Buffer, length: number): Buffer {
+  const secret = Buffer.isBuffer(secretIn) ? createSecretKey(secretIn) : secretIn;
   const out = Buffer.allocUnsafe(length);
   let a = seed;
   let written = 0;

@@ -148,7 +148,7 @@ export class ServerHandshake {
     // HelloVerifyRequest, so it takes the ClientHello's): ServerHello = ClientHello's seq.
     const shSeq = helloFragment.messageSeq;
     this.nextSeq = shSeq + 2;
-    const shBody = serverHelloBody(randomBytes(32), ems, secureRenegotiation);
+    const shBody = serverHelloBody(randomBytes(RANDOM_BYTES), ems, secureRenegotiation);
     // RFC 6347 §4.2.6: the transcript starts at the ClientHello that carried the cookie; the first ClientHello
     // and the HelloVerifyRequest are not part of it. It is a buffer of the handshake's own (allocUnsafeSlow):
     // a slice of node's shared Buffer pool (64 KiB blocks on Node 24) would keep its whole block alive while
@@ -346,7 +346,7 @@ export class ServerHandshake {
     }
     if (this.candidates.length >= MAX_KEY_EXCHANGES) return this.host.drop('limit');
     if (parsePskClientKeyExchange(f.body) === undefined) return this.host.drop('malformed');
-    this.candidates.push(this.keyExchangeCandidate(f.messageSeq, f.body));
+    this.addCandidate(f.messageSeq, f.body);
   }
 
   /** Opens an epoch 1 record with the chosen key exchange's keys, or finds the candidate whose keys do. */
@@ -398,9 +398,23 @@ export class ServerHandshake {
       this.host.fail(this, 'decodeError');
       return false;
     }
-    this.candidates.push(this.keyExchangeCandidate(seq, body));
+    if (!this.addCandidate(seq, body)) return false;
     this.stepDeadline = this.host.now() + this.host.options.unauthenticatedTimeoutMs;
     this.state = 'await_ccs';
+    return true;
+  }
+
+  /**
+   * Adds a ClientKeyExchange's candidate; false if the handshake ended meanwhile (lookupPsk is the host's
+   * callback, and one that re-entered the server may have abandoned it): the candidate is then wiped, not kept.
+   */
+  private addCandidate(seq: number, body: Buffer): boolean {
+    const candidate = this.keyExchangeCandidate(seq, body);
+    if (!this.host.isCurrent(this)) {
+      wipeCandidate(candidate);
+      return false;
+    }
+    this.candidates.push(candidate);
     return true;
   }
 
@@ -453,8 +467,10 @@ export class ServerHandshake {
 
   /** RFC 5246 §7.4.9: check the client's Finished; the host answers ChangeCipherSpec + Finished and goes live. */
   private onFinished(seq: number, body: Buffer): void {
-    // A handshake message in epoch 1 opened with the chosen key exchange's keys (openEpoch1).
-    const chosen = this.chosen!;
+    // A handshake message in epoch 1 opened with the chosen key exchange's keys (openEpoch1); none is chosen
+    // only if a re-entrant lookup dropped it while a Finished earlier in the same record was checked (below).
+    const chosen = this.chosen;
+    if (chosen === undefined) return this.host.fail(this, 'decryptError', 'credential_invalid');
     const expected = chosen.expectedClientVerify;
     const credential = chosen.credential;
     if (
@@ -471,9 +487,11 @@ export class ServerHandshake {
     if (this.host.lookupPsk(credential.identity)?.credentialId !== credential.credentialId)
       return this.host.fail(this, 'decryptError', 'credential_invalid');
     // lookupPsk is the host's callback: one that re-entered the server (revalidate) may have ended this
-    // handshake or dropped this key exchange meanwhile (found by a cold review; the gateway's own is a pure
-    // lookup). Then there is nothing to complete.
-    if (!this.host.isCurrent(this) || this.chosen !== chosen || chosen.master === undefined) return;
+    // handshake or dropped this key exchange meanwhile (found by cold reviews; the gateway's own is a pure
+    // lookup). Then its credential is no longer valid: the handshake ends as above, if it has not already.
+    if (!this.host.isCurrent(this)) return;
+    if (this.chosen !== chosen || chosen.master === undefined)
+      return this.host.fail(this, 'decryptError', 'credential_invalid');
     const transcriptHash = hash(
       'sha256',
       Buffer.concat([this.transcript, chosen.message, encodeHandshake(HandshakeType.finished, seq, body)]),

@@ -2,8 +2,6 @@
 import { RANDOM_BYTES, VERIFY_DATA_BYTES } from './constants.js';
 import type { ConnectionState } from './record-layer.js';
 
-/** RFC 5246 §7.4.1.2: Random is 32 bytes. */
-
 /** What the gateway sees of a session: the same frozen object for every callback of one session. */
 export interface DtlsSession {
   /** 'dtls|port|address' */

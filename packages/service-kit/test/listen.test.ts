@@ -1,0 +1,112 @@
+// listenHttp (design §6): what node:http refuses before any route runs is answered as problem+json and logged
+// with a request id. Real sockets; the 408 of the read deadlines is checked by both services' process tests.
+import type { Server } from 'node:http';
+import { connect } from 'node:net';
+import { rawHttpExchange } from '@platform/testkit';
+import { listenHttp } from '../src/index.js';
+import { captureLogs } from './log-capture.js';
+
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
+let server: Server | undefined;
+
+afterEach(async () => {
+  await new Promise((resolve) => server?.close(resolve) ?? resolve(undefined));
+  server = undefined;
+});
+
+let handled = 0;
+
+async function start(): Promise<{ port: number; logs: ReturnType<typeof captureLogs> }> {
+  const logs = captureLogs();
+  handled = 0;
+  server = await listenHttp(
+    (_req, res) => {
+      handled++;
+      res.end('ok');
+    },
+    0,
+    '127.0.0.1',
+    logs.logger,
+  );
+  const address = server.address();
+  if (typeof address !== 'object' || address === null) throw new Error('no address');
+  return { port: address.port, logs };
+}
+
+/**
+ * A client that keeps its side open after the server's answer (as a hostile one would; node's own client
+ * closes at once, which hid a half-closed server socket): sends `first`, waits for the server's FIN, then
+ * sends `then`. Resolves with the answer once the server has had 300 ms to act on `then`.
+ */
+async function halfOpenExchange(port: number, first: string, then: string): Promise<string> {
+  const socket = connect({ port, host: '127.0.0.1', allowHalfOpen: true });
+  let answer = '';
+  socket.on('data', (d: Buffer) => (answer += d.toString('latin1')));
+  socket.on('error', () => undefined); // a write after the server destroyed the socket may draw EPIPE/RST
+  await new Promise<void>((resolve) => {
+    socket.once('end', () => resolve());
+    socket.write(first);
+  });
+  if (then !== '') socket.write(then);
+  await new Promise((r) => setTimeout(r, 300));
+  socket.destroy();
+  return answer;
+}
+
+const connections = (): Promise<number> =>
+  new Promise((resolve, reject) => server!.getConnections((err, n) => (err ? reject(err) : resolve(n))));
+
+describe('listenHttp: requests node:http refuses before any route runs', () => {
+  it.each([
+    ['bytes that are not HTTP/1.1', 400, 'malformed_request', 'NOT HTTP AT ALL\r\n\r\n'],
+    ['a bare LF in a header', 400, 'malformed_request', 'GET / HTTP/1.1\r\nHost: x\nX: y\r\n\r\n'],
+    [
+      'more than 16 KiB of headers',
+      431,
+      'headers_too_large',
+      `GET / HTTP/1.1\r\nHost: x\r\nX-Big: ${'a'.repeat(17 * 1024)}\r\n\r\n`,
+    ],
+  ] as const)(
+    '%s: %i %s as problem+json, the connection closed, a log line',
+    async (_what, status, code, bytes) => {
+      const { port, logs } = await start();
+      const answer = await rawHttpExchange(port, bytes);
+      expect(answer.status).toBe(status);
+      expect(answer.text).toContain('Content-Type: application/problem+json');
+      expect(answer.text).toContain('Connection: close');
+      expect(answer.json).toMatchObject({ status, code, type: `https://platform.example/problems/${code}` });
+      const requestId = String(answer.json?.request_id);
+      expect(requestId).toMatch(UUID);
+      expect(logs.entries().filter((e) => e.message === 'http client error')).toMatchObject([
+        { request_id: requestId, status, code },
+      ]);
+      // The client's bytes never reach the log.
+      expect(logs.text()).not.toContain('NOT HTTP');
+      expect(logs.text()).not.toContain('aaaaaaaa');
+    },
+  );
+
+  it('destroys the connection after a 400: a half-open client holds no socket', async () => {
+    const { port } = await start();
+    const answer = await halfOpenExchange(port, 'NOT HTTP\r\n\r\n', '');
+    expect(answer).toMatch(/^HTTP\/1\.1 400 /);
+    expect({ handled, connections: await connections() }).toEqual({ handled: 0, connections: 0 });
+  });
+
+  it('after the headers deadline (408), the rest of the request and the next one are never routed', async () => {
+    const { port } = await start();
+    const answer = await halfOpenExchange(
+      port,
+      'POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n',
+      '\r\nhiGET / HTTP/1.1\r\nHost: x\r\n\r\n',
+    );
+    expect(answer).toMatch(/^HTTP\/1\.1 408 /);
+    expect({ handled, connections: await connections() }).toEqual({ handled: 0, connections: 0 });
+  }, 20_000);
+
+  it('still answers a well-formed request', async () => {
+    const { port } = await start();
+    const res = await fetch(`http://127.0.0.1:${port}/`);
+    expect({ status: res.status, body: await res.text() }).toEqual({ status: 200, body: 'ok' });
+  });
+});
