@@ -9,8 +9,9 @@ device_gateway_login LOGIN NOINHERIT
 -- schemas (1)
 device_gateway OWNER <migrator> ACL <migrator>:CREATE,<migrator>:USAGE,device_gateway_login:USAGE COMMENT -
 
--- tables and views (10)
+-- tables and views (11)
 r device_gateway.bus_overrides RLS false FORCE false OWNER <migrator> OPTIONS - ACL <migrator>:DELETE,<migrator>:INSERT,<migrator>:MAINTAIN,<migrator>:REFERENCES,<migrator>:SELECT,<migrator>:TRIGGER,<migrator>:TRUNCATE,<migrator>:UPDATE,device_gateway_login:SELECT COMMENT -
+r device_gateway.delivery_progress RLS false FORCE false OWNER <migrator> OPTIONS - ACL <migrator>:DELETE,<migrator>:INSERT,<migrator>:MAINTAIN,<migrator>:REFERENCES,<migrator>:SELECT,<migrator>:TRIGGER,<migrator>:TRUNCATE,<migrator>:UPDATE,device_gateway_login:SELECT COMMENT -
 r device_gateway.device_credentials RLS false FORCE false OWNER <migrator> OPTIONS - ACL <migrator>:DELETE,<migrator>:INSERT,<migrator>:MAINTAIN,<migrator>:REFERENCES,<migrator>:SELECT,<migrator>:TRIGGER,<migrator>:TRUNCATE,<migrator>:UPDATE,device_gateway_login:SELECT COMMENT -
 r device_gateway.device_delivery RLS false FORCE false OWNER <migrator> OPTIONS {fillfactor=60} ACL <migrator>:DELETE,<migrator>:INSERT,<migrator>:MAINTAIN,<migrator>:REFERENCES,<migrator>:SELECT,<migrator>:TRIGGER,<migrator>:TRUNCATE,<migrator>:UPDATE,device_gateway_login:SELECT COMMENT -
 r device_gateway.device_registry RLS false FORCE false OWNER <migrator> OPTIONS - ACL <migrator>:DELETE,<migrator>:INSERT,<migrator>:MAINTAIN,<migrator>:REFERENCES,<migrator>:SELECT,<migrator>:TRIGGER,<migrator>:TRUNCATE,<migrator>:UPDATE,device_gateway_login:SELECT COMMENT -
@@ -21,7 +22,7 @@ r device_gateway.rollout_events RLS false FORCE false OWNER <migrator> OPTIONS -
 r device_gateway.rollout_targets RLS false FORCE false OWNER <migrator> OPTIONS - ACL <migrator>:DELETE,<migrator>:INSERT,<migrator>:MAINTAIN,<migrator>:REFERENCES,<migrator>:SELECT,<migrator>:TRIGGER,<migrator>:TRUNCATE,<migrator>:UPDATE,device_gateway_login:SELECT COMMENT -
 r device_gateway.rollouts RLS false FORCE false OWNER <migrator> OPTIONS - ACL <migrator>:DELETE,<migrator>:INSERT,<migrator>:MAINTAIN,<migrator>:REFERENCES,<migrator>:SELECT,<migrator>:TRIGGER,<migrator>:TRUNCATE,<migrator>:UPDATE,device_gateway_login:SELECT COMMENT -
 
--- columns (95)
+-- columns (98)
 device_gateway.bus_overrides.device_id text NOT NULL COMMENT -
 
 device_gateway.bus_overrides.origin text NOT NULL COLLATE "C" COMMENT -
@@ -31,6 +32,12 @@ device_gateway.bus_overrides.published_at timestamp with time zone NOT NULL DEFA
 device_gateway.bus_overrides.settings jsonb NOT NULL COMMENT -
 
 device_gateway.bus_overrides.version bigint NOT NULL COMMENT -
+
+device_gateway.delivery_progress.replica text NOT NULL COMMENT -
+
+device_gateway.delivery_progress.reported_at timestamp with time zone NOT NULL COMMENT -
+
+device_gateway.delivery_progress.written_through timestamp with time zone NOT NULL COMMENT -
 
 device_gateway.device_credentials.created_at timestamp with time zone NOT NULL DEFAULT now() COMMENT -
 
@@ -218,7 +225,7 @@ device_gateway.rollouts.updated_at timestamp with time zone NOT NULL DEFAULT now
 
 device_gateway.rollouts.waves integer NOT NULL COMMENT -
 
--- constraints (114)
+-- constraints (119)
 device_gateway.bus_overrides bus_overrides_device_id_check CHECK ((device_id ~ '^[A-Za-z0-9._:-]{1,128}$'::text))
 device_gateway.bus_overrides bus_overrides_device_id_not_null NOT NULL device_id
 device_gateway.bus_overrides bus_overrides_origin_check CHECK ((origin ~ '^[A-Za-z0-9._:-]{1,64}$'::text))
@@ -229,6 +236,11 @@ device_gateway.bus_overrides bus_overrides_settings_check CHECK ((jsonb_typeof(s
 device_gateway.bus_overrides bus_overrides_settings_not_null NOT NULL settings
 device_gateway.bus_overrides bus_overrides_version_check CHECK ((version > 0))
 device_gateway.bus_overrides bus_overrides_version_not_null NOT NULL version
+device_gateway.delivery_progress delivery_progress_pkey PRIMARY KEY (replica)
+device_gateway.delivery_progress delivery_progress_replica_check CHECK ((replica ~ '^[0-9a-f]{16}$'::text))
+device_gateway.delivery_progress delivery_progress_replica_not_null NOT NULL replica
+device_gateway.delivery_progress delivery_progress_reported_at_not_null NOT NULL reported_at
+device_gateway.delivery_progress delivery_progress_written_through_not_null NOT NULL written_through
 device_gateway.device_credentials device_credentials_created_at_not_null NOT NULL created_at
 device_gateway.device_credentials device_credentials_credential_id_not_null NOT NULL credential_id
 device_gateway.device_credentials device_credentials_device_id_fkey FOREIGN KEY (device_id) REFERENCES device_gateway.device_registry(device_id) ON DELETE CASCADE
@@ -334,7 +346,7 @@ device_gateway.rollouts rollouts_updated_at_not_null NOT NULL updated_at
 device_gateway.rollouts rollouts_waves_check CHECK (((waves >= 1) AND (waves <= 1000)))
 device_gateway.rollouts rollouts_waves_not_null NOT NULL waves
 
--- indexes (25)
+-- indexes (26)
 CREATE INDEX device_credentials_device_idx ON device_gateway.device_credentials USING btree (device_id)
 CREATE INDEX device_credentials_live_idx ON device_gateway.device_credentials USING btree (not_after) WHERE (revoked_at IS NULL)
 CREATE INDEX device_delivery_open_idx ON device_gateway.device_delivery USING btree (state, desired_at, device_id) WHERE (state <> 'acknowledged'::text)
@@ -349,6 +361,7 @@ CREATE INDEX rollout_targets_next_idx ON device_gateway.rollout_targets USING bt
 CREATE INDEX rollout_targets_open_idx ON device_gateway.rollout_targets USING btree (rollout_id, wave, "position") WHERE (outcome IS NULL)
 CREATE INDEX rollouts_open_idx ON device_gateway.rollouts USING btree (seq) WHERE (state = ANY (ARRAY['active'::text, 'paused'::text]))
 CREATE UNIQUE INDEX bus_overrides_pkey ON device_gateway.bus_overrides USING btree (device_id)
+CREATE UNIQUE INDEX delivery_progress_pkey ON device_gateway.delivery_progress USING btree (replica)
 CREATE UNIQUE INDEX device_credentials_pkey ON device_gateway.device_credentials USING btree (credential_id)
 CREATE UNIQUE INDEX device_credentials_psk_identity_key ON device_gateway.device_credentials USING btree (psk_identity)
 CREATE UNIQUE INDEX device_delivery_pkey ON device_gateway.device_delivery USING btree (device_id)
@@ -372,7 +385,7 @@ CREATE TRIGGER device_registry_touch BEFORE UPDATE ON device_gateway.device_regi
 -- view definitions (0)
 
 
--- functions (21)
+-- functions (23)
 CREATE OR REPLACE FUNCTION device_gateway.bus_join(OUT cleared integer, OUT top_version bigint)
  RETURNS record
  LANGUAGE plpgsql
@@ -454,6 +467,22 @@ BEGIN
   );
   PERFORM pg_catalog.pg_notify('device_gateway_bus', p_payload);
 END $function$
+OWNER <migrator> ACL <migrator>:EXECUTE,device_gateway_login:EXECUTE COMMENT -
+
+CREATE OR REPLACE FUNCTION device_gateway.delivery_lag_ms()
+ RETURNS integer
+ LANGUAGE sql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  SELECT coalesce(max(least(extract(epoch FROM now() - p.written_through) * 1000, 2147483647))::integer, 0)
+  FROM device_gateway.delivery_progress p
+  WHERE p.replica IN (
+    SELECT split_part(a.application_name, ' ', 2) FROM pg_catalog.pg_stat_activity a
+    WHERE a.datname = pg_catalog.current_database()
+      AND a.usename = session_user
+      AND a.application_name LIKE 'device-gateway-bus %');
+$function$
 OWNER <migrator> ACL <migrator>:EXECUTE,device_gateway_login:EXECUTE COMMENT -
 
 CREATE OR REPLACE FUNCTION device_gateway.delivery_reap(p_self text)
@@ -761,6 +790,25 @@ BEGIN
     WHERE b.r = 0 AND t.device_id = b.d AND p_replica = ANY (t.observed_by);
   END IF;
   RETURN written;
+END $function$
+OWNER <migrator> ACL <migrator>:EXECUTE,device_gateway_login:EXECUTE COMMENT -
+
+CREATE OR REPLACE FUNCTION device_gateway.delivery_report(p_replica text, p_lag_ms integer)
+ RETURNS void
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+  IF p_replica IS NULL OR p_replica !~ '^[0-9a-f]{16}$' OR p_lag_ms IS NULL
+     OR p_lag_ms NOT BETWEEN 0 AND 86400000 THEN
+    RAISE EXCEPTION 'invalid delivery report' USING ERRCODE = '22023';
+  END IF;
+  INSERT INTO device_gateway.delivery_progress AS p (replica, written_through, reported_at)
+  VALUES (p_replica, now() - p_lag_ms * interval '1 millisecond', now())
+  ON CONFLICT (replica) DO UPDATE SET written_through = excluded.written_through, reported_at = excluded.reported_at;
+  -- Replicas gone for a day: their rows are never read again (only live replicas count).
+  DELETE FROM device_gateway.delivery_progress WHERE reported_at < now() - interval '1 day';
 END $function$
 OWNER <migrator> ACL <migrator>:EXECUTE,device_gateway_login:EXECUTE COMMENT -
 

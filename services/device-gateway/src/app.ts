@@ -214,6 +214,7 @@ export function buildApp(deps: GatewayDeps): GatewayApp {
     stepMs: config.rollouts.stepMs,
     maxAssign: config.rollouts.stepMax,
     recordLagMs: config.rollouts.recordLagMs,
+    recordWaitMaxMs: config.rollouts.recordWaitMaxMs,
     // With the bus, the step's NOTIFY tells every replica, this one included.
     ...(config.cluster.enabled ? {} : { onAssigned: () => assignments.receive() }),
   });

@@ -133,6 +133,11 @@ export const gatewayConfigSchema = {
     GATEWAY_ROLLOUT_STEP_MS: { type: 'integer', minimum: 50, maximum: 200000, default: 500 },
     /** Devices one step assigns at most (one transaction); a busy driver steps again at once. */
     GATEWAY_ROLLOUT_STEP_MAX: { type: 'integer', minimum: 1, maximum: 100000, default: 5000 },
+    /**
+     * The longest the driver waits past a device's deadline for a delivery record that is behind (ms; design
+     * §3.9): past it, devices are judged on the record as it stands. Never below the record's allowance.
+     */
+    GATEWAY_ROLLOUT_RECORD_WAIT_MS: { type: 'integer', minimum: 1000, maximum: 600000, default: 60000 },
   },
 } as const;
 
@@ -208,6 +213,8 @@ export function loadGatewayConfig(env: Record<string, string | undefined> = proc
       // intervals and a second are allowed. No device is judged failed before its deadline plus this, and a
       // plan whose deadline is shorter is refused (design §3.9).
       recordLagMs: 2 * raw.GATEWAY_DELIVERY_FLUSH_MS + 1000,
+      // More when the live replicas report their record further behind (migration 0014), up to this.
+      recordWaitMaxMs: Math.max(raw.GATEWAY_ROLLOUT_RECORD_WAIT_MS, 2 * raw.GATEWAY_DELIVERY_FLUSH_MS + 1000),
     },
     shutdownTimeoutMs: raw.SHUTDOWN_TIMEOUT_MS,
   });
@@ -309,6 +316,7 @@ export function publicConfig(config: GatewayConfig, apiKeys: SecretSet): Record<
       step_ms: config.rollouts.stepMs,
       step_max: config.rollouts.stepMax,
       record_lag_ms: config.rollouts.recordLagMs,
+      record_wait_max_ms: config.rollouts.recordWaitMaxMs,
     },
   };
 }

@@ -13,6 +13,7 @@ import { deliveryCostMigration } from './delivery-cost-migration.js';
 import { deliveryArraysMigration } from './delivery-arrays-migration.js';
 import { deliveryFillfactorMigration } from './delivery-fillfactor-migration.js';
 import { deliveryReapBatchMigration } from './delivery-reap-batch-migration.js';
+import { deliveryProgressMigration } from './delivery-progress-migration.js';
 import { rolloutGuardMigration } from './rollout-guard-migration.js';
 import { rolloutMigration } from './rollout-migration.js';
 
@@ -130,6 +131,7 @@ export function gatewayMigrationsWith(loginPassword: string): MigrationSet {
       '0011_delivery_record_arrays': deliveryArraysMigration,
       '0012_delivery_record_fillfactor': deliveryFillfactorMigration,
       '0013_delivery_reap_batches': deliveryReapBatchMigration,
+      '0014_delivery_progress': deliveryProgressMigration,
     },
   };
 }

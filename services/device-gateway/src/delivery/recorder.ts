@@ -114,6 +114,12 @@ export interface DeliveryWriter {
    * that each commit on their own (0013), so a chunk of `record` waits for one batch at most.
    */
   reap(self: string | null): Promise<number>;
+  /**
+   * Reports how old this replica's oldest unwritten event is (ms; 0: everything is written), once a tick
+   * (`delivery_report`, migration 0014): the rollout driver waits for the record that far before it judges a
+   * device that has not acknowledged (design §3.9). Optional: a writer without it reports nothing.
+   */
+  report?(replica: string, lagMs: number): Promise<void>;
 }
 
 export interface DeliveryRecorderOptions {
@@ -335,6 +341,9 @@ export class DeliveryRecorder implements DeliveryEvents {
   private heldNext = 0;
   /** The reap running beside the rounds (writers > 1), in place of one writer. */
   private reaping: Promise<void> | undefined;
+  /** A progress report is under way; the last one failed. */
+  private reporting = false;
+  private reportFailing = false;
   private readonly chunkRows: number;
   private readonly writers: number;
   private readonly reapMs: number;
@@ -363,8 +372,42 @@ export class DeliveryRecorder implements DeliveryEvents {
 
   start(): void {
     this.running = true;
-    this.timer ??= setInterval(() => void this.flush(), this.options.flushMs);
+    this.timer ??= setInterval(() => {
+      void this.flush();
+      this.report();
+    }, this.options.flushMs);
     this.timer.unref();
+    this.report();
+  }
+
+  /**
+   * Tells the database how far this replica's record is written (the writer's `report`), unless a report is
+   * still under way. The lag is read now and the database subtracts it from its own clock when the call
+   * arrives, so what it stores can only be earlier than what is really written: never a device judged on a
+   * record that is not there yet.
+   */
+  private report(): void {
+    const writer = this.options.writer;
+    if (writer.report === undefined || this.reporting) return;
+    this.reporting = true;
+    const lagMs = Math.min(86_400_000, Math.ceil(this.lagSeconds() * 1000));
+    writer
+      .report(this.options.replica, lagMs)
+      .then(
+        () => {
+          if (this.reportFailing) this.options.logger.info('delivery record: reporting progress again');
+          this.reportFailing = false;
+        },
+        (err: unknown) => {
+          // Once a failing streak: the flushes' own warnings say the rest.
+          if (!this.reportFailing)
+            this.options.logger.warn('delivery record: reporting progress failed', {
+              error: errorMessage(err),
+            });
+          this.reportFailing = true;
+        },
+      )
+      .finally(() => (this.reporting = false));
   }
 
   /**

@@ -6,7 +6,7 @@
 import { errorMessage, type Logger } from '@platform/service-kit';
 import type { Kysely } from 'kysely';
 import type { GatewayDatabase } from '../db/tables.js';
-import { releaseLease, rolloutCounts, step, takeLease, type RolloutState } from './sql.js';
+import { deliveryLagMs, releaseLease, rolloutCounts, step, takeLease, type RolloutState } from './sql.js';
 
 export interface RolloutDriverOptions {
   db: Kysely<GatewayDatabase>;
@@ -21,9 +21,15 @@ export interface RolloutDriverOptions {
   maxAssign: number;
   /**
    * How far the delivery record may lag a device (ms; design §3.8: two flush intervals and a write): a device
-   * is judged failed only once its deadline plus this has passed.
+   * is judged failed only once its deadline plus this has passed, or plus how far the record is behind on the
+   * live replicas (`delivery_lag_ms`), whichever is more.
    */
   recordLagMs: number;
+  /**
+   * The longest wait for a record that is behind (ms; GATEWAY_ROLLOUT_RECORD_WAIT_MS): past it, devices are
+   * judged on the record as it stands, with a warning, so a replica whose writes stall cannot hold every wave.
+   */
+  recordWaitMaxMs: number;
   /** After a step that assigned something (the replica without a bus reads its assignments here). */
   onAssigned?: () => void;
 }
@@ -44,6 +50,8 @@ export class RolloutDriver {
   private lastCounts = 0;
   /** The last step assigned a full batch: the next one follows at once. */
   private busy = false;
+  /** The record was behind by more than recordWaitMaxMs at the last judging step (warned once a streak). */
+  private recordTooFarBehind = false;
   readonly stats: DriverStats = { steps: 0, assigned: 0, failures: 0, terms: 0 };
   /** Open rollouts by state (and aborted), as the driver last read them; empty on other replicas. */
   counts: { state: RolloutState; aborted: boolean; n: number }[] = [];
@@ -91,6 +99,31 @@ export class RolloutDriver {
     this.timer.unref();
   }
 
+  /**
+   * How long past a device's deadline its acknowledgement may still be on its way to the record (ms): the
+   * configured allowance, or how far behind the live replicas' records are, whichever is more (design §3.9),
+   * at most recordWaitMaxMs.
+   */
+  private async recordAllowance(): Promise<number> {
+    const { recordLagMs, recordWaitMaxMs, logger } = this.options;
+    const behind = await deliveryLagMs(this.options.db);
+    const max = Math.max(recordLagMs, recordWaitMaxMs);
+    if (behind <= max) {
+      this.recordTooFarBehind = false;
+      return Math.max(recordLagMs, behind);
+    }
+    if (!this.recordTooFarBehind)
+      logger.warn(
+        'rollout driver: the delivery record is further behind than the wait allows; judging as it stands',
+        {
+          behind_ms: behind,
+          wait_max_ms: max,
+        },
+      );
+    this.recordTooFarBehind = true;
+    return max;
+  }
+
   private async run(): Promise<void> {
     const { db, replica, logger } = this.options;
     try {
@@ -108,7 +141,9 @@ export class RolloutDriver {
       }
       // The steps of a busy streak (a full batch assigned, the next step at once) only assign; the step after
       // it, a tick later, reads the outcomes.
-      const result = await step(db, replica, this.options.maxAssign, !this.busy, this.options.recordLagMs);
+      const judge = !this.busy;
+      const lagMs = judge ? await this.recordAllowance() : this.options.recordLagMs;
+      const result = await step(db, replica, this.options.maxAssign, judge, lagMs);
       this.stats.steps++;
       const assigned = result.assigned ?? 0;
       this.stats.assigned += assigned;

@@ -85,6 +85,15 @@ export async function step(
   return rows[0]!.r;
 }
 
+/**
+ * How far behind the delivery record is (ms, 0: not behind): the oldest unwritten event among the replicas
+ * whose bus session is up, as they last reported it (`delivery_lag_ms`, migration 0014).
+ */
+export async function deliveryLagMs(db: Db): Promise<number> {
+  const { rows } = await sql<{ ms: number }>`SELECT device_gateway.delivery_lag_ms() AS ms`.execute(db);
+  return rows[0]?.ms ?? 0;
+}
+
 export interface RolloutRow {
   rollout_id: string;
   seq: string;
