@@ -250,6 +250,27 @@ describe('the rollout driver and a record that is behind', () => {
     }
   });
 
+  it('on a database without 0014 (the code rolled before the migration) it judges with the configured allowance, and says so', async () => {
+    logLines.length = 0;
+    await sql`ALTER FUNCTION device_gateway.delivery_lag_ms() RENAME TO delivery_lag_ms_gone`.execute(owner);
+    try {
+      const { id, done } = await scenario(60_000);
+      try {
+        expect(await until(async () => (await outcomes(id)).every((o) => o === 'failed'), 6000)).toBe(true);
+        const warned = logLines.filter((l) => l.includes('has no delivery_lag_ms'));
+        expect(warned).toHaveLength(1);
+        expect(JSON.parse(warned[0]!)).toMatchObject({ level: 'warn', record_lag_ms: 300 });
+        expect(logLines.filter((l) => l.includes('step failed'))).toEqual([]);
+      } finally {
+        await done();
+      }
+    } finally {
+      await sql`ALTER FUNCTION device_gateway.delivery_lag_ms_gone() RENAME TO delivery_lag_ms`.execute(
+        owner,
+      );
+    }
+  });
+
   it('past GATEWAY_ROLLOUT_RECORD_WAIT_MS it judges on the record as it stands, and says so', async () => {
     logLines.length = 0;
     const { id, done } = await scenario(1500);
