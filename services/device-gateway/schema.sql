@@ -683,6 +683,9 @@ AS $function$
 DECLARE
   written integer;
   n integer := cardinality(p_d);
+  -- The replicas whose bus session is up, and this one (bus_join's rule, as delivery_reap): a registration row
+  -- that adds this replica to observed_by keeps only these (0015).
+  alive text[];
   -- The bounds, computed once a call (as 0010): a time is at most now + 1 day in ms, a version (a µs clock
   -- reading) at most that in µs.
   max_ms double precision := (extract(epoch FROM now()) * 1000)::double precision + 86400000;
@@ -695,6 +698,12 @@ BEGIN
      OR cardinality(p_at) <> n OR cardinality(p_h) <> n OR cardinality(p_r) <> n THEN
     RAISE EXCEPTION 'invalid delivery batch' USING ERRCODE = '22023';
   END IF;
+  SELECT coalesce(array_agg(DISTINCT split_part(a.application_name, ' ', 2)), '{}') INTO alive
+  FROM pg_catalog.pg_stat_activity a
+  WHERE a.datname = pg_catalog.current_database()
+    AND a.usename = session_user
+    AND a.application_name LIKE 'device-gateway-bus %';
+  alive := array_append(alive, p_replica);
   -- One row per device in a batch (the recorder merges events per device); a device not in the registry is
   -- skipped. NULL values mean "no news": each part moves only to a higher version.
   INSERT INTO device_gateway.device_delivery AS t (
@@ -760,9 +769,12 @@ BEGIN
     acked_transport = CASE WHEN excluded.acked_version >= coalesce(t.acked_version, -1)
       THEN excluded.acked_transport ELSE t.acked_transport END,
     heard_at = greatest(excluded.heard_at, t.heard_at),
-    -- A count above 0 proposes this replica (a one-element list); it is added when missing.
+    -- A count above 0 proposes this replica (a one-element list); it is added when missing, and the replicas
+    -- that are gone leave the list in the same write (0015): after a replica died, the devices that register
+    -- again elsewhere are written once, not once by the registration and once by delivery_reap.
     observed_by = CASE WHEN cardinality(excluded.observed_by) > 0 AND NOT (p_replica = ANY (t.observed_by))
-      THEN array_append(t.observed_by, p_replica) ELSE t.observed_by END,
+      THEN array_append(ARRAY(SELECT o FROM unnest(t.observed_by) o WHERE o = ANY (alive)), p_replica)
+      ELSE t.observed_by END,
     updated_at = now()
   -- A row that would change nothing is not written again (0010's rule, with the relation added): no new row
   -- version, index entries or WAL. It is still locked, in device order.

@@ -273,6 +273,20 @@ describe('delivery_record_arrays (migration 0011)', () => {
   });
 
   it('adds and removes this replica in observed_by, once, and leaves it alone when a row has no count', async () => {
+    // A's bus session is up, as a replica's is: since 0015 a write that adds B keeps only live replicas.
+    const busA = new pg.Client({
+      connectionString: gatewayLoginUrl(database.url),
+      application_name: `device-gateway-bus ${A}`,
+    });
+    await busA.connect();
+    try {
+      await relationRules();
+    } finally {
+      await busA.end();
+    }
+  });
+
+  async function relationRules(): Promise<void> {
     const now = Date.now();
     const d = 'arr-15';
     expect(await arrays(A, [{ d, h: now, r: 1 }])).toBe(1); // a new row, observed
@@ -294,7 +308,7 @@ describe('delivery_record_arrays (migration 0011)', () => {
     expect((await stored(d))?.observed_by).toEqual([]);
     expect((await stored(d))?.state).toBe('unobserved');
     expect((await stored('arr-16'))?.observed_by).toEqual([B]);
-  });
+  }
 
   it('locks its rows in device order: a skipped update still holds the row, and batches in opposite orders wait instead of deadlocking', async () => {
     const now = Date.now();

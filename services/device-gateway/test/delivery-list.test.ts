@@ -7,7 +7,8 @@ import { sql } from 'kysely';
 import request from 'supertest';
 import type { DeliveryRow } from '../src/delivery/recorder.js';
 import { deliveryWriter, listDeliveryQuery, readDelivery } from '../src/delivery/sql.js';
-import { API_KEYS, startGateway, type GatewayFixture } from './support/gateway.js';
+import pg from 'pg';
+import { API_KEYS, loginUrl, startGateway, type GatewayFixture } from './support/gateway.js';
 import { recordRows } from './support/delivery.js';
 
 jest.setTimeout(120_000);
@@ -195,9 +196,20 @@ describe('delivery_record keeps the newest of each part, whatever order replicas
 
   it('a replica that is not up is reaped from observed_by; one that leaves removes itself', async () => {
     const writer = deliveryWriter(gw.reader);
-    await recordRows(writer, other, [{ d: id(11), r: 2 }]);
-    expect((await readDelivery(gw.reader, id(11)))!.observed_by).toContain(other);
-    await writer.reap(gw.app.replicaId);
+    // This fixture runs without the bus; a replica's bus session is up in a cluster, and since 0015 another
+    // replica's registration keeps only live replicas in the list: the gateway's, named as bus_join names it.
+    const bus = new pg.Client({
+      connectionString: loginUrl(gw.database.url),
+      application_name: `device-gateway-bus ${gw.app.replicaId}`,
+    });
+    await bus.connect();
+    try {
+      await recordRows(writer, other, [{ d: id(11), r: 2 }]);
+      expect((await readDelivery(gw.reader, id(11)))!.observed_by).toEqual([gw.app.replicaId, other]);
+      await writer.reap(gw.app.replicaId);
+    } finally {
+      await bus.end();
+    }
     const after = (await readDelivery(gw.reader, id(11)))!;
     expect(after.observed_by).not.toContain(other);
     expect(after.observed_by).toContain(gw.app.replicaId);

@@ -14,6 +14,7 @@ import { deliveryArraysMigration } from './delivery-arrays-migration.js';
 import { deliveryFillfactorMigration } from './delivery-fillfactor-migration.js';
 import { deliveryReapBatchMigration } from './delivery-reap-batch-migration.js';
 import { deliveryProgressMigration } from './delivery-progress-migration.js';
+import { deliveryRegisterPruneMigration } from './delivery-register-prune-migration.js';
 import { rolloutGuardMigration } from './rollout-guard-migration.js';
 import { rolloutMigration } from './rollout-migration.js';
 
@@ -132,6 +133,7 @@ export function gatewayMigrationsWith(loginPassword: string): MigrationSet {
       '0012_delivery_record_fillfactor': deliveryFillfactorMigration,
       '0013_delivery_reap_batches': deliveryReapBatchMigration,
       '0014_delivery_progress': deliveryProgressMigration,
+      '0015_delivery_register_prune': deliveryRegisterPruneMigration,
     },
   };
 }

@@ -372,6 +372,10 @@ export class DeliveryRecorder implements DeliveryEvents {
 
   start(): void {
     this.running = true;
+    // The first reap one interval from now, not at the first flush: the devices of a replica that died register
+    // again here meanwhile, and each such write leaves the dead replica out of observed_by itself (0015), so
+    // the reap finds their rows clean instead of writing each a second time.
+    this.lastReap = Date.now();
     this.timer ??= setInterval(() => {
       void this.flush();
       this.report();
