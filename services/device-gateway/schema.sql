@@ -22,7 +22,7 @@ r device_gateway.rollout_events RLS false FORCE false OWNER <migrator> OPTIONS -
 r device_gateway.rollout_targets RLS false FORCE false OWNER <migrator> OPTIONS - ACL <migrator>:DELETE,<migrator>:INSERT,<migrator>:MAINTAIN,<migrator>:REFERENCES,<migrator>:SELECT,<migrator>:TRIGGER,<migrator>:TRUNCATE,<migrator>:UPDATE,device_gateway_login:SELECT COMMENT -
 r device_gateway.rollouts RLS false FORCE false OWNER <migrator> OPTIONS - ACL <migrator>:DELETE,<migrator>:INSERT,<migrator>:MAINTAIN,<migrator>:REFERENCES,<migrator>:SELECT,<migrator>:TRIGGER,<migrator>:TRUNCATE,<migrator>:UPDATE,device_gateway_login:SELECT COMMENT -
 
--- columns (98)
+-- columns (99)
 device_gateway.bus_overrides.device_id text NOT NULL COMMENT -
 
 device_gateway.bus_overrides.origin text NOT NULL COLLATE "C" COMMENT -
@@ -36,6 +36,8 @@ device_gateway.bus_overrides.version bigint NOT NULL COMMENT -
 device_gateway.delivery_progress.replica text NOT NULL COMMENT -
 
 device_gateway.delivery_progress.reported_at timestamp with time zone NOT NULL COMMENT -
+
+device_gateway.delivery_progress.valid_until timestamp with time zone NOT NULL COMMENT -
 
 device_gateway.delivery_progress.written_through timestamp with time zone NOT NULL COMMENT -
 
@@ -225,7 +227,7 @@ device_gateway.rollouts.updated_at timestamp with time zone NOT NULL DEFAULT now
 
 device_gateway.rollouts.waves integer NOT NULL COMMENT -
 
--- constraints (119)
+-- constraints (120)
 device_gateway.bus_overrides bus_overrides_device_id_check CHECK ((device_id ~ '^[A-Za-z0-9._:-]{1,128}$'::text))
 device_gateway.bus_overrides bus_overrides_device_id_not_null NOT NULL device_id
 device_gateway.bus_overrides bus_overrides_origin_check CHECK ((origin ~ '^[A-Za-z0-9._:-]{1,64}$'::text))
@@ -240,6 +242,7 @@ device_gateway.delivery_progress delivery_progress_pkey PRIMARY KEY (replica)
 device_gateway.delivery_progress delivery_progress_replica_check CHECK ((replica ~ '^[0-9a-f]{16}$'::text))
 device_gateway.delivery_progress delivery_progress_replica_not_null NOT NULL replica
 device_gateway.delivery_progress delivery_progress_reported_at_not_null NOT NULL reported_at
+device_gateway.delivery_progress delivery_progress_valid_until_not_null NOT NULL valid_until
 device_gateway.delivery_progress delivery_progress_written_through_not_null NOT NULL written_through
 device_gateway.device_credentials device_credentials_created_at_not_null NOT NULL created_at
 device_gateway.device_credentials device_credentials_credential_id_not_null NOT NULL credential_id
@@ -477,7 +480,7 @@ CREATE OR REPLACE FUNCTION device_gateway.delivery_lag_ms()
 AS $function$
   SELECT coalesce(max(least(extract(epoch FROM now() - p.written_through) * 1000, 2147483647))::integer, 0)
   FROM device_gateway.delivery_progress p
-  WHERE p.replica IN (
+  WHERE p.valid_until > now() OR p.replica IN (
     SELECT split_part(a.application_name, ' ', 2) FROM pg_catalog.pg_stat_activity a
     WHERE a.datname = pg_catalog.current_database()
       AND a.usename = session_user
@@ -731,6 +734,11 @@ BEGIN
     AND coalesce(b.sa, 1600000000000) BETWEEN 1577836800000 AND max_ms
     AND coalesce(b.aa, 1600000000000) BETWEEN 1577836800000 AND max_ms
     AND coalesce(b.h, 1600000000000) BETWEEN 1577836800000 AND max_ms
+    -- Transports and sources as the table's checks allow them (0015): a row outside them is skipped like the
+    -- others, where before it failed the whole call on the table's CHECK (23514).
+    AND (b.st IS NULL OR b.st IN ('plain', 'dtls'))
+    AND (b.at IS NULL OR b.at IN ('plain', 'dtls'))
+    AND (b.ds IS NULL OR b.ds IN ('registry', 'override', 'rollout'))
   -- Rows are written, and locked, in device order, so two statements writing the same devices (another
   -- replica's, or another chunk's of this replica) wait for each other instead of deadlocking (0009).
   ORDER BY b.d
@@ -805,22 +813,29 @@ BEGIN
 END $function$
 OWNER <migrator> ACL <migrator>:EXECUTE,device_gateway_login:EXECUTE COMMENT -
 
-CREATE OR REPLACE FUNCTION device_gateway.delivery_report(p_replica text, p_lag_ms integer)
+CREATE OR REPLACE FUNCTION device_gateway.delivery_report(p_replica text, p_lag_ms integer, p_valid_ms integer)
  RETURNS void
  LANGUAGE plpgsql
  SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
+ SET lock_timeout TO '1s'
 AS $function$
+DECLARE
+  added boolean;
 BEGIN
   IF p_replica IS NULL OR p_replica !~ '^[0-9a-f]{16}$' OR p_lag_ms IS NULL
-     OR p_lag_ms NOT BETWEEN 0 AND 86400000 THEN
+     OR p_lag_ms NOT BETWEEN 0 AND 86400000 OR p_valid_ms IS NULL OR p_valid_ms NOT BETWEEN 1000 AND 600000 THEN
     RAISE EXCEPTION 'invalid delivery report' USING ERRCODE = '22023';
   END IF;
-  INSERT INTO device_gateway.delivery_progress AS p (replica, written_through, reported_at)
-  VALUES (p_replica, now() - p_lag_ms * interval '1 millisecond', now())
-  ON CONFLICT (replica) DO UPDATE SET written_through = excluded.written_through, reported_at = excluded.reported_at;
-  -- Replicas gone for a day: their rows are never read again (only live replicas count).
-  DELETE FROM device_gateway.delivery_progress WHERE reported_at < now() - interval '1 day';
+  INSERT INTO device_gateway.delivery_progress AS p (replica, written_through, reported_at, valid_until)
+  VALUES (p_replica, now() - p_lag_ms * interval '1 millisecond', now(), now() + p_valid_ms * interval '1 millisecond')
+  ON CONFLICT (replica) DO UPDATE SET written_through = excluded.written_through,
+    reported_at = excluded.reported_at, valid_until = excluded.valid_until
+  RETURNING p.xmax = 0 INTO added;
+  -- Replicas gone for a day are never read again; removed when a replica is added (once a process's life).
+  IF added THEN
+    DELETE FROM device_gateway.delivery_progress WHERE reported_at < now() - interval '1 day';
+  END IF;
 END $function$
 OWNER <migrator> ACL <migrator>:EXECUTE,device_gateway_login:EXECUTE COMMENT -
 

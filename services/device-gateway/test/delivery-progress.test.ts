@@ -42,11 +42,18 @@ async function lagMs(): Promise<number> {
   return rows[0]!.ms;
 }
 
-async function report(replica: unknown, lag: unknown): Promise<unknown> {
-  return sql`SELECT device_gateway.delivery_report(${replica}, ${lag}::integer)`.execute(login).then(
-    () => undefined,
-    (e: unknown) => e,
-  );
+async function report(
+  replica: unknown,
+  lag: unknown,
+  validMs: unknown = 60_000,
+  db = login,
+): Promise<unknown> {
+  return sql`SELECT device_gateway.delivery_report(${replica}, ${lag}::integer, ${validMs}::integer)`
+    .execute(db)
+    .then(
+      () => undefined,
+      (e: unknown) => e,
+    );
 }
 
 const until = async (what: () => Promise<boolean>, ms: number): Promise<boolean> => {
@@ -85,50 +92,115 @@ afterAll(async () => {
 });
 
 describe('migration 0014: delivery_report and delivery_lag_ms', () => {
-  it('the login reports through the function only, with a replica id and a lag in range', async () => {
-    const direct = await sql`INSERT INTO device_gateway.delivery_progress VALUES (${A}, now(), now())`
+  it('the login reports through the function only, with a replica id, a lag and a validity in range', async () => {
+    const direct = await sql`INSERT INTO device_gateway.delivery_progress VALUES (${A}, now(), now(), now())`
       .execute(login)
       .then(
         () => undefined,
         (e: unknown) => e,
       );
     expect(sqlState(direct)).toBe('42501');
-    for (const [replica, lag] of [
-      ['not-a-replica', 0],
-      [A.toUpperCase(), 0],
-      [null, 0],
-      [A, -1],
-      [A, 86_400_001],
-      [A, null],
+    for (const [replica, lag, valid] of [
+      ['not-a-replica', 0, 5000],
+      [A.toUpperCase(), 0, 5000],
+      [null, 0, 5000],
+      [A, -1, 5000],
+      [A, 86_400_001, 5000],
+      [A, null, 5000],
+      [A, 0, 999],
+      [A, 0, 600_001],
+      [A, 0, null],
     ] as const)
-      expect(sqlState(await report(replica, lag))).toBe('22023');
+      expect(sqlState(await report(replica, lag, valid))).toBe('22023');
     expect(await report(A, 0)).toBeUndefined();
   });
 
-  it('counts the replicas whose bus session is up, on the database clock, and no other', async () => {
+  it('counts the replicas whose bus session is up or whose last report stands, on the database clock', async () => {
     await sql`DELETE FROM device_gateway.delivery_progress`.execute(owner);
     expect(await lagMs()).toBe(0);
-    // A replica that is not alive is not waited for, however far behind it said it was.
-    await report(B, 600_000);
-    expect(await lagMs()).toBe(0);
+    // Not alive (no bus session: reconnecting, or GATEWAY_CLUSTER_BUS=false), but its report stands: waited for.
+    await report(B, 600_000, 1000);
+    expect(await lagMs()).toBeGreaterThanOrEqual(600_000);
+    // Its report lapsed (a replica that died): no longer.
+    expect(await until(async () => (await lagMs()) === 0, 3000)).toBe(true);
     await alive(A);
     // Alive, but never reported (the record off, or the previous release): not waited for either.
     expect(await lagMs()).toBe(0);
-    await report(A, 5000);
+    await report(A, 5000, 1000);
     const behind = await lagMs();
     expect(behind).toBeGreaterThanOrEqual(5000);
     expect(behind).toBeLessThan(6000);
-    // The report ages: what was unwritten then may still be.
-    await new Promise((r) => setTimeout(r, 300));
-    expect(await lagMs()).toBeGreaterThanOrEqual(5300);
+    // The report ages, and lapses, but A's bus session is up: what was unwritten then may still be.
+    await new Promise((r) => setTimeout(r, 1200));
+    expect(await lagMs()).toBeGreaterThanOrEqual(6200);
     await report(A, 0);
     expect(await lagMs()).toBeLessThan(1000);
-    // B comes up: its old report now counts.
+    // B comes up: its lapsed report counts again.
     await alive(B);
     expect(await lagMs()).toBeGreaterThanOrEqual(600_000);
-    // Both gone: nobody is waited for.
+    // Both gone and lapsed... A's report still stands (60 s): A is waited for, B is not.
     for (const c of sessions.splice(0)) await c.end();
+    expect(await until(async () => (await lagMs()) < 1000, 3000)).toBe(true);
+    await report(A, 0, 1000);
     expect(await until(async () => (await lagMs()) === 0, 3000)).toBe(true);
+  });
+
+  it("a session holding a replica's row makes its report fail within a second, not wait; day-old rows go when a replica is added", async () => {
+    await sql`DELETE FROM device_gateway.delivery_progress`.execute(owner);
+    await report(A, 0);
+    const holder = new pg.Client({ connectionString: loginUrl(database.url) });
+    await holder.connect();
+    try {
+      await holder.query('BEGIN');
+      await holder.query('SELECT device_gateway.delivery_report($1, 0, 60000)', [A]);
+      const started = Date.now();
+      expect(sqlState(await report(A, 0))).toBe('55P03');
+      expect(Date.now() - started).toBeLessThan(5000);
+    } finally {
+      await holder.query('ROLLBACK');
+      await holder.end();
+    }
+    await sql`INSERT INTO device_gateway.delivery_progress VALUES
+      ('0000000000000001', now() - interval '2 days', now() - interval '2 days', now() - interval '2 days')`.execute(
+      owner,
+    );
+    const left = async () =>
+      (
+        await sql<{
+          replica: string;
+        }>`SELECT replica FROM device_gateway.delivery_progress ORDER BY replica`.execute(owner)
+      ).rows.map((r) => r.replica);
+    // An update of a known replica's row does not scan for old rows.
+    await report(A, 0);
+    expect(await left()).toEqual(['0000000000000001', A]);
+    await report(B, 0);
+    expect(await left()).toEqual([A, B]);
+  });
+
+  it('the writer reads the lag once it holds its connection, not while it waits for one', async () => {
+    const one = createDb<GatewayDatabase>(loginUrl(database.url), {
+      max: 1,
+      logger: { warn: () => undefined },
+    });
+    try {
+      const busy = sql`SELECT pg_sleep(0.8)`.execute(one);
+      await new Promise((r) => setTimeout(r, 100));
+      const asked = Date.now();
+      let readAt = 0;
+      await deliveryWriter(one).report!(
+        A,
+        () => {
+          readAt = Date.now();
+          return 0;
+        },
+        5000,
+      );
+      await busy;
+      // The pool's one connection was busy for about 0.7 s more: the lag was read after that.
+      expect(readAt - asked).toBeGreaterThanOrEqual(500);
+    } finally {
+      await one.destroy();
+    }
   });
 });
 
@@ -151,8 +223,8 @@ class HeldWriter implements DeliveryWriter {
   reap(self: string | null): Promise<number> {
     return this.inner.reap(self);
   }
-  report(replica: string, lag: number): Promise<void> {
-    return this.inner.report!(replica, lag);
+  report(replica: string, lag: () => number, validMs: number): Promise<void> {
+    return this.inner.report!(replica, lag, validMs);
   }
 }
 
@@ -179,10 +251,10 @@ describe('the rollout driver and a record that is behind', () => {
     return rows.map((r) => r.outcome);
   }
 
-  async function scenario(recordWaitMaxMs: number) {
+  async function scenario(recordWaitMaxMs: number, bus = true) {
     await sql`DELETE FROM device_gateway.delivery_progress`.execute(owner);
     await sql`DELETE FROM device_gateway.device_delivery`.execute(owner);
-    await alive(A);
+    if (bus) await alive(A);
     const content = doc('dp-0').contentDigest;
     const { rows } = await sql<{ r: { rollout_id: string } }>`
       SELECT device_gateway.rollout_create(${JSON.stringify({ site_ids: [SITE] })}::jsonb,
@@ -250,16 +322,36 @@ describe('the rollout driver and a record that is behind', () => {
     }
   });
 
-  it('on a database without 0014 (the code rolled before the migration) it judges with the configured allowance, and says so', async () => {
+  it('a replica without a bus session (reconnecting, or GATEWAY_CLUSTER_BUS=false) is waited for while it reports', async () => {
+    const { id, writer, done } = await scenario(60_000, false);
+    try {
+      await new Promise((r) => setTimeout(r, 2500));
+      expect(await outcomes(id)).toEqual([null, null]);
+      writer.open();
+      expect(await until(async () => (await outcomes(id)).every((o) => o === 'acknowledged'), 5000)).toBe(
+        true,
+      );
+    } finally {
+      await done();
+    }
+  });
+
+  it('when it cannot tell how far behind the record is (no delivery_lag_ms: the code rolled before 0014) it waits the longest, and still steps', async () => {
     logLines.length = 0;
     await sql`ALTER FUNCTION device_gateway.delivery_lag_ms() RENAME TO delivery_lag_ms_gone`.execute(owner);
     try {
-      const { id, done } = await scenario(60_000);
+      // scenario() waits for both devices to be assigned: the steps go on.
+      const { id, done } = await scenario(2000);
       try {
-        expect(await until(async () => (await outcomes(id)).every((o) => o === 'failed'), 6000)).toBe(true);
-        const warned = logLines.filter((l) => l.includes('has no delivery_lag_ms'));
+        // Past the deadline and the configured allowance (0.3 s), not past the longest wait (2 s): unjudged.
+        await new Promise((r) => setTimeout(r, 1800));
+        expect(await outcomes(id)).toEqual([null, null]);
+        expect(await until(async () => (await outcomes(id)).every((o) => o === 'failed'), 5000)).toBe(true);
+        const warned = logLines.filter((l) =>
+          l.includes('reading how far the delivery record is behind failed'),
+        );
         expect(warned).toHaveLength(1);
-        expect(JSON.parse(warned[0]!)).toMatchObject({ level: 'warn', record_lag_ms: 300 });
+        expect(JSON.parse(warned[0]!)).toMatchObject({ level: 'warn', wait_max_ms: 2000 });
         expect(logLines.filter((l) => l.includes('step failed'))).toEqual([]);
       } finally {
         await done();

@@ -51,6 +51,8 @@ class FakeWriter implements DeliveryWriter {
 /** A writer whose first write waits until `open()`: what happens while a chunk is being written. */
 class GatedWriter implements DeliveryWriter {
   readonly batches: DeliveryRow[][] = [];
+  /** Writes that fail once the gate is open. */
+  failNext = 0;
   private gate: Promise<void>;
   private release!: () => void;
   private began!: () => void;
@@ -69,6 +71,10 @@ class GatedWriter implements DeliveryWriter {
     const rows = fromBatch(batch); // read before the call returns: the recorder reuses the batch
     this.began();
     await this.gate;
+    if (this.failNext > 0) {
+      this.failNext--;
+      throw new Error('database unreachable');
+    }
     this.batches.push(rows);
   }
   async reap(): Promise<number> {
@@ -145,6 +151,28 @@ describe('DeliveryRecorder', () => {
     // The newer send wins; the older acknowledgement, which nothing newer replaced, is kept.
     expect(rows.get('d1')).toMatchObject({ sv: 2, av: 1 });
     expect(rows.get('d2')?.h).toBeDefined();
+    expect(r.lagSeconds()).toBe(0);
+  });
+
+  it('a failed write leaves the lag at the age of the oldest unwritten event, also for a row queued again meanwhile', async () => {
+    // A cold review's finding: the rows of a failed chunk were queued again as if their events had just
+    // happened, so the lag (the gauge, and what the rollout driver waits for) stayed near 0 while nothing
+    // was written.
+    const w = new GatedWriter();
+    const r = recorder(w);
+    r.acknowledged('d1', doc('d1', 1, 60), 'plain');
+    r.heard('d2', 'plain');
+    await new Promise((res) => setTimeout(res, 300));
+    const flushing = r.flush();
+    await w.started();
+    // d2 is heard again while its row is being written: queued again, with this event's time.
+    r.heard('d2', 'plain');
+    w.failNext = 1;
+    w.open();
+    await flushing;
+    expect(r.stats.failures).toBe(1);
+    expect(r.lagSeconds()).toBeGreaterThanOrEqual(0.3);
+    await r.flush();
     expect(r.lagSeconds()).toBe(0);
   });
 

@@ -86,3 +86,27 @@ describe('a registration after a replica died', () => {
     });
   });
 });
+
+describe("a row outside the table's checks", () => {
+  it('is skipped like any row outside the rules; the rest of the call is written', async () => {
+    const now = Date.now();
+    const before = await observedBy();
+    await recordRows(deliveryWriter(login), SELF, [
+      { d: 'rp-0', h: now + 1, st: 'pigeon' as 'plain', sv: now * 1000, sc: '0123456789abcdef', sa: now },
+      { d: 'rp-1', av: now * 1000, ac: '0123456789abcdef', aa: now, at: 'carrier' as 'plain' },
+      { d: 'rp-2', dv: now * 1000, ds: 'rumour', dc: '0123456789abcdef', da: now },
+      { d: 'rp-3', h: now + 1 },
+    ]);
+    const { rows } = await sql<{ device_id: string; heard: boolean; sent_transport: string | null }>`
+      SELECT device_id, heard_at >= to_timestamp(${now} / 1000.0) AS heard, sent_transport
+      FROM device_gateway.device_delivery ORDER BY device_id`.execute(owner);
+    expect(rows.map((r) => [r.device_id, r.heard])).toEqual([
+      ['rp-0', false],
+      ['rp-1', false],
+      ['rp-2', false],
+      ['rp-3', true],
+    ]);
+    expect(rows.every((r) => r.sent_transport !== 'pigeon')).toBe(true);
+    expect(await observedBy()).toEqual(before);
+  });
+});

@@ -16,55 +16,67 @@ import { withGeneratedSql } from '@platform/service-kit';
  *
  * Each replica now reports, about once a flush interval, how old its oldest unwritten delivery event is;
  * `delivery_report` stores that as a time on the database's clock (`written_through`: every event of that
- * replica before it is in the record, as of `reported_at`), so the replicas' clocks do not enter.
- * `delivery_lag_ms()` answers how far behind the record is, for the replicas whose bus session is up (bus_join's
- * rule, as `delivery_reap`): the largest `now() - written_through` among them, 0 when none has reported. A
- * replica that died is not waited for (what it had not written is lost, §3.8); one that never reported (the
- * record off, or a replica of the previous release) is not either.
+ * replica before it is in the record, as of `reported_at`), so the replicas' clocks do not enter, and how long
+ * the report stands for (`valid_until`: a few of the replica's intervals). `delivery_lag_ms()` answers how far
+ * behind the record is: the largest `now() - written_through` among the replicas whose bus session is up
+ * (bus_join's rule, as `delivery_reap`) or whose last report still stands, 0 when none. The second covers a
+ * replica whose bus session is reconnecting, and one that runs without the bus (GATEWAY_CLUSTER_BUS=false). A
+ * replica that died is waited for until its last report lapses, then not (what it had not written is lost,
+ * §3.8); one that never reported (the record off, a replica of the previous release) is not either.
+ * `delivery_report` waits at most 1 s for the replica's row (a session holding it makes the report fail, so the
+ * stored progress only gets older: the safe side), and removes day-old rows only when it adds one.
  */
 const DELIVERY_PROGRESS_UP = `
 CREATE TABLE device_gateway.delivery_progress (
   replica text PRIMARY KEY CHECK (replica ~ '^[0-9a-f]{16}$'),
   written_through timestamptz NOT NULL,
-  reported_at timestamptz NOT NULL
+  reported_at timestamptz NOT NULL,
+  valid_until timestamptz NOT NULL
 );
 
 GRANT SELECT ON device_gateway.delivery_progress TO device_gateway_login;
 
-CREATE FUNCTION device_gateway.delivery_report(p_replica text, p_lag_ms integer) RETURNS void
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+CREATE FUNCTION device_gateway.delivery_report(p_replica text, p_lag_ms integer, p_valid_ms integer)
+RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp SET lock_timeout = '1s' AS $$
+DECLARE
+  added boolean;
 BEGIN
   IF p_replica IS NULL OR p_replica !~ '^[0-9a-f]{16}$' OR p_lag_ms IS NULL
-     OR p_lag_ms NOT BETWEEN 0 AND 86400000 THEN
+     OR p_lag_ms NOT BETWEEN 0 AND 86400000 OR p_valid_ms IS NULL OR p_valid_ms NOT BETWEEN 1000 AND 600000 THEN
     RAISE EXCEPTION 'invalid delivery report' USING ERRCODE = '22023';
   END IF;
-  INSERT INTO device_gateway.delivery_progress AS p (replica, written_through, reported_at)
-  VALUES (p_replica, now() - p_lag_ms * interval '1 millisecond', now())
-  ON CONFLICT (replica) DO UPDATE SET written_through = excluded.written_through, reported_at = excluded.reported_at;
-  -- Replicas gone for a day: their rows are never read again (only live replicas count).
-  DELETE FROM device_gateway.delivery_progress WHERE reported_at < now() - interval '1 day';
+  INSERT INTO device_gateway.delivery_progress AS p (replica, written_through, reported_at, valid_until)
+  VALUES (p_replica, now() - p_lag_ms * interval '1 millisecond', now(), now() + p_valid_ms * interval '1 millisecond')
+  ON CONFLICT (replica) DO UPDATE SET written_through = excluded.written_through,
+    reported_at = excluded.reported_at, valid_until = excluded.valid_until
+  RETURNING p.xmax = 0 INTO added;
+  -- Replicas gone for a day are never read again; removed when a replica is added (once a process's life).
+  IF added THEN
+    DELETE FROM device_gateway.delivery_progress WHERE reported_at < now() - interval '1 day';
+  END IF;
 END $$;
 
 CREATE FUNCTION device_gateway.delivery_lag_ms() RETURNS integer
 LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
   SELECT coalesce(max(least(extract(epoch FROM now() - p.written_through) * 1000, 2147483647))::integer, 0)
   FROM device_gateway.delivery_progress p
-  WHERE p.replica IN (
+  WHERE p.valid_until > now() OR p.replica IN (
     SELECT split_part(a.application_name, ' ', 2) FROM pg_catalog.pg_stat_activity a
     WHERE a.datname = pg_catalog.current_database()
       AND a.usename = session_user
       AND a.application_name LIKE 'device-gateway-bus %');
 $$;
 
-REVOKE ALL ON FUNCTION device_gateway.delivery_report(text, integer) FROM PUBLIC;
+REVOKE ALL ON FUNCTION device_gateway.delivery_report(text, integer, integer) FROM PUBLIC;
 REVOKE ALL ON FUNCTION device_gateway.delivery_lag_ms() FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION device_gateway.delivery_report(text, integer) TO device_gateway_login;
+GRANT EXECUTE ON FUNCTION device_gateway.delivery_report(text, integer, integer) TO device_gateway_login;
 GRANT EXECUTE ON FUNCTION device_gateway.delivery_lag_ms() TO device_gateway_login;
 `;
 
 const DELIVERY_PROGRESS_DOWN = `
 DROP FUNCTION device_gateway.delivery_lag_ms();
-DROP FUNCTION device_gateway.delivery_report(text, integer);
+DROP FUNCTION device_gateway.delivery_report(text, integer, integer);
 DROP TABLE device_gateway.delivery_progress;
 `;
 

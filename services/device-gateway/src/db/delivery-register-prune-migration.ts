@@ -16,8 +16,12 @@ import { withGeneratedSql } from '@platform/service-kit';
  * pass). Here the write that adds this replica keeps only the replicas whose bus session is up (bus_join's
  * rule, read once a call as `delivery_reap` reads it) and this one, so the reap finds those rows clean. Only
  * such a write prunes: a row whose list already holds this replica, or a write that adds no relation, is as
- * 0011 wrote it, and the reap still cleans those. Same signature and otherwise 0011's body: a replica of the
- * previous release calls it during a rolling upgrade. Down restores 0011's body.
+ * 0011 wrote it, and the reap still cleans those.
+ *
+ * Also (a cold review's finding): a row whose sent or acknowledged transport or desired source is outside the
+ * table's CHECK constraints is skipped like any other row outside the rules, instead of failing the whole call
+ * (and with it the chunk's other rows, retried and failing again). Same signature and otherwise 0011's body:
+ * a replica of the previous release calls it during a rolling upgrade. Down restores 0011's body.
  */
 const DELIVERY_REGISTER_PRUNE_UP = `
 CREATE OR REPLACE FUNCTION device_gateway.delivery_record_arrays(
@@ -77,6 +81,11 @@ BEGIN
     AND coalesce(b.sa, 1600000000000) BETWEEN 1577836800000 AND max_ms
     AND coalesce(b.aa, 1600000000000) BETWEEN 1577836800000 AND max_ms
     AND coalesce(b.h, 1600000000000) BETWEEN 1577836800000 AND max_ms
+    -- Transports and sources as the table's checks allow them (0015): a row outside them is skipped like the
+    -- others, where before it failed the whole call on the table's CHECK (23514).
+    AND (b.st IS NULL OR b.st IN ('plain', 'dtls'))
+    AND (b.at IS NULL OR b.at IN ('plain', 'dtls'))
+    AND (b.ds IS NULL OR b.ds IN ('registry', 'override', 'rollout'))
   -- Rows are written, and locked, in device order, so two statements writing the same devices (another
   -- replica's, or another chunk's of this replica) wait for each other instead of deadlocking (0009).
   ORDER BY b.d

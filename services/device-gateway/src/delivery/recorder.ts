@@ -117,9 +117,10 @@ export interface DeliveryWriter {
   /**
    * Reports how old this replica's oldest unwritten event is (ms; 0: everything is written), once a tick
    * (`delivery_report`, migration 0014): the rollout driver waits for the record that far before it judges a
-   * device that has not acknowledged (design §3.9). Optional: a writer without it reports nothing.
+   * device that has not acknowledged (design §3.9). `lagMs` is read as late as possible (once the connection
+   * is the writer's); the report stands for `validMs`. Optional: a writer without it reports nothing.
    */
-  report?(replica: string, lagMs: number): Promise<void>;
+  report?(replica: string, lagMs: () => number, validMs: number): Promise<void>;
 }
 
 export interface DeliveryRecorderOptions {
@@ -365,6 +366,7 @@ export class DeliveryRecorder implements DeliveryEvents {
     this.reapMs = options.reapMs ?? 10_000;
     this.lanes = Array.from({ length: this.writers }, () => ({
       chunk: new Int32Array(this.chunkRows),
+      since: new Float64Array(this.chunkRows),
       snapshot: new Snapshot(this.chunkRows),
       columns: new ColumnBuilder(),
     }));
@@ -386,17 +388,20 @@ export class DeliveryRecorder implements DeliveryEvents {
 
   /**
    * Tells the database how far this replica's record is written (the writer's `report`), unless a report is
-   * still under way. The lag is read now and the database subtracts it from its own clock when the call
-   * arrives, so what it stores can only be earlier than what is really written: never a device judged on a
-   * record that is not there yet.
+   * still under way. The lag is read once the writer holds its connection, and the database subtracts it from
+   * its own clock when the call arrives, so what it stores is earlier than what is really written by no more
+   * than the call's way there: never a device judged on a record that is not there yet. (The lag is measured
+   * on the wall clock: a step of the host's clock backwards makes it look smaller by the step.)
    */
   private report(): void {
     const writer = this.options.writer;
     if (writer.report === undefined || this.reporting) return;
     this.reporting = true;
-    const lagMs = Math.min(86_400_000, Math.ceil(this.lagSeconds() * 1000));
+    // A report stands for three intervals (at least 5 s): a replica whose bus session is down is still waited
+    // for while it keeps reporting, and one that died is not once its last report lapses.
+    const validMs = Math.min(600_000, Math.max(5000, 3 * this.options.flushMs));
     writer
-      .report(this.options.replica, lagMs)
+      .report(this.options.replica, () => Math.min(86_400_000, Math.ceil(this.lagSeconds() * 1000)), validMs)
       .then(
         () => {
           if (this.reportFailing) this.options.logger.info('delivery record: reporting progress again');
@@ -716,14 +721,18 @@ export class DeliveryRecorder implements DeliveryEvents {
             if (this.laterOldest === 0 || since < this.laterOldest) this.laterOldest = since;
             continue;
           }
+          const since0 = t.nums[s * N_STRIDE + N_SINCE]!;
           if (!this.take(l.snapshot, s, n)) break; // the snapshot's id area is full: the next chunk takes it
+          l.since[n] = since0;
           l.chunk[n++] = s;
           taken++;
         }
         if (i >= size)
           for (; this.laterAt < this.laterN && n < per && taken < limit; this.laterAt++) {
             const s = later[this.laterAt]!;
+            const since0 = t.nums[s * N_STRIDE + N_SINCE]!;
             if (!this.take(l.snapshot, s, n)) break;
+            l.since[n] = since0;
             l.chunk[n++] = s;
             taken++;
           }
@@ -732,7 +741,7 @@ export class DeliveryRecorder implements DeliveryEvents {
           await this.options.writer.record(this.options.replica, l.columns.build(l.snapshot, n));
         } catch (err) {
           // Its parts are unwritten again (with whatever newer values arrived meanwhile).
-          for (let k = 0; k < n; k++) this.requeue(l.chunk[k]!, now);
+          for (let k = 0; k < n; k++) this.requeue(l.chunk[k]!, l.since[k]!);
           failure ??= { err };
           return;
         }
@@ -942,15 +951,19 @@ export class DeliveryRecorder implements DeliveryEvents {
   }
 
   /** Marks the parts slot `s` was written with unwritten again after a failed write. */
-  private requeue(s: number, now: number): void {
+  private requeue(s: number, since: number): void {
     const bytes = this.table.bytes;
     const b = s * B_STRIDE;
     bytes[b + B_UNWRITTEN]! |= bytes[b + B_WRITING]!;
     const flags = bytes[b + B_FLAGS]!;
+    const i = s * N_STRIDE + N_SINCE;
     if ((flags & QUEUED) === 0) {
       bytes[b + B_FLAGS] = flags | QUEUED;
-      this.table.nums[s * N_STRIDE + N_SINCE] = now;
-      this.enqueue(s, now);
+      this.table.nums[i] = since;
+      this.enqueue(s, since);
+    } else if (since < this.table.nums[i]!) {
+      this.table.nums[i] = since;
+      if (this.queueOldest === 0 || since < this.queueOldest) this.queueOldest = since;
     }
   }
 
@@ -1033,6 +1046,7 @@ export class DeliveryRecorder implements DeliveryEvents {
 /** One writer's own parts: the slots of its chunk (marked unwritten again if its write fails), their facts as they were when taken (what the builder reads), and its builder. */
 interface Lane {
   chunk: Int32Array;
+  since: Float64Array;
   snapshot: Snapshot;
   columns: ColumnBuilder;
 }

@@ -20,9 +20,14 @@ export function deliveryWriter(db: Kysely<GatewayDatabase>): DeliveryWriter {
         ${sa}::double precision[], ${st}::text[], ${sk}::boolean[], ${av}::bigint[], ${ac}::text[],
         ${aa}::double precision[], ${at}::text[], ${h}::double precision[], ${r}::integer[])`.execute(db);
     },
-    // 0014: how old this replica's oldest unwritten event is, on the database's clock.
-    async report(replica, lagMs) {
-      await sql`SELECT device_gateway.delivery_report(${replica}, ${lagMs}::integer)`.execute(db);
+    // 0014: how old this replica's oldest unwritten event is, on the database's clock. The lag is read once the
+    // connection is ours, so a wait for the pool does not make the stored progress later than what is written.
+    async report(replica, lagMs, validMs) {
+      await db.connection().execute(async (conn) => {
+        await sql`SELECT device_gateway.delivery_report(${replica}, ${lagMs()}::integer, ${validMs}::integer)`.execute(
+          conn,
+        );
+      });
     },
     // 0013's reap, a batch of at most REAP_BATCH rows a call, each call its own transaction, in device order
     // from where the previous one stopped: a chunk of the writers' waits for one batch, not for the whole reap

@@ -3,7 +3,7 @@
 // runs one step: one transaction of `rollout_step`, which checks the lease again under a row lock, so a replica
 // whose lease ran out while it was paused (GC, a stalled network) cannot act. Progress lives in the database
 // (targets' outcomes, read from the delivery record), so a new holder goes on where the last one stopped.
-import { errorMessage, sqlState, type Logger } from '@platform/service-kit';
+import { errorMessage, type Logger } from '@platform/service-kit';
 import type { Kysely } from 'kysely';
 import type { GatewayDatabase } from '../db/tables.js';
 import { deliveryLagMs, releaseLease, rolloutCounts, step, takeLease, type RolloutState } from './sql.js';
@@ -52,7 +52,7 @@ export class RolloutDriver {
   private busy = false;
   /** The record was behind by more than recordWaitMaxMs at the last judging step (warned once a streak). */
   private recordTooFarBehind = false;
-  /** The database had no delivery_lag_ms at the last judging step (warned once a streak). */
+  /** Reading the record's lag failed at the last judging step (warned once a streak). */
   private lagUnknown = false;
   readonly stats: DriverStats = { steps: 0, assigned: 0, failures: 0, terms: 0 };
   /** Open rollouts by state (and aborted), as the driver last read them; empty on other replicas. */
@@ -108,25 +108,25 @@ export class RolloutDriver {
    */
   private async recordAllowance(): Promise<number> {
     const { recordLagMs, recordWaitMaxMs, logger } = this.options;
+    const max = Math.max(recordLagMs, recordWaitMaxMs);
     let behind: number;
     try {
       behind = await deliveryLagMs(this.options.db);
     } catch (err) {
-      // 42883: no delivery_lag_ms, the code rolled before migration 0014 ran (operations §6). Judge with the
-      // configured allowance, as before 0014; any other failure fails the step (retried at the next tick).
-      if (sqlState(err) !== '42883') throw err;
+      // Unknown (no delivery_lag_ms because the code rolled before migration 0014, operations §6; a timeout; a
+      // grant gone): wait the longest, and step anyway, so assignments go on and no device is judged early.
       if (!this.lagUnknown)
         logger.warn(
-          'rollout driver: the database has no delivery_lag_ms (migration 0014); judging with the configured allowance',
+          'rollout driver: reading how far the delivery record is behind failed; waiting the longest',
           {
-            record_lag_ms: recordLagMs,
+            error: errorMessage(err),
+            wait_max_ms: max,
           },
         );
       this.lagUnknown = true;
-      return recordLagMs;
+      return max;
     }
     this.lagUnknown = false;
-    const max = Math.max(recordLagMs, recordWaitMaxMs);
     if (behind <= max) {
       this.recordTooFarBehind = false;
       return Math.max(recordLagMs, behind);
