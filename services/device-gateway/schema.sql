@@ -349,7 +349,8 @@ device_gateway.rollouts rollouts_updated_at_not_null NOT NULL updated_at
 device_gateway.rollouts rollouts_waves_check CHECK (((waves >= 1) AND (waves <= 1000)))
 device_gateway.rollouts rollouts_waves_not_null NOT NULL waves
 
--- indexes (26)
+-- indexes (27)
+CREATE INDEX delivery_progress_valid_idx ON device_gateway.delivery_progress USING btree (valid_until)
 CREATE INDEX device_credentials_device_idx ON device_gateway.device_credentials USING btree (device_id)
 CREATE INDEX device_credentials_live_idx ON device_gateway.device_credentials USING btree (not_after) WHERE (revoked_at IS NULL)
 CREATE INDEX device_delivery_open_idx ON device_gateway.device_delivery USING btree (state, desired_at, device_id) WHERE (state <> 'acknowledged'::text)
@@ -478,9 +479,13 @@ CREATE OR REPLACE FUNCTION device_gateway.delivery_lag_ms()
  STABLE SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
+  -- The reports that stand (along delivery_progress_valid_idx) and the replicas whose bus session is up, each
+  -- looked up by its key: a table with many rows of replicas long gone is not read.
   SELECT coalesce(max(least(extract(epoch FROM now() - p.written_through) * 1000, 2147483647))::integer, 0)
   FROM device_gateway.delivery_progress p
-  WHERE p.valid_until > now() OR p.replica IN (
+  WHERE p.replica IN (
+    SELECT s.replica FROM device_gateway.delivery_progress s WHERE s.valid_until > now()
+    UNION
     SELECT split_part(a.application_name, ' ', 2) FROM pg_catalog.pg_stat_activity a
     WHERE a.datname = pg_catalog.current_database()
       AND a.usename = session_user
@@ -834,7 +839,7 @@ BEGIN
   RETURNING p.xmax = 0 INTO added;
   -- Replicas gone for a day are never read again; removed when a replica is added (once a process's life).
   IF added THEN
-    DELETE FROM device_gateway.delivery_progress WHERE reported_at < now() - interval '1 day';
+    DELETE FROM device_gateway.delivery_progress WHERE valid_until < now() - interval '1 day';
   END IF;
 END $function$
 OWNER <migrator> ACL <migrator>:EXECUTE,device_gateway_login:EXECUTE COMMENT -

@@ -24,7 +24,8 @@ import { withGeneratedSql } from '@platform/service-kit';
  * replica that died is waited for until its last report lapses, then not (what it had not written is lost,
  * §3.8); one that never reported (the record off, a replica of the previous release) is not either.
  * `delivery_report` waits at most 1 s for the replica's row (a session holding it makes the report fail, so the
- * stored progress only gets older: the safe side), and removes day-old rows only when it adds one.
+ * stored progress only gets older: the safe side), and removes rows a day past their validity only when it
+ * adds one.
  */
 const DELIVERY_PROGRESS_UP = `
 CREATE TABLE device_gateway.delivery_progress (
@@ -33,6 +34,9 @@ CREATE TABLE device_gateway.delivery_progress (
   reported_at timestamptz NOT NULL,
   valid_until timestamptz NOT NULL
 );
+
+-- delivery_lag_ms reads the reports that stand along this, whatever else the table holds.
+CREATE INDEX delivery_progress_valid_idx ON device_gateway.delivery_progress (valid_until);
 
 GRANT SELECT ON device_gateway.delivery_progress TO device_gateway_login;
 
@@ -53,15 +57,19 @@ BEGIN
   RETURNING p.xmax = 0 INTO added;
   -- Replicas gone for a day are never read again; removed when a replica is added (once a process's life).
   IF added THEN
-    DELETE FROM device_gateway.delivery_progress WHERE reported_at < now() - interval '1 day';
+    DELETE FROM device_gateway.delivery_progress WHERE valid_until < now() - interval '1 day';
   END IF;
 END $$;
 
 CREATE FUNCTION device_gateway.delivery_lag_ms() RETURNS integer
 LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+  -- The reports that stand (along delivery_progress_valid_idx) and the replicas whose bus session is up, each
+  -- looked up by its key: a table with many rows of replicas long gone is not read.
   SELECT coalesce(max(least(extract(epoch FROM now() - p.written_through) * 1000, 2147483647))::integer, 0)
   FROM device_gateway.delivery_progress p
-  WHERE p.valid_until > now() OR p.replica IN (
+  WHERE p.replica IN (
+    SELECT s.replica FROM device_gateway.delivery_progress s WHERE s.valid_until > now()
+    UNION
     SELECT split_part(a.application_name, ' ', 2) FROM pg_catalog.pg_stat_activity a
     WHERE a.datname = pg_catalog.current_database()
       AND a.usename = session_user
