@@ -691,8 +691,8 @@ AS $function$
 DECLARE
   written integer;
   n integer := cardinality(p_d);
-  -- The replicas whose bus session is up, and this one (bus_join's rule, as delivery_reap): a registration row
-  -- that adds this replica to observed_by keeps only these (0015).
+  -- The replicas whose bus session is up (delivery_reap's rule: a joining session counts), and this one: a
+  -- registration row that adds this replica to observed_by keeps only these (0015).
   alive text[];
   -- The bounds, computed once a call (as 0010): a time is at most now + 1 day in ms, a version (a µs clock
   -- reading) at most that in µs.
@@ -706,12 +706,16 @@ BEGIN
      OR cardinality(p_at) <> n OR cardinality(p_h) <> n OR cardinality(p_r) <> n THEN
     RAISE EXCEPTION 'invalid delivery batch' USING ERRCODE = '22023';
   END IF;
-  SELECT coalesce(array_agg(DISTINCT split_part(a.application_name, ' ', 2)), '{}') INTO alive
-  FROM pg_catalog.pg_stat_activity a
-  WHERE a.datname = pg_catalog.current_database()
-    AND a.usename = session_user
-    AND a.application_name LIKE 'device-gateway-bus %';
-  alive := array_append(alive, p_replica);
+  -- Read only for a batch that adds a relation somewhere (registrations), not for a fan-out's or a heard
+  -- chunk: the pruning below runs only for such rows.
+  IF 0 < ANY (p_r) THEN
+    SELECT coalesce(array_agg(DISTINCT split_part(a.application_name, ' ', 2)), '{}') INTO alive
+    FROM pg_catalog.pg_stat_activity a
+    WHERE a.datname = pg_catalog.current_database()
+      AND a.usename = session_user
+      AND a.application_name LIKE 'device-gateway-bus %';
+    alive := array_append(alive, p_replica);
+  END IF;
   -- One row per device in a batch (the recorder merges events per device); a device not in the registry is
   -- skipped. NULL values mean "no news": each part moves only to a higher version.
   INSERT INTO device_gateway.device_delivery AS t (

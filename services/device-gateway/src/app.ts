@@ -33,6 +33,7 @@ import {
 } from './metrics.js';
 import { DeliveryRecorder, type DeliveryWriter } from './delivery/recorder.js';
 import { deliveryWriter, inspectStore } from './delivery/sql.js';
+import { relationsResync } from './delivery/resync.js';
 import { RegistryLoader } from './registry-loader.js';
 import { AssignmentSync } from './rollout/assignments.js';
 import { RolloutDriver } from './rollout/driver.js';
@@ -225,15 +226,18 @@ export function buildApp(deps: GatewayDeps): GatewayApp {
     wake: () => driver.wake(),
     minDeadlineMs: config.rollouts.recordLagMs,
   });
+  const resync =
+    delivery === undefined
+      ? undefined
+      : relationsResync(delivery, () => coap.settingsObserved(), config.database.statementTimeoutMs + 1000);
   const bus = config.cluster.enabled
     ? new ClusterBus({
         origin: replicaId,
         ...(inspector === undefined ? {} : { inspector }),
         rollouts: assignments,
-        // While this replica's bus session was down another one may have reaped it from observed_by.
-        ...(delivery === undefined
-          ? {}
-          : { onSynchronised: () => delivery.reportRelations(coap.settingsObserved()) }),
+        // While this replica's bus session was down another one may have reaped it from observed_by: reported
+        // again at once, and once more after any write that could still remove it has ended (resync.ts).
+        ...(resync === undefined ? {} : { onSynchronised: resync.onSynchronised }),
         databaseUrl: config.database.url,
         db: deps.db,
         state,

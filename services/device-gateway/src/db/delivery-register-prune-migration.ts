@@ -13,10 +13,13 @@ import { withGeneratedSql } from '@platform/service-kit';
  * registration (this replica added to `observed_by`) and once by the reap (the dead one removed), and the
  * record lagged most in that window (a second gateway child's registrations while it reaps the first: 3.1 s at
  * 50,000 devices and 5.6 s at 100,000, against 2.0 and 3.7 s for a first child; docs/benchmarks.md, eighth
- * pass). Here the write that adds this replica keeps only the replicas whose bus session is up (bus_join's
- * rule, read once a call as `delivery_reap` reads it) and this one, so the reap finds those rows clean. Only
+ * pass). Here the write that adds this replica keeps only the replicas whose bus session is up (read once a
+ * call as `delivery_reap` reads it, a joining session counted) and this one, so the reap finds those rows clean. Only
  * such a write prunes: a row whose list already holds this replica, or a write that adds no relation, is as
- * 0011 wrote it, and the reap still cleans those.
+ * 0011 wrote it, and the reap still cleans those. Like the reap, a call that read the live replicas before a
+ * replica's bus session came back, and then waited on a row lock, can remove that replica after it reported
+ * its relations again; so a replica reports them once more a statement timeout after each resync
+ * (src/delivery/resync.ts; a second cold review's race, which the reap had before 0015).
  *
  * Also (a cold review's finding): a row whose sent or acknowledged transport or desired source is outside the
  * table's CHECK constraints is skipped like any other row outside the rules, instead of failing the whole call
@@ -33,8 +36,8 @@ LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
   written integer;
   n integer := cardinality(p_d);
-  -- The replicas whose bus session is up, and this one (bus_join's rule, as delivery_reap): a registration row
-  -- that adds this replica to observed_by keeps only these (0015).
+  -- The replicas whose bus session is up (delivery_reap's rule: a joining session counts), and this one: a
+  -- registration row that adds this replica to observed_by keeps only these (0015).
   alive text[];
   -- The bounds, computed once a call (as 0010): a time is at most now + 1 day in ms, a version (a µs clock
   -- reading) at most that in µs.
@@ -48,12 +51,16 @@ BEGIN
      OR cardinality(p_at) <> n OR cardinality(p_h) <> n OR cardinality(p_r) <> n THEN
     RAISE EXCEPTION 'invalid delivery batch' USING ERRCODE = '22023';
   END IF;
-  SELECT coalesce(array_agg(DISTINCT split_part(a.application_name, ' ', 2)), '{}') INTO alive
-  FROM pg_catalog.pg_stat_activity a
-  WHERE a.datname = pg_catalog.current_database()
-    AND a.usename = session_user
-    AND a.application_name LIKE 'device-gateway-bus %';
-  alive := array_append(alive, p_replica);
+  -- Read only for a batch that adds a relation somewhere (registrations), not for a fan-out's or a heard
+  -- chunk: the pruning below runs only for such rows.
+  IF 0 < ANY (p_r) THEN
+    SELECT coalesce(array_agg(DISTINCT split_part(a.application_name, ' ', 2)), '{}') INTO alive
+    FROM pg_catalog.pg_stat_activity a
+    WHERE a.datname = pg_catalog.current_database()
+      AND a.usename = session_user
+      AND a.application_name LIKE 'device-gateway-bus %';
+    alive := array_append(alive, p_replica);
+  END IF;
   -- One row per device in a batch (the recorder merges events per device); a device not in the registry is
   -- skipped. NULL values mean "no news": each part moves only to a higher version.
   INSERT INTO device_gateway.device_delivery AS t (
