@@ -470,18 +470,21 @@ export class DeliveryRecorder implements DeliveryEvents {
     bytes[b + B_UNWRITTEN] = before | part;
     if ((part & RELATIONS) !== 0) bytes[b + B_META]! &= ~KNOWN;
     // A part other than desired alone, new to the row: one more row a flush can write now (counted once a part),
-    // unless the row is held and the part is a confirmable notification's send that leaves its acknowledgement
-    // still to come (`stays`): an early round would only hold it again, so it stays in `held`, not counted, and
-    // its acknowledgement (or the next tick, which puts every held row back) brings it back to the queue.
+    // unless the part is a confirmable notification's send (`stays`) that leaves the row with its acknowledgement
+    // still to come and nothing else to write: an early round would only hold it. A held row then stays in
+    // `held`, a row with nothing unwritten goes there at once, neither counted; its acknowledgement (or the next
+    // tick, which puts every held row back) brings it to the queue.
     const flags = bytes[b + B_FLAGS]!;
-    const fresh =
-      (part & ~before & ~DESIRED) !== 0 &&
-      !(stays && (flags & QUEUED) !== 0 && (bytes[b + B_META]! & HELD) !== 0 && (before & ACKED) === 0);
+    const held =
+      stays &&
+      ((flags & QUEUED) === 0 ? before === 0 : (bytes[b + B_META]! & HELD) !== 0 && (before & ACKED) === 0);
+    const fresh = (part & ~before & ~DESIRED) !== 0 && !held;
     if (fresh && ++this.ready >= this.chunkRows) this.early();
     if ((flags & QUEUED) === 0) {
       bytes[b + B_FLAGS] = flags | QUEUED | TOUCHED;
       t.nums[s * N_STRIDE + N_SINCE] = now;
-      this.enqueue(s, now);
+      if (held) this.hold(s, now + this.options.flushMs);
+      else this.enqueue(s, now);
     } else {
       bytes[b + B_FLAGS] = flags | TOUCHED;
       // A held row with a new part (its notification sent, or acknowledged) is due for a look again: back in the
