@@ -197,7 +197,7 @@ export function buildApp(deps: GatewayDeps): GatewayApp {
     : undefined;
   if (delivery !== undefined) {
     coap.delivery = delivery;
-    state.onSettings((record, doc) => delivery.desired(record, doc));
+    state.onSettings((record, doc, ref) => delivery.desired(record, doc, ref));
   }
   // Rollouts (design §3.9): every replica serves the assignments from the database; one drives.
   const assignments = new AssignmentSync({

@@ -557,6 +557,73 @@ describe('DeliveryRecorder', () => {
     }
   });
 
+  it('a confirmable notification to a held row leaves it held: sends alone start no early flush, its acknowledgement does', async () => {
+    const w = new FakeWriter();
+    const r = recorder(w, 1, { chunkRows: 10 });
+    r.start();
+    try {
+      const v1 = doc('d0', 1, 60);
+      for (let i = 0; i < 100; i++) r.desired(record(`h${i}`), v1);
+      await r.flush(); // every row held: observed, its desired part younger than an interval
+      const early = r.stats.earlyFlushes;
+      // The fan-out sends 50 of them a confirmable notification: five chunks' worth of sends, none acknowledged.
+      for (let i = 0; i < 50; i++) r.sent(`h${i}`, v1, 'plain', true);
+      await new Promise((res) => setTimeout(res, 30));
+      expect(r.stats.earlyFlushes).toBe(early); // an early round would only have held them again
+      expect(w.batches).toEqual([]);
+      // Their acknowledgements bring them back: one row each, desired, sent and acknowledged.
+      for (let i = 0; i < 20; i++) r.acknowledged(`h${i}`, v1, 'plain');
+      for (let k = 0; k < 50 && w.batches.flat().length < 20; k++)
+        await new Promise((res) => setTimeout(res, 5));
+      const rows = w.batches.flat();
+      expect(rows.map((row) => row.d).sort()).toEqual(Array.from({ length: 20 }, (_, i) => `h${i}`).sort());
+      expect(rows.every((row) => row.dv === 1 && row.sv === 1 && row.sk === true && row.av === 1)).toBe(true);
+      expect(r.stats.earlyFlushes).toBeGreaterThan(early);
+      // The tick's rules write the 30 sent and not acknowledged, with their send; the 50 not reached still wait.
+      await r.flush();
+      const rest = w.batches.flat().slice(20);
+      expect(rest.map((row) => row.d).sort()).toEqual(
+        Array.from({ length: 30 }, (_, i) => `h${i + 20}`).sort(),
+      );
+      expect(rest.every((row) => row.dv === 1 && row.sv === 1 && row.av === undefined)).toBe(true);
+      expect(r.lagSeconds()).toBeGreaterThanOrEqual(0);
+    } finally {
+      await r.stop();
+    }
+  });
+
+  it('a confirmable notification to a device with nothing unwritten is held at once: no early flush until acknowledgements', async () => {
+    const w = new FakeWriter();
+    const r = recorder(w, 1, { chunkRows: 10 });
+    r.start();
+    try {
+      const v1 = doc('d0', 1, 60);
+      for (let i = 0; i < 30; i++) r.sent(`c${i}`, v1, 'plain', true);
+      await new Promise((res) => setTimeout(res, 30));
+      expect(r.stats.earlyFlushes).toBe(0); // an early round would only have held them
+      expect(w.batches).toEqual([]);
+      expect(r.lagSeconds()).toBeGreaterThanOrEqual(0);
+      for (let i = 0; i < 20; i++) r.acknowledged(`c${i}`, v1, 'plain');
+      for (let k = 0; k < 50 && w.batches.flat().length < 20; k++)
+        await new Promise((res) => setTimeout(res, 5));
+      const rows = w.batches.flat();
+      expect(rows.map((row) => row.d).sort()).toEqual(Array.from({ length: 20 }, (_, i) => `c${i}`).sort());
+      expect(rows.every((row) => row.sv === 1 && row.sk === true && row.av === 1)).toBe(true);
+      expect(r.stats.earlyFlushes).toBeGreaterThan(0);
+      await r.flush(); // the tick's rules: the other 10 with their send
+      expect(
+        w.batches
+          .flat()
+          .slice(20)
+          .map((row) => row.d)
+          .sort(),
+      ).toEqual(Array.from({ length: 10 }, (_, i) => `c${i + 20}`).sort());
+      expect(r.lagSeconds()).toBe(0);
+    } finally {
+      await r.stop();
+    }
+  });
+
   it('with two writers a long reap runs beside the rounds instead of holding them', async () => {
     const w = new FakeWriter();
     let reaps = 0;

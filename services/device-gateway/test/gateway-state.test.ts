@@ -111,4 +111,26 @@ describe('settings documents: sizes known without encoding', () => {
     ]);
     expect(summary.rejected.map((r) => r.deviceId)).toEqual(['a', 'b']);
   });
+
+  it("hands the settings listener the device's own ref, kept across reloads (the delivery recorder's slot)", () => {
+    const state = newState();
+    const seen: { deviceId: string; slot: number }[] = [];
+    let next = 0;
+    state.onSettings((record, _doc, ref) => {
+      seen.push({ deviceId: record.deviceId, slot: ref.deliverySlot });
+      if (ref.deliverySlot < 0) ref.deliverySlot = next++;
+    });
+    state.replaceRegistry([device('d1'), device('d2')]);
+    // Both settings change: each device's event carries the number its first event left on it.
+    state.replaceRegistry([
+      device('d1', { desiredSettings: { reporting_interval_s: 61 } }),
+      device('d2', { desiredSettings: { reporting_interval_s: 61 } }),
+    ]);
+    expect(seen).toEqual([
+      { deviceId: 'd1', slot: -1 },
+      { deviceId: 'd2', slot: -1 },
+      { deviceId: 'd1', slot: 0 },
+      { deviceId: 'd2', slot: 1 },
+    ]);
+  });
 });

@@ -333,9 +333,15 @@ export class DeliveryRecorder implements DeliveryEvents {
    * the first round of a tick (or of the due timer, or `flush()`) puts them back at the head of the queue.
    * held[0..heldN) with heldSeqs[k], valid while the slot is HELD with that number (an entry whose slot left is
    * skipped); heldLive of them valid, their oldest event heldOldest (for the lag gauge; 0 once none is left).
+   * heldDue[k] and heldSince[k]: when the entry's row was due when held, and its oldest unwritten event (which
+   * does not change while it is queued), read in order by `unholdAll` rather than from the slot.
    */
   private held = new Int32Array(1024);
   private heldSeqs = new Int32Array(1024);
+  private heldDue = new Float64Array(1024);
+  private heldSince = new Float64Array(1024);
+  /** When the row `defer` just held is due. */
+  private holdDue = 0;
   private heldN = 0;
   private heldLive = 0;
   private heldOldest = 0;
@@ -455,8 +461,11 @@ export class DeliveryRecorder implements DeliveryEvents {
 
   // ---- events (hot path: one map lookup and a few typed-array stores, no allocation) --------------------
 
-  /** The device's slot, with `part` marked unwritten (queued for the next flush if it was not). */
-  private mark(deviceId: string, part: number, now: number, ref?: DeliveryRef): number {
+  /**
+   * The device's slot, with `part` marked unwritten (queued for the next flush if it was not). `stays`: the part
+   * is a confirmable notification's send, which leaves a held row held (below).
+   */
+  private mark(deviceId: string, part: number, now: number, ref?: DeliveryRef, stays = false): number {
     const t = this.table;
     let s: number;
     if (ref === undefined) s = t.slot(deviceId);
@@ -469,14 +478,22 @@ export class DeliveryRecorder implements DeliveryEvents {
     const before = bytes[b + B_UNWRITTEN]!;
     bytes[b + B_UNWRITTEN] = before | part;
     if ((part & RELATIONS) !== 0) bytes[b + B_META]! &= ~KNOWN;
-    // A part other than desired alone, new to the row: one more row a flush can write now (counted once a part).
-    const fresh = (part & ~before & ~DESIRED) !== 0;
-    if (fresh && ++this.ready >= this.chunkRows) this.early();
+    // A part other than desired alone, new to the row: one more row a flush can write now (counted once a part),
+    // unless the part is a confirmable notification's send (`stays`) that leaves the row with its acknowledgement
+    // still to come and nothing else to write: an early round would only hold it. A held row then stays in
+    // `held`, a row with nothing unwritten goes there at once, neither counted; its acknowledgement (or the next
+    // tick, which puts every held row back) brings it to the queue.
     const flags = bytes[b + B_FLAGS]!;
+    const held =
+      stays &&
+      ((flags & QUEUED) === 0 ? before === 0 : (bytes[b + B_META]! & HELD) !== 0 && (before & ACKED) === 0);
+    const fresh = (part & ~before & ~DESIRED) !== 0 && !held;
+    if (fresh && ++this.ready >= this.chunkRows) this.early();
     if ((flags & QUEUED) === 0) {
       bytes[b + B_FLAGS] = flags | QUEUED | TOUCHED;
       t.nums[s * N_STRIDE + N_SINCE] = now;
-      this.enqueue(s, now);
+      if (held) this.hold(s, now + this.options.flushMs);
+      else this.enqueue(s, now);
     } else {
       bytes[b + B_FLAGS] = flags | TOUCHED;
       // A held row with a new part (its notification sent, or acknowledged) is due for a look again: back in the
@@ -489,11 +506,15 @@ export class DeliveryRecorder implements DeliveryEvents {
     return s;
   }
 
-  /** The settings document this replica serves the device now (and the device's site, which the row does not carry). */
-  desired(record: DeviceRecord, doc: VisibleDocument): void {
+  /**
+   * The settings document this replica serves the device now (and the device's site, which the row does not
+   * carry). `ref`: where the registry keeps the device's slot (its entry in GatewayState), as for the observe
+   * layer's events: a reload's 100,000 events then need no lookup in the recorder's map.
+   */
+  desired(record: DeviceRecord, doc: VisibleDocument, ref?: DeliveryRef): void {
     const now = Date.now();
     const t = this.table;
-    const s = this.mark(record.deviceId, DESIRED, now);
+    const s = this.mark(record.deviceId, DESIRED, now, ref);
     t.setDoc(s, N_DESIRED_V, D_DESIRED, doc);
     t.nums[s * N_STRIDE + N_DESIRED_AT] = now;
     const named = (doc.body as { source?: unknown }).source;
@@ -512,7 +533,7 @@ export class DeliveryRecorder implements DeliveryEvents {
   ): void {
     if (this.options.trusts?.(deviceId, transport) === false) return;
     const now = Date.now();
-    const s = this.mark(deviceId, SENT, now, ref);
+    const s = this.mark(deviceId, SENT, now, ref, confirmable);
     this.setSent(s, doc, now, transport, confirmable);
   }
 
@@ -664,7 +685,8 @@ export class DeliveryRecorder implements DeliveryEvents {
 
   /** One round; true when it stopped at its limit with rows of its batch left (which stay first in the queue). */
   private async write(early: boolean, merge: boolean): Promise<boolean> {
-    if (merge) this.unholdAll();
+    const now = Date.now();
+    const keptDue = merge ? this.unholdAll(now) : 0;
     // The batch is the queue as it is now; events from here on queue their devices in the other array. A slot
     // is in at most one of them (QUEUED), so each holds at most every slot, and a device is in one chunk.
     const batch = this.queue;
@@ -675,7 +697,7 @@ export class DeliveryRecorder implements DeliveryEvents {
     this.queue = this.spare.length >= batch.length ? this.spare : new Int32Array(batch.length);
     this.queued = 0;
     this.ready = 0;
-    this.deferredDue = 0;
+    this.deferredDue = keptDue;
     this.inFlightOldest = this.queueOldest;
     this.queueOldest = 0;
     const started = performance.now();
@@ -693,7 +715,6 @@ export class DeliveryRecorder implements DeliveryEvents {
     let written = 0;
     let i = 0;
     let failure: { err: unknown } | undefined;
-    const now = Date.now();
     // Due rows of desired parts alone of observed devices (`later`, kept across rounds so a round does not scan
     // them again): taken once the batch's other rows are, so while the fan-out is still notifying those devices
     // they wait for their acknowledgements where the writers are busy, and take one row.
@@ -712,7 +733,7 @@ export class DeliveryRecorder implements DeliveryEvents {
           const s = batch[i]!;
           const d = this.defer(s, now, early);
           if (d === HOLD) {
-            this.hold(s);
+            this.hold(s, this.holdDue);
             continue;
           }
           if (d === LATER) {
@@ -809,28 +830,41 @@ export class DeliveryRecorder implements DeliveryEvents {
     return failure === undefined && (i < size || this.laterAt < this.laterN);
   }
 
-  /** Slot `s` (QUEUED, in no queue) waits in `held` until a new part or the next tick's first round. */
-  private hold(s: number): void {
+  /**
+   * Slot `s` (QUEUED, in no queue) waits in `held` until a new part or the next tick's first round; `due`: when
+   * `defer` found it due.
+   */
+  private hold(s: number, due: number): void {
     if (this.heldN === this.held.length) {
       // Entries whose slot left are dropped first; the list grows only when most are valid.
       if (this.heldLive <= this.heldN >> 1) this.compactHeld();
       else {
-        const held = new Int32Array(this.held.length * 2);
+        const size = this.held.length * 2;
+        const held = new Int32Array(size);
         held.set(this.held);
-        const seqs = new Int32Array(this.held.length * 2);
+        const seqs = new Int32Array(size);
         seqs.set(this.heldSeqs);
+        const dues = new Float64Array(size);
+        dues.set(this.heldDue);
+        const sinces = new Float64Array(size);
+        sinces.set(this.heldSince);
         this.held = held;
         this.heldSeqs = seqs;
+        this.heldDue = dues;
+        this.heldSince = sinces;
       }
     }
     const t = this.table;
     const seq = (this.heldNext = (this.heldNext + 1) | 0);
     t.heldSeq[s] = seq;
     t.bytes[s * B_STRIDE + B_META]! |= HELD;
-    this.held[this.heldN] = s;
-    this.heldSeqs[this.heldN++] = seq;
-    this.heldLive++;
     const since = t.nums[s * N_STRIDE + N_SINCE]!;
+    const k = this.heldN++;
+    this.held[k] = s;
+    this.heldSeqs[k] = seq;
+    this.heldDue[k] = due;
+    this.heldSince[k] = since;
+    this.heldLive++;
     if (this.heldOldest === 0 || since < this.heldOldest) this.heldOldest = since;
   }
 
@@ -847,33 +881,70 @@ export class DeliveryRecorder implements DeliveryEvents {
       const s = this.held[k]!;
       if ((t.bytes[s * B_STRIDE + B_META]! & HELD) === 0 || t.heldSeq[s] !== this.heldSeqs[k]) continue;
       this.held[n] = s;
-      this.heldSeqs[n++] = this.heldSeqs[k]!;
+      this.heldSeqs[n] = this.heldSeqs[k]!;
+      this.heldDue[n] = this.heldDue[k]!;
+      this.heldSince[n++] = this.heldSince[k]!;
     }
     this.heldN = n;
   }
 
-  /** Every held row back at the head of the queue (older than what was queued since), in the order held. */
-  private unholdAll(): void {
+  /**
+   * Every held row back at the head of the queue (older than what was queued since), in the order held, but
+   * those the round would hold again under the tick's rules (`defer`): a desired part alone, younger than an
+   * interval, of a device known to be observed here. They stay in `held` (a reload's tick during its fan-out
+   * would otherwise move 100,000 rows to the queue and back, and the due timer, which fires as each part of a
+   * reload's rows comes due, again each time); returns when the first of them is due (0: none). Such a row's
+   * due is read from its entry: a desired part that changed again while held has a later due than its entry
+   * says, so it is at most moved early and held again by `defer`.
+   */
+  private unholdAll(now: number): number {
+    let due = 0;
     if (this.heldLive > 0) {
       const t = this.table;
       const total = this.heldLive + this.queued;
       const next = this.spare.length >= total ? this.spare : new Int32Array(Math.max(total, t.capacity));
       let n = 0;
+      let kept = 0;
+      let keptOldest = 0;
+      let movedOldest = 0;
       for (let k = 0; k < this.heldN; k++) {
         const s = this.held[k]!;
         const m = s * B_STRIDE + B_META;
-        if ((t.bytes[m]! & HELD) === 0 || t.heldSeq[s] !== this.heldSeqs[k]) continue;
-        t.bytes[m]! &= ~HELD;
+        const meta = t.bytes[m]!;
+        if ((meta & HELD) === 0 || t.heldSeq[s] !== this.heldSeqs[k]) continue;
+        const since = this.heldSince[k]!;
+        const at = this.heldDue[k]!;
+        if (
+          at > now &&
+          t.bytes[s * B_STRIDE + B_UNWRITTEN] === DESIRED &&
+          (meta & (KNOWN | OBSERVED)) === (KNOWN | OBSERVED)
+        ) {
+          this.held[kept] = s;
+          this.heldSeqs[kept] = this.heldSeqs[k]!;
+          this.heldDue[kept] = at;
+          this.heldSince[kept++] = since;
+          if (keptOldest === 0 || since < keptOldest) keptOldest = since;
+          if (due === 0 || at < due) due = at;
+          continue;
+        }
+        t.bytes[m] = meta & ~HELD;
         next[n++] = s;
+        if (movedOldest === 0 || since < movedOldest) movedOldest = since;
       }
-      next.set(this.queue.subarray(0, this.queued), n);
-      this.spare = this.queue;
-      this.queue = next;
-      this.queued += n;
-      if (this.heldOldest !== 0 && (this.queueOldest === 0 || this.heldOldest < this.queueOldest))
-        this.queueOldest = this.heldOldest;
+      if (n > 0) {
+        next.set(this.queue.subarray(0, this.queued), n);
+        this.spare = this.queue;
+        this.queue = next;
+        this.queued += n;
+        if (movedOldest !== 0 && (this.queueOldest === 0 || movedOldest < this.queueOldest))
+          this.queueOldest = movedOldest;
+      }
+      this.heldN = this.heldLive = kept;
+      this.heldOldest = keptOldest;
+      return due;
     }
     this.heldN = this.heldLive = this.heldOldest = 0;
+    return due;
   }
 
   /**
@@ -1039,6 +1110,7 @@ export class DeliveryRecorder implements DeliveryEvents {
     } else return TAKE;
     const due = since + flushMs;
     if (this.deferredDue === 0 || due < this.deferredDue) this.deferredDue = due;
+    this.holdDue = due;
     return HOLD;
   }
 }

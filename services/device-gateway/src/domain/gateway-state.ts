@@ -41,7 +41,15 @@ export interface DeviceChange {
   removed: boolean;
 }
 
-export type SettingsListener = (record: DeviceRecord, doc: VisibleDocument) => void;
+/**
+ * `ref`: the device's entry, on which the listener may keep a number of its own across reloads (the delivery
+ * recorder's slot, a DeliveryRef: design §3.8), so the event needs no map lookup.
+ */
+export type SettingsListener = (
+  record: DeviceRecord,
+  doc: VisibleDocument,
+  ref: { deliverySlot: number },
+) => void;
 
 export interface RejectedRecord {
   deviceId: string;
@@ -86,6 +94,8 @@ interface Entry {
   record: DeviceRecord;
   recordDoc: VisibleDocument;
   settingsDoc: VisibleDocument;
+  /** The settings listener's number for the device (the delivery recorder's slot; -1: none), kept across reloads. */
+  deliverySlot: number;
 }
 
 export interface GatewayStateOptions {
@@ -239,9 +249,15 @@ export class GatewayState {
         rejected.push({ deviceId: record.deviceId, reason: problem });
         continue;
       }
-      next.set(record.deviceId, { record, recordDoc, settingsDoc });
+      const entry: Entry = {
+        record,
+        recordDoc,
+        settingsDoc,
+        deliverySlot: previous === undefined ? -1 : previous.deliverySlot,
+      };
+      next.set(record.deviceId, entry);
       if (previous === undefined || settingsChanged || recordChanged)
-        this.settingsListener?.(record, settingsDoc);
+        this.settingsListener?.(record, settingsDoc, entry);
       if (previous !== undefined && (recordChanged || settingsChanged)) {
         changes.push({
           deviceId: record.deviceId,
@@ -316,7 +332,7 @@ export class GatewayState {
       override.settings,
     );
     entry.settingsDoc = document;
-    this.settingsListener?.(entry.record, document);
+    this.settingsListener?.(entry.record, document, entry);
     this.emit([{ deviceId, settings: true, record: false, removed: false }]);
     return { changed: true, document };
   }
@@ -365,7 +381,7 @@ export class GatewayState {
               );
       if (document === undefined) continue;
       entry.settingsDoc = document;
-      this.settingsListener?.(entry.record, document);
+      this.settingsListener?.(entry.record, document, entry);
       changes.push({ deviceId, settings: true, record: false, removed: false });
     }
     this.emit(changes);
