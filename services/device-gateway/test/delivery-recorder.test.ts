@@ -85,6 +85,11 @@ class GatedWriter implements DeliveryWriter {
   }
 }
 
+/** Waits (up to 250 ms) until `w` has been given `n` rows: what a started recorder's early flushes write. */
+async function rowsWritten(w: FakeWriter, n: number): Promise<void> {
+  for (let k = 0; k < 50 && w.batches.flat().length < n; k++) await new Promise((res) => setTimeout(res, 5));
+}
+
 /** A recorder whose timer never fires (the tests flush), with `relations` relations per device. */
 function recorder(
   writer: DeliveryWriter,
@@ -468,8 +473,7 @@ describe('DeliveryRecorder', () => {
       await new Promise((res) => setTimeout(res, 20));
       expect(w.batches).toEqual([]); // fewer than a chunk: they wait for the tick
       for (let i = 9; i < 30; i++) r.sent(`d${i}`, v1, 'plain', false);
-      for (let k = 0; k < 50 && w.batches.flat().length < 30; k++)
-        await new Promise((res) => setTimeout(res, 5));
+      await rowsWritten(w, 30);
       expect(w.batches.flat()).toHaveLength(30);
       expect(r.stats.earlyFlushes).toBeGreaterThan(0);
       expect(r.lagSeconds()).toBe(0);
@@ -486,8 +490,7 @@ describe('DeliveryRecorder', () => {
       const v1 = doc('d0', 1, 60);
       r.sent('c0', v1, 'plain', true); // CON, in flight
       for (let i = 0; i < 10; i++) r.sent(`d${i}`, v1, 'plain', false);
-      for (let k = 0; k < 50 && w.batches.flat().length < 10; k++)
-        await new Promise((res) => setTimeout(res, 5));
+      await rowsWritten(w, 10);
       expect(w.batches.flat().map((row) => row.d)).not.toContain('c0');
       r.acknowledged('c0', v1, 'plain');
       await r.flush(); // the tick's rules
@@ -545,8 +548,7 @@ describe('DeliveryRecorder', () => {
         r.sent(`h${i}`, v1, 'plain', true);
         r.acknowledged(`h${i}`, v1, 'plain');
       }
-      for (let k = 0; k < 50 && w.batches.flat().length < 20; k++)
-        await new Promise((res) => setTimeout(res, 5));
+      await rowsWritten(w, 20);
       const rows = w.batches.flat();
       expect(rows.map((row) => row.d).sort()).toEqual(Array.from({ length: 20 }, (_, i) => `h${i}`).sort());
       expect(rows.every((row) => row.dv === 1 && row.sv === 1 && row.av === 1)).toBe(true);
@@ -573,8 +575,7 @@ describe('DeliveryRecorder', () => {
       expect(w.batches).toEqual([]);
       // Their acknowledgements bring them back: one row each, desired, sent and acknowledged.
       for (let i = 0; i < 20; i++) r.acknowledged(`h${i}`, v1, 'plain');
-      for (let k = 0; k < 50 && w.batches.flat().length < 20; k++)
-        await new Promise((res) => setTimeout(res, 5));
+      await rowsWritten(w, 20);
       const rows = w.batches.flat();
       expect(rows.map((row) => row.d).sort()).toEqual(Array.from({ length: 20 }, (_, i) => `h${i}`).sort());
       expect(rows.every((row) => row.dv === 1 && row.sv === 1 && row.sk === true && row.av === 1)).toBe(true);
@@ -604,8 +605,7 @@ describe('DeliveryRecorder', () => {
       expect(w.batches).toEqual([]);
       expect(r.lagSeconds()).toBeGreaterThanOrEqual(0);
       for (let i = 0; i < 20; i++) r.acknowledged(`c${i}`, v1, 'plain');
-      for (let k = 0; k < 50 && w.batches.flat().length < 20; k++)
-        await new Promise((res) => setTimeout(res, 5));
+      await rowsWritten(w, 20);
       const rows = w.batches.flat();
       expect(rows.map((row) => row.d).sort()).toEqual(Array.from({ length: 20 }, (_, i) => `c${i}`).sort());
       expect(rows.every((row) => row.sv === 1 && row.sk === true && row.av === 1)).toBe(true);
