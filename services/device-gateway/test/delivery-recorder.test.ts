@@ -181,6 +181,44 @@ describe('DeliveryRecorder', () => {
     expect(r.lagSeconds()).toBe(0);
   });
 
+  it('a confirmable send held while its row was in flight, then the write fails: the row is queued again and the lag counts its older part', async () => {
+    // A cold review's finding (the held list's entry knew only the send, so an early round cleared the gauge).
+    const w = new GatedWriter();
+    const r = recorder(w, 1, { chunkRows: 10 });
+    r.start(); // no tick during the test
+    try {
+      r.acknowledged('x', doc('x', 1, 60), 'plain');
+      await new Promise((res) => setTimeout(res, 400));
+      const flushing = r.flush();
+      await w.started(); // x's acknowledgement is in flight
+      r.sent('x', doc('x', 2, 120), 'plain', true); // nothing else unwritten: held at once
+      w.failNext = 1;
+      w.open();
+      await flushing;
+      expect(r.stats.failures).toBe(1);
+      expect(r.lagSeconds()).toBeGreaterThanOrEqual(0.4);
+      // An early round (a chunk's worth of other rows) before any tick writes x's acknowledgement again.
+      for (let i = 0; i < 10; i++) r.heard(`o${i}`, 'plain');
+      for (let k = 0; k < 100 && !w.rows().some((row) => row.d === 'x' && row.av === 1); k++)
+        await new Promise((res) => setTimeout(res, 5));
+      expect(w.rows().some((row) => row.d === 'x' && row.av === 1)).toBe(true);
+    } finally {
+      await r.stop();
+    }
+  });
+
+  it('a clean stop writes the rows it holds', async () => {
+    // A cold review's finding: a young desired part of an observed device stayed held through the last flush.
+    const w = new FakeWriter();
+    const r = recorder(w, 1, { flushMs: 60_000 });
+    r.start();
+    r.desired(record('s1'), doc('s1', 5, 60));
+    await r.flush(); // held: observed, desired younger than an interval
+    expect(w.batches.flat()).toEqual([]);
+    await r.stop();
+    expect(w.batches.flat().map((row) => row.d)).toEqual(['s1']);
+  });
+
   it('splits large batches into chunks and reports its lag while events wait', async () => {
     const w = new FakeWriter();
     const r = recorder(w, 0, { chunkRows: 100 });
