@@ -207,6 +207,16 @@ describe('DeliveryRecorder', () => {
     }
   });
 
+  it("relations reported after stop (a resync's later report) are not recorded", async () => {
+    const w = new FakeWriter();
+    const r = recorder(w);
+    r.start();
+    await r.stop();
+    r.reportRelations(['d1']);
+    await r.flush();
+    expect(w.batches.flat()).toEqual([]);
+  });
+
   it('a clean stop writes the rows it holds', async () => {
     // A cold review's finding: a young desired part of an observed device stayed held through the last flush.
     const w = new FakeWriter();

@@ -348,7 +348,7 @@ export class DeliveryRecorder implements DeliveryEvents {
   private heldNext = 0;
   /** The reap running beside the rounds (writers > 1), in place of one writer. */
   private reaping: Promise<void> | undefined;
-  /** Stopping: the last flush holds nothing back (`defer`, `unholdAll`). */
+  /** Stopping: the last flush holds nothing back (`defer`, `unholdAll`), and relations are no longer reported. */
   private final = false;
   /** A progress report is under way; the last one failed. */
   private reporting = false;
@@ -614,6 +614,8 @@ export class DeliveryRecorder implements DeliveryEvents {
    * replica may have reaped it from every `observed_by` (delivery_reap), and nothing else would put it back.
    */
   reportRelations(deviceIds: Iterable<string>): void {
+    // After stop (a resync's later report, resync.ts): the replica has left every observed_by.
+    if (this.final) return;
     const now = Date.now();
     for (const deviceId of deviceIds) this.mark(deviceId, RELATIONS, now);
   }

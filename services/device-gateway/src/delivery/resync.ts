@@ -13,28 +13,24 @@ export interface RelationsSink {
  * pg_stat_activity) may still remove this replica after the first report, if it was waiting for a row lock
  * meanwhile; every such call has ended within a statement timeout, so `laterMs` is that plus a margin, and
  * the second report puts back what it removed (a cold review's race, design §3.8). One later report pending at
- * a time: a resync meanwhile moves it. The timer does not hold the process open.
+ * a time: a resync meanwhile moves it. The timer does not hold the process open, and a report after the
+ * recorder stopped is ignored by it.
  */
 export function relationsResync(
   sink: RelationsSink,
   observed: () => Iterable<string>,
   laterMs: number,
-): { onSynchronised: () => void; cancel: () => void } {
+): { onSynchronised: () => void } {
   let again: NodeJS.Timeout | undefined;
-  const cancel = (): void => {
-    if (again !== undefined) clearTimeout(again);
-    again = undefined;
-  };
   return {
     onSynchronised() {
       sink.reportRelations(observed());
-      cancel();
+      if (again !== undefined) clearTimeout(again);
       again = setTimeout(() => {
         again = undefined;
         sink.reportRelations(observed());
       }, laterMs);
       again.unref();
     },
-    cancel,
   };
 }

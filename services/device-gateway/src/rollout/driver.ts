@@ -26,8 +26,9 @@ export interface RolloutDriverOptions {
    */
   recordLagMs: number;
   /**
-   * The longest wait for a record that is behind (ms; GATEWAY_ROLLOUT_RECORD_WAIT_MS): past it, devices are
-   * judged on the record as it stands, with a warning, so a replica whose writes stall cannot hold every wave.
+   * The longest wait for a record that is behind (ms; GATEWAY_ROLLOUT_RECORD_WAIT_MS, at least recordLagMs as
+   * config.ts makes it): past it, devices are judged on the record as it stands, with a warning, so a replica
+   * whose writes stall cannot hold every wave.
    */
   recordWaitMaxMs: number;
   /** After a step that assigned something (the replica without a bus reads its assignments here). */
@@ -50,10 +51,8 @@ export class RolloutDriver {
   private lastCounts = 0;
   /** The last step assigned a full batch: the next one follows at once. */
   private busy = false;
-  /** The record was behind by more than recordWaitMaxMs at the last judging step (warned once a streak). */
-  private recordTooFarBehind = false;
-  /** Reading the record's lag failed at the last judging step (warned once a streak). */
-  private lagUnknown = false;
+  /** What the last judging step found of the record's lag, when it was not usable (warned once a streak). */
+  private lagTrouble: 'unreadable' | 'too-far' | undefined;
   readonly stats: DriverStats = { steps: 0, assigned: 0, failures: 0, terms: 0 };
   /** Open rollouts by state (and aborted), as the driver last read them; empty on other replicas. */
   counts: { state: RolloutState; aborted: boolean; n: number }[] = [];
@@ -107,40 +106,42 @@ export class RolloutDriver {
    * at most recordWaitMaxMs.
    */
   private async recordAllowance(): Promise<number> {
-    const { recordLagMs, recordWaitMaxMs, logger } = this.options;
-    const max = Math.max(recordLagMs, recordWaitMaxMs);
+    const { recordLagMs, recordWaitMaxMs: max } = this.options;
     let behind: number;
     try {
       behind = await deliveryLagMs(this.options.db);
     } catch (err) {
       // Unknown (no delivery_lag_ms because the code rolled before migration 0014, operations §6; a timeout; a
       // grant gone): wait the longest, and step anyway, so assignments go on and no device is judged early.
-      if (!this.lagUnknown)
-        logger.warn(
-          'rollout driver: reading how far the delivery record is behind failed; waiting the longest',
-          {
-            error: errorMessage(err),
-            wait_max_ms: max,
-          },
-        );
-      this.lagUnknown = true;
-      return max;
-    }
-    this.lagUnknown = false;
-    if (behind <= max) {
-      this.recordTooFarBehind = false;
-      return Math.max(recordLagMs, behind);
-    }
-    if (!this.recordTooFarBehind)
-      logger.warn(
-        'rollout driver: the delivery record is further behind than the wait allows; judging as it stands',
+      this.trouble(
+        'unreadable',
+        'reading how far the delivery record is behind failed; waiting the longest',
         {
-          behind_ms: behind,
+          error: errorMessage(err),
           wait_max_ms: max,
         },
       );
-    this.recordTooFarBehind = true;
+      return max;
+    }
+    if (behind <= max) {
+      this.lagTrouble = undefined;
+      return Math.max(recordLagMs, behind);
+    }
+    this.trouble(
+      'too-far',
+      'the delivery record is further behind than the wait allows; judging as it stands',
+      {
+        behind_ms: behind,
+        wait_max_ms: max,
+      },
+    );
     return max;
+  }
+
+  /** Logs `message` when the lag's trouble changes to `kind` (once a streak). */
+  private trouble(kind: 'unreadable' | 'too-far', message: string, fields: Record<string, unknown>): void {
+    if (this.lagTrouble !== kind) this.options.logger.warn(`rollout driver: ${message}`, fields);
+    this.lagTrouble = kind;
   }
 
   private async run(): Promise<void> {
