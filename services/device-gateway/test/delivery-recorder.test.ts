@@ -1,7 +1,7 @@
 // The delivery recorder's own rules (design §3.8), without a database: one row per device per batch, newest
 // parts win, a failed write loses nothing and is retried under newer events, the lag gauge. The SQL side
 // (delivery_record, delivery_reap) is tested on PostgreSQL in delivery-list.test.ts and delivery.test.ts.
-import { describe, expect, it } from '@jest/globals';
+import { describe, expect, it, jest } from '@jest/globals';
 import { createLogger } from '@platform/service-kit';
 import {
   DeliveryRecorder,
@@ -260,6 +260,60 @@ describe('DeliveryRecorder', () => {
     const d9 = w.batches.flat().find((row) => row.d === 'd9');
     expect(d9).toMatchObject({ dv: 2 });
     expect(d9!.sv).toBeUndefined();
+  });
+
+  it('a step of the wall clock neither holds a row back nor hides the lag; rows are dated on the clock as it reads then', async () => {
+    const w = new FakeWriter();
+    const r = recorder(w, 1, { flushMs: 100 });
+    const real = Date.now.bind(Date);
+    let step = 0;
+    const clock = jest.spyOn(Date, 'now').mockImplementation(() => real() - step);
+    try {
+      r.desired(record('d1'), doc('d1', 2, 120)); // observed here: held up to an interval for its notification
+      await r.flush();
+      expect(w.batches.flat()).toEqual([]);
+      step = 3_600_000; // NTP steps the clock back an hour (a virtual machine resumed)
+      await new Promise((res) => setTimeout(res, 150));
+      // On the wall clock the event lay an hour in the future: the gauge read 0 and the row stayed held for the
+      // hour (it was written only once a new part of the device arrived).
+      expect(r.lagSeconds()).toBeGreaterThanOrEqual(0.1);
+      await r.flush();
+      const row = w.batches.flat().find((x) => x.d === 'd1');
+      expect(row).toMatchObject({ dv: 2 });
+      expect(row!.sv).toBeUndefined();
+      expect(row!.da).toBeGreaterThan(real() - step - 1000);
+      expect(row!.da).toBeLessThanOrEqual(real() - step);
+      expect(r.lagSeconds()).toBe(0);
+    } finally {
+      clock.mockRestore();
+    }
+  });
+
+  it('a desired part waiting for its notification is written within a few intervals even while newer rows never let a round finish its batch', async () => {
+    // Each call writes its chunk and, meanwhile, 30 more devices are heard: the queue never empties, so a round
+    // never reaches the end of its batch, where due rows waiting for their notification (`later`) are taken.
+    const calls: DeliveryRow[][] = [];
+    let fresh = 0;
+    const stopAt = 400;
+    const writer: DeliveryWriter = {
+      async record(_replica, batch) {
+        calls.push(fromBatch(batch));
+        await new Promise((res) => setTimeout(res, 1));
+        if (calls.length < stopAt && !calls.flat().some((row) => row.d === 'late'))
+          for (let k = 0; k < 30; k++) r.heard(`busy${fresh++}`, 'plain');
+      },
+      reap: () => Promise.resolve(0),
+    };
+    const r = recorder(writer, 1, { flushMs: 25, chunkRows: 10 });
+    r.desired(record('late'), doc('late', 2, 120)); // observed here: held for its notification, which never comes
+    for (let k = 0; k < 100; k++) r.heard(`busy${fresh++}`, 'plain');
+    await new Promise((res) => setTimeout(res, 30)); // its desired part is due
+    await r.flush();
+    const at = calls.findIndex((rows) => rows.some((row) => row.d === 'late'));
+    // Before: written only once the stream stopped (call 400 and after); now once four intervals old.
+    expect(at).toBeGreaterThanOrEqual(0);
+    expect(at).toBeLessThan(stopAt - 1);
+    expect(calls[at]!.find((row) => row.d === 'late')).toMatchObject({ dv: 2 });
   });
 
   it('holds a device only while it has events: quiet ones are forgotten after one to two reap intervals', async () => {

@@ -38,6 +38,18 @@ import {
   TOUCHED,
 } from './row-builder.js';
 
+/**
+ * Milliseconds on the monotonic clock, as an integer reading near the epoch's (the wall clock when the process
+ * started plus the time elapsed since). Holds, dues and the lag gauge run on it, so a step of the wall clock
+ * (NTP at boot, a virtual machine resumed) neither holds a row back for the length of the step nor hides the
+ * record's lag (a cold review's finding). Event times are kept on it too and dated on the wall clock as a round
+ * takes them (`take`).
+ */
+const MONO_BASE = Math.round(performance.timeOrigin);
+export function monoNow(): number {
+  return MONO_BASE + Math.floor(performance.now());
+}
+
 export type DeliveryTransport = 'plain' | 'dtls';
 
 /**
@@ -167,11 +179,13 @@ const KNOWN = 16;
 const OBSERVED = 32;
 const B_STRIDE = 4;
 // Its numbers (stride 8, one 64-byte line): N_DESIRED_V .. N_HEARD_AT (row-builder.ts), then:
-/** Wall-clock ms of the oldest unwritten event (for the lag gauge). */
+/** Monotonic ms (`monoNow`) of the oldest unwritten event (for the lag gauge). */
 const N_SINCE = 7;
 const N_STRIDE = 8;
 /** Rows a chunk has at least when a flush is split between writers (a call's round trip is worth ~100 rows). */
 const MIN_CHUNK = 250;
+/** Due rows waiting in `later` go before the round's batch once the oldest is this many intervals old. */
+const LATER_MAX_INTERVALS = 4;
 // What `defer` says of a row: write it now, hold it for a later flush, or write it after the round's others.
 const TAKE = 0;
 const HOLD = 1;
@@ -297,7 +311,7 @@ export class DeliveryRecorder implements DeliveryEvents {
   private queued = 0;
   /** The queue being written (swapped with `queue` at each flush). */
   private spare = new Int32Array(1024);
-  /** Wall-clock ms of the oldest unwritten event in `queue` (0: empty), for the lag gauge. */
+  /** Monotonic ms of the oldest unwritten event in `queue` (0: empty), for the lag gauge. */
   private queueOldest = 0;
   /** The batch being written, and its oldest event. */
   private inFlightOldest = 0;
@@ -317,7 +331,7 @@ export class DeliveryRecorder implements DeliveryEvents {
   private earlyWanted = false;
   /** A tick (or `flush()`) came during an early flush: it goes on with a round of the tick's rules. */
   private tickWanted = false;
-  /** When the rows a flush deferred are due (wall-clock ms, 0: none), and the timer that flushes them then. */
+  /** When the rows a flush deferred are due (monotonic ms, 0: none), and the timer that flushes them then. */
   private deferredDue = 0;
   private dueTimer: NodeJS.Timeout | undefined;
   private lastReap = 0;
@@ -348,6 +362,8 @@ export class DeliveryRecorder implements DeliveryEvents {
   private heldNext = 0;
   /** The reap running beside the rounds (writers > 1), in place of one writer. */
   private reaping: Promise<void> | undefined;
+  /** Wall clock minus monotonic clock (ms) when the round began: what `take` adds to its rows' event times. */
+  private wallOffset = 0;
   /** Stopping: the last flush holds nothing back (`defer`, `unholdAll`), and relations are no longer reported. */
   private final = false;
   /** A progress report is under way; the last one failed. */
@@ -385,7 +401,7 @@ export class DeliveryRecorder implements DeliveryEvents {
     // The first reap one interval from now, not at the first flush: the devices of a replica that died register
     // again here meanwhile, and each such write leaves the dead replica out of observed_by itself (0015), so
     // the reap finds their rows clean instead of writing each a second time.
-    this.lastReap = Date.now();
+    this.lastReap = monoNow();
     this.timer ??= setInterval(() => {
       void this.flush();
       this.report();
@@ -461,7 +477,7 @@ export class DeliveryRecorder implements DeliveryEvents {
       this.laterOldest || Infinity,
       this.heldOldest || Infinity,
     );
-    return oldest === Infinity ? 0 : Math.max(0, (Date.now() - oldest) / 1000);
+    return oldest === Infinity ? 0 : Math.max(0, (monoNow() - oldest) / 1000);
   }
 
   // ---- events (hot path: one map lookup and a few typed-array stores, no allocation) --------------------
@@ -517,7 +533,7 @@ export class DeliveryRecorder implements DeliveryEvents {
    * layer's events: a reload's 100,000 events then need no lookup in the recorder's map.
    */
   desired(record: DeviceRecord, doc: VisibleDocument, ref?: DeliveryRef): void {
-    const now = Date.now();
+    const now = monoNow();
     const t = this.table;
     const s = this.mark(record.deviceId, DESIRED, now, ref);
     t.setDoc(s, N_DESIRED_V, D_DESIRED, doc);
@@ -537,7 +553,7 @@ export class DeliveryRecorder implements DeliveryEvents {
     ref?: DeliveryRef,
   ): void {
     if (this.options.trusts?.(deviceId, transport) === false) return;
-    const now = Date.now();
+    const now = monoNow();
     const s = this.mark(deviceId, SENT, now, ref, confirmable);
     this.setSent(s, doc, now, transport, confirmable);
   }
@@ -567,7 +583,7 @@ export class DeliveryRecorder implements DeliveryEvents {
     ref?: DeliveryRef,
   ): void {
     if (this.options.trusts?.(deviceId, transport) === false) return;
-    const now = Date.now();
+    const now = monoNow();
     const t = this.table;
     const s = this.mark(deviceId, ACKED | HEARD, now, ref);
     t.setDoc(s, N_ACKED_V, D_ACKED, doc);
@@ -580,7 +596,7 @@ export class DeliveryRecorder implements DeliveryEvents {
 
   heard(deviceId: string, transport: DeliveryTransport, ref?: DeliveryRef): void {
     if (this.options.trusts?.(deviceId, transport) === false) return;
-    const now = Date.now();
+    const now = monoNow();
     const s = this.mark(deviceId, HEARD, now, ref);
     this.table.nums[s * N_STRIDE + N_HEARD_AT] = now;
   }
@@ -591,7 +607,7 @@ export class DeliveryRecorder implements DeliveryEvents {
     transport: DeliveryTransport,
     ref?: DeliveryRef,
   ): void {
-    const now = Date.now();
+    const now = monoNow();
     const trusted = this.options.trusts?.(deviceId, transport) !== false;
     const part =
       (settings !== null ? RELATIONS : 0) | (trusted ? HEARD : 0) | (trusted && settings !== null ? SENT : 0);
@@ -606,7 +622,7 @@ export class DeliveryRecorder implements DeliveryEvents {
   }
 
   relationsChanged(deviceId: string, ref?: DeliveryRef): void {
-    this.mark(deviceId, RELATIONS, Date.now(), ref);
+    this.mark(deviceId, RELATIONS, monoNow(), ref);
   }
 
   /**
@@ -616,7 +632,7 @@ export class DeliveryRecorder implements DeliveryEvents {
   reportRelations(deviceIds: Iterable<string>): void {
     // After stop (a resync's later report, resync.ts): the replica has left every observed_by.
     if (this.final) return;
-    const now = Date.now();
+    const now = monoNow();
     for (const deviceId of deviceIds) this.mark(deviceId, RELATIONS, now);
   }
 
@@ -636,7 +652,7 @@ export class DeliveryRecorder implements DeliveryEvents {
       if (!early) this.tickWanted = true;
       return this.flushing;
     }
-    if (this.queued === 0 && (early || this.heldLive === 0) && Date.now() - this.lastReap < this.reapMs)
+    if (this.queued === 0 && (early || this.heldLive === 0) && monoNow() - this.lastReap < this.reapMs)
       return Promise.resolve();
     if (early) this.stats.earlyFlushes++;
     this.flushing = this.drain(early).finally(() => {
@@ -692,7 +708,9 @@ export class DeliveryRecorder implements DeliveryEvents {
 
   /** One round; true when it stopped at its limit with rows of its batch left (which stay first in the queue). */
   private async write(early: boolean, merge: boolean): Promise<boolean> {
-    const now = Date.now();
+    const now = monoNow();
+    // The wall clock's reading against the monotonic one, once a round: its rows' event times are dated with it.
+    this.wallOffset = Date.now() - now;
     const keptDue = merge ? this.unholdAll(now) : 0;
     // The batch is the queue as it is now; events from here on queue their devices in the other array. A slot
     // is in at most one of them (QUEUED), so each holds at most every slot, and a device is in one chunk.
@@ -733,9 +751,25 @@ export class DeliveryRecorder implements DeliveryEvents {
       this.later = grown;
     }
     const later = this.later;
+    // ... unless they have waited LATER_MAX_INTERVALS intervals: then they go first, so a stream of newer rows
+    // that never lets a round reach the end of its batch cannot keep them waiting (the lag stays bounded by the
+    // backlog of a row per device). A reload's fan-out on the benchmark machine is over before that.
+    const laterFirst =
+      this.laterOldest !== 0 && now - this.laterOldest >= LATER_MAX_INTERVALS * this.options.flushMs;
+    const takeLater = (l: Lane, n: number): number => {
+      for (; this.laterAt < this.laterN && n < per && taken < limit; this.laterAt++) {
+        const s = later[this.laterAt]!;
+        const since0 = t.nums[s * N_STRIDE + N_SINCE]!;
+        if (!this.take(l.snapshot, s, n)) break;
+        l.since[n] = since0;
+        l.chunk[n++] = s;
+        taken++;
+      }
+      return n;
+    };
     const lane = async (l: Lane): Promise<void> => {
       while (failure === undefined && taken < limit && (i < size || this.laterAt < this.laterN)) {
-        let n = 0;
+        let n = laterFirst ? takeLater(l, 0) : 0;
         for (; i < size && n < per && taken < limit; i++) {
           const s = batch[i]!;
           const d = this.defer(s, now, early);
@@ -755,15 +789,7 @@ export class DeliveryRecorder implements DeliveryEvents {
           l.chunk[n++] = s;
           taken++;
         }
-        if (i >= size)
-          for (; this.laterAt < this.laterN && n < per && taken < limit; this.laterAt++) {
-            const s = later[this.laterAt]!;
-            const since0 = t.nums[s * N_STRIDE + N_SINCE]!;
-            if (!this.take(l.snapshot, s, n)) break;
-            l.since[n] = since0;
-            l.chunk[n++] = s;
-            taken++;
-          }
+        if (i >= size) n = takeLater(l, n);
         if (n === 0) continue;
         try {
           await this.options.writer.record(this.options.replica, l.columns.build(l.snapshot, n));
@@ -789,8 +815,8 @@ export class DeliveryRecorder implements DeliveryEvents {
         this.stats.totalFlushMs += ms;
         if (ms > this.stats.maxFlushMs) this.stats.maxFlushMs = ms;
       }
-      if (Date.now() - this.lastReap >= this.reapMs && this.reaping === undefined) {
-        this.lastReap = Date.now();
+      if (monoNow() - this.lastReap >= this.reapMs && this.reaping === undefined) {
+        this.lastReap = monoNow();
         this.sweep();
         // A reap after a replica died updates every row that named it (100,000 after a fleet's fan-out: seconds);
         // with more than one writer it runs beside the next rounds, in place of one writer, instead of holding
@@ -988,7 +1014,7 @@ export class DeliveryRecorder implements DeliveryEvents {
    */
   private scheduleDue(): void {
     if (this.deferredDue === 0 || !this.running || this.dueTimer !== undefined) return;
-    const wait = Math.max(0, this.deferredDue - Date.now());
+    const wait = Math.max(0, this.deferredDue - monoNow());
     this.dueTimer = setTimeout(() => {
       this.dueTimer = undefined;
       void this.flush();
@@ -1014,7 +1040,14 @@ export class DeliveryRecorder implements DeliveryEvents {
     const from = s * N_STRIDE;
     const nums = t.nums;
     const to = r * N_ROW;
-    for (let k = 0; k < N_ROW; k++) snap.nums[to + k] = nums[from + k]!;
+    const sn = snap.nums;
+    for (let k = 0; k < N_ROW; k++) sn[to + k] = nums[from + k]!;
+    // Event times, monotonic in the slot, dated on the wall clock of this round (0: never happened).
+    const off = this.wallOffset;
+    if (sn[to + N_DESIRED_AT]! > 0) sn[to + N_DESIRED_AT]! += off;
+    if (sn[to + N_SENT_AT]! > 0) sn[to + N_SENT_AT]! += off;
+    if (sn[to + N_ACKED_AT]! > 0) sn[to + N_ACKED_AT]! += off;
+    if (sn[to + N_HEARD_AT]! > 0) sn[to + N_HEARD_AT]! += off;
     const g = s * D_STRIDE;
     const h = r * D_STRIDE;
     for (let k = 0; k < D_STRIDE; k++) snap.digests[h + k] = t.digests[g + k]!;
