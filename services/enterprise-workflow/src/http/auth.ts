@@ -71,8 +71,10 @@ async function verify(req: Request, verifier: TokenVerifier): Promise<PortalUser
 export function requireWebhookToken(tokens: () => SecretSet): RequestHandler {
   return (req, _res, next) => {
     const token = bearerToken(req);
+    // RFC 6750 §3.1: no error code when no token came; invalid_token for a wrong one, or for a repeated
+    // Authorization header (bearerToken's ''), refused whatever its copies say, as on the portal routes.
     if (token === undefined || !tokens().has(token)) {
-      next(ERRORS.webhookTokenRequired(challenge()));
+      next(ERRORS.webhookTokenRequired(challenge(token === undefined ? undefined : 'invalid_token')));
       return;
     }
     next();
