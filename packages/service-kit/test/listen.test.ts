@@ -3,26 +3,34 @@
 import type { Server } from 'node:http';
 import { connect } from 'node:net';
 import { rawHttpExchange } from '@platform/testkit';
-import { listenHttp } from '../src/index.js';
+import { HTTP_REQUEST_TIMEOUT_MS, listenHttp } from '../src/index.js';
 import { captureLogs } from './log-capture.js';
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
 let server: Server | undefined;
 
 afterEach(async () => {
+  // A test that failed can leave a client connection open; the server's deadlines stop with close(), so close
+  // waits for nobody.
+  server?.closeAllConnections();
   await new Promise((resolve) => server?.close(resolve) ?? resolve(undefined));
   server = undefined;
 });
 
 let handled = 0;
 
-async function start(): Promise<{ port: number; logs: ReturnType<typeof captureLogs> }> {
+/**
+ * A server whose handler answers at once, or (`readBody`) once it has read the whole body, as the services'
+ * routes with a body do: node's errors in a body then come before any answer.
+ */
+async function start(readBody = false): Promise<{ port: number; logs: ReturnType<typeof captureLogs> }> {
   const logs = captureLogs();
   handled = 0;
   server = await listenHttp(
-    (_req, res) => {
+    (req, res) => {
       handled++;
-      res.end('ok');
+      if (!readBody) res.end('ok');
+      else req.resume().on('end', () => res.end('ok'));
     },
     0,
     '127.0.0.1',
@@ -103,6 +111,46 @@ describe('listenHttp: requests node:http refuses before any route runs', () => {
     expect(answer).toMatch(/^HTTP\/1\.1 408 /);
     expect({ handled, connections: await connections() }).toEqual({ handled: 0, connections: 0 });
   }, 20_000);
+
+  it('chunk extensions over 16 KiB in a body: 413 payload_too_large as problem+json, the connection closed', async () => {
+    const { port, logs } = await start(true);
+    const answer = await rawHttpExchange(
+      port,
+      `POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n1;x=${'a'.repeat(20 * 1024)}\r\nb\r\n0\r\n\r\n`,
+    );
+    expect(answer.status).toBe(413);
+    expect(answer.text).toContain('Connection: close');
+    expect(answer.json).toMatchObject({ status: 413, code: 'payload_too_large' });
+    expect(logs.entries().filter((e) => e.message === 'http client error')).toMatchObject([
+      { status: 413, code: 'payload_too_large', reason: 'HPE_CHUNK_EXTENSIONS_OVERFLOW' },
+    ]);
+    expect(logs.text()).not.toContain('aaaaaaaa');
+    expect(await connections()).toBe(0);
+  });
+
+  it(
+    'a body still arriving after the request deadline (30 s): 408 request_timeout, the connection closed',
+    async () => {
+      const { port, logs } = await start(true);
+      const started = Date.now();
+      // Headers at once, 2 of the 10 bytes the body announces, then nothing: the 10 s headers deadline is met,
+      // the 30 s deadline for the whole request is not.
+      const answer = await halfOpenExchange(
+        port,
+        'POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\nhi',
+        '',
+      );
+      const waited = Date.now() - started;
+      expect(answer).toMatch(/^HTTP\/1\.1 408 /);
+      expect(answer).toContain('"code":"request_timeout"');
+      expect(waited).toBeGreaterThanOrEqual(HTTP_REQUEST_TIMEOUT_MS);
+      expect(logs.entries().filter((e) => e.message === 'http client error')).toMatchObject([
+        { status: 408, code: 'request_timeout', reason: 'ERR_HTTP_REQUEST_TIMEOUT' },
+      ]);
+      expect({ handled, connections: await connections() }).toEqual({ handled: 1, connections: 0 });
+    },
+    HTTP_REQUEST_TIMEOUT_MS + 10_000,
+  );
 
   it('still answers a well-formed request', async () => {
     const { port } = await start();
