@@ -349,7 +349,7 @@ device_gateway.rollouts rollouts_updated_at_not_null NOT NULL updated_at
 device_gateway.rollouts rollouts_waves_check CHECK (((waves >= 1) AND (waves <= 1000)))
 device_gateway.rollouts rollouts_waves_not_null NOT NULL waves
 
--- indexes (27)
+-- indexes (28)
 CREATE INDEX delivery_progress_valid_idx ON device_gateway.delivery_progress USING btree (valid_until)
 CREATE INDEX device_credentials_device_idx ON device_gateway.device_credentials USING btree (device_id)
 CREATE INDEX device_credentials_live_idx ON device_gateway.device_credentials USING btree (not_after) WHERE (revoked_at IS NULL)
@@ -358,6 +358,7 @@ CREATE INDEX device_delivery_page_idx ON device_gateway.device_delivery USING bt
 CREATE INDEX device_delivery_site_idx ON device_gateway.device_delivery USING btree (site_id, desired_at, device_id)
 CREATE INDEX device_delivery_site_open_idx ON device_gateway.device_delivery USING btree (site_id, state, desired_at, device_id) WHERE (state <> 'acknowledged'::text)
 CREATE INDEX device_registry_site_id_idx ON device_gateway.device_registry USING btree (site_id)
+CREATE INDEX inspect_answers_created_idx ON device_gateway.inspect_answers USING btree (created_at)
 CREATE INDEX rollout_assignments_seq_idx ON device_gateway.rollout_assignments USING btree (seq)
 CREATE INDEX rollout_events_rollout_idx ON device_gateway.rollout_events USING btree (rollout_id, event_id)
 CREATE INDEX rollout_targets_device_idx ON device_gateway.rollout_targets USING btree (device_id)
@@ -853,9 +854,20 @@ CREATE OR REPLACE FUNCTION device_gateway.inspect_answer(p_query uuid, p_replica
  LANGUAGE plpgsql
  SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
+ SET lock_timeout TO '200ms'
 AS $function$
 BEGIN
-  DELETE FROM device_gateway.inspect_answers WHERE created_at < now() - interval '1 minute';
+  IF octet_length(p_answer::text) > 16384 THEN
+    RAISE EXCEPTION 'inspect answer over 16 KiB' USING ERRCODE = '22023';
+  END IF;
+  DELETE FROM device_gateway.inspect_answers a
+  USING (SELECT o.query_id, o.replica FROM device_gateway.inspect_answers o
+         WHERE o.created_at < now() - interval '15 seconds'
+         ORDER BY o.created_at LIMIT 200 FOR UPDATE SKIP LOCKED) old
+  WHERE a.query_id = old.query_id AND a.replica = old.replica;
+  IF (SELECT count(*) FROM (SELECT 1 FROM device_gateway.inspect_answers LIMIT 10000) n) >= 10000 THEN
+    RAISE EXCEPTION 'inspect answers full' USING ERRCODE = '53400';
+  END IF;
   INSERT INTO device_gateway.inspect_answers (query_id, replica, answer) VALUES (p_query, p_replica, p_answer)
   ON CONFLICT DO NOTHING;
   PERFORM pg_catalog.pg_notify('device_gateway_inspect',

@@ -10,8 +10,12 @@
 // - a notification counts only when it was sent by a session of the gateway's own login (its backend pid, which
 //   PostgreSQL reports with every notification, is one of that login's sessions in pg_stat_activity); any other
 //   sender is dropped before its payload is parsed, so it can neither use up the answer budget nor make a
-//   replica do work;
-// - answers are taken only from the replicas asked, once each, and read field by field.
+//   replica do work; while a sender is unknown, at most two of its notifications wait for the look, and one
+//   found not to be the login's is dropped unread for a second, so strangers cannot crowd out the gateway's own
+//   new connections;
+// - answers are read only for the replicas asked (one row each), once each, and field by field, each item
+//   against the published schema; an answer is written on at most two connections at once;
+// - the whole exchange keeps to one deadline, each step to what is left of it.
 import { randomUUID } from 'node:crypto';
 import { isDeviceId } from '@platform/contracts';
 import { errorMessage, type Logger } from '@platform/service-kit';
@@ -62,7 +66,7 @@ export interface InspectStore {
   /** Stores a replica's answer and notifies the asker (device_gateway.inspect_answer). */
   writeAnswer(query: string, replica: string, answer: string): Promise<void>;
   /** The answers stored for a query, by replica. */
-  readAnswers(query: string): Promise<{ replica: string; answer: unknown }[]>;
+  readAnswers(query: string, replicas: readonly string[]): Promise<{ replica: string; answer: unknown }[]>;
   /** The replicas whose bus session is up now. */
   liveReplicas(): Promise<string[]>;
   /** Backend pids of the gateway login's sessions (pg_stat_activity). */
@@ -96,8 +100,15 @@ const QUERY_ID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$
 const MAX_PAYLOAD = 300;
 /** The login's sessions are looked up again at most this often when an unknown sender appears (ms). */
 const PID_REFRESH_MS = 250;
-/** Notifications from unknown senders held until that look. */
+/** Notifications from unknown senders held until that look; of one sender, at most UNKNOWN_PER_SENDER. */
 const UNKNOWN_QUEUE = 64;
+const UNKNOWN_PER_SENDER = 2;
+/** A sender found not to be the login's is dropped unread for this long (ms), then looked at again. */
+const FOREIGN_MS = 1000;
+/** Answers being written at once, at most (each holds a pooled connection). */
+const ANSWERS_IN_FLIGHT = 2;
+/** Time for reading the answers once the deadline has passed (ms). */
+const READ_GRACE_MS = 250;
 
 export class Inspector {
   private readonly waiting = new Map<
@@ -110,6 +121,11 @@ export class Inspector {
   private pidsAt = 0;
   private refreshTimer: NodeJS.Timeout | undefined;
   private readonly unknown: { payload: string; senderPid: number }[] = [];
+  /** Queued notifications per unknown sender. */
+  private readonly unknownBySender = new Map<number, number>();
+  /** Senders found not to be the login's, and until when their notifications are dropped unread. */
+  private readonly foreign = new Map<number, number>();
+  private answering = 0;
   readonly stats = { requests: 0, answered: 0, dropped: 0, foreign: 0 };
 
   constructor(private readonly options: InspectorOptions) {
@@ -120,9 +136,10 @@ export class Inspector {
   async gather(deviceId: string): Promise<ReplicaPart[]> {
     const self = ownPart(this.options.origin, this.options.local, deviceId);
     const deadline = Date.now() + this.options.deadlineMs;
+    const left = (): number => Math.max(1, deadline - Date.now());
     let expected: string[];
     try {
-      expected = (await withDeadline(this.options.store.liveReplicas(), this.options.deadlineMs)).filter(
+      expected = (await withDeadline(this.options.store.liveReplicas(), left())).filter(
         (r) => r !== this.options.origin && ID.test(r),
       );
     } catch (err) {
@@ -144,15 +161,17 @@ export class Inspector {
     const answers = new Map<string, LiveView>();
     try {
       const request: Request = { k: 'q', q, d: deviceId, o: this.options.origin };
-      await withDeadline(this.options.store.publishRequest(JSON.stringify(request)), this.options.deadlineMs);
-      const left = deadline - Date.now();
-      if (left > 0) {
+      await withDeadline(this.options.store.publishRequest(JSON.stringify(request)), left());
+      if (deadline > Date.now()) {
         let timer: NodeJS.Timeout | undefined;
-        await Promise.race([allIn, new Promise<void>((r) => (timer = setTimeout(r, left)))]);
+        await Promise.race([allIn, new Promise<void>((r) => (timer = setTimeout(r, left())))]);
         clearTimeout(timer);
       }
       // Also answers whose notice was missed: the table is the truth, for the replicas asked.
-      const rows = await withDeadline(this.options.store.readAnswers(q), this.options.deadlineMs);
+      const rows = await withDeadline(
+        this.options.store.readAnswers(q, expected),
+        Math.max(READ_GRACE_MS, deadline - Date.now()),
+      );
       for (const row of rows) {
         if (!expected.includes(row.replica) || answers.has(row.replica)) continue;
         const view = liveView(row.answer);
@@ -188,12 +207,21 @@ export class Inspector {
       return;
     }
     // An unknown sender: a session of the login opened since the last look (a pool grows), or not ours at all.
-    // It waits for the next look at the login's sessions, at most one a second; a flood of strangers fills the
-    // short queue and the rest is dropped unread.
-    if (this.unknown.length >= UNKNOWN_QUEUE) {
+    // It waits for the next look at the login's sessions, at most four a second. A sender found foreign is
+    // dropped unread for a second (then looked at again: PostgreSQL reuses pids), and each sender has at most
+    // two notifications waiting, so one stranger's flood cannot fill the queue ahead of the gateway's own new
+    // connections (a cold review's finding: a flood made two views in five miss a replica that had answered).
+    const until = this.foreign.get(senderPid);
+    if (until !== undefined && until > Date.now()) {
       this.stats.foreign++;
       return;
     }
+    const queued = this.unknownBySender.get(senderPid) ?? 0;
+    if (this.unknown.length >= UNKNOWN_QUEUE || queued >= UNKNOWN_PER_SENDER) {
+      this.stats.foreign++;
+      return;
+    }
+    this.unknownBySender.set(senderPid, queued + 1);
     this.unknown.push({ payload, senderPid });
     this.scheduleRefresh();
   }
@@ -216,9 +244,14 @@ export class Inspector {
           this.pidsAt = Date.now();
           this.refreshTimer = undefined;
           const queued = this.unknown.splice(0);
+          this.unknownBySender.clear();
+          for (const [pid, until] of this.foreign) if (until <= this.pidsAt) this.foreign.delete(pid);
           for (const { payload, senderPid } of queued) {
             if (this.pids.has(senderPid)) this.handle(payload);
-            else this.stats.foreign++;
+            else {
+              this.stats.foreign++;
+              this.foreign.set(senderPid, this.pidsAt + FOREIGN_MS);
+            }
           }
         });
     }, wait);
@@ -239,16 +272,22 @@ export class Inspector {
       return;
     }
     this.stats.requests++;
-    if (!this.take()) {
+    // At most ANSWERS_IN_FLIGHT answers hold a pooled connection at once: a write that waits (0016 bounds the
+    // wait at 200 ms) never takes the pool the record and the API need (a cold review had four waiting 4 s).
+    if (this.answering >= ANSWERS_IN_FLIGHT || !this.take()) {
       this.stats.dropped++;
       return;
     }
     const answer = JSON.stringify(this.options.local(message.d, LIST_LIMIT));
-    this.options.store.writeAnswer(message.q, this.options.origin, answer).then(
-      () => this.stats.answered++,
-      (err: unknown) =>
-        this.options.logger.warn('device view: answer not written', { error: errorMessage(err) }),
-    );
+    this.answering++;
+    this.options.store
+      .writeAnswer(message.q, this.options.origin, answer)
+      .then(
+        () => this.stats.answered++,
+        (err: unknown) =>
+          this.options.logger.warn('device view: answer not written', { error: errorMessage(err) }),
+      )
+      .finally(() => this.answering--);
   }
 
   private take(): boolean {
@@ -293,24 +332,61 @@ function liveView(data: unknown): LiveView | undefined {
   )
     return undefined;
   return {
-    relations: v.relations.slice(0, LIST_LIMIT).map(flat),
+    relations: items(v.relations, RELATION_FIELDS),
     relations_total: v.relations_total,
-    dtls_sessions: v.dtls_sessions.slice(0, LIST_LIMIT).map(flat),
+    dtls_sessions: items(v.dtls_sessions, SESSION_FIELDS),
     dtls_sessions_total: v.dtls_sessions_total,
   };
 }
 
-/** An item of another replica's answer as shown to the caller: its scalar fields only, strings bounded. */
-function flat(item: unknown): Record<string, string | number | boolean | null> {
-  const out: Record<string, string | number | boolean | null> = Object.create(null) as Record<
-    string,
-    string | number | boolean | null
-  >;
-  if (typeof item !== 'object' || item === null) return out;
-  for (const [key, value] of Object.entries(item as Record<string, unknown>).slice(0, 16)) {
-    if (!/^[a-z][a-z_]{0,31}$/.test(key)) continue;
-    if (typeof value === 'string') out[key] = value.slice(0, 200);
-    else if (typeof value === 'number' || typeof value === 'boolean' || value === null) out[key] = value;
+type Field = (v: unknown) => boolean;
+const oneOf =
+  (...values: string[]): Field =>
+  (v) =>
+    typeof v === 'string' && values.includes(v);
+/** An ISO 8601 time as `toISOString` writes it. */
+const time: Field = (v) => typeof v === 'string' && /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$/.test(v);
+/** An IPv4 or IPv6 address as node's dgram reports it. */
+const address: Field = (v) => typeof v === 'string' && v.length <= 45 && /^[0-9A-Za-z:.%_-]+$/.test(v);
+const port: Field = (v) => Number.isInteger(v) && (v as number) >= 0 && (v as number) <= 65535;
+
+/**
+ * What a relation and a DTLS session are in the published DeviceView (packages/contracts, gateway-responses.ts),
+ * every field required: an item from another replica is shown only when it is exactly that, so neither a newer
+ * release nor the login (design §3.8) can put other keys, types or values into the answer (a cold review's
+ * finding: `port: "abc"`, `note`, `resource: "evil"` were shown).
+ */
+const RELATION_FIELDS: Readonly<Record<string, Field>> = {
+  resource: oneOf('settings', 'record'),
+  transport: oneOf('plain', 'dtls'),
+  type: oneOf('CON', 'NON'),
+  address,
+  port,
+  since: time,
+  last_version: (v) => v === null || (Number.isSafeInteger(v) && (v as number) >= 0),
+  con_in_flight: (v) => typeof v === 'boolean',
+  last_confirmed_at: time,
+};
+const SESSION_FIELDS: Readonly<Record<string, Field>> = {
+  identity: (v) => typeof v === 'string' && v.length <= 256,
+  address,
+  port,
+  established_at: time,
+  last_record_at: time,
+};
+
+/** The first LIST_LIMIT items that are exactly `fields` (copied field by field); any other item is left out. */
+function items(list: unknown[], fields: Readonly<Record<string, Field>>): Record<string, unknown>[] {
+  const names = Object.keys(fields);
+  const out: Record<string, unknown>[] = [];
+  for (const item of list.slice(0, LIST_LIMIT)) {
+    if (typeof item !== 'object' || item === null || Array.isArray(item)) continue;
+    const v = item as Record<string, unknown>;
+    if (Object.keys(v).length !== names.length) continue;
+    if (!names.every((k) => Object.hasOwn(v, k) && fields[k]!(v[k]))) continue;
+    const copy: Record<string, unknown> = {};
+    for (const k of names) copy[k] = v[k];
+    out.push(copy);
   }
   return out;
 }

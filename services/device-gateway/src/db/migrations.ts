@@ -15,6 +15,7 @@ import { deliveryFillfactorMigration } from './delivery-fillfactor-migration.js'
 import { deliveryReapBatchMigration } from './delivery-reap-batch-migration.js';
 import { deliveryProgressMigration } from './delivery-progress-migration.js';
 import { deliveryRegisterPruneMigration } from './delivery-register-prune-migration.js';
+import { inspectBoundsMigration } from './inspect-bounds-migration.js';
 import { rolloutGuardMigration } from './rollout-guard-migration.js';
 import { rolloutMigration } from './rollout-migration.js';
 
@@ -134,6 +135,7 @@ export function gatewayMigrationsWith(loginPassword: string): MigrationSet {
       '0013_delivery_reap_batches': deliveryReapBatchMigration,
       '0014_delivery_progress': deliveryProgressMigration,
       '0015_delivery_register_prune': deliveryRegisterPruneMigration,
+      '0016_inspect_answer_bounds': inspectBoundsMigration,
     },
   };
 }

@@ -15,6 +15,8 @@ export interface DeviceViewDeps {
   credentials: (deviceId: string) => CredentialSummary;
   /** This replica's and the others' live parts. */
   replicas: (deviceId: string) => Promise<ReplicaPart[]>;
+  /** GATEWAY_DEVICE_VIEW_DEADLINE_MS: the delivery record's read keeps to it, as the replicas' parts do. */
+  config: { delivery: { viewDeadlineMs: number } };
 }
 
 const iso = (d: Date | null): string | null => (d === null ? null : d.toISOString());
@@ -66,7 +68,10 @@ export async function deviceView(deps: DeviceViewDeps, deviceId: string): Promis
   const record = deps.state.deviceRecord(deviceId);
   const settings = deps.state.settingsDocument(deviceId);
   if (record === undefined || settings === undefined) throw new UnknownDeviceError(deviceId);
-  const [row, replicas] = await Promise.all([readDelivery(deps.db, deviceId), deps.replicas(deviceId)]);
+  const [row, replicas] = await Promise.all([
+    readDelivery(deps.db, deviceId, deps.config.delivery.viewDeadlineMs),
+    deps.replicas(deviceId),
+  ]);
   return {
     device: {
       device_id: record.deviceId,

@@ -53,15 +53,30 @@ export function deliveryWriter(db: Kysely<GatewayDatabase>): DeliveryWriter {
 
 export type DeliveryRecordRow = DeviceDeliveryTable;
 
+/**
+ * One device's row. `deadlineMs`: the read waits no longer than that, for a lock included (the device view's
+ * deadline; a cold review had a view wait the whole statement timeout, 4 s, behind a migration's lock), and
+ * gives its connection back then: the statement timeout and lock timeout are set for its own transaction.
+ */
 export async function readDelivery(
   db: Kysely<GatewayDatabase>,
   deviceId: string,
+  deadlineMs?: number,
 ): Promise<DeliveryRecordRow | undefined> {
-  return db
-    .selectFrom('device_gateway.device_delivery')
-    .selectAll()
-    .where('device_id', '=', deviceId)
-    .executeTakeFirst();
+  const read = (q: Kysely<GatewayDatabase>) =>
+    q
+      .selectFrom('device_gateway.device_delivery')
+      .selectAll()
+      .where('device_id', '=', deviceId)
+      .executeTakeFirst();
+  if (deadlineMs === undefined) return read(db);
+  return db.transaction().execute(async (trx) => {
+    const ms = String(Math.max(1, Math.round(deadlineMs)));
+    await sql`SELECT set_config('statement_timeout', ${ms}, true), set_config('lock_timeout', ${ms}, true)`.execute(
+      trx,
+    );
+    return read(trx);
+  });
 }
 
 /** Where the next page starts: after this (desired_at in µs since the epoch, device_id). */
@@ -131,11 +146,16 @@ export function inspectStore(db: Kysely<GatewayDatabase>): InspectStore {
         db,
       );
     },
-    async readAnswers(query: string): Promise<{ replica: string; answer: unknown }[]> {
+    // Only the replicas asked: at most one row each (the key is query and replica), of at most 16 KiB (0016).
+    // Any session of the login can store answers under a query id it heard; before, all of them were read
+    // and parsed (a cold review: 1,200 forged rows, +700 MB for one view).
+    async readAnswers(
+      query: string,
+      replicas: readonly string[],
+    ): Promise<{ replica: string; answer: unknown }[]> {
       const { rows } = await sql<{ replica: string; answer: unknown }>`
-        SELECT replica, answer FROM device_gateway.inspect_answers WHERE query_id = ${query}::uuid`.execute(
-        db,
-      );
+        SELECT replica, answer FROM device_gateway.inspect_answers
+        WHERE query_id = ${query}::uuid AND replica = ANY(${replicas}::text[])`.execute(db);
       return rows;
     },
     /** bus_join's rule (migration 0003): sessions of this login named `device-gateway-bus <origin>`. */
