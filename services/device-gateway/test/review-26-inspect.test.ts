@@ -167,15 +167,7 @@ describe('a hostile database session on device_gateway_inspect', () => {
       { stdio: 'ignore' },
     );
     children.push(child);
-    const plain = await RawCoapClient.connect(a.coapPort);
-    clients.push(plain);
-    plain.send({
-      confirmable: true,
-      code: 'GET',
-      token: Buffer.from('p1'),
-      options: [observe0, ...pathOptions(`/devices/${PLAIN}/settings`)],
-    });
-    await plain.waitFor((p) => p.code === '2.05');
+    clients.push(await RawCoapClient.observeSettings(a.coapPort, PLAIN));
     await until(b, DTLS, (v) => v.delivery?.observed_by?.length === 1, 'DTLS observer on A');
     // The intruder asks as a replica that does not exist, and reads the answers it hears on the channel.
     heard.length = 0;
@@ -341,15 +333,8 @@ describe('a hostile database session: size of one device view', () => {
 describe('what the record claims', () => {
   it("a plain CoAP client's ACKs make a DTLS device's record say 'acknowledged'", async () => {
     // DTLS_VICTIM has a key and no DTLS session: the device itself is not connected at all.
-    const fake = await RawCoapClient.connect(a.coapPort);
+    const fake = await RawCoapClient.observeSettings(a.coapPort, DTLS_VICTIM, 'f1');
     clients.push(fake);
-    fake.send({
-      confirmable: true,
-      code: 'GET',
-      token: Buffer.from('f1'),
-      options: [observe0, ...pathOptions(`/devices/${DTLS_VICTIM}/settings`)],
-    });
-    await fake.waitFor((p) => p.code === '2.05');
     const res = await b.post('/api/notify-settings', {
       device_id: DTLS_VICTIM,
       settings: { reporting_interval_s: 4242 },

@@ -13,7 +13,7 @@ import { sql, type Kysely } from 'kysely';
 import pg from 'pg';
 import { seedDevices } from '../src/db/seed.js';
 import type { GatewayDatabase } from '../src/db/tables.js';
-import { RawCoapClient, observe0, pathOptions } from './support/coap-client.js';
+import { RawCoapClient } from './support/coap-client.js';
 import { API_KEYS, loginUrl } from './support/gateway.js';
 import { startReplica, type Replica } from './support/replicas.js';
 
@@ -94,15 +94,7 @@ beforeAll(async () => {
     Array.from({ length: Number(process.env.REVIEW44_WRITERS ?? 4) }, () => login()),
   );
   // A relation on A, so A's true part is non-empty.
-  const plain = await RawCoapClient.connect(a.coapPort);
-  clients.push(plain);
-  plain.send({
-    confirmable: true,
-    code: 'GET',
-    token: Buffer.from('p1'),
-    options: [observe0, ...pathOptions(`/devices/${PLAIN}/settings`)],
-  });
-  await plain.waitFor((p) => p.code === '2.05');
+  clients.push(await RawCoapClient.observeSettings(a.coapPort, PLAIN));
 });
 
 afterAll(async () => {

@@ -43,6 +43,22 @@ export class RawCoapClient {
     return client;
   }
 
+  /**
+   * A client on `port` observing the device's settings (a confirmable GET with Observe 0, token `token`), once
+   * the first notification (2.05) has arrived.
+   */
+  static async observeSettings(port: number, deviceId: string, token = 'p1'): Promise<RawCoapClient> {
+    const client = await RawCoapClient.connect(port);
+    client.send({
+      confirmable: true,
+      code: 'GET',
+      token: Buffer.from(token),
+      options: [observe0, ...pathOptions(`/devices/${deviceId}/settings`)],
+    });
+    await client.waitFor((p) => p.code === '2.05');
+    return client;
+  }
+
   nextMid(): number {
     this.mid = (this.mid + 1) & 0xffff;
     return this.mid;
