@@ -100,13 +100,23 @@ const QUERY_ID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$
 const MAX_PAYLOAD = 300;
 /** The login's sessions are looked up again at most this often when an unknown sender appears (ms). */
 const PID_REFRESH_MS = 250;
-/** Notifications from unknown senders held until that look; of one sender, at most UNKNOWN_PER_SENDER. */
-const UNKNOWN_QUEUE = 64;
+/** A look at the login's sessions that takes longer than this counts as failed (ms). */
+const PID_LOOK_MS = 1000;
+/**
+ * Notifications from unknown senders held until that look (at most about 300 KB); of one sender, at most
+ * UNKNOWN_PER_SENDER. A stranger that reconnects for every two notifications gets round the per-sender cap
+ * (a cold review: 200-280 connections a second refilled a queue of 64 after each look, and a view from a new
+ * pooled connection of the gateway was dropped); filling 1,024 between two looks takes about 2,000 new
+ * connections a second.
+ */
+const UNKNOWN_QUEUE = 1024;
 const UNKNOWN_PER_SENDER = 2;
 /** A sender found not to be the login's is dropped unread for this long (ms), then looked at again. */
 const FOREIGN_MS = 1000;
 /** Answers being written at once, at most (each holds a pooled connection). */
 const ANSWERS_IN_FLIGHT = 2;
+/** A look at the login's sessions is trusted this long (ms); then the next notification makes a new one. */
+const PID_MAX_AGE_MS = 5000;
 /** Time for reading the answers once the deadline has passed (ms). */
 const READ_GRACE_MS = 250;
 
@@ -202,7 +212,10 @@ export class Inspector {
       this.stats.foreign++;
       return;
     }
-    if (this.pids.has(senderPid)) {
+    // A known pid counts while the last look is fresh; after that its notification waits for a new look like an
+    // unknown sender's (a cold review: a pid one of the login's sessions left stayed trusted until a stranger's
+    // notification happened to make the inspector look again, and a stranger's session can reuse it).
+    if (this.pids.has(senderPid) && Date.now() - this.pidsAt <= PID_MAX_AGE_MS) {
       this.handle(payload);
       return;
     }
@@ -230,11 +243,12 @@ export class Inspector {
     if (this.refreshTimer !== undefined) return;
     const wait = Math.max(0, this.pidsAt + PID_REFRESH_MS - Date.now());
     this.refreshTimer = setTimeout(() => {
-      void this.options.store
-        .loginPids()
+      let looked = false;
+      void withDeadline(this.options.store.loginPids(), PID_LOOK_MS)
         .then(
           (pids) => {
             this.pids = new Set(pids);
+            looked = true;
           },
           (err: unknown) => {
             this.options.logger.warn('device view: login sessions unavailable', { error: errorMessage(err) });
@@ -243,6 +257,12 @@ export class Inspector {
         .finally(() => {
           this.pidsAt = Date.now();
           this.refreshTimer = undefined;
+          // A look that failed says nothing of the senders: they stay queued for the next one (a cold review
+          // had the gateway's own new connections marked foreign for a second after a failed look).
+          if (!looked) {
+            if (this.unknown.length > 0) this.scheduleRefresh();
+            return;
+          }
           const queued = this.unknown.splice(0);
           this.unknownBySender.clear();
           for (const [pid, until] of this.foreign) if (until <= this.pidsAt) this.foreign.delete(pid);

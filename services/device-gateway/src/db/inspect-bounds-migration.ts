@@ -19,7 +19,10 @@ import { withGeneratedSql } from '@platform/service-kit';
  *   index on `created_at` (an asker reads its answers within its deadline, at most 10 s);
  * - refuses an answer over 16 KiB (a replica's lists are capped at 16 items: about 8 KiB at most) and any answer
  *   while the table holds 10,000 (at the answer rate's cap, 50 a second, a replica keeps 750 for 15 s): what
- *   the login can store is then at most about 160 MB, and a flood makes answers fail for 15 s, not the disk fill.
+ *   the login can store is then at most about 160 MB. A session of the login can still make every answer fail:
+ *   fill the table, and once its rows are old, delete them through this function in a transaction it keeps
+ *   open, so no other call can remove them (a second cold review); for as long as that transaction lasts, not
+ *   for ever, and the disk does not fill.
  */
 const INSPECT_BOUNDS_UP = `
 CREATE INDEX inspect_answers_created_idx ON device_gateway.inspect_answers (created_at);

@@ -2,6 +2,7 @@
 // list (GET /api/devices). The view puts together this replica's registry and keys, the shared delivery record,
 // and every replica's live part (relations, DTLS sessions) gathered over the bus with a deadline.
 import { isDeviceId } from '@platform/contracts';
+import { COMMON_ERRORS } from '@platform/service-kit';
 import type { Kysely } from 'kysely';
 import type { ReplicaPart } from '../cluster/inspect.js';
 import type { DeliveryState, GatewayDatabase } from '../db/tables.js';
@@ -64,12 +65,87 @@ export function deliveryOf(row: DeliveryRecordRow | undefined): Record<string, u
   };
 }
 
+/** How long past the view's deadline its read of the record may take to come back (ms), as the bus's. */
+const READ_GRACE_MS = 250;
+/** Views' reads of the record at once, per database (each holds a pooled connection while it runs). */
+const READ_SLOTS = 1;
+
+/** At most `n` holders at once; a taker waits its turn for up to `ms`. */
+class Slots {
+  private readonly waiting: (() => void)[] = [];
+  constructor(private free: number) {}
+
+  take(ms: number): Promise<boolean> {
+    if (this.free > 0) {
+      this.free--;
+      return Promise.resolve(true);
+    }
+    return new Promise((resolve) => {
+      const turn = (): void => {
+        clearTimeout(timer);
+        resolve(true);
+      };
+      const timer = setTimeout(() => {
+        this.waiting.splice(this.waiting.indexOf(turn), 1);
+        resolve(false);
+      }, ms);
+      this.waiting.push(turn);
+    });
+  }
+
+  give(): void {
+    const next = this.waiting.shift();
+    if (next === undefined) this.free++;
+    else next();
+  }
+}
+const readSlots = new WeakMap<object, Slots>();
+
+/**
+ * The device's delivery record within the view's deadline. The read's own statement and lock timeouts start
+ * once it holds a connection, so views read one at a time (a read takes about a millisecond) and a view that
+ * does not get its turn, or its answer, within the deadline (plus 250 ms) is 503 backend_unavailable without
+ * touching the pool: a cold review had 24 views behind a locked table (a migration) hold the whole pool, the
+ * views answered after 2 s and notify-settings failed meanwhile.
+ */
+async function recordWithin(
+  deps: DeviceViewDeps,
+  deviceId: string,
+  deadlineMs: number,
+): Promise<DeliveryRecordRow | undefined> {
+  const timedOut = (): Error =>
+    COMMON_ERRORS.databaseTimedOut(new Error(`no delivery record within ${deadlineMs} ms`));
+  const until = Date.now() + deadlineMs + READ_GRACE_MS;
+  let slots = readSlots.get(deps.db);
+  if (slots === undefined) readSlots.set(deps.db, (slots = new Slots(READ_SLOTS)));
+  if (!(await slots.take(until - Date.now()))) throw timedOut();
+  const read = readDelivery(deps.db, deviceId, deadlineMs);
+  const release = slots;
+  // The turn is given back when the read ends (at its own timeouts at the latest), not when the view stops
+  // waiting for it.
+  read.then(
+    () => release.give(),
+    () => release.give(),
+  );
+  let timer: NodeJS.Timeout | undefined;
+  try {
+    return await Promise.race([
+      read,
+      new Promise<never>((_, reject) => {
+        timer = setTimeout(() => reject(timedOut()), Math.max(0, until - Date.now()));
+      }),
+    ]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
 export async function deviceView(deps: DeviceViewDeps, deviceId: string): Promise<Record<string, unknown>> {
   const record = deps.state.deviceRecord(deviceId);
   const settings = deps.state.settingsDocument(deviceId);
   if (record === undefined || settings === undefined) throw new UnknownDeviceError(deviceId);
   const [row, replicas] = await Promise.all([
-    readDelivery(deps.db, deviceId, deps.config.delivery.viewDeadlineMs),
+    recordWithin(deps, deviceId, deps.config.delivery.viewDeadlineMs),
     deps.replicas(deviceId),
   ]);
   return {
