@@ -353,6 +353,8 @@ describe('a repeated Authorization header', () => {
         expect(res.status).toBe(401);
         expect(res.text).toContain('"code":"unauthorized"');
         expect(res.text).toContain(detail);
+        // RFC 6750 §3.1: a rejected credential is challenged with invalid_token (the webhook's was not).
+        expect(res.text).toMatch(/^www-authenticate: Bearer realm="platform", error="invalid_token"\r$/im);
       }
     }
     // One copy of the same valid token is accepted: the refusal is the repetition.

@@ -523,17 +523,11 @@ describe('object-created webhook and download', () => {
     const key = 'sites/x/media/y.png';
     const wrong = await webhook(s3Event(key, 1), 'not-the-token');
     expectProblem(wrong, 401, 'unauthorized');
-    // RFC 6750 §3.1: invalid_token for a wrong token or a repeated header, no error code when none came.
+    // RFC 6750 §3.1: invalid_token for a wrong token (a repeated header: auth.test), no error code when none came.
     expect(wrong.headers['www-authenticate']).toBe('Bearer realm="platform", error="invalid_token"');
     const none = await request(h.app).post('/internal/media/object-created').send(s3Event(key, 1));
     expectProblem(none, 401, 'unauthorized');
     expect(none.headers['www-authenticate']).toBe('Bearer realm="platform"');
-    const twice = await request(h.app)
-      .post('/internal/media/object-created')
-      .set('Authorization', [`Bearer ${WEBHOOK_TOKENS[0]}`, `Bearer ${WEBHOOK_TOKENS[0]}`])
-      .send(s3Event(key, 1));
-    expectProblem(twice, 401, 'unauthorized');
-    expect(twice.headers['www-authenticate']).toBe('Bearer realm="platform", error="invalid_token"');
     const portalToken = await webhook(s3Event(key, 1), alice);
     expectProblem(portalToken, 401, 'unauthorized');
     expectProblem(await webhook({ Records: [] }), 400, 'invalid_body');
