@@ -11,18 +11,10 @@ import {
   type DeliveryWriter,
 } from '../src/delivery/recorder.js';
 import type { DeliveryBatch } from '../src/delivery/row-builder.js';
-import { fromBatch } from './support/delivery.js';
-import { settingsDocument, prepareSettings, type DeviceRecord } from '../src/domain/documents.js';
+import { fromBatch, record } from './support/delivery.js';
+import { settingsDocument, prepareSettings } from '../src/domain/documents.js';
 
 const logger = createLogger({ service: 'recorder-test', level: 'error' });
-const record = (deviceId: string): DeviceRecord => ({
-  deviceId,
-  siteId: '11111111-1111-4111-8111-111111111111',
-  name: 'n',
-  model: 'm',
-  enabled: true,
-  desiredSettings: {},
-});
 const doc = (deviceId: string, version: number, interval: number) => {
   const settings = { reporting_interval_s: interval };
   return settingsDocument(deviceId, version, 'registry', settings, prepareSettings(settings));

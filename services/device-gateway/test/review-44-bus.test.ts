@@ -7,38 +7,29 @@
 import { readFileSync } from 'node:fs';
 import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it, jest } from '@jest/globals';
-import { createDb } from '@platform/service-kit';
-import { createTestDatabase, startPostgres, type PostgresServer, type TestDatabase } from '@platform/testkit';
+import type { TestDatabase } from '@platform/testkit';
 import { sql, type Kysely } from 'kysely';
 import pg from 'pg';
-import { seedDevices } from '../src/db/seed.js';
 import type { GatewayDatabase } from '../src/db/tables.js';
-import { RawCoapClient } from './support/coap-client.js';
-import { API_KEYS, loginUrl } from './support/gateway.js';
-import { startReplica, type Replica } from './support/replicas.js';
+import { loginUrl } from './support/gateway.js';
+import type { Replica } from './support/replicas.js';
+import {
+  PLAIN,
+  startViewCluster,
+  viewOf as view,
+  type ViewCluster,
+  type ViewSeen as View,
+} from './support/view-cluster.js';
 
 jest.setTimeout(240_000);
 
-/** What these tests read of a device view. */
-interface Part {
-  replica: string;
-  answered: boolean;
-  relations_total?: number;
-}
-interface View {
-  replicas?: Part[];
-}
-
 const CHANNEL = 'device_gateway_inspect';
-const PLAIN = 'acme-hq-hvac-01';
-const auth = { Authorization: `Bearer ${API_KEYS[0]!}` };
 /** The replica id the login's fake bus session claims (bus_join's rule: application_name). */
 const FAKE = 'fa4efa4efa4efa4e';
 
-let pg0: PostgresServer;
+let cluster: ViewCluster;
 let database: TestDatabase;
 let owner: Kysely<GatewayDatabase>;
-let a: Replica;
 let b: Replica;
 let originA: string;
 let originB: string;
@@ -46,7 +37,6 @@ const logins: pg.Client[] = [];
 let listener: pg.Client;
 let writers: pg.Client[] = [];
 const heard: { q: string; o: string; d?: string; k: string }[] = [];
-const clients: RawCoapClient[] = [];
 
 async function login(applicationName?: string): Promise<pg.Client> {
   const c = new pg.Client({
@@ -63,24 +53,9 @@ const status = (pid: number, field: string): number => {
   return m === null ? 0 : Number(m[1]) * 1024;
 };
 
-async function view(r: Replica, deviceId: string): Promise<{ status: number; ms: number; text: string }> {
-  const t0 = Date.now();
-  const res = await fetch(`${r.url}/api/devices/${deviceId}`, { headers: auth });
-  const text = await res.text();
-  return { status: res.status, ms: Date.now() - t0, text };
-}
-
 beforeAll(async () => {
-  pg0 = await startPostgres();
-  const { gatewayMigrations } = await import('../src/db/migrations.js');
-  database = await createTestDatabase({ migrations: [gatewayMigrations], adminUrl: pg0.url });
-  owner = createDb<GatewayDatabase>(database.url, { max: 2, logger: { warn: () => undefined } });
-  await seedDevices(owner);
-  const env = { GATEWAY_DELIVERY_FLUSH_MS: '200', LOG_LEVEL: 'info' };
-  [a, b] = await Promise.all([startReplica('A', database.url, env), startReplica('B', database.url, env)]);
-  await Promise.all([a.waitReady(), b.waitReady()]);
-  originA = (await a.cluster()).origin as string;
-  originB = (await b.cluster()).origin as string;
+  cluster = await startViewCluster();
+  ({ database, owner, b, originA, originB } = cluster);
   listener = await login();
   listener.on('notification', (n) => {
     try {
@@ -93,18 +68,11 @@ beforeAll(async () => {
   writers = await Promise.all(
     Array.from({ length: Number(process.env.REVIEW44_WRITERS ?? 4) }, () => login()),
   );
-  // A relation on A, so A's true part is non-empty.
-  clients.push(await RawCoapClient.observeSettings(a.coapPort, PLAIN));
 });
 
 afterAll(async () => {
-  for (const c of clients) await c.close();
   for (const c of logins) await c.end().catch(() => undefined);
-  await a?.stop();
-  await b?.stop();
-  await owner?.destroy();
-  await database?.drop();
-  await pg0?.stop();
+  await cluster?.stop();
 });
 
 /** Requests as the login (its pid is trusted), `n` per statement: each drains one of every replica's tokens. */

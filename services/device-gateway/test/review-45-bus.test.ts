@@ -7,45 +7,30 @@
 // holds a transaction open) is in design §3.8.
 import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it, jest } from '@jest/globals';
-import { createDb } from '@platform/service-kit';
-import { createTestDatabase, startPostgres, type PostgresServer, type TestDatabase } from '@platform/testkit';
+import type { TestDatabase } from '@platform/testkit';
 import { sql, type Kysely } from 'kysely';
 import pg from 'pg';
-import { seedDevices } from '../src/db/seed.js';
 import type { GatewayDatabase } from '../src/db/tables.js';
-import { RawCoapClient, observe0, pathOptions } from './support/coap-client.js';
 import { API_KEYS } from './support/gateway.js';
-import { startReplica, type Replica } from './support/replicas.js';
+import type { Replica } from './support/replicas.js';
+import {
+  PLAIN,
+  startViewCluster,
+  viewOf as view,
+  type ViewCluster,
+  type ViewSeen as View,
+} from './support/view-cluster.js';
 
 jest.setTimeout(240_000);
 
-interface Part {
-  replica: string;
-  answered: boolean;
-  relations_total?: number;
-}
-interface View {
-  replicas?: Part[];
-}
-
 const CHANNEL = 'device_gateway_inspect';
-const PLAIN = 'acme-hq-hvac-01';
 const auth = { Authorization: `Bearer ${API_KEYS[0]!}` };
 
-let pg0: PostgresServer;
+let cluster: ViewCluster;
 let database: TestDatabase;
 let owner: Kysely<GatewayDatabase>;
-let a: Replica;
 let b: Replica;
 let originA: string;
-const clients: RawCoapClient[] = [];
-
-async function view(r: Replica, deviceId: string): Promise<{ status: number; ms: number; text: string }> {
-  const t0 = Date.now();
-  const res = await fetch(`${r.url}/api/devices/${deviceId}`, { headers: auth });
-  const text = await res.text();
-  return { status: res.status, ms: Date.now() - t0, text };
-}
 
 async function answeredA(r: Replica): Promise<string> {
   const v = await view(r, PLAIN);
@@ -55,33 +40,12 @@ async function answeredA(r: Replica): Promise<string> {
 }
 
 beforeAll(async () => {
-  pg0 = await startPostgres();
-  const { gatewayMigrations } = await import('../src/db/migrations.js');
-  database = await createTestDatabase({ migrations: [gatewayMigrations], adminUrl: pg0.url });
-  owner = createDb<GatewayDatabase>(database.url, { max: 2, logger: { warn: () => undefined } });
-  await seedDevices(owner);
-  const env = { GATEWAY_DELIVERY_FLUSH_MS: '200', LOG_LEVEL: 'info' };
-  [a, b] = await Promise.all([startReplica('A', database.url, env), startReplica('B', database.url, env)]);
-  await Promise.all([a.waitReady(), b.waitReady()]);
-  originA = (await a.cluster()).origin as string;
-  const plain = await RawCoapClient.connect(a.coapPort);
-  clients.push(plain);
-  plain.send({
-    confirmable: true,
-    code: 'GET',
-    token: Buffer.from('p1'),
-    options: [observe0, ...pathOptions(`/devices/${PLAIN}/settings`)],
-  });
-  await plain.waitFor((p) => p.code === '2.05');
+  cluster = await startViewCluster();
+  ({ database, owner, b, originA } = cluster);
 });
 
 afterAll(async () => {
-  for (const c of clients) await c.close();
-  await a?.stop();
-  await b?.stop();
-  await owner?.destroy();
-  await database?.drop();
-  await pg0?.stop();
+  await cluster?.stop();
 });
 
 describe('review 45', () => {

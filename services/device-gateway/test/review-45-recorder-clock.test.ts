@@ -6,18 +6,10 @@ import { describe, expect, it, jest } from '@jest/globals';
 import { createLogger } from '@platform/service-kit';
 import { DeliveryRecorder, type DeliveryRow, type DeliveryWriter } from '../src/delivery/recorder.js';
 import type { DeliveryBatch } from '../src/delivery/row-builder.js';
-import { fromBatch } from './support/delivery.js';
-import { settingsDocument, prepareSettings, type DeviceRecord } from '../src/domain/documents.js';
+import { fromBatch, record } from './support/delivery.js';
+import { settingsDocument, prepareSettings } from '../src/domain/documents.js';
 
 const logger = createLogger({ service: 'review45', level: 'error' });
-const record = (deviceId: string): DeviceRecord => ({
-  deviceId,
-  siteId: '11111111-1111-4111-8111-111111111111',
-  name: 'n',
-  model: 'm',
-  enabled: true,
-  desiredSettings: {},
-});
 const doc = (deviceId: string, version: number) => {
   const settings = { reporting_interval_s: 60 + version };
   return settingsDocument(deviceId, version, 'registry', settings, prepareSettings(settings));

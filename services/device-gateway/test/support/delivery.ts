@@ -2,6 +2,7 @@
 // them as columns: PostgreSQL array literals, the parameters of delivery_record_arrays, migration 0011).
 import type { DeliveryRow, DeliveryWriter } from '../../src/delivery/recorder.js';
 import { COLUMNS, type DeliveryBatch } from '../../src/delivery/row-builder.js';
+import type { DeviceRecord } from '../../src/domain/documents.js';
 
 type Key = (typeof COLUMNS)[number];
 const TEXT: ReadonlySet<Key> = new Set<Key>(['d', 'ds', 'dc', 'sc', 'st', 'ac', 'at']);
@@ -48,3 +49,13 @@ export const recordRows = (
   replica: string,
   rows: readonly DeliveryRow[],
 ): Promise<void> => writer.record(replica, toBatch(rows));
+
+/** A registry record of `deviceId` (one site, enabled, no settings of its own): what the recorder's tests feed it. */
+export const record = (deviceId: string): DeviceRecord => ({
+  deviceId,
+  siteId: '11111111-1111-4111-8111-111111111111',
+  name: 'n',
+  model: 'm',
+  enabled: true,
+  desiredSettings: {},
+});
