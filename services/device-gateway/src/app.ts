@@ -39,6 +39,7 @@ import { AssignmentSync } from './rollout/assignments.js';
 import { RolloutDriver } from './rollout/driver.js';
 import { RolloutService } from './rollout/service.js';
 import { GatewayService } from './service.js';
+import { Turns } from './deadline.js';
 
 export interface GatewayDeps {
   config: GatewayConfig;
@@ -262,6 +263,8 @@ export function buildApp(deps: GatewayDeps): GatewayApp {
     rollouts,
     replicas: async (deviceId) =>
       inspector === undefined ? [ownPart(replicaId, local, deviceId)] : inspector.gather(deviceId),
+    // One at a time: a read takes about a millisecond, and views never hold more than one pooled connection.
+    recordReads: new Turns(1),
   });
   const apiKey = requireApiKey(deps.apiKeys);
   const http = createHttpApp({

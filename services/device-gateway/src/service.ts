@@ -10,6 +10,7 @@ import type { Settings } from './domain/documents.js';
 import { UnknownDeviceError, type GatewayState, type Override } from './domain/gateway-state.js';
 import type { GatewayReloadSummary, RegistryLoader } from './registry-loader.js';
 import type { RolloutService } from './rollout/service.js';
+import type { Turns } from './deadline.js';
 
 /** The replica bus as the service uses it (design §3.6; implemented by cluster/bus.ts). */
 export interface ClusterLink {
@@ -40,6 +41,8 @@ export class GatewayService {
       rollouts: RolloutService;
       /** Every replica's live part of a device (the bus's Inspector, or this replica's alone). */
       replicas: (deviceId: string) => Promise<ReplicaPart[]>;
+      /** The device view's reads of the delivery record, one at a time (delivery/device-view.ts). */
+      recordReads: Turns;
     },
   ) {}
 

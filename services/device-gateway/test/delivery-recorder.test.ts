@@ -98,6 +98,25 @@ function recorder(
   });
 }
 
+/**
+ * A started recorder over a FakeWriter, with `relations` relations per device: its early flushes run (its tick,
+ * every 1,000 s as `recorder` sets it, does not come during a test); stopped after `body`.
+ */
+async function whileStarted(
+  relations: number,
+  options: Partial<DeliveryRecorderOptions>,
+  body: (w: FakeWriter, r: DeliveryRecorder) => Promise<void>,
+): Promise<void> {
+  const w = new FakeWriter();
+  const r = recorder(w, relations, options);
+  r.start();
+  try {
+    await body(w, r);
+  } finally {
+    await r.stop();
+  }
+}
+
 describe('DeliveryRecorder', () => {
   it('writes one row per device with the newest of each part', async () => {
     const w = new FakeWriter();
@@ -560,10 +579,7 @@ describe('DeliveryRecorder', () => {
   });
 
   it('once started, writes a chunk as soon as a chunk is ready rather than at the tick', async () => {
-    const w = new FakeWriter();
-    const r = recorder(w, 0, { chunkRows: 10, writers: 2 }); // the tick: every 1,000 s
-    r.start();
-    try {
+    await whileStarted(0, { chunkRows: 10, writers: 2 }, async (w, r) => {
       const v1 = doc('d0', 1, 60);
       for (let i = 0; i < 9; i++) r.sent(`d${i}`, v1, 'plain', false);
       await new Promise((res) => setTimeout(res, 20));
@@ -573,16 +589,11 @@ describe('DeliveryRecorder', () => {
       expect(w.batches.flat()).toHaveLength(30);
       expect(r.stats.earlyFlushes).toBeGreaterThan(0);
       expect(r.lagSeconds()).toBe(0);
-    } finally {
-      await r.stop();
-    }
+    });
   });
 
   it('an early flush leaves out a confirmable notification not yet acknowledged, so its row carries the acknowledgement', async () => {
-    const w = new FakeWriter();
-    const r = recorder(w, 1, { chunkRows: 10 });
-    r.start();
-    try {
+    await whileStarted(1, { chunkRows: 10 }, async (w, r) => {
       const v1 = doc('d0', 1, 60);
       r.sent('c0', v1, 'plain', true); // CON, in flight
       for (let i = 0; i < 10; i++) r.sent(`d${i}`, v1, 'plain', false);
@@ -592,9 +603,7 @@ describe('DeliveryRecorder', () => {
       await r.flush(); // the tick's rules
       const c0 = w.batches.flat().filter((row) => row.d === 'c0');
       expect(c0).toEqual([expect.objectContaining({ sv: 1, sk: true, av: 1 })]);
-    } finally {
-      await r.stop();
-    }
+    });
   });
 
   it('rows held back are read again once a tick, not at every round, and their relations are looked up once until a relation event', async () => {
@@ -630,10 +639,7 @@ describe('DeliveryRecorder', () => {
   });
 
   it('a held row that gets a new part is written by the next early flush, without waiting for the tick', async () => {
-    const w = new FakeWriter();
-    const r = recorder(w, 1, { chunkRows: 10 });
-    r.start();
-    try {
+    await whileStarted(1, { chunkRows: 10 }, async (w, r) => {
       const v1 = doc('d0', 1, 60);
       for (let i = 0; i < 100; i++) r.desired(record(`h${i}`), v1);
       await r.flush(); // every row held: observed, its desired part younger than an interval
@@ -650,16 +656,11 @@ describe('DeliveryRecorder', () => {
       expect(rows.every((row) => row.dv === 1 && row.sv === 1 && row.av === 1)).toBe(true);
       expect(r.stats.earlyFlushes).toBeGreaterThan(0);
       expect(r.lagSeconds()).toBeGreaterThan(0); // the other 80 still wait
-    } finally {
-      await r.stop();
-    }
+    });
   });
 
   it('a confirmable notification to a held row leaves it held: sends alone start no early flush, its acknowledgement does', async () => {
-    const w = new FakeWriter();
-    const r = recorder(w, 1, { chunkRows: 10 });
-    r.start();
-    try {
+    await whileStarted(1, { chunkRows: 10 }, async (w, r) => {
       const v1 = doc('d0', 1, 60);
       for (let i = 0; i < 100; i++) r.desired(record(`h${i}`), v1);
       await r.flush(); // every row held: observed, its desired part younger than an interval
@@ -684,16 +685,11 @@ describe('DeliveryRecorder', () => {
       );
       expect(rest.every((row) => row.dv === 1 && row.sv === 1 && row.av === undefined)).toBe(true);
       expect(r.lagSeconds()).toBeGreaterThanOrEqual(0);
-    } finally {
-      await r.stop();
-    }
+    });
   });
 
   it('a confirmable notification to a device with nothing unwritten is held at once: no early flush until acknowledgements', async () => {
-    const w = new FakeWriter();
-    const r = recorder(w, 1, { chunkRows: 10 });
-    r.start();
-    try {
+    await whileStarted(1, { chunkRows: 10 }, async (w, r) => {
       const v1 = doc('d0', 1, 60);
       for (let i = 0; i < 30; i++) r.sent(`c${i}`, v1, 'plain', true);
       await new Promise((res) => setTimeout(res, 30));
@@ -715,9 +711,7 @@ describe('DeliveryRecorder', () => {
           .sort(),
       ).toEqual(Array.from({ length: 10 }, (_, i) => `c${i + 20}`).sort());
       expect(r.lagSeconds()).toBe(0);
-    } finally {
-      await r.stop();
-    }
+    });
   });
 
   it('with two writers a long reap runs beside the rounds instead of holding them', async () => {

@@ -4,7 +4,12 @@
 // offset added twice, never a 0/absent time turned into a date.
 import { describe, expect, it, jest } from '@jest/globals';
 import { createLogger } from '@platform/service-kit';
-import { DeliveryRecorder, type DeliveryRow, type DeliveryWriter } from '../src/delivery/recorder.js';
+import {
+  DeliveryRecorder,
+  type DeliveryRecorderOptions,
+  type DeliveryRow,
+  type DeliveryWriter,
+} from '../src/delivery/recorder.js';
 import type { DeliveryBatch } from '../src/delivery/row-builder.js';
 import { fromBatch, record } from './support/delivery.js';
 import { settingsDocument, prepareSettings } from '../src/domain/documents.js';
@@ -38,39 +43,52 @@ class Writer implements DeliveryWriter {
 
 const HOUR = 3_600_000;
 
+/** Date.now is the real clock plus `clock.step` ms while `body` runs. */
+async function withSteppedClock(
+  body: (clock: { step: number; real: () => number }) => Promise<void>,
+): Promise<void> {
+  const real = Date.now.bind(Date);
+  const clock = { step: 0, real };
+  const spy = jest.spyOn(Date, 'now').mockImplementation(() => real() + clock.step);
+  try {
+    await body(clock);
+  } finally {
+    spy.mockRestore();
+  }
+}
+
+/** A recorder over `w` whose tick never comes (the tests flush), no device observed: nothing is held. */
+const recorderOn = (w: Writer, options: Partial<DeliveryRecorderOptions> = {}): DeliveryRecorder =>
+  new DeliveryRecorder({
+    replica: '0123456789abcdef',
+    writer: w,
+    logger,
+    flushMs: 1_000_000,
+    relationsOf: () => 0,
+    ...options,
+  });
+
 describe('review 45: recorder times across wall-clock steps', () => {
   it("a failed write retried after two steps writes each time once, on the retry round's clock", async () => {
-    const real = Date.now.bind(Date);
-    let step = 0;
-    const clock = jest.spyOn(Date, 'now').mockImplementation(() => real() + step);
-    try {
+    await withSteppedClock(async (clock) => {
       const w = new Writer();
-      const r = new DeliveryRecorder({
-        replica: '0123456789abcdef',
-        writer: w,
-        logger,
-        flushMs: 1_000_000,
-        relationsOf: () => 0, // not observed: nothing is held
-        writers: 2,
-        chunkRows: 1,
-      });
-      const atEvent = real();
+      const r = recorderOn(w, { writers: 2, chunkRows: 1 });
+      const atEvent = clock.real();
       r.desired(record('d1'), doc('d1', 2));
       r.sent('d1', doc('d1', 2), 'plain', false);
       r.acknowledged('d1', doc('d1', 2), 'plain');
       r.heard('d2', 'plain');
       r.desired(record('d3'), doc('d3', 1)); // never heard: heard_at must stay absent
-      step = HOUR; // wall clock forward an hour before the first round
+      clock.step = HOUR; // wall clock forward an hour before the first round
       w.failNext = 10;
       await r.flush();
       expect(w.batches.flat()).toEqual([]);
-      step = -2 * HOUR; // then back two hours before the retry
+      clock.step = -2 * HOUR; // then back two hours before the retry
       w.failNext = 1; // the retry's first chunk fails again, the next round writes it
       await r.flush();
       await r.flush();
       await r.flush();
       const rows = w.batches.flat();
-      console.log(JSON.stringify(rows));
       const d1 = rows.filter((x) => x.d === 'd1').at(-1)!;
       const d2 = rows.filter((x) => x.d === 'd2').at(-1)!;
       const d3 = rows.filter((x) => x.d === 'd3').at(-1)!;
@@ -79,42 +97,28 @@ describe('review 45: recorder times across wall-clock steps', () => {
         expect(Math.abs((t as number) - expected)).toBeLessThan(1000);
       expect(d3.h).toBeUndefined();
       expect(d2.da).toBeUndefined();
-    } finally {
-      clock.mockRestore();
-    }
+    });
   });
 
   it('a newer event while a chunk is in flight, then a failure and a step: every time once, on one clock', async () => {
-    const real = Date.now.bind(Date);
-    let step = 0;
-    const clock = jest.spyOn(Date, 'now').mockImplementation(() => real() + step);
-    try {
+    await withSteppedClock(async (clock) => {
       const w = new Writer();
-      const r = new DeliveryRecorder({
-        replica: '0123456789abcdef',
-        writer: w,
-        logger,
-        flushMs: 1_000_000,
-        relationsOf: () => 0,
-      });
-      const t0 = real();
+      const r = recorderOn(w);
+      const t0 = clock.real();
       r.heard('e1', 'plain');
       w.failNext = 1;
       // While the first (failing) call is in flight: the clock steps and a new part arrives.
       w.onCall = () => {
         if (w.calls === 1) {
-          step = 5 * HOUR;
+          clock.step = 5 * HOUR;
           r.sent('e1', doc('e1', 3), 'plain', false);
         }
       };
       await r.flush();
       await r.flush();
       const row = w.batches.flat().find((x) => x.d === 'e1')!;
-      console.log(JSON.stringify(row));
       expect(Math.abs(row.h! - (t0 + 5 * HOUR))).toBeLessThan(1000);
       expect(Math.abs(row.sa! - (t0 + 5 * HOUR))).toBeLessThan(1000);
-    } finally {
-      clock.mockRestore();
-    }
+    });
   });
 });

@@ -19,6 +19,7 @@
 import { randomUUID } from 'node:crypto';
 import { isDeviceId } from '@platform/contracts';
 import { errorMessage, type Logger } from '@platform/service-kit';
+import { READ_GRACE_MS, withDeadline } from '../deadline.js';
 
 /** One replica's live part of a device (what it alone knows). */
 export interface LiveView {
@@ -117,8 +118,6 @@ const FOREIGN_MS = 1000;
 const ANSWERS_IN_FLIGHT = 2;
 /** A look at the login's sessions is trusted this long (ms); then the next notification makes a new one. */
 const PID_MAX_AGE_MS = 5000;
-/** Time for reading the answers once the deadline has passed (ms). */
-const READ_GRACE_MS = 250;
 
 export class Inspector {
   private readonly waiting = new Map<
@@ -409,14 +408,4 @@ function items(list: unknown[], fields: Readonly<Record<string, Field>>): Record
     out.push(copy);
   }
   return out;
-}
-
-function withDeadline<T>(promise: Promise<T>, ms: number): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  return Promise.race([
-    promise,
-    new Promise<never>((_, reject) => {
-      timer = setTimeout(() => reject(new Error(`no answer within ${ms} ms`)), ms);
-    }),
-  ]).finally(() => clearTimeout(timer));
 }

@@ -5,6 +5,7 @@ import { isDeviceId } from '@platform/contracts';
 import { COMMON_ERRORS } from '@platform/service-kit';
 import type { Kysely } from 'kysely';
 import type { ReplicaPart } from '../cluster/inspect.js';
+import { READ_GRACE_MS, withDeadline, type Turns } from '../deadline.js';
 import type { DeliveryState, GatewayDatabase } from '../db/tables.js';
 import type { CredentialSummary } from '../domain/credentials.js';
 import { UnknownDeviceError, type GatewayState } from '../domain/gateway-state.js';
@@ -18,6 +19,8 @@ export interface DeviceViewDeps {
   replicas: (deviceId: string) => Promise<ReplicaPart[]>;
   /** GATEWAY_DEVICE_VIEW_DEADLINE_MS: the delivery record's read keeps to it, as the replicas' parts do. */
   config: { delivery: { viewDeadlineMs: number } };
+  /** Views' reads of the delivery record, one at a time (recordWithin). */
+  recordReads: Turns;
 }
 
 const iso = (d: Date | null): string | null => (d === null ? null : d.toISOString());
@@ -65,42 +68,6 @@ export function deliveryOf(row: DeliveryRecordRow | undefined): Record<string, u
   };
 }
 
-/** How long past the view's deadline its read of the record may take to come back (ms), as the bus's. */
-const READ_GRACE_MS = 250;
-/** Views' reads of the record at once, per database (each holds a pooled connection while it runs). */
-const READ_SLOTS = 1;
-
-/** At most `n` holders at once; a taker waits its turn for up to `ms`. */
-class Slots {
-  private readonly waiting: (() => void)[] = [];
-  constructor(private free: number) {}
-
-  take(ms: number): Promise<boolean> {
-    if (this.free > 0) {
-      this.free--;
-      return Promise.resolve(true);
-    }
-    return new Promise((resolve) => {
-      const turn = (): void => {
-        clearTimeout(timer);
-        resolve(true);
-      };
-      const timer = setTimeout(() => {
-        this.waiting.splice(this.waiting.indexOf(turn), 1);
-        resolve(false);
-      }, ms);
-      this.waiting.push(turn);
-    });
-  }
-
-  give(): void {
-    const next = this.waiting.shift();
-    if (next === undefined) this.free++;
-    else next();
-  }
-}
-const readSlots = new WeakMap<object, Slots>();
-
 /**
  * The device's delivery record within the view's deadline. The read's own statement and lock timeouts start
  * once it holds a connection, so views read one at a time (a read takes about a millisecond) and a view that
@@ -116,28 +83,16 @@ async function recordWithin(
   const timedOut = (): Error =>
     COMMON_ERRORS.databaseTimedOut(new Error(`no delivery record within ${deadlineMs} ms`));
   const until = Date.now() + deadlineMs + READ_GRACE_MS;
-  let slots = readSlots.get(deps.db);
-  if (slots === undefined) readSlots.set(deps.db, (slots = new Slots(READ_SLOTS)));
-  if (!(await slots.take(until - Date.now()))) throw timedOut();
+  const turns = deps.recordReads;
+  if (!(await turns.take(until - Date.now()))) throw timedOut();
   const read = readDelivery(deps.db, deviceId, deadlineMs);
-  const release = slots;
   // The turn is given back when the read ends (at its own timeouts at the latest), not when the view stops
   // waiting for it.
   read.then(
-    () => release.give(),
-    () => release.give(),
+    () => turns.give(),
+    () => turns.give(),
   );
-  let timer: NodeJS.Timeout | undefined;
-  try {
-    return await Promise.race([
-      read,
-      new Promise<never>((_, reject) => {
-        timer = setTimeout(() => reject(timedOut()), Math.max(0, until - Date.now()));
-      }),
-    ]);
-  } finally {
-    clearTimeout(timer);
-  }
+  return withDeadline(read, until - Date.now(), timedOut);
 }
 
 export async function deviceView(deps: DeviceViewDeps, deviceId: string): Promise<Record<string, unknown>> {
