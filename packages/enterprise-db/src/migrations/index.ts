@@ -12,6 +12,7 @@ import { peopleInViewsMigration } from './0008-people-in-views.js';
 import { unclaimedUploadsMigration } from './0009-unclaimed-uploads.js';
 import { multipartIntentFirstMigration } from './0010-multipart-intent-first.js';
 import { multipartOwnershipMigration } from './0011-multipart-ownership-in-the-database.js';
+import { connectGrantsMigration } from './0012-connect-grants.js';
 
 /**
  * The enterprise schema, roles, RLS and read surface; its own migration table. The logins' passwords
@@ -34,6 +35,7 @@ export function enterpriseMigrationsWith(passwords: RolePasswords): MigrationSet
       '0009_unclaimed_uploads': unclaimedUploadsMigration,
       '0010_multipart_intent_first': multipartIntentFirstMigration,
       '0011_multipart_ownership_in_the_database': multipartOwnershipMigration,
+      '0012_connect_grants': connectGrantsMigration,
     },
   };
 }
