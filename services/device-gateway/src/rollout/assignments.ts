@@ -95,7 +95,6 @@ export class AssignmentSync {
   }
 
   private async readAll(): Promise<void> {
-    const first = this.lastSeq === '0';
     for (;;) {
       let rows;
       try {
@@ -113,7 +112,11 @@ export class AssignmentSync {
       const updates: (Assignment | string)[] = [];
       for (const row of rows) {
         if (row.settings === null) {
-          if (!first) updates.push(row.device_id);
+          // Applied on every read, the first included: a read is several pages, each its own statement, so a
+          // rollback that commits between two pages of a start removes, on a later page, an assignment an
+          // earlier page gave (issue 39: such a replica served the rolled-back settings until it restarted).
+          // A removal of a device that holds no assignment changes nothing.
+          updates.push(row.device_id);
           continue;
         }
         let settings = checked.get(row.settings);

@@ -166,7 +166,11 @@ export async function rolloutEvents(db: Db, rolloutId: string, limit: number): P
   return rows;
 }
 
-/** One page of rollouts, newest first, after the cursor's `seq`; `limit + 1` rows. */
+/**
+ * One page of rollouts, newest first, after the cursor's `seq`; `limit + 1` rows. Ordered by the column
+ * (`rollouts.seq`, a bigint), not by the output's `seq`, which is its text: a bare `ORDER BY seq` names the output
+ * column, and text order listed 9 8 7 63 62 … and lost rollouts between pages (issue 41).
+ */
 export async function listRollouts(
   db: Db,
   q: { limit: number; beforeSeq?: string; state?: RolloutState },
@@ -175,7 +179,7 @@ export async function listRollouts(
     SELECT ${ROLLOUT_COLUMNS} FROM device_gateway.rollouts
     WHERE (${q.beforeSeq ?? null}::bigint IS NULL OR seq < ${q.beforeSeq ?? null}::bigint)
       AND (${q.state ?? null}::text IS NULL OR state = ${q.state ?? null}::text)
-    ORDER BY seq DESC LIMIT ${q.limit + 1}`.execute(db);
+    ORDER BY rollouts.seq DESC LIMIT ${q.limit + 1}`.execute(db);
   return rows;
 }
 
@@ -195,11 +199,15 @@ export interface AssignmentRow {
   seq: string;
 }
 
-/** Assignments changed after `afterSeq`, in order, at most `limit`. */
+/**
+ * Assignments changed after `afterSeq`, in seq order, at most `limit`. Ordered by the column (a bigint), not by the
+ * output's `seq` (its text): in text order a page's last row is not its highest seq, and a start with more than
+ * a page of rows lost assignments between pages (issue 41: 20,563 rows, 20,506 read).
+ */
 export async function readAssignments(db: Db, afterSeq: string, limit: number): Promise<AssignmentRow[]> {
   const { rows } = await sql<AssignmentRow>`
     SELECT device_id, rollout_id::text AS rollout_id, settings::text AS settings, seq::text AS seq
     FROM device_gateway.rollout_assignments WHERE seq > ${afterSeq}::bigint
-    ORDER BY seq LIMIT ${limit}`.execute(db);
+    ORDER BY rollout_assignments.seq LIMIT ${limit}`.execute(db);
   return rows;
 }
