@@ -29,6 +29,7 @@ import { envFileText, postgrestEnvironment } from './lib/postgrest.js';
 import { waitReady } from './lib/wait.js';
 import { errorMessage, readSecretList, redactUrl } from '@platform/service-kit';
 import { writePrivateFile } from './lib/private-file.js';
+import { acquireStackLock, StackRunningError } from './lib/stack-lock.js';
 
 const env = process.env;
 /** The portal's origin in development, whose browser uploads s3rver's CORS rule allows (PORTAL_ORIGINS). */
@@ -48,6 +49,10 @@ let stopping = false;
 
 async function main(): Promise<void> {
   mkdirSync(dataDir, { recursive: true });
+  // Before anything else touches the data folder or a port: a second stack on the same data would stop this
+  // one's PostgreSQL (stack-lock.ts). Released when this process exits, however it exits short of SIGKILL.
+  const lock = acquireStackLock(dataDir);
+  process.on('exit', () => lock.release());
   const ports = {
     postgres: envPort(env, 'LOCAL_POSTGRES_PORT', localPorts.postgres),
     gatewayHttp: envPort(env, 'GATEWAY_HTTP_PORT', localPorts.gatewayHttp),
@@ -321,6 +326,11 @@ if (stdin.isFIFO() || stdin.isSocket()) {
 }
 
 main().catch((err: unknown) => {
+  if (err instanceof StackRunningError) {
+    // Nothing was started, so nothing is stopped: the running stack is left exactly as it was.
+    log(`${err.message} on ${dataDir}: stop it first (Ctrl-C in its terminal, or kill ${err.pid})`);
+    process.exit(1);
+  }
   log(`failed to start: ${errorMessage(err)}`);
   void stop(1);
 });

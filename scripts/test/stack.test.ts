@@ -4,9 +4,10 @@
 // with no process left behind, and a second start reuses the data. A Ctrl-C in a terminal (SIGINT to the
 // whole process group) stops every service once and gracefully; the stack listens on 127.0.0.1 only and
 // prints no key that came from the environment; without a postgrest binary it writes PostgREST's settings.
+// A second start beside a running one refuses and leaves the first one running.
 import { execFile, execFileSync, spawn } from 'node:child_process';
 import type { ChildProcess } from 'node:child_process';
-import { existsSync, readFileSync } from 'node:fs';
+import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { chmod, mkdtemp, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -233,7 +234,26 @@ describe('npm start (local stack)', () => {
   });
 
   it('starts, serves both services, uploads and downloads a photo, stops on SIGINT without orphans, and restarts on the same data', async () => {
+    // A lock left by a stack that is gone, whose pid another process (this one) has taken since: not a
+    // running stack, so it does not stop this start.
+    writeFileSync(join(dataDir, 'stack.pid'), `${JSON.stringify({ pid: process.pid, start: '1' })}\n`);
     const first = await startStack(env);
+
+    // A second start on the same data refuses at once, naming the running stack, and leaves it running: it
+    // used to stop the first stack's PostgreSQL (taking it for a leftover) and then fail on ports in use.
+    const refused = spawnStack(env, false);
+    await expect(refused.exited).resolves.toBe(1);
+    const running = /\[stack\] a stack is already running \(pid (\d+)\) on /.exec(refused.output());
+    expect({ output: refused.output(), refused: running !== null }).toEqual({
+      output: refused.output(),
+      refused: true,
+    });
+    // The pid named is the first stack's (start.ts's child).
+    const named = Number(running![1]);
+    const stat = readFileSync(`/proc/${named}/stat`, 'utf8');
+    expect(Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1])).toBe(first.child.pid);
+    expect(refused.output()).not.toContain('PostgreSQL');
+    expect((await fetch(`http://127.0.0.1:${env.GATEWAY_HTTP_PORT}/api/ready`)).status).toBe(200);
     expect(first.output()).toContain(`http://127.0.0.1:${env.GATEWAY_HTTP_PORT}/api`);
     expect(first.output()).toContain('npm run -s token -- alice');
     const gateway = await fetch(`http://127.0.0.1:${env.GATEWAY_HTTP_PORT}/api/ready`);
@@ -274,6 +294,7 @@ describe('npm start (local stack)', () => {
     first.child.kill('SIGINT');
     await expect(first.exited).resolves.toBe(0);
     expect(processesUsing(dataDir)).toEqual([]);
+    expect(existsSync(join(dataDir, 'stack.pid'))).toBe(false);
 
     // The second start finds an initialised cluster, applied migrations and the seed: nothing to redo.
     const second = await startStack(env);
