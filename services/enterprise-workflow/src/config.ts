@@ -16,6 +16,8 @@ import type { MediaLimits } from './domain/media-rules.js';
 import type { MultipartSettings } from './domain/context.js';
 
 const MiB = 1024 * 1024;
+/** The least MULTIPART_SWEEP_GRACE_S, in seconds, whatever the deadlines (see sweepGraceFloorS). */
+export const MIN_SWEEP_GRACE_S = 60;
 
 export const configSchema = {
   $id: 'https://platform.example/schemas/enterprise-workflow-config.json',
@@ -97,8 +99,13 @@ export const configSchema = {
     MULTIPART_UPLOAD_TTL_S: { type: 'integer', minimum: 60, maximum: 604800, default: 86400 },
     /** Interval of the sweep that aborts expired uploads in parts, in seconds; 0 turns it off. */
     MULTIPART_SWEEP_INTERVAL_S: { type: 'integer', minimum: 0, maximum: 86400, default: 300 },
-    /** How long after its intent expired an unfinished upload in parts is aborted, in seconds. */
-    MULTIPART_SWEEP_GRACE_S: { type: 'integer', minimum: 0, maximum: 86400, default: 600 },
+    /**
+     * How long after its intent expired an unfinished upload in parts is aborted, and how old a store upload no
+     * item names, or a planned intent never started, must be before the sweep touches it, in seconds. At least
+     * MIN_SWEEP_GRACE_S and longer than an intent's start can take (see sweepGraceFloorS): a shorter grace
+     * abandons intents that another replica is still starting.
+     */
+    MULTIPART_SWEEP_GRACE_S: { type: 'integer', minimum: MIN_SWEEP_GRACE_S, maximum: 86400, default: 600 },
     /** How long a stored Idempotency-Key answer is replayed, in seconds. */
     IDEMPOTENCY_TTL_S: { type: 'integer', minimum: 60, default: 86400 },
     /** Bound on the shutdown sequence, in milliseconds. */
@@ -174,11 +181,40 @@ export function readWebhookTokens(source: { value: string | undefined; file: str
 /** Shortest webhook token accepted (a generated one is 32+ characters; the development one is 17). */
 export const MIN_WEBHOOK_TOKEN_LENGTH = 16;
 
+/**
+ * The shortest sweep grace period these deadlines allow, in seconds (design §4.4). An intent in parts records
+ * its item (a connection and a statement), starts the store's upload (one attempt, S3_REQUEST_TIMEOUT_MS) and
+ * records the upload's id (a connection and a statement again): until then its item has no upload id and its
+ * store upload no item, which is exactly what the sweep abandons and aborts once they are older than the grace.
+ * Every replica is assumed to run with the same deadlines; the floor is never below MIN_SWEEP_GRACE_S, which
+ * also covers a clock step between a replica and the store (the store dates its uploads).
+ */
+export function sweepGraceFloorS(raw: {
+  S3_REQUEST_TIMEOUT_MS: number;
+  DB_CONNECT_TIMEOUT_MS: number;
+  DB_QUERY_TIMEOUT_MS: number;
+}): number {
+  const startMs = raw.S3_REQUEST_TIMEOUT_MS + 2 * (raw.DB_CONNECT_TIMEOUT_MS + raw.DB_QUERY_TIMEOUT_MS);
+  return Math.max(MIN_SWEEP_GRACE_S, Math.ceil(startMs / 1000));
+}
+
 /** Reads and checks the environment; throws `ConfigError` naming every bad variable. */
 export function loadWorkflowConfig(env: Record<string, string | undefined> = process.env): WorkflowConfig {
   const raw = loadConfig(configSchema, env);
   const webhookTokenSource = { value: raw.WEBHOOK_TOKENS, file: raw.WEBHOOK_TOKENS_FILE };
   const webhookTokens = readWebhookTokens(webhookTokenSource);
+  const graceFloorS = sweepGraceFloorS(raw);
+  if (raw.MULTIPART_SWEEP_GRACE_S < graceFloorS) {
+    throw new ConfigError([
+      {
+        variable: 'MULTIPART_SWEEP_GRACE_S',
+        message:
+          `must be at least ${graceFloorS} s, longer than an intent's start can take with these deadlines ` +
+          '(S3_REQUEST_TIMEOUT_MS + 2 × (DB_CONNECT_TIMEOUT_MS + DB_QUERY_TIMEOUT_MS)): a shorter grace ' +
+          `abandons intents other replicas are still starting (got ${raw.MULTIPART_SWEEP_GRACE_S})`,
+      },
+    ]);
+  }
   if ((raw.S3_ACCESS_KEY_ID === undefined) !== (raw.S3_SECRET_ACCESS_KEY === undefined)) {
     throw new ConfigError([
       {
