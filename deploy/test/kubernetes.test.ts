@@ -2,8 +2,8 @@ import { existsSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { jest } from '@jest/globals';
 import { checkKustomization, KUBERNETES_SCHEMA_VERSION } from '../src/validate/index.js';
-import { visitContainers } from '../src/validate/kubectl.js';
-import { copyK8sTree, repoRoot } from './helpers.js';
+import { kubectlKustomize, visitContainers } from '../src/validate/kubectl.js';
+import { copyK8sTree, readRepoFile, repoRoot } from './helpers.js';
 
 // Each render type-checks every object with the TypeScript compiler (a few seconds on 2 cores).
 jest.setTimeout(120_000);
@@ -66,6 +66,20 @@ describe(`Kubernetes manifests (schemas ${KUBERNETES_SCHEMA_VERSION})`, () => {
     >;
     expect(coap.sessionAffinity).toBe('ClientIP');
     expect(objects.filter((o) => o.object.kind === 'Secret').length).toBeGreaterThan(0);
+  });
+
+  it('`kubectl kustomize deploy/k8s` renders the dev overlay, and the READMEs name that command', () => {
+    // The README named an overlay but no command, and the obvious one failed: deploy/k8s had no kustomization.
+    const top = kubectlKustomize(join(repoRoot, 'deploy/k8s'), repoRoot);
+    expect(top.problems).toEqual([]);
+    const dev = kubectlKustomize(join(repoRoot, 'deploy/k8s/overlays/dev'), repoRoot);
+    expect(top.objects.length).toBeGreaterThan(0);
+    expect(top.objects.map((o) => o.object)).toEqual(dev.objects.map((o) => o.object));
+    for (const readme of ['README.md', 'deploy/README.md'])
+      expect({ readme, names: /kubectl kustomize deploy\/k8s[`\s]/.test(readRepoFile(readme)) }).toEqual({
+        readme,
+        names: true,
+      });
   });
 
   it('the production overlay example renders and validates: no Secret, every image from a registry, pinned', async () => {
