@@ -119,6 +119,45 @@ describe('POST /sites/{site_id}/work-items/{item_id}/decision', () => {
     ]);
   });
 
+  it('refuses a defer_until that falls past year 9999 in UTC, which no RFC 3339 answer could write (issue 39 §4)', async () => {
+    const { id: itemId } = await h.admin
+      .insertInto('enterprise.work_items')
+      .values({ site_id: lab, title: 'Repaint the year 9999', severity: 'low' })
+      .returning('id')
+      .executeTakeFirstOrThrow();
+    // Both are valid RFC 3339 date-times: a leap second at the last minute of 9999 (read as the next minute's
+    // first instant, design §4.4) and an offset west of UTC. Both were answered 200 as +010000-01-01T….
+    for (const until of ['9999-12-31T23:59:60Z', '9999-12-31T23:00:00-05:00']) {
+      for (const key of [undefined, `far-${until}`]) {
+        const res = await decide(alice, lab, itemId, { decision: 'defer', defer_until: until }, key);
+        expect({ until, key, status: res.status, body: res.body }).toMatchObject({
+          until,
+          key,
+          status: 400,
+          body: {
+            code: 'invalid_body',
+            errors: [
+              {
+                path: '/defer_until',
+                message: expect.stringMatching(/^must be before 10000-01-01T00:00:00Z/),
+              },
+            ],
+          },
+        });
+      }
+    }
+    expect(await audit(itemId)).toEqual([]);
+    // The last instant RFC 3339 can write is still a valid deferral.
+    const last = await decide(alice, lab, itemId, {
+      decision: 'defer',
+      defer_until: '9999-12-31T23:59:59.999Z',
+    });
+    expect({ status: last.status, until: last.body.defer_until }).toEqual({
+      status: 200,
+      until: '9999-12-31T23:59:59.999Z',
+    });
+  });
+
   it('answers 404 for items of other sites, other companies, unknown or malformed ids', async () => {
     const cases = [
       decide(bob, demoSites.acmeWarehouse.id, item('acmeWarehouse', 1), { decision: 'accept' }),

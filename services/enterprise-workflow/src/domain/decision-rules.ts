@@ -57,8 +57,18 @@ export function parseDateTime(text: string): Date | undefined {
 }
 
 /**
- * The rule the schema cannot express: `defer_until` lies in the future. (The contracts schema already
- * requires it for "defer", refuses it with the other decisions, and checks its date-time format.)
+ * The first instant RFC 3339 cannot write in UTC, 10000-01-01T00:00:00Z, in ms since the epoch: its years have
+ * four digits (§5.6 `date-fullyear`), and every instant is answered and stored in UTC (`toISOString`, which
+ * writes such an instant as the expanded year `+010000-…`, no RFC 3339 date-time at all).
+ */
+const FIRST_INSTANT_PAST_YEAR_9999_MS = Date.UTC(10000, 0, 1);
+
+/**
+ * The rules the schema cannot express: `defer_until` lies in the future, and in UTC it is still an RFC 3339
+ * date-time. A valid one can name a later instant: `9999-12-31T23:59:60Z` (the leap second is the next
+ * minute's first instant) or `9999-12-31T23:00:00-05:00` both fall in year 10000 in UTC, which no answer could
+ * carry. (The contracts schema already requires `defer_until` for "defer", refuses it with the other
+ * decisions, and checks its date-time format.)
  */
 export function checkDecisionRequest(
   body: { defer_until?: string | undefined },
@@ -68,5 +78,14 @@ export function checkDecisionRequest(
   const until = parseDateTime(body.defer_until);
   if (until === undefined) return [{ path: '/defer_until', message: 'must be a date-time' }];
   if (until.getTime() <= now.getTime()) return [{ path: '/defer_until', message: 'must be in the future' }];
+  if (until.getTime() >= FIRST_INSTANT_PAST_YEAR_9999_MS) {
+    return [
+      {
+        path: '/defer_until',
+        message:
+          'must be before 10000-01-01T00:00:00Z: in UTC it falls in year 10000, which an RFC 3339 date-time cannot write',
+      },
+    ];
+  }
   return [];
 }

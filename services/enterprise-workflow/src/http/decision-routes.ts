@@ -31,6 +31,8 @@ export function decisionRoutes(ctx: WorkflowContext, user: RequestHandler): Rout
 409 (\`work_item_final\`). \`defer_until\` is required for \`defer\` (and must lie in the future), refused
 otherwise. A leap second (RFC 3339 second 60, e.g. \`2030-06-30T23:59:60Z\`) is read as PostgreSQL reads
 it, as the first instant of the next minute (\`2030-07-01T00:00:00Z\`), with or without \`Idempotency-Key\`.
+An instant that falls in year 10000 in UTC (\`9999-12-31T23:59:60Z\`, \`9999-12-31T23:00:00-05:00\`) is refused
+(400, \`/defer_until\`): answers are in UTC, and RFC 3339 has four-digit years.
 Each change is appended to the decision audit in the same transaction. Concurrent decisions on
 one item are serialised. With \`Idempotency-Key\` the first answer is stored for 24 h
 (\`IDEMPOTENCY_TTL_S\`) and replayed to retries (\`Idempotent-Replayed: true\`); the same key with
