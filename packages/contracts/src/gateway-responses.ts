@@ -41,7 +41,12 @@ export const gatewayPublicConfigSchema = {
       required: ['count', 'fingerprints'],
       properties: {
         count: { type: 'integer', minimum: 1 },
-        fingerprints: { type: 'array', items: { type: 'string', pattern: '^sha256:[0-9a-f]{12}$' } },
+        fingerprints: {
+          type: 'array',
+          description:
+            "Each key's HMAC-SHA-256 under a key the process draws at start (first 12 hex digits): names a key within one replica's life, and cannot be computed or checked outside it.",
+          items: { type: 'string', pattern: '^hmac-sha256:[0-9a-f]{12}$' },
+        },
       },
     },
     api_keys_file: { type: ['string', 'null'] },

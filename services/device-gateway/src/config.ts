@@ -1,3 +1,4 @@
+import { createHmac, createSecretKey, randomBytes, type KeyObject } from 'node:crypto';
 import {
   countNonBearerSecrets,
   databaseDeadlines,
@@ -253,17 +254,53 @@ export function readApiKeys(config: GatewayConfig): SecretSet {
       `${unusable} configured API key(s) cannot be used in an Authorization header (RFC 6750 token68: letters, digits and -._~+/ with trailing =)`,
     );
   }
-  return new SecretSet(keys);
+  return new ApiKeys(keys);
 }
 
-/** `/api/config`: the effective configuration, secrets shown only as a count and fingerprints. */
+/**
+ * The key of the API keys' fingerprints: 32 random bytes drawn once per process, never shown or stored. An
+ * unkeyed digest (the first 48 bits of a key's SHA-256, shown before by /api/config and in the reload's log line)
+ * lets a holder of one API key, who may read /api/config, test guesses at another key offline; a fingerprint
+ * keyed with a secret that never leaves the process cannot be computed, or a guess tested, anywhere else (issue
+ * 39). The price: a key's fingerprint differs between replicas and across restarts, so it names a key only within
+ * one process's life (enough to see that a SIGHUP rotation took the new key and dropped the old one).
+ */
+const FINGERPRINT_KEY: KeyObject = createSecretKey(randomBytes(32));
+
+/** `hmac-sha256:` and 12 hex digits of the key's HMAC-SHA-256 under this process's FINGERPRINT_KEY. */
+export function apiKeyFingerprint(key: string): string {
+  return `hmac-sha256:${createHmac('sha256', FINGERPRINT_KEY).update(key, 'utf8').digest('hex').slice(0, 12)}`;
+}
+
+/**
+ * The gateway's API keys: a SecretSet (constant-time checks) whose fingerprints are keyed (apiKeyFingerprint),
+ * wherever they are shown: /api/config, the SIGHUP reload's log line, its JSON form.
+ */
+export class ApiKeys extends SecretSet {
+  readonly #fingerprints: string[];
+
+  constructor(keys: Iterable<string>) {
+    const unique = [...new Set(keys)].filter((key) => key !== '');
+    super(unique);
+    this.#fingerprints = unique.map(apiKeyFingerprint);
+  }
+
+  override fingerprints(): string[] {
+    return [...this.#fingerprints];
+  }
+}
+
+/**
+ * `/api/config`: the effective configuration, secrets shown only as a count and keyed fingerprints (ApiKeys; a
+ * plain SecretSet's unkeyed ones are never shown: none then).
+ */
 export function publicConfig(config: GatewayConfig, apiKeys: SecretSet): Record<string, unknown> {
   return {
     http_port: config.http.port,
     coap_port: config.coap.port,
     coap_host: config.coap.host,
     database_url: redactUrl(config.database.url),
-    api_keys: { count: apiKeys.size, fingerprints: apiKeys.fingerprints() },
+    api_keys: { count: apiKeys.size, fingerprints: apiKeys instanceof ApiKeys ? apiKeys.fingerprints() : [] },
     api_keys_file: config.apiKeys.file ?? null,
     trust_proxy: config.http.trustProxy,
     log_level: config.logLevel,

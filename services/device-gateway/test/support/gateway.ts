@@ -1,8 +1,8 @@
-import { createDb, createLogger, createMetrics, SecretSet } from '@platform/service-kit';
+import { createDb, createLogger, createMetrics } from '@platform/service-kit';
 import { createTestDatabase, type TestDatabase } from '@platform/testkit';
 import type { Kysely } from 'kysely';
 import { buildApp, type GatewayApp } from '../../src/app.js';
-import { loadGatewayConfig } from '../../src/config.js';
+import { ApiKeys, loadGatewayConfig } from '../../src/config.js';
 import { gatewayLoginUrl, gatewayMigrations } from '../../src/db/migrations.js';
 import { seedDevices } from '../../src/db/seed.js';
 import type { GatewayDatabase } from '../../src/db/tables.js';
@@ -48,7 +48,7 @@ export async function startGateway(
     logger: quiet,
   });
   const logger = createLogger({ service: 'device-gateway-test', level: 'error' });
-  const keys = new SecretSet(API_KEYS);
+  const keys = new ApiKeys(API_KEYS);
   const app = buildApp({
     config,
     logger,
