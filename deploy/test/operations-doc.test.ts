@@ -20,6 +20,25 @@ function section(title: string): string {
   return end < 0 ? rest : rest.slice(0, end);
 }
 
+/**
+ * The kubectl commands the runbook gives: inline code spans that start with `kubectl` (a span may wrap onto the
+ * next line) and lines of fenced code blocks that do, whitespace made single.
+ */
+function kubectlCommands(markdown: string): string[] {
+  const commands: string[] = [];
+  const prose: string[] = [];
+  let fenced = false;
+  for (const line of markdown.split('\n')) {
+    const trimmed = line.trim();
+    if (trimmed.startsWith('```')) fenced = !fenced;
+    else if (fenced) {
+      if (trimmed.startsWith('kubectl ')) commands.push(trimmed.replace(/\s+#.*$/, ''));
+    } else prose.push(line);
+  }
+  for (const m of prose.join('\n').matchAll(/`(kubectl\b[^`]*)`/g)) commands.push(m[1]!);
+  return commands.map((command) => command.replace(/\s+/g, ' ').trim());
+}
+
 /** Text files of the repository (no dependencies, build output or local data). */
 function repositoryFiles(dir = repoRoot): string[] {
   return readdirSync(dir, { withFileTypes: true }).flatMap((entry) => {
@@ -50,6 +69,19 @@ describe('docs/operations.md as the deploy files use it', () => {
       }
     }
     expect(cited).toContain('Secrets');
+  });
+
+  it('names the namespace in every kubectl command that acts on objects in one', () => {
+    // The overlay sets the namespace of what it renders and applies; anything else is run against the
+    // namespace of the kubeconfig's context, which is not the platform's (the migration commands said none).
+    const commands = kubectlCommands(runbook);
+    const withoutNamespace = commands.filter(
+      (command) => !/^kubectl (kustomize|apply)\b/.test(command) && !/ (-n|--namespace)[ =]/.test(command),
+    );
+    expect(withoutNamespace).toEqual([]);
+    expect(commands).toContain(
+      'kubectl -n "$NS" wait --for=condition=complete job/platform-migrate --timeout=15m',
+    );
   });
 
   it('gives build and push commands for every image', () => {
