@@ -21,10 +21,10 @@ function section(title: string): string {
 }
 
 /**
- * The kubectl commands the runbook gives: inline code spans that start with `kubectl` (a span may wrap onto the
- * next line) and lines of fenced code blocks that do, whitespace made single.
+ * The `tool` commands the runbook gives (kubectl, curl): inline code spans that start with the tool's name (a
+ * span may wrap onto the next line) and lines of fenced code blocks that do, whitespace made single.
  */
-function kubectlCommands(markdown: string): string[] {
+function commandsOf(tool: string, markdown: string): string[] {
   const commands: string[] = [];
   const prose: string[] = [];
   let fenced = false;
@@ -32,10 +32,10 @@ function kubectlCommands(markdown: string): string[] {
     const trimmed = line.trim();
     if (trimmed.startsWith('```')) fenced = !fenced;
     else if (fenced) {
-      if (trimmed.startsWith('kubectl ')) commands.push(trimmed.replace(/\s+#.*$/, ''));
+      if (trimmed.startsWith(`${tool} `)) commands.push(trimmed.replace(/\s+#.*$/, ''));
     } else prose.push(line);
   }
-  for (const m of prose.join('\n').matchAll(/`(kubectl\b[^`]*)`/g)) commands.push(m[1]!);
+  for (const m of prose.join('\n').matchAll(new RegExp(`\`(${tool}\\b[^\`]*)\``, 'g'))) commands.push(m[1]!);
   return commands.map((command) => command.replace(/\s+/g, ' ').trim());
 }
 
@@ -74,7 +74,7 @@ describe('docs/operations.md as the deploy files use it', () => {
   it('names the namespace in every kubectl command that acts on objects in one', () => {
     // The overlay sets the namespace of what it renders and applies; anything else is run against the
     // namespace of the kubeconfig's context, which is not the platform's (the migration commands said none).
-    const commands = kubectlCommands(runbook);
+    const commands = commandsOf('kubectl', runbook);
     const withoutNamespace = commands.filter(
       (command) => !/^kubectl (kustomize|apply)\b/.test(command) && !/ (-n|--namespace)[ =]/.test(command),
     );
@@ -82,6 +82,14 @@ describe('docs/operations.md as the deploy files use it', () => {
     expect(commands).toContain(
       'kubectl -n "$NS" wait --for=condition=complete job/platform-migrate --timeout=15m',
     );
+  });
+
+  it('calls the APIs with curl --fail-with-body, never -f, which hides the problem+json body', () => {
+    const commands = commandsOf('curl', runbook);
+    expect(commands.length).toBeGreaterThanOrEqual(6);
+    const hiding = commands.filter((command) => /\s(-[A-Za-z]*f[A-Za-z]*|--fail)(\s|$)/.test(command));
+    expect(hiding).toEqual([]);
+    for (const command of commands) expect(command).toContain(' --fail-with-body ');
   });
 
   it('gives build and push commands for every image', () => {
