@@ -44,6 +44,12 @@ const RUNBOOK_ALERTS: Record<string, string[]> = {
   'jwks-fetch-failures': ['JwksFetchFailing'],
 };
 
+/** The runbook's section "Alerts and dashboards", up to its first alert's section. */
+function section10(runbook: string): string {
+  const start = runbook.indexOf('## 10. Alerts and dashboards');
+  return runbook.slice(start, runbook.indexOf('\n### ', start));
+}
+
 /** A throwaway copy of deploy/monitoring, for breaking. */
 function monitoringCopy(): { dir: string; edit: (file: string, from: string | RegExp, to: string) => void } {
   const dir = mkdtempSync(join(tmpdir(), 'deploy-monitoring-'));
@@ -121,6 +127,18 @@ describe('alerting rules', () => {
         expect(rule?.annotations?.runbook_url).toMatch(new RegExp(`/docs/operations\\.md#${section}$`));
       }
     expect(checkAlertRules(rulesText, runbook, monitoringFiles.runbook, monitoringFiles.rules)).toEqual([]);
+  });
+
+  it('links each alert under the external label runbook_base_url, never a host written into the rules', () => {
+    // The links pointed at a placeholder host (git.example.com) that every operator had to edit. Where the
+    // repository is served is the Prometheus' own setting; without it a link is the runbook's repository path.
+    const template = /^\{\{ \$externalLabels\.runbook_base_url \}\}\/docs\/operations\.md#[\w-]+$/;
+    for (const rule of parseRuleGroups(rulesText).flatMap((g) => g.rules))
+      expect({ alert: rule.alert, runbook_url: rule.annotations?.runbook_url }).toEqual({
+        alert: rule.alert,
+        runbook_url: expect.stringMatching(template) as unknown,
+      });
+    expect(section10(runbook)).toContain('`runbook_base_url`');
   });
 
   it('refuses a runbook link to a section that does not exist', () => {
