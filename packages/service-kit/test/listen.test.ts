@@ -152,6 +152,62 @@ describe('listenHttp: requests node:http refuses before any route runs', () => {
     HTTP_REQUEST_TIMEOUT_MS + 10_000,
   );
 
+  it.each([
+    ['bytes that are not HTTP/1.1', 'NOT HTTP AT ALL\r\n\r\n', 400, 'malformed_request'],
+    [
+      'a request with more than 16 KiB of headers',
+      `GET / HTTP/1.1\r\nHost: x\r\nX-Big: ${'a'.repeat(17 * 1024)}\r\n\r\n`,
+      431,
+      'headers_too_large',
+    ],
+  ] as const)(
+    'pipelined requests followed by %s: each request gets its own answer, in order, then the refusal',
+    async (_what, garbage, status, code) => {
+      // Handlers that answer later than node refuses what follows (a database round trip): the first request's
+      // answer used to be replaced by the refusal, though the request ran (issue 39 §4).
+      const logs = captureLogs();
+      const bodies = ['first', 'x'.repeat(1024 * 1024)];
+      server = await listenHttp(
+        (req, res) => {
+          const n = Number(req.url?.slice(1));
+          setTimeout(() => res.end(bodies[n]), n === 0 ? 150 : 50);
+        },
+        0,
+        '127.0.0.1',
+        logs.logger,
+      );
+      const address = server.address();
+      if (typeof address !== 'object' || address === null) throw new Error('no address');
+      const answer = await rawHttpExchange(
+        address.port,
+        'GET /0 HTTP/1.1\r\nHost: x\r\n\r\nGET /1 HTTP/1.1\r\nHost: x\r\n\r\n' + garbage,
+      );
+      const statuses = [...answer.text.matchAll(/HTTP\/1\.1 (\d{3}) /g)].map((m) => Number(m[1]));
+      expect(statuses).toEqual([200, 200, status]);
+      // Every byte of both answers (the second, 1 MiB, is still being flushed when the refusal is written).
+      const first = answer.text.indexOf('\r\n\r\nfirst');
+      const second = answer.text.indexOf(`\r\n\r\n${bodies[1]}HTTP/1.1 ${status} `);
+      expect({ first: first > 0, second: second > first }).toEqual({ first: true, second: true });
+      const refusal = answer.text.slice(answer.text.lastIndexOf('HTTP/1.1 '));
+      expect(refusal).toContain('Content-Type: application/problem+json');
+      expect(JSON.parse(refusal.slice(refusal.indexOf('\r\n\r\n') + 4))).toMatchObject({ status, code });
+      expect(logs.entries().filter((e) => e.message === 'http client error')).toMatchObject([
+        { status, code },
+      ]);
+      expect(await connections()).toBe(0);
+    },
+  );
+
+  it('a refused connection whose owed answer never comes is closed after the deadline, answering nothing', async () => {
+    server = await listenHttp(() => undefined, 0, '127.0.0.1', undefined, { owedAnswersDeadlineMs: 300 });
+    const address = server.address();
+    if (typeof address !== 'object' || address === null) throw new Error('no address');
+    const answer = await rawHttpExchange(address.port, 'GET / HTTP/1.1\r\nHost: x\r\n\r\nNOT HTTP\r\n\r\n');
+    expect(answer.text).toBe('');
+    expect(answer.closedAfterMs).toBeGreaterThanOrEqual(250);
+    expect(await connections()).toBe(0);
+  });
+
   it('still answers a well-formed request', async () => {
     const { port } = await start();
     const res = await fetch(`http://127.0.0.1:${port}/`);
