@@ -16,12 +16,15 @@ import {
   checkMonitoringFiles,
   checkPrometheusRuleEqualsFile,
   checkSelectorsAgainstExpositions,
+  dashboardExpressions,
   exposedMetricNames,
   findObject,
+  grafanaQueryAsPromql,
   kubectlKustomize,
   monitoringExpressions,
   monitoringFiles,
   parseRuleGroups,
+  parseYamlDocuments,
   promtool,
   promqlSelectors,
   selectorsUsed,
@@ -42,6 +45,21 @@ const RUNBOOK_ALERTS: Record<string, string[]> = {
   'cluster-bus-disconnected': ['GatewayBusDisconnected'],
   'webhook-failures': ['WebhookFailures'],
   'jwks-fetch-failures': ['JwksFetchFailing'],
+  'a-rollout-aborted': ['GatewayRolloutAborted'],
+  'delivery-record-behind': ['GatewayDeliveryRecordBehind'],
+  'dtls-handshake-failures': ['GatewayDtlsHandshakeFailures'],
+  'rollout-driver-missing-or-failing': ['GatewayRolloutNoDriver', 'GatewayRolloutDriverFailing'],
+};
+
+/** Gateway dashboard panels (title fragments, lower case) beyond the validator's required ones, each with a metric it must query. */
+const GATEWAY_PANELS: Record<string, string> = {
+  'delivery record lag': 'gateway_delivery_record_lag_seconds',
+  'delivery record writes': 'gateway_delivery_record_writes_total',
+  'dtls handshakes': 'gateway_dtls_handshakes_total',
+  'dtls handshake failures': 'gateway_dtls_handshake_failures_total',
+  'dtls sessions': 'gateway_dtls_sessions',
+  rollouts: 'gateway_rollouts',
+  'rollout driver': 'gateway_rollout_driver',
 };
 
 /** The runbook's section "Alerts and dashboards", up to its first alert's section. */
@@ -141,6 +159,19 @@ describe('alerting rules', () => {
     expect(section10(runbook)).toContain('`runbook_base_url`');
   });
 
+  it('has a unit test in which each alert fires', () => {
+    const tests = parseYamlDocuments(readRepoFile(monitoringFiles.ruleTests), { version: '1.2' })[0] as {
+      tests: { alert_rule_test?: { alertname: string; exp_alerts: unknown[] }[] }[];
+    };
+    const firing = new Set(
+      tests.tests.flatMap((t) =>
+        (t.alert_rule_test ?? []).filter((c) => c.exp_alerts.length > 0).map((c) => c.alertname),
+      ),
+    );
+    const alerts = parseRuleGroups(rulesText).flatMap((g) => g.rules.map((r) => r.alert));
+    expect(alerts.filter((alert) => !firing.has(alert))).toEqual([]);
+  });
+
   it('refuses a runbook link to a section that does not exist', () => {
     const broken = breakText(runbook, '### JWKS fetch failures', '### Signing keys');
     expect(checkAlertRules(rulesText, broken, monitoringFiles.runbook, monitoringFiles.rules)).toEqual([
@@ -171,6 +202,19 @@ describe('Grafana dashboards', () => {
     for (const [service, path] of Object.entries(monitoringFiles.dashboards))
       expect(checkDashboard(readRepoFile(path), path, service)).toEqual([]);
     expect(checkMonitoringFiles(repoRoot)).toEqual([]);
+  });
+
+  it('the gateway dashboard covers the delivery record, DTLS handshakes and sessions, and rollouts', () => {
+    const path = monitoringFiles.dashboards['device-gateway'];
+    const uses = dashboardExpressions(readRepoFile(path), path);
+    for (const [title, metric] of Object.entries(GATEWAY_PANELS)) {
+      const queried = uses
+        .filter((use) => use.where.toLowerCase().includes(`panel "${title}`))
+        .some((use) =>
+          promqlSelectors(grafanaQueryAsPromql(use.expr)).selectors.some((s) => s.metric === metric),
+        );
+      expect({ title, metric, queried }).toEqual({ title, metric, queried: true });
+    }
   });
 
   it('refuses a query that does not parse and a missing panel', () => {
