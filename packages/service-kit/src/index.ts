@@ -4,7 +4,14 @@ export type { DomainErrorOptions } from './errors.js';
 export { createLogger, LOG_LEVELS } from './logger.js';
 export type { Logger, LoggerOptions, LogLevel } from './logger.js';
 export { isSensitiveKey, redactString, redactUrl, redactValue, REDACTED } from './redact.js';
-export { bearerToken, countNonBearerSecrets, fingerprint, readSecretList, SecretSet } from './secrets.js';
+export {
+  bearerToken,
+  countNonBearerSecrets,
+  fingerprint,
+  NotARegularFileError,
+  readSecretList,
+  SecretSet,
+} from './secrets.js';
 export type { SecretListSource } from './secrets.js';
 export { ConfigError, databaseDeadlines, deepFreeze, loadConfig } from './config.js';
 export { UNSTORABLE_TEXT_MESSAGE, unstorableTextPaths } from './text.js';

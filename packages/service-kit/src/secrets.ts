@@ -1,5 +1,6 @@
 import { hash, timingSafeEqual } from 'node:crypto';
-import { readFileSync } from 'node:fs';
+import { closeSync, constants, fstatSync, openSync, readFileSync } from 'node:fs';
+import type { Stats } from 'node:fs';
 import type { IncomingHttpHeaders } from 'node:http';
 
 export interface SecretListSource {
@@ -9,14 +10,57 @@ export interface SecretListSource {
   file?: string | undefined;
 }
 
+/** A secrets file that is not a regular file (a FIFO, a device, a directory): refused before it is read. */
+export class NotARegularFileError extends Error {
+  override readonly name = 'NotARegularFileError';
+  /** As node's own errors carry one, so callers that report `code` name the problem. */
+  readonly code = 'ENOTREGULAR';
+
+  constructor(
+    readonly file: string,
+    readonly kind: string,
+  ) {
+    super(`${file} is ${kind}, not a regular file`);
+  }
+}
+
+function kindOf(stat: Stats): string {
+  if (stat.isFIFO()) return 'a FIFO';
+  if (stat.isDirectory()) return 'a directory';
+  if (stat.isCharacterDevice()) return 'a character device';
+  if (stat.isBlockDevice()) return 'a block device';
+  if (stat.isSocket()) return 'a socket';
+  return 'not a file';
+}
+
+/**
+ * The text of a regular file; anything else throws NotARegularFileError before a byte is read. Reading a FIFO
+ * waits for a writer, and a character device such as /dev/zero never ends: either blocks the event loop (this
+ * read is synchronous), so a SIGHUP reload with such a "file" hung the whole process (issue 39 §4). The file is
+ * opened with O_NONBLOCK, so opening a FIFO without a writer does not wait either (regular files ignore the
+ * flag), and checked on the descriptor it is read from (fstat), so a swap between a check and the read cannot
+ * slip one in. Symbolic links are followed (a Kubernetes Secret's mounted file is one).
+ */
+function readRegularFile(file: string): string {
+  const fd = openSync(file, constants.O_RDONLY | constants.O_NONBLOCK);
+  try {
+    const stat = fstatSync(fd);
+    if (!stat.isFile()) throw new NotARegularFileError(file, kindOf(stat));
+    return readFileSync(fd, 'utf8');
+  } finally {
+    closeSync(fd);
+  }
+}
+
 /**
  * Every secret from the variable and the file together (rotation: old and new keys both listed),
- * trimmed, without blanks, `#` comment lines or duplicates. A file that cannot be read throws.
+ * trimmed, without blanks, `#` comment lines or duplicates. A file that cannot be read throws, and so does
+ * one that is not a regular file (NotARegularFileError).
  */
 export function readSecretList(source: SecretListSource): string[] {
   const texts: string[] = [];
   if (source.value !== undefined) texts.push(source.value);
-  if (source.file !== undefined && source.file !== '') texts.push(readFileSync(source.file, 'utf8'));
+  if (source.file !== undefined && source.file !== '') texts.push(readRegularFile(source.file));
   const secrets = texts
     .flatMap((text) => text.split(/\r?\n/))
     .filter((line) => !line.trimStart().startsWith('#'))

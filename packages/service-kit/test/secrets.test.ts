@@ -1,12 +1,15 @@
-import { mkdtempSync, writeFileSync } from 'node:fs';
+import { execFileSync, spawnSync } from 'node:child_process';
+import { mkdtempSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { inspect } from 'node:util';
 import {
   bearerToken,
   countNonBearerSecrets,
   fingerprint,
   installSecretReload,
+  NotARegularFileError,
   readSecretList,
   SecretSet,
 } from '../src/index.js';
@@ -28,6 +31,47 @@ describe('readSecretList', () => {
   it('returns an empty list when nothing is configured and throws on an unreadable file', () => {
     expect(readSecretList({})).toEqual([]);
     expect(() => readSecretList({ file: '/nonexistent/keys' })).toThrow(/ENOENT/);
+  });
+});
+
+describe('readSecretList: only a regular file is read (issue 39 §4)', () => {
+  const distIndex = fileURLToPath(new URL('../dist/index.js', import.meta.url));
+
+  /**
+   * readSecretList in a child process, so a read that blocks (what a FIFO did: the SIGHUP reload then hung the
+   * whole process) fails this test after 5 s instead of hanging it: the error's name and message, or 'blocked'.
+   */
+  function readInChild(file: string): string {
+    const script =
+      `const { readSecretList } = await import(${JSON.stringify(distIndex)});` +
+      `try { readSecretList({ file: ${JSON.stringify(file)} }); console.log('read'); }` +
+      'catch (err) { console.log(`${err.name} ${err.code}: ${err.message}`); }';
+    const child = spawnSync(process.execPath, ['--input-type=module', '-e', script], {
+      timeout: 5000,
+      encoding: 'utf8',
+    });
+    return child.signal === null ? child.stdout.trim() : 'blocked';
+  }
+
+  it('refuses a FIFO, a directory and a character device without reading them, naming what they are', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'secrets-fifo-'));
+    const fifo = join(dir, 'keys');
+    execFileSync('mkfifo', [fifo]);
+    expect(readInChild(fifo)).toBe(`NotARegularFileError ENOTREGULAR: ${fifo} is a FIFO, not a regular file`);
+    expect(readInChild(dir)).toBe(
+      `NotARegularFileError ENOTREGULAR: ${dir} is a directory, not a regular file`,
+    );
+    expect(readInChild('/dev/zero')).toBe(
+      'NotARegularFileError ENOTREGULAR: /dev/zero is a character device, not a regular file',
+    );
+    expect(() => readSecretList({ file: dir })).toThrow(NotARegularFileError);
+  });
+
+  it('still reads a regular file through a symbolic link, as a mounted Kubernetes Secret is', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'secrets-link-'));
+    writeFileSync(join(dir, 'data'), 'linked-key-0123456789\n');
+    symlinkSync(join(dir, 'data'), join(dir, 'keys'));
+    expect(readSecretList({ file: join(dir, 'keys') })).toEqual(['linked-key-0123456789']);
   });
 });
 

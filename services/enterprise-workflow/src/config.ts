@@ -7,6 +7,7 @@ import {
   deepFreeze,
   LOG_LEVELS,
   loadConfig,
+  NotARegularFileError,
   readSecretList,
 } from '@platform/service-kit';
 import type { DatabaseDeadlines, LogLevel } from '@platform/service-kit';
@@ -141,7 +142,10 @@ export function readWebhookTokens(source: { value: string | undefined; file: str
     throw new ConfigError([
       {
         variable: 'WEBHOOK_TOKENS_FILE',
-        message: `cannot be read (${(err as NodeJS.ErrnoException).code ?? 'error'})`,
+        message:
+          err instanceof NotARegularFileError
+            ? `is ${err.kind}, not a regular file: refused unread (reading one can block the process)`
+            : `cannot be read (${(err as NodeJS.ErrnoException).code ?? 'error'})`,
       },
     ]);
   }
