@@ -75,6 +75,13 @@ function buildTestApp() {
         throw new DomainError('backend_unavailable', 'The database is unreachable.');
       },
     },
+    {
+      method: 'GET',
+      path: '/ready',
+      handler: () => {
+        throw new DomainError('not_ready', 'Not ready: database unavailable.');
+      },
+    },
     { method: 'GET', path: '/no-content', handler: (_req, res) => void res.status(204).json({ a: 1 }) },
     {
       method: 'GET',
@@ -511,6 +518,31 @@ describe('request log line and the log level', () => {
     logs.logger.level = 'info';
     await request(app).get('/items/2').set('X-Request-Id', 'level-info');
     await waitFor(() => (lines('level-info').length > 0 ? true : undefined));
+  });
+});
+
+describe('log level of a readiness answer', () => {
+  it('logs a 503 not_ready at info (a probe asking until the service is ready), any other 5xx as a warning', async () => {
+    // npm start polls both services' readiness every 200 ms while they load, and every poll answered before they
+    // were ready printed two warnings (the detail and the request line) ahead of the banner.
+    const { app, logs } = buildTestApp();
+    logs.logger.level = 'info';
+    const notReady = await request(app).get('/ready').set('X-Request-Id', 'probe-503');
+    expectProblem(notReady, 503, 'not_ready');
+    await request(app).get('/down').set('X-Request-Id', 'down-503');
+    const lines = (id: string) =>
+      waitFor(() => {
+        const found = logs.entries().filter((e) => e.request_id === id);
+        return found.length === 2 ? found : undefined;
+      });
+    expect((await lines('probe-503')).map((e) => [e.level, e.message])).toEqual([
+      ['info', 'Not ready: database unavailable.'],
+      ['info', 'http request'],
+    ]);
+    expect((await lines('down-503')).map((e) => [e.level, e.message])).toEqual([
+      ['warn', 'The database is unreachable.'],
+      ['warn', 'http request'],
+    ]);
   });
 });
 

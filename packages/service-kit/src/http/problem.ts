@@ -79,6 +79,17 @@ export function sendProblem(res: Response, error: DomainError, requestId: string
 }
 
 /**
+ * The level an answer is logged at (its request line, and the detail line of a known 5xx): a 5xx is a warning,
+ * except `not_ready`. That one is a readiness probe's answer while the service cannot serve yet: the kubelet,
+ * and `npm start` while it waits for the services, ask again every few seconds (every 200 ms) until it can, so
+ * it is a state, not a request that failed someone; the alert on readiness reads the metric. At info, with the
+ * detail that says what is not ready.
+ */
+export function answerLogLevel(status: number, code: unknown): 'info' | 'warn' {
+  return status >= 500 && code !== 'not_ready' ? 'warn' : 'info';
+}
+
+/**
  * The one place errors become responses. Domain errors keep their status, code, detail, field errors
  * and headers; body-parser failures map to 400/413/415; anything else is a generic 500 whose stack
  * goes to the log (with the request id), never to the client.
@@ -91,7 +102,10 @@ export function problemErrorHandler(fallbackLogger: Logger): ErrorRequestHandler
     if (!expected) {
       log.error('request failed', { err, method: req.method, path: req.path });
     } else if (error.status >= 500) {
-      log.warn(error.detail ?? error.title, { code: error.code, cause: error.cause });
+      log[answerLogLevel(error.status, error.code)](error.detail ?? error.title, {
+        code: error.code,
+        cause: error.cause,
+      });
     }
 
     if (res.headersSent) {

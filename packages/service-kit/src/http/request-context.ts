@@ -4,6 +4,7 @@ import type { Express, Request, Response } from 'express';
 import type { Registry } from 'prom-client';
 import type { Logger } from 'winston';
 import { httpMetrics } from '../prometheus.js';
+import { answerLogLevel } from './problem.js';
 import './express-augment.js';
 
 /** 1–128 characters of `[A-Za-z0-9._:-]` (contracts): safe in headers and log lines, fits trace ids. */
@@ -57,7 +58,7 @@ export function installRequestContext(app: Express, logger: Logger, registry?: R
       metrics.requests.inc(labels);
       metrics.duration.observe(labels, seconds);
     }
-    const level = status >= 500 ? 'warn' : 'info';
+    const level = answerLogLevel(status, this.locals.errorCode);
     if (!enabled(level)) return;
     req.log[level]('http request', {
       method: req.method,
