@@ -6,7 +6,13 @@ export type { PostgresServer, StartPostgresOptions } from './postgres.js';
 export { createTestDatabase, migrationFingerprint } from './database.js';
 export type { CreateTestDatabaseOptions, TestDatabase } from './database.js';
 export { encodeEventKey, startS3 } from './s3.js';
-export type { S3EventRecord, S3Request, S3Server, StartS3Options } from './s3.js';
+export type { S3EventRecord, S3Request, S3Server, StartS3Options, TestObjectStore } from './s3.js';
+export { requireRgwCommands, RgwMissingError, startRgw } from './rgw.js';
+export type { RgwServer, StartRgwOptions } from './rgw.js';
+export { OBJECT_STORE_KINDS, startObjectStore } from './object-store.js';
+export type { ObjectStoreKind, StartObjectStoreOptions } from './object-store.js';
+export { isPresigned, signedHeaders, verifyPresigned } from './sigv4.js';
+export type { PresignedRequest, SigningCredentials, UrlVerdict } from './sigv4.js';
 export { demoUsers, openDevSigner, startIssuer } from './issuer.js';
 export type {
   Claims,

@@ -4,8 +4,12 @@ import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { freePort } from './ports.js';
+import { isPresigned, verifyPresigned } from './sigv4.js';
 
-/** An S3 event notification record, as AWS sends it (s3rver's shape plus MinIO's `contentType`). */
+/**
+ * An S3 event notification record, as AWS sends it (s3rver's shape plus MinIO's `contentType`; the RADOS
+ * Gateway's records carry more fields, `eventSource: 'ceph:s3'`, and the key as stored).
+ */
 export interface S3EventRecord {
   eventVersion: string;
   eventSource: string;
@@ -21,7 +25,10 @@ export interface S3EventRecord {
     configurationId: string;
     bucket: { name: string; ownerIdentity: { principalId: string }; arn: string };
     object: {
-      /** URL-encoded like AWS (form encoding: space as `+`, `/` kept); see `encodeEventKey`. */
+      /**
+       * From s3rver: URL-encoded like AWS (form encoding: space as `+`, `/` kept; see `encodeEventKey`). From
+       * the RADOS Gateway: as stored, not encoded.
+       */
       key: string;
       /** Bytes. */
       size?: number;
@@ -55,6 +62,13 @@ export interface StartS3Options {
    * exposed, which a browser uploading parts must read). Default: none, no CORS rule.
    */
   corsOrigins?: readonly string[];
+  /**
+   * Check presigned (query-string) requests as S3 does, which s3rver itself does not: a signature that does
+   * not verify for the headers sent (Content-Type, Content-Length when signed) is 403
+   * `SignatureDoesNotMatch`, an expired URL 403 `AccessDenied`. Requests signed in the Authorization header
+   * still pass unchecked. Default false.
+   */
+  verifyPresignedUrls?: boolean;
 }
 
 /** One request s3rver received, as tests count them (e.g. the part PUTs of a resumed upload). */
@@ -69,12 +83,13 @@ export interface S3Request {
   status: number;
 }
 
-export interface S3Server {
+/** A local S3 store for tests: s3rver (`startS3`) or the RADOS Gateway (`startRgw`, rgw.ts). */
+export interface TestObjectStore {
+  readonly kind: 's3rver' | 'rgw';
   /** e.g. `http://127.0.0.1:41234`; clients need `forcePathStyle: true`. */
   endpoint: string;
   region: string;
   bucket: string;
-  /** s3rver's built-in credentials. It does not verify SigV4 signatures (any signature passes). */
   accessKeyId: string;
   secretAccessKey: string;
   /** Every ObjectCreated record so far, oldest first. */
@@ -84,6 +99,14 @@ export interface S3Server {
   /** Resolves with the first ObjectCreated record for `key` (decoded), waiting up to `timeoutMs`. */
   waitForObjectCreated(key: string, timeoutMs?: number): Promise<S3EventRecord>;
   stop(): Promise<void>;
+}
+
+/**
+ * s3rver. Its credentials are built in; it verifies no SigV4 signature unless asked to check presigned URLs
+ * (`verifyPresignedUrls`).
+ */
+export interface S3Server extends TestObjectStore {
+  readonly kind: 's3rver';
 }
 
 /** s3rver's API as used here (it ships no type declarations). */
@@ -125,7 +148,7 @@ function s3Error(ctx: KoaContext, status: number, code: string, message: string)
 }
 
 /** A CORS rule as S3 and MinIO take it; the ETag header must be exposed for multipart uploads. */
-function corsConfiguration(origins: readonly string[]): string {
+export function corsConfiguration(origins: readonly string[]): string {
   const rule = [
     ...origins.map((origin) => `<AllowedOrigin>${xmlEscape(origin)}</AllowedOrigin>`),
     '<AllowedMethod>PUT</AllowedMethod><AllowedMethod>GET</AllowedMethod><AllowedMethod>HEAD</AllowedMethod>',
@@ -144,6 +167,7 @@ function multipartMiddleware(
   server: S3rverInstance,
   completing: Set<string>,
   log: S3Request[],
+  verifyUrls: boolean,
 ): KoaMiddleware {
   return async (ctx, next) => {
     const [, bucket = '', ...rest] = ctx.path.split('/');
@@ -151,6 +175,10 @@ function multipartMiddleware(
     const uploadId = typeof ctx.query.uploadId === 'string' ? ctx.query.uploadId : undefined;
     const partNumber = typeof ctx.query.partNumber === 'string' ? Number(ctx.query.partNumber) : undefined;
     try {
+      if (verifyUrls && !signatureAccepted(ctx)) {
+        ctx.req.resume();
+        return;
+      }
       if (ctx.method === 'GET' && key === '' && bucket !== '' && 'uploads' in ctx.query) {
         await listMultipartUploads(server, bucket, ctx);
         return;
@@ -220,6 +248,27 @@ function multipartMiddleware(
       log.push({ method: ctx.method, key, partNumber, uploadId, status: ctx.status });
     }
   };
+}
+
+/**
+ * A presigned request checked as S3 checks it (verifyPresignedUrls); false when it was refused (answered
+ * here). The URL is the one the client addressed: its Host header and the path and query as sent.
+ */
+function signatureAccepted(ctx: KoaContext): boolean {
+  const url = ctx.req.url ?? '/';
+  if (!isPresigned(url)) return true;
+  const headers: Record<string, string | undefined> = {};
+  for (const [name, value] of Object.entries(ctx.req.headers))
+    headers[name] = Array.isArray(value) ? value.join(',') : value;
+  const verdict = verifyPresigned(
+    { method: ctx.method, url: `http://${ctx.req.headers.host ?? ''}${url}`, headers },
+    { accessKeyId: S3_ACCESS_KEY_ID, secretAccessKey: S3_SECRET_ACCESS_KEY },
+  );
+  if (verdict.ok) return true;
+  if (verdict.reason === 'expired') s3Error(ctx, 403, 'AccessDenied', 'Request has expired');
+  else
+    s3Error(ctx, 403, 'SignatureDoesNotMatch', `The request signature does not match (${verdict.reason}).`);
+  return false;
 }
 
 /**
@@ -329,7 +378,9 @@ export async function startS3(options: StartS3Options = {}): Promise<S3Server> {
   const requests: S3Request[] = [];
   const completing = new Set<string>();
   // Koa composes its middleware when the server starts: placed first, this sees every request.
-  server.middleware.unshift(multipartMiddleware(server, completing, requests));
+  server.middleware.unshift(
+    multipartMiddleware(server, completing, requests, options.verifyPresignedUrls === true),
+  );
   // Koa logs every failed request (404s included) to stderr unless the app has an error listener.
   server.on('error', () => undefined);
 
@@ -376,6 +427,7 @@ export async function startS3(options: StartS3Options = {}): Promise<S3Server> {
   const { port } = await server.run();
 
   return {
+    kind: 's3rver',
     endpoint: `http://127.0.0.1:${port}`,
     region: 'us-east-1',
     bucket,
