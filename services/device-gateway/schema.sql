@@ -227,7 +227,7 @@ device_gateway.rollouts.updated_at timestamp with time zone NOT NULL DEFAULT now
 
 device_gateway.rollouts.waves integer NOT NULL COMMENT -
 
--- constraints (120)
+-- constraints (119)
 device_gateway.bus_overrides bus_overrides_device_id_check CHECK ((device_id ~ '^[A-Za-z0-9._:-]{1,128}$'::text))
 device_gateway.bus_overrides bus_overrides_device_id_not_null NOT NULL device_id
 device_gateway.bus_overrides bus_overrides_origin_check CHECK ((origin ~ '^[A-Za-z0-9._:-]{1,64}$'::text))
@@ -312,7 +312,6 @@ device_gateway.rollout_targets rollout_targets_outcome_reason_check CHECK ((outc
 device_gateway.rollout_targets rollout_targets_pkey PRIMARY KEY (rollout_id, device_id)
 device_gateway.rollout_targets rollout_targets_position_not_null NOT NULL "position"
 device_gateway.rollout_targets rollout_targets_prev_settings_not_null NOT NULL prev_settings
-device_gateway.rollout_targets rollout_targets_rollout_id_fkey FOREIGN KEY (rollout_id) REFERENCES device_gateway.rollouts(rollout_id) ON DELETE CASCADE
 device_gateway.rollout_targets rollout_targets_rollout_id_not_null NOT NULL rollout_id
 device_gateway.rollout_targets rollout_targets_wave_not_null NOT NULL wave
 device_gateway.rollouts rollouts_abort_share_check CHECK (((abort_share > (0)::double precision) AND (abort_share <= (1)::double precision)))
@@ -390,7 +389,7 @@ CREATE TRIGGER device_registry_touch BEFORE UPDATE ON device_gateway.device_regi
 -- view definitions (0)
 
 
--- functions (23)
+-- functions (24)
 CREATE OR REPLACE FUNCTION device_gateway.bus_join(OUT cleared integer, OUT top_version bigint)
  RETURNS record
  LANGUAGE plpgsql
@@ -993,11 +992,45 @@ BEGIN
 END $function$
 OWNER <migrator> ACL <migrator>:EXECUTE,device_gateway_login:EXECUTE COMMENT -
 
+CREATE OR REPLACE FUNCTION device_gateway.rollout_create(p_selector jsonb, p_settings jsonb, p_content text, p_plan jsonb, p_max_targets integer)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+  v_n integer;
+BEGIN
+  PERFORM device_gateway.rollout_writer_guard();
+  IF p_selector IS NULL OR jsonb_typeof(p_selector) <> 'object'
+      OR NOT p_selector ?| ARRAY['site_ids', 'models', 'device_ids'] THEN
+    RAISE EXCEPTION 'a selector needs at least one criterion' USING ERRCODE = '22023';
+  END IF;
+  IF p_max_targets IS NULL OR p_max_targets NOT BETWEEN 1 AND 10000000 THEN
+    RAISE EXCEPTION 'invalid bound on targets' USING ERRCODE = '22023';
+  END IF;
+  SELECT count(*) INTO v_n
+  FROM device_gateway.device_registry r
+  WHERE r.enabled
+    AND (NOT p_selector ? 'site_ids'
+         OR r.site_id = ANY (ARRAY(SELECT jsonb_array_elements_text(p_selector->'site_ids'))::uuid[]))
+    AND (NOT p_selector ? 'models'
+         OR r.model = ANY (ARRAY(SELECT jsonb_array_elements_text(p_selector->'models'))))
+    AND (NOT p_selector ? 'device_ids'
+         OR r.device_id = ANY (ARRAY(SELECT jsonb_array_elements_text(p_selector->'device_ids'))));
+  IF v_n > p_max_targets THEN
+    RETURN jsonb_build_object('error', 'too_many_targets', 'targets', v_n, 'max', p_max_targets);
+  END IF;
+  RETURN device_gateway.rollout_create_body(p_selector, p_settings, p_content, p_plan);
+END $function$
+OWNER <migrator> ACL <migrator>:EXECUTE,device_gateway_login:EXECUTE COMMENT -
+
 CREATE OR REPLACE FUNCTION device_gateway.rollout_create_body(p_selector jsonb, p_settings jsonb, p_content text, p_plan jsonb)
  RETURNS jsonb
  LANGUAGE plpgsql
  SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
+ SET work_mem TO '64MB'
 AS $function$
 DECLARE
   v_id uuid := gen_random_uuid();
@@ -1040,10 +1073,12 @@ BEGIN
   IF v_n = 0 THEN
     RETURN jsonb_build_object('error', 'no_targets');
   END IF;
+  -- From the open rollouts (a few) through their targets' primary key, not from every target these devices ever
+  -- had: the cost follows the open rollouts, not the history.
   SELECT t.rollout_id, count(*) INTO v_conflict, v_overlap
-  FROM device_gateway.rollout_targets t
-  JOIN device_gateway.rollouts o ON o.rollout_id = t.rollout_id AND o.state IN ('active', 'paused')
-  WHERE t.device_id = ANY (v_resolved)
+  FROM device_gateway.rollouts o
+  JOIN device_gateway.rollout_targets t ON t.rollout_id = o.rollout_id AND t.device_id = ANY (v_resolved)
+  WHERE o.state IN ('active', 'paused')
   GROUP BY t.rollout_id ORDER BY count(*) DESC LIMIT 1;
   IF v_conflict IS NOT NULL THEN
     RETURN jsonb_build_object('conflict', v_conflict, 'devices', v_overlap);

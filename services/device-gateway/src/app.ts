@@ -226,6 +226,7 @@ export function buildApp(deps: GatewayDeps): GatewayApp {
     afterChange: syncHere,
     wake: () => driver.wake(),
     minDeadlineMs: config.rollouts.recordLagMs,
+    maxTargets: config.rollouts.maxTargets,
   });
   const resync =
     delivery === undefined

@@ -139,10 +139,22 @@ export const gatewayConfigSchema = {
      * §3.9): past it, devices are judged on the record as it stands. Never below the record's allowance.
      */
     GATEWAY_ROLLOUT_RECORD_WAIT_MS: { type: 'integer', minimum: 1000, maximum: 600000, default: 60000 },
+    /**
+     * The most devices one rollout may target (design §3.9): a creation writes a row per target in one statement
+     * (about 20 µs a target on the development machine), which must end within DB_STATEMENT_TIMEOUT_MS. A larger
+     * selector is refused with 400. Lowered to what the statement timeout allows at 30 µs a target.
+     */
+    GATEWAY_ROLLOUT_MAX_TARGETS: { type: 'integer', minimum: 1, maximum: 10000000, default: 100000 },
   },
 } as const;
 
 export type CoapSecurity = 'dtls' | 'plain' | 'both';
+
+/**
+ * What a rollout's creation is allowed per target within the statement timeout (µs): measured at 17-24 µs on the
+ * two-core development machine while loaded (100,000 targets in 1.7-2.4 s, migration 0018), with room above.
+ */
+const ROLLOUT_CREATE_MICROS_PER_TARGET = 30;
 
 /**
  * Loads and checks the environment once and returns the gateway's configuration, grouped by concern like the
@@ -216,6 +228,14 @@ export function loadGatewayConfig(env: Record<string, string | undefined> = proc
       recordLagMs: 2 * raw.GATEWAY_DELIVERY_FLUSH_MS + 1000,
       // More when the live replicas report their record further behind (migration 0014), up to this.
       recordWaitMaxMs: Math.max(raw.GATEWAY_ROLLOUT_RECORD_WAIT_MS, 2 * raw.GATEWAY_DELIVERY_FLUSH_MS + 1000),
+      // A creation is one statement of about 20 µs a target (design §3.9): 30 µs a target must fit its timeout.
+      maxTargets: Math.max(
+        1,
+        Math.min(
+          raw.GATEWAY_ROLLOUT_MAX_TARGETS,
+          Math.floor((raw.DB_STATEMENT_TIMEOUT_MS * 1000) / ROLLOUT_CREATE_MICROS_PER_TARGET),
+        ),
+      ),
     },
     shutdownTimeoutMs: raw.SHUTDOWN_TIMEOUT_MS,
   });
@@ -354,6 +374,7 @@ export function publicConfig(config: GatewayConfig, apiKeys: SecretSet): Record<
       step_max: config.rollouts.stepMax,
       record_lag_ms: config.rollouts.recordLagMs,
       record_wait_max_ms: config.rollouts.recordWaitMaxMs,
+      max_targets: config.rollouts.maxTargets,
     },
   };
 }

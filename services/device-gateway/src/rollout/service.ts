@@ -86,6 +86,8 @@ export interface RolloutServiceOptions {
    * one could only judge devices on a record that has not caught up.
    */
   minDeadlineMs: number;
+  /** The most devices a rollout may target (GATEWAY_ROLLOUT_MAX_TARGETS as config.ts bounds it). */
+  maxTargets: number;
 }
 
 const EVENTS_SHOWN = 50;
@@ -95,7 +97,7 @@ export class RolloutService {
 
   /**
    * `request` is valid (the edge checked it). Throws DocumentTooLargeError, NoTargetsError, RolloutOverlapError,
-   * RolloutInvalidError.
+   * RolloutInvalidError (also for a selector matching more than maxTargets devices).
    */
   async create(
     request: RolloutCreateRequest,
@@ -125,8 +127,16 @@ export class RolloutService {
         abort_share: plan.abort_share,
         deadline_s: plan.deadline_s,
       },
+      this.options.maxTargets,
     ).catch(checkViolation);
-    if ('error' in result) throw new NoTargetsError();
+    if ('error' in result) {
+      if (result.error === 'no_targets') throw new NoTargetsError();
+      // One statement writes a row per target and must end within the statement timeout (design §3.9).
+      throw new RolloutInvalidError(
+        '/selector',
+        `matches ${result.targets} enabled devices; a rollout here targets at most ${result.max}`,
+      );
+    }
     if ('conflict' in result) throw new RolloutOverlapError(result.conflict, result.devices);
     this.options.wake();
     return result;

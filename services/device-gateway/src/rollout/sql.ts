@@ -21,18 +21,21 @@ export interface RolloutPlan {
 export type CreateResult =
   | { rollout_id: string; targets: number; waves: number }
   | { conflict: string; devices: number }
-  | { error: 'no_targets' };
+  | { error: 'no_targets' }
+  | { error: 'too_many_targets'; targets: number; max: number };
 
+/** A creation of at most `maxTargets` devices (migration 0018: counted before any lock is taken). */
 export async function createRollout(
   db: Db,
   selector: Record<string, unknown>,
   settingsJson: string,
   content: string,
   plan: RolloutPlan,
+  maxTargets: number,
 ): Promise<CreateResult> {
   const { rows } = await sql<{ r: CreateResult }>`
     SELECT device_gateway.rollout_create(${JSON.stringify(selector)}::jsonb, ${settingsJson}::jsonb, ${content},
-      ${JSON.stringify(plan)}::jsonb) AS r`.execute(db);
+      ${JSON.stringify(plan)}::jsonb, ${maxTargets}::integer) AS r`.execute(db);
   return rows[0]!.r;
 }
 
