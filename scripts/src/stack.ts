@@ -14,7 +14,9 @@
 // process group, so a Ctrl-C reaches the services only through this sequence, once.
 import { spawn, spawnSync } from 'node:child_process';
 import type { ChildProcess } from 'node:child_process';
-import { fstatSync, mkdirSync, readFileSync } from 'node:fs';
+import { existsSync, fstatSync, mkdirSync, readFileSync } from 'node:fs';
+import { createInterface } from 'node:readline';
+import type { Readable, Writable } from 'node:stream';
 import { gatewayLoginPassword, GATEWAY_LOGIN_ROLE } from '@platform/device-gateway';
 import { API_LOGIN, AUTHENTICATOR, rolePasswordsFromEnv, urlForLogin } from '@platform/enterprise-db';
 import { startIssuer, startPostgres, startS3 } from '@platform/testkit';
@@ -30,6 +32,8 @@ import { waitReady } from './lib/wait.js';
 import { errorMessage, readSecretList, redactUrl } from '@platform/service-kit';
 import { writePrivateFile } from './lib/private-file.js';
 import { acquireStackLock, StackRunningError } from './lib/stack-lock.js';
+import { logFormatFrom, prettyLogLine } from './lib/log-format.js';
+import type { LogFormat } from './lib/log-format.js';
 
 const env = process.env;
 /** The portal's origin in development, whose browser uploads s3rver's CORS rule allows (PORTAL_ORIGINS). */
@@ -46,6 +50,8 @@ interface Running {
 }
 const running: Running = { children: [] };
 let stopping = false;
+/** How the services' log lines are printed (LOG_FORMAT): as they write them, or as text (lib/log-format.ts). */
+let logFormat: LogFormat = 'json';
 
 async function main(): Promise<void> {
   mkdirSync(dataDir, { recursive: true });
@@ -53,6 +59,7 @@ async function main(): Promise<void> {
   // one's PostgreSQL (stack-lock.ts). Released when this process exits, however it exits short of SIGKILL.
   const lock = acquireStackLock(dataDir);
   process.on('exit', () => lock.release());
+  logFormat = logFormatFrom(env.LOG_FORMAT);
   const ports = {
     postgres: envPort(env, 'LOCAL_POSTGRES_PORT', localPorts.postgres),
     gatewayHttp: envPort(env, 'GATEWAY_HTTP_PORT', localPorts.gatewayHttp),
@@ -79,7 +86,11 @@ async function main(): Promise<void> {
   let ownerUrl = env.DATABASE_URL;
   const databaseFromEnv = ownerUrl !== undefined && ownerUrl !== '';
   if (ownerUrl === undefined || ownerUrl === '') {
-    log(`starting embedded PostgreSQL on 127.0.0.1:${ports.postgres} (data in ${dataDir}/postgres)`);
+    const fresh = !existsSync(`${dataDir}/postgres/PG_VERSION`);
+    log(
+      `starting embedded PostgreSQL on 127.0.0.1:${ports.postgres} (data in ${dataDir}/postgres` +
+        `${fresh ? '; first start: creating the cluster' : ''})`,
+    );
     running.postgres = await startPostgres({ port: ports.postgres, dataDir: `${dataDir}/postgres` });
     ownerUrl = await ensureDatabase(running.postgres.url, 'platform');
   }
@@ -105,6 +116,7 @@ async function main(): Promise<void> {
   if (env.S3_ENDPOINT !== undefined && env.S3_ENDPOINT !== '') {
     s3Env = {};
   } else {
+    log(`starting the local object store (s3rver) on 127.0.0.1:${ports.s3} (data in ${dataDir}/s3)`);
     running.s3 = await startS3({
       port: ports.s3,
       // A browser on the portal's origin uploads straight to the store (design §4.4).
@@ -129,6 +141,7 @@ async function main(): Promise<void> {
   // 3. Identity: the given issuer, or the development one (keys kept in .data so tokens survive restarts).
   let issuerUrl = env.OIDC_ISSUER_URL;
   if (issuerUrl === undefined || issuerUrl === '') {
+    log(`starting the development token issuer on 127.0.0.1:${ports.issuer}`);
     running.issuer = await startIssuer({
       port: ports.issuer,
       host: '127.0.0.1',
@@ -138,6 +151,10 @@ async function main(): Promise<void> {
   }
 
   // 4. The services, each its own process as in production.
+  log(
+    'starting device-gateway and enterprise-workflow; their own log lines follow' +
+      (logFormat === 'json' ? ' (JSON; LOG_FORMAT=pretty prints them as text)' : ''),
+  );
   const common = {
     PATH: env.PATH ?? '',
     LOG_LEVEL: env.LOG_LEVEL ?? 'info',
@@ -194,6 +211,7 @@ async function main(): Promise<void> {
     log(`PostgREST's settings not written to ${postgrestEnvFile}: ${errorMessage(err)}`);
   }
 
+  log(`waiting until both answer ready (${gatewayUrl}/api/ready, ${workflowUrl}/ready)`);
   await Promise.all([
     serviceReady('device-gateway', `${gatewayUrl}/api/ready`),
     serviceReady('enterprise-workflow', `${workflowUrl}/ready`),
@@ -262,10 +280,18 @@ function pick(source: NodeJS.ProcessEnv, names: string[]): Record<string, string
   return out;
 }
 
-/** Starts `command` (a Node entry point when it ends in .js) with exactly `childEnv`, logs to our stdio. */
+/**
+ * Starts `command` (a Node entry point when it ends in .js) with exactly `childEnv`, its output on our stdout
+ * and stderr: as it is, or with LOG_FORMAT=pretty each line as text.
+ */
 function spawnService(name: string, command: string, childEnv: Record<string, string>): void {
   const [file, args] = command.endsWith('.js') ? [process.execPath, [command]] : [command, []];
-  const child = spawn(file, args, { env: childEnv, stdio: ['ignore', 'inherit', 'inherit'] });
+  const output = logFormat === 'json' ? 'inherit' : 'pipe';
+  const child = spawn(file, args, { env: childEnv, stdio: ['ignore', output, output] });
+  if (logFormat === 'pretty') {
+    printLines(child.stdout!, process.stdout);
+    printLines(child.stderr!, process.stderr);
+  }
   running.children.push({ name, process: child });
   child.on('exit', (code, signal) => {
     // One line per service and stop: the stack's test counts them (each exits once, with code 0).
@@ -277,12 +303,19 @@ function spawnService(name: string, command: string, childEnv: Record<string, st
   });
 }
 
+function printLines(from: Readable, to: Writable): void {
+  createInterface({ input: from, crlfDelay: Infinity }).on('line', (line) => {
+    to.write(`${prettyLogLine(line)}\n`);
+  });
+}
+
 async function serviceReady(name: string, url: string): Promise<void> {
   try {
     await waitReady(url, { timeoutMs: 60_000, intervalMs: 200, cancelled: () => stopping });
   } catch (err) {
     throw new Error(`${name}: ${errorMessage(err)}`, { cause: err });
   }
+  if (!stopping) log(`${name} is ready`);
 }
 
 /** Stops the services first (they drain), then the stores they depend on. */
@@ -296,7 +329,8 @@ async function stop(exitCode: number): Promise<void> {
         new Promise<void>((resolve) => {
           if (child.exitCode !== null || child.signalCode !== null) return resolve();
           const force = setTimeout(() => child.kill('SIGKILL'), 12_000);
-          child.once('exit', () => {
+          // 'close': exited, and its output (piped with LOG_FORMAT=pretty) all printed.
+          child.once('close', () => {
             clearTimeout(force);
             resolve();
           });

@@ -238,6 +238,20 @@ describe('npm start (local stack)', () => {
     // running stack, so it does not stop this start.
     writeFileSync(join(dataDir, 'stack.pid'), `${JSON.stringify({ pid: process.pid, start: '1' })}\n`);
     const first = await startStack(env);
+    // It says what it is doing while it starts, and the readiness polls it makes meanwhile are no warnings.
+    for (const step of [
+      '[stack] starting embedded PostgreSQL on 127.0.0.1:',
+      '; first start: creating the cluster)',
+      '[stack] applying migrations and demo seed',
+      '[stack] starting the local object store (s3rver)',
+      '[stack] starting the development token issuer',
+      '[stack] starting device-gateway and enterprise-workflow; their own log lines follow',
+      '[stack] waiting until both answer ready',
+      '[stack] device-gateway is ready',
+      '[stack] enterprise-workflow is ready',
+    ])
+      expect({ step, said: first.output().includes(step) }).toEqual({ step, said: true });
+    expect(first.output()).not.toMatch(/"level":"warn"[^\n]*ready/i);
 
     // A second start on the same data refuses at once, naming the running stack, and leaves it running: it
     // used to stop the first stack's PostgreSQL (taking it for a leftover) and then fail on ports in use.
@@ -299,6 +313,7 @@ describe('npm start (local stack)', () => {
     // The second start finds an initialised cluster, applied migrations and the seed: nothing to redo.
     const second = await startStack(env);
     expect(second.output()).not.toContain('initdb');
+    expect(second.output()).not.toContain('first start: creating the cluster');
     const settings = await fetch(`http://127.0.0.1:${env.GATEWAY_HTTP_PORT}/api/health`);
     expect(settings.status).toBe(200);
     // The photo outlived the restart (its row in PostgreSQL, its object in s3rver), and so did the
@@ -327,9 +342,16 @@ describe('npm start (local stack)', () => {
       WEBHOOK_TOKENS: secret.webhookToken,
       // The services' drain and every warning are visible: "second signal during shutdown" is a warning.
       LOG_LEVEL: 'info',
+      // The services' lines as text (README, LOG_FORMAT).
+      LOG_FORMAT: 'pretty',
     };
     const stack = await startStack(stackEnv, { ownGroup: true });
     const banner = stack.output();
+
+    // LOG_FORMAT=pretty: every line of the services is text (time, level, service, message, fields), none JSON.
+    expect(banner).toMatch(/^\d\d:\d\d:\d\d\.\d{3} info {2}device-gateway {2}\S/m);
+    expect(banner).toMatch(/^\d\d:\d\d:\d\d\.\d{3} info {2}enterprise-workflow {2}\S/m);
+    expect(banner.split('\n').filter((line) => line.startsWith('{'))).toEqual([]);
 
     // Keys from the environment are named, never printed.
     expect(banner).not.toContain(secret.apiKey);
