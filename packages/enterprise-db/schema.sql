@@ -43,7 +43,7 @@ v enterprise_api.walkthrough_logs RLS false FORCE false OWNER <migrator> OPTIONS
 v enterprise_api.work_item_decisions RLS false FORCE false OWNER <migrator> OPTIONS {security_invoker=true} ACL <migrator>:DELETE,<migrator>:INSERT,<migrator>:MAINTAIN,<migrator>:REFERENCES,<migrator>:SELECT,<migrator>:TRIGGER,<migrator>:TRUNCATE,<migrator>:UPDATE,enterprise_portal_role:SELECT COMMENT Decision history of the work items at the caller's sites: who decided what and when; decide through the workflow service.
 v enterprise_api.work_items RLS false FORCE false OWNER <migrator> OPTIONS {security_invoker=true} ACL <migrator>:DELETE,<migrator>:INSERT,<migrator>:MAINTAIN,<migrator>:REFERENCES,<migrator>:SELECT,<migrator>:TRIGGER,<migrator>:TRUNCATE,<migrator>:UPDATE,enterprise_portal_role:SELECT COMMENT Recommended repairs at the caller's sites; decide them through the workflow service.
 
--- columns (257)
+-- columns (258)
 enterprise.assets.category text NOT NULL COMMENT Trade category.
 enterprise.assets.company_id uuid NOT NULL COMMENT Tenant; always the site's company (set by trigger, enforced by foreign key).
 enterprise.assets.condition text NOT NULL DEFAULT 'good'::text COMMENT Condition from the latest inspection.
@@ -86,6 +86,7 @@ enterprise.maintenance_schedules.updated_at timestamp with time zone NOT NULL DE
 enterprise.maintenance_schedules.vendor text COMMENT Contractor performing the task.
 enterprise.media_items.actual_content_type text ACL enterprise_media_ingest:UPDATE,enterprise_portal_role:SELECT COMMENT Content type the store reported.
 enterprise.media_items.actual_size_bytes bigint ACL enterprise_media_ingest:UPDATE,enterprise_portal_role:SELECT COMMENT Size in bytes the store reported.
+enterprise.media_items.assembled_seen_at timestamp with time zone ACL enterprise_media_ingest:SELECT,enterprise_media_ingest:UPDATE COMMENT When the sweep first found the store had assembled this expired upload in parts while its object event was still unhandled; the sweep accepts the object itself once the grace period has passed since.
 enterprise.media_items.asset_id uuid ACL enterprise_api_role:INSERT,enterprise_portal_role:SELECT COMMENT Linked asset, if any (same site).
 enterprise.media_items.company_id uuid NOT NULL ACL enterprise_portal_role:SELECT COMMENT Tenant; always the site's company.
 enterprise.media_items.created_at timestamp with time zone NOT NULL DEFAULT now() ACL enterprise_media_ingest:SELECT,enterprise_portal_role:SELECT COMMENT When the upload intent was created.
@@ -509,14 +510,16 @@ enterprise.work_items work_items_title_not_null NOT NULL title
 enterprise.work_items work_items_updated_at_not_null NOT NULL updated_at
 enterprise.work_items work_items_walkthrough_id_site_id_fkey FOREIGN KEY (walkthrough_id, site_id) REFERENCES enterprise.walkthrough_logs(id, site_id)
 
--- indexes (48)
+-- indexes (50)
 CREATE INDEX assets_tenant_idx ON enterprise.assets USING btree (company_id, site_id, name)
 CREATE INDEX decision_idempotency_keys_created_idx ON enterprise.decision_idempotency_keys USING btree (created_at)
 CREATE INDEX decision_idempotency_keys_item_idx ON enterprise.decision_idempotency_keys USING btree (work_item_id)
 CREATE INDEX maintenance_schedules_asset_idx ON enterprise.maintenance_schedules USING btree (asset_id) WHERE (asset_id IS NOT NULL)
 CREATE INDEX maintenance_schedules_tenant_idx ON enterprise.maintenance_schedules USING btree (company_id, next_due_on, site_id)
 CREATE INDEX media_items_asset_idx ON enterprise.media_items USING btree (asset_id) WHERE (asset_id IS NOT NULL)
-CREATE INDEX media_items_pending_multipart_idx ON enterprise.media_items USING btree (upload_expires_at) WHERE ((status = 'pending_upload'::text) AND (multipart_upload_id IS NOT NULL))
+CREATE INDEX media_items_open_multipart_site_idx ON enterprise.media_items USING btree (site_id) WHERE ((status = 'pending_upload'::text) AND (part_count IS NOT NULL))
+CREATE INDEX media_items_open_multipart_uploader_idx ON enterprise.media_items USING btree (uploaded_by) WHERE ((status = 'pending_upload'::text) AND (part_count IS NOT NULL))
+CREATE INDEX media_items_pending_multipart_idx ON enterprise.media_items USING btree (upload_expires_at, id) WHERE ((status = 'pending_upload'::text) AND (multipart_upload_id IS NOT NULL))
 CREATE INDEX media_items_tenant_idx ON enterprise.media_items USING btree (company_id, created_at DESC, site_id)
 CREATE INDEX media_items_unstarted_multipart_idx ON enterprise.media_items USING btree (created_at) WHERE ((status = 'pending_upload'::text) AND (multipart_upload_id IS NULL) AND (part_count IS NOT NULL))
 CREATE INDEX media_items_walkthrough_idx ON enterprise.media_items USING btree (walkthrough_id) WHERE (walkthrough_id IS NOT NULL)
@@ -571,7 +574,7 @@ CREATE TRIGGER walkthrough_logs_company BEFORE INSERT OR UPDATE OF site_id, comp
 CREATE TRIGGER work_item_decisions_company BEFORE INSERT OR UPDATE OF site_id, company_id ON enterprise.work_item_decisions FOR EACH ROW EXECUTE FUNCTION enterprise.set_company_from_site()
 CREATE TRIGGER work_items_company BEFORE INSERT OR UPDATE OF site_id, company_id ON enterprise.work_items FOR EACH ROW EXECUTE FUNCTION enterprise.set_company_from_site()
 
--- row-level security policies (32)
+-- row-level security policies (33)
 enterprise.assets api_reads_assets PERMISSIVE SELECT TO enterprise_api_role USING ((company_id = ( SELECT COALESCE((NULLIF(current_setting('enterprise.company_hint'::text, true), ''::text))::uuid, enterprise_api.authorized_company_id()) AS "coalesce")) AND (site_id = ANY (( SELECT
         CASE
             WHEN (current_setting('enterprise.company_hint'::text, true) = '00000000-0000-0000-0000-000000000000'::text) THEN '{}'::uuid[]
@@ -649,6 +652,8 @@ enterprise.media_items ingest_abandons_expired_multipart PERMISSIVE UPDATE TO en
 enterprise.media_items ingest_abandons_unstarted_multipart PERMISSIVE UPDATE TO enterprise_media_ingest USING ((status = 'pending_upload'::text) AND (multipart_upload_id IS NULL) AND (part_count IS NOT NULL)) WITH CHECK ((status = 'abandoned'::text) AND (multipart_upload_id IS NULL))
 
 enterprise.media_items ingest_completes_pending_media PERMISSIVE UPDATE TO enterprise_media_ingest USING (status = 'pending_upload'::text) WITH CHECK (status = ANY (ARRAY['available'::text, 'rejected'::text]))
+
+enterprise.media_items ingest_notes_assembled_multipart PERMISSIVE UPDATE TO enterprise_media_ingest USING ((status = 'pending_upload'::text) AND (multipart_upload_id IS NOT NULL) AND (upload_expires_at < now())) WITH CHECK ((status = 'pending_upload'::text) AND (multipart_upload_id IS NOT NULL) AND (upload_expires_at < now()))
 
 enterprise.media_items ingest_reads_media PERMISSIVE SELECT TO enterprise_media_ingest USING true WITH CHECK -
 
@@ -889,7 +894,7 @@ enterprise_api.work_items AS
    FROM (enterprise.work_items w
      LEFT JOIN enterprise.principals p ON (((p.sub = w.decided_by) AND (p.company_id = w.company_id))));
 
--- functions (13)
+-- functions (14)
 CREATE OR REPLACE FUNCTION enterprise.keep_multipart_upload_id()
  RETURNS trigger
  LANGUAGE plpgsql
@@ -979,21 +984,37 @@ AS $function$
 $function$
 OWNER enterprise_authz ACL enterprise_api_role:EXECUTE,enterprise_authz:EXECUTE,enterprise_portal_role:EXECUTE COMMENT Sorted ids of the sites the current caller may see and act on (empty: none). The one access decision for PostgREST reads and workflow writes; policies use it as site_id = ANY ((SELECT enterprise_api.authorized_site_ids())::uuid[]).
 
-CREATE OR REPLACE FUNCTION enterprise_api.expired_multipart_uploads(p_expired_before timestamp with time zone, p_limit integer)
- RETURNS TABLE(media_id uuid, site_id uuid, object_key text, upload_id text)
+CREATE OR REPLACE FUNCTION enterprise_api.expired_multipart_uploads(p_expired_before timestamp with time zone, p_after_expires_at timestamp with time zone, p_after_id uuid, p_limit integer)
+ RETURNS TABLE(media_id uuid, site_id uuid, object_key text, upload_id text, upload_expires_at text, assembled_seen_at timestamp with time zone)
  LANGUAGE sql
  STABLE SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
-  SELECT mi.id, mi.site_id, mi.object_key, mi.multipart_upload_id
+  SELECT mi.id, mi.site_id, mi.object_key, mi.multipart_upload_id, mi.upload_expires_at::text, mi.assembled_seen_at
   FROM enterprise.media_items mi
   WHERE mi.status = 'pending_upload' AND mi.multipart_upload_id IS NOT NULL
     AND mi.upload_expires_at < LEAST(p_expired_before, now())
+    AND (p_after_expires_at IS NULL OR (mi.upload_expires_at, mi.id) > (p_after_expires_at, p_after_id))
     AND COALESCE(pg_catalog.current_setting('request.jwt.claims', true), '') = ''
-  ORDER BY mi.upload_expires_at
+  ORDER BY mi.upload_expires_at, mi.id
   LIMIT LEAST(GREATEST(p_limit, 0), 1000)
 $function$
-OWNER enterprise_media_ingest ACL enterprise_api_role:EXECUTE,enterprise_media_ingest:EXECUTE COMMENT Sweep of abandoned uploads: pending multipart items whose intent expired before p_expired_before (never later than now), oldest first, at most p_limit (1000). Runs as enterprise_media_ingest.
+OWNER enterprise_media_ingest ACL enterprise_api_role:EXECUTE,enterprise_media_ingest:EXECUTE COMMENT Sweep of abandoned uploads: a page of the pending multipart items whose intent expired before p_expired_before (never later than now), after (p_after_expires_at, p_after_id) when given (the last row of the previous page, its upload_expires_at as this answers it, text at full precision), oldest first, at most p_limit (1000). Nothing with a caller's claims set. Runs as enterprise_media_ingest.
+
+CREATE OR REPLACE FUNCTION enterprise_api.note_upload_assembled(p_media_id uuid)
+ RETURNS timestamp with time zone
+ LANGUAGE sql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  UPDATE enterprise.media_items mi
+  SET assembled_seen_at = COALESCE(mi.assembled_seen_at, now())
+  WHERE mi.id = p_media_id AND mi.status = 'pending_upload' AND mi.multipart_upload_id IS NOT NULL
+    AND mi.upload_expires_at < now()
+    AND COALESCE(pg_catalog.current_setting('request.jwt.claims', true), '') = ''
+  RETURNING mi.assembled_seen_at
+$function$
+OWNER enterprise_media_ingest ACL enterprise_api_role:EXECUTE,enterprise_media_ingest:EXECUTE COMMENT Sweep of abandoned uploads: records, once, when the store was first found to have assembled this expired pending upload in parts; answers that instant, or NULL when it is no longer such an item. Nothing with a caller's claims set. Runs as enterprise_media_ingest.
 
 CREATE OR REPLACE FUNCTION enterprise_api.record_object_created(p_object_key text, p_size_bytes bigint, p_etag text, p_content_type text)
  RETURNS TABLE(media_id uuid, site_id uuid, status text, outcome text)

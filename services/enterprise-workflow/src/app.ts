@@ -55,7 +55,16 @@ async function databaseAnswers(db: Kysely<WorkflowDb>): Promise<boolean> {
   }
 }
 
+/** The HTTP application, without listening (tests use it directly). */
 export function buildApp(deps: AppDeps): Express {
+  return buildWorkflow(deps).app;
+}
+
+/**
+ * The HTTP application and the context its use cases run in, which main.ts also hands to the work that runs
+ * beside the app (the multipart sweep accepts through the webhook's path with it; one set of counters).
+ */
+export function buildWorkflow(deps: AppDeps): { app: Express; ctx: WorkflowContext } {
   const ctx: WorkflowContext = {
     db: deps.db,
     storage: deps.storage,
@@ -88,5 +97,5 @@ export function buildApp(deps: AppDeps): Express {
       },
     }),
   );
-  return finishHttpApp(app, deps.logger);
+  return { app: finishHttpApp(app, deps.logger), ctx };
 }

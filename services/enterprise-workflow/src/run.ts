@@ -14,12 +14,12 @@ import {
   redactUrl,
   SecretSet,
 } from '@platform/service-kit';
-import { buildApp } from './app.js';
+import { buildWorkflow } from './app.js';
 import { createTokenVerifier } from './auth/token-verifier.js';
 import { loadWorkflowConfig, readWebhookTokens } from './config.js';
 import type { WorkflowDb } from './db/database.js';
 import { createSweepMetrics } from './domain/counters.js';
-import { startExpiredUploadSweep } from './domain/multipart-sweep.js';
+import { acceptThroughWebhookPath, startExpiredUploadSweep } from './domain/multipart-sweep.js';
 import { createS3Storage } from './storage/s3-store.js';
 
 const SERVICE = 'enterprise-workflow';
@@ -65,7 +65,7 @@ async function main(): Promise<void> {
   });
   const storage = createS3Storage(config.s3);
   const verifier = createTokenVerifier(config.oidc);
-  const app = buildApp({
+  const { app, ctx } = buildWorkflow({
     config,
     logger,
     db,
@@ -74,10 +74,11 @@ async function main(): Promise<void> {
     metrics,
     webhookTokens: () => webhookTokens,
   });
-  const sweep = startExpiredUploadSweep({ db, storage, now: () => new Date() }, logger, {
+  const sweep = startExpiredUploadSweep(ctx, logger, {
     intervalS: config.multipart.sweepIntervalS,
     graceS: config.multipart.sweepGraceS,
     outcomes: createSweepMetrics(metrics),
+    accept: acceptThroughWebhookPath(ctx),
   });
 
   // Deadlines on reading a request (design §6, service-kit listenHttp).

@@ -141,8 +141,17 @@ it("RLS: a user's transaction reads no other company's rows through the sweep's 
     WHERE id = ${carolsItem}::uuid`.execute(h.admin);
   const seen = await as('bob', async (trx) => {
     const { rows } = await sql<{ media_id: string; site_id: string; object_key: string; upload_id: string }>`
-      SELECT * FROM enterprise_api.expired_multipart_uploads(now(), 1000)`.execute(trx);
+      SELECT * FROM enterprise_api.expired_multipart_uploads(now(), NULL, NULL, 1000)`.execute(trx);
     return rows;
   });
   expect(seen.filter((r) => r.site_id === tower)).toEqual([]);
+  // Nor marks one as assembled (migration 0013's note_upload_assembled): nothing with a caller's claims.
+  const noted = await as('bob', async (trx) => {
+    const { rows } = await sql<{ seen: Date | null }>`
+      SELECT enterprise_api.note_upload_assembled(${carolsItem}::uuid) AS seen`.execute(trx);
+    return rows[0]?.seen;
+  });
+  const { rows } = await sql<{ assembled_seen_at: Date | null }>`
+    SELECT assembled_seen_at FROM enterprise.media_items WHERE id = ${carolsItem}::uuid`.execute(h.admin);
+  expect({ noted, stored: rows[0]?.assembled_seen_at }).toEqual({ noted: null, stored: null });
 });

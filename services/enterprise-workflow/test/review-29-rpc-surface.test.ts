@@ -1,5 +1,5 @@
 // Review of issue 29 item 6 (database side): PostgREST exposes the schema enterprise_api, functions included
-// (/rpc/...). The sweep's SECURITY DEFINER functions (0007, 0009, 0010) see every company's rows: neither the
+// (/rpc/...). The sweep's SECURITY DEFINER functions (0007, 0009, 0010, 0013) see every company's rows: neither the
 // portal's role nor the anonymous role, nor PostgREST's login, may execute any of them.
 // The test asserts the secure behaviour; a failing test is a finding.
 import { sql } from 'kysely';
@@ -25,7 +25,7 @@ it('no role PostgREST can become may execute a definer function of enterprise_ap
         SELECT rolname FROM pg_roles WHERE pg_has_role('authenticator', oid, 'MEMBER') OR rolname = 'authenticator')
       AND has_function_privilege(r.oid, p.oid, 'EXECUTE')
       AND p.proname IN ('expired_multipart_uploads', 'record_upload_abandoned', 'unclaimed_multipart_uploads',
-        'abandon_unstarted_multipart_uploads', 'record_object_created')
+        'abandon_unstarted_multipart_uploads', 'record_object_created', 'note_upload_assembled')
     ORDER BY 1, 2`.execute(h.admin);
   expect(rows).toEqual([]);
   // The check looks at the right roles: PostgREST's login can become the portal role and the anonymous one.

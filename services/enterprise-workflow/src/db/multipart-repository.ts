@@ -88,10 +88,21 @@ export interface ExpiredUpload {
   siteId: string;
   objectKey: string;
   uploadId: string;
+  /** When the sweep first found the store had assembled it (its event unhandled then); null until then. */
+  assembledSeenAt: Date | null;
+  /** Where the next page starts (after this item): its expiry at the database's full precision, and its id. */
+  cursor: ExpiredUploadsCursor;
+}
+
+/** The last item of a page of expired uploads: the next page starts after it. */
+export interface ExpiredUploadsCursor {
+  /** upload_expires_at as PostgreSQL writes it (microseconds, which a Date would round away). */
+  expiresAt: string;
+  id: string;
 }
 
 /**
- * The sweep has no caller, so no claims: it reads and writes through two SECURITY DEFINER functions of
+ * The sweep has no caller, so no claims: it reads and writes through SECURITY DEFINER functions of
  * `enterprise_media_ingest` that only see pending multipart items whose intent expired.
  */
 async function asService<T>(db: Kysely<WorkflowDb>, fn: (trx: Kysely<WorkflowDb>) => Promise<T>): Promise<T> {
@@ -101,15 +112,28 @@ async function asService<T>(db: Kysely<WorkflowDb>, fn: (trx: Kysely<WorkflowDb>
   });
 }
 
-/** Pending multipart items whose intent expired before `before`, oldest first. */
+/**
+ * A page of the pending multipart items whose intent expired before `before`, oldest first, after `after` (the
+ * previous page's last item): the sweep reads every page, so items that stay pending (left to their event, a
+ * store that failed) never hide the ones behind them.
+ */
 export async function expiredMultipartUploads(
   db: Kysely<WorkflowDb>,
   before: Date,
+  after: ExpiredUploadsCursor | undefined,
   limit: number,
 ): Promise<ExpiredUpload[]> {
   return asService(db, async (trx) => {
-    const { rows } = await sql<{ media_id: string; site_id: string; object_key: string; upload_id: string }>`
-      SELECT * FROM enterprise_api.expired_multipart_uploads(${before}::timestamptz, ${limit}::integer)`.execute(
+    const { rows } = await sql<{
+      media_id: string;
+      site_id: string;
+      object_key: string;
+      upload_id: string;
+      upload_expires_at: string;
+      assembled_seen_at: Date | null;
+    }>`
+      SELECT * FROM enterprise_api.expired_multipart_uploads(${before}::timestamptz,
+        ${after?.expiresAt ?? null}::timestamptz, ${after?.id ?? null}::uuid, ${limit}::integer)`.execute(
       trx,
     );
     return rows.map((r) => ({
@@ -117,7 +141,24 @@ export async function expiredMultipartUploads(
       siteId: r.site_id,
       objectKey: r.object_key,
       uploadId: r.upload_id,
+      assembledSeenAt: r.assembled_seen_at,
+      cursor: { expiresAt: r.upload_expires_at, id: r.media_id },
     }));
+  });
+}
+
+/**
+ * Records, once, that the store has assembled the expired upload of `mediaId` while its event is unhandled;
+ * the instant it was first recorded, or undefined when the item is no longer a pending expired upload.
+ */
+export async function noteUploadAssembled(
+  db: Kysely<WorkflowDb>,
+  mediaId: string,
+): Promise<Date | undefined> {
+  return asService(db, async (trx) => {
+    const { rows } = await sql<{ seen: Date | null }>`
+      SELECT enterprise_api.note_upload_assembled(${mediaId}::uuid) AS seen`.execute(trx);
+    return rows[0]?.seen ?? undefined;
   });
 }
 
