@@ -4,7 +4,7 @@ import { createHash, randomUUID } from 'node:crypto';
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { PassThrough } from 'node:stream';
-import { PutObjectCommand, S3Client } from '@aws-sdk/client-s3';
+import { ListObjectsV2Command, PutObjectCommand, S3Client } from '@aws-sdk/client-s3';
 import {
   validateDownloadResponse,
   validateProblemDocument,
@@ -16,6 +16,7 @@ import { encodeEventKey } from '@platform/testkit';
 import request from 'supertest';
 import { buildApp } from '../src/app.js';
 import { createS3Storage } from '../src/storage/s3-store.js';
+import { startAwsCopyStore } from './support/aws-copy-store.js';
 import { startHarness, WEBHOOK_TOKENS } from './support/harness.js';
 import type { Harness } from './support/harness.js';
 
@@ -429,6 +430,70 @@ describe('object-created webhook and download', () => {
     // Nothing stays under the upload key: the second PUT's object was removed too.
     expect(await h.storage.head(key)).toBeUndefined();
   });
+
+  it.each([
+    ['honours if-match, as AWS', true],
+    ['ignores if-match, as s3rver and Ceph RGW 16.2', false],
+  ])(
+    'a store whose copies get ETags of their own (AWS: parts, SSE-KMS) that %s: a PUT replacing the upload during the copy is never accepted',
+    async (_name, honourIfMatch) => {
+      const aws = await startAwsCopyStore(h.s3, { honourIfMatch });
+      const storage = createS3Storage({
+        endpoint: aws.endpoint,
+        publicEndpoint: h.s3.endpoint,
+        region: h.s3.region,
+        bucket: h.s3.bucket,
+        accessKeyId: h.s3.accessKeyId,
+        secretAccessKey: h.s3.secretAccessKey,
+        forcePathStyle: true,
+      });
+      const app = buildApp({
+        config: {
+          media: { maxImageBytes: 1000, maxVideoBytes: 5000, uploadUrlTtlS: 900, downloadUrlTtlS: 300 },
+          idempotencyTtlS: 60,
+          webhookTokens: WEBHOOK_TOKENS,
+        },
+        logger: createLogger({ service: 'aws-copy-test', level: 'error' }),
+        db: h.db,
+        storage,
+        verifier: h.verifier,
+      });
+      const hook = (key: string) =>
+        request(app)
+          .post('/internal/media/object-created')
+          .set('Authorization', `Bearer ${WEBHOOK_TOKENS[0]}`)
+          .send(s3Event(key, 5));
+      try {
+        const res = await intent(bob, hq, { filename: 'race.png', content_type: 'image/png', size_bytes: 5 });
+        const mediaId = res.body.media_id as string;
+        const key = await objectKeyOf(mediaId);
+        const upload = res.body.upload as { url: string; headers: Record<string, string> };
+        const putThroughUrl = (bytes: string) =>
+          fetch(upload.url, { method: 'PUT', headers: upload.headers, body: bytes });
+        expect((await putThroughUrl('AAAAA')).status).toBe(200);
+        // The same URL used again between the service's HEAD and its copy.
+        aws.beforeCopy = async () => {
+          aws.beforeCopy = undefined;
+          expect((await putThroughUrl('BBBBB')).status).toBe(200);
+        };
+        expect((await hook(key)).body.results).toEqual([{ key, outcome: 'ignored' }]);
+        expect(await statusOf(mediaId)).toBe('pending_upload');
+        const listed = await s3client.send(
+          new ListObjectsV2Command({ Bucket: h.s3.bucket, Prefix: `accepted/${key}/` }),
+        );
+        expect(listed.Contents ?? []).toEqual([]);
+        // The replacing PUT's own event decides: its bytes are what the item serves.
+        expect((await hook(key)).body.results).toEqual([{ key, outcome: 'available' }]);
+        const served = await request(app)
+          .get(`/sites/${hq}/media/${mediaId}/download`)
+          .set('Authorization', `Bearer ${bob}`);
+        expect(await (await fetch(String(served.body.url))).text()).toBe('BBBBB');
+      } finally {
+        storage.destroy();
+        await aws.stop();
+      }
+    },
+  );
 
   it('accepts the MinIO body with its content type (old token still valid)', async () => {
     const { mediaId, key } = await pending(alice, warehouse, 'video/mp4', 3000);

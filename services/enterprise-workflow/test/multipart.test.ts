@@ -32,6 +32,7 @@ import { startHarness, WEBHOOK_TOKENS } from './support/harness.js';
 import type { Harness } from './support/harness.js';
 import { startVerifyingProxy } from './support/sigv4.js';
 import { startSlowStore } from './support/slow-store.js';
+import { startAwsCopyStore } from './support/aws-copy-store.js';
 import type { SlowStore } from './support/slow-store.js';
 import { waitFor } from './support/wait.js';
 
@@ -530,6 +531,68 @@ it('an abort after the store assembled the file is 409; the item is accepted and
   expect((await deliver(event)).results).toEqual([{ key, outcome: 'available' }]);
   expect((await mediaRow(mediaId))?.status).toBe('available');
   expect(await acceptedCopies(mediaId)).toHaveLength(1);
+});
+
+it('an upload in parts becomes available on a store that gives its copy an ETag of its own, as AWS does', async () => {
+  // AWS gives the copy of an object assembled from parts the MD5 of its bytes as ETag, never the source's
+  // `…-<parts>`, and any SSE-KMS copy an ETag of its own: the accepted copy cannot be recognised by an equal
+  // ETag. (Before the fix every such upload stayed pending: 'ignored', "changed while it was being accepted".)
+  const aws = await startAwsCopyStore(h.s3);
+  const awsStorage = createS3Storage({
+    endpoint: aws.endpoint,
+    publicEndpoint: proxy.endpoint,
+    region: h.s3.region,
+    bucket: h.s3.bucket,
+    accessKeyId: h.s3.accessKeyId,
+    secretAccessKey: h.s3.secretAccessKey,
+    forcePathStyle: true,
+  });
+  const app = buildApp({
+    config: {
+      media: { maxImageBytes: 1000, maxVideoBytes: 100 * MiB, uploadUrlTtlS: 900, downloadUrlTtlS: 300 },
+      multipart: { thresholdBytes: 6 * MiB, partSizeBytes: 5 * MiB, uploadTtlS: 3600 },
+      idempotencyTtlS: 60,
+      webhookTokens: WEBHOOK_TOKENS,
+    },
+    logger: createLogger({ service: 'aws-copy-test', level: 'error' }),
+    db: h.db,
+    storage: awsStorage,
+    verifier: h.verifier,
+  });
+  try {
+    const file = randomBytes(7 * MiB);
+    const { mediaId, plan } = await newUpload(file.length);
+    const parts = [];
+    for (const url of await partUrls(mediaId, [1, 2]))
+      parts.push({ part_number: url.part_number, etag: await putPart(url, file, plan.part_size_bytes) });
+    const key = await objectKey(mediaId);
+    // The store's event goes to the service that talks to the AWS-like store, once, from this test.
+    h.setEventTarget(undefined);
+    let event;
+    try {
+      const done = await api('POST', `/sites/${hq}/media/${mediaId}/multipart/complete`, alice, { parts });
+      expect(done.status).toBe(202);
+      event = await h.s3.waitForObjectCreated(key);
+    } finally {
+      h.setEventTarget(`${base}/internal/media/object-created`);
+    }
+    const res = await request(app)
+      .post('/internal/media/object-created')
+      .set('Authorization', `Bearer ${WEBHOOK_TOKENS[0]}`)
+      .send({ Records: [event] });
+    expect(res.body.results).toEqual([{ key, outcome: 'available' }]);
+    expect([...aws.copies.keys()]).toEqual([expect.stringMatching(new RegExp(`^accepted/${key}/`))]);
+    const served = await request(app)
+      .get(`/sites/${hq}/media/${mediaId}/download`)
+      .set('Authorization', `Bearer ${alice}`);
+    expect(served.status).toBe(200);
+    const got = Buffer.from(await (await fetch(served.body.url as string)).arrayBuffer());
+    expect(got.equals(file)).toBe(true);
+    expect(await acceptedCopies(mediaId)).toHaveLength(1);
+  } finally {
+    awsStorage.destroy();
+    await aws.stop();
+  }
 });
 
 it('the webhook keeps no accepted copy for an item that is not available', async () => {

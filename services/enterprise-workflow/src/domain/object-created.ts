@@ -20,6 +20,7 @@ interface Observed {
   sizeBytes: number;
   contentType: string | undefined;
   etag: string;
+  lastModified: Date | undefined;
 }
 
 /**
@@ -42,7 +43,7 @@ async function observe(
     scope.log.error('object store gave no ETag for an uploaded object', { object_key: event.key });
     throw ERRORS.storeGaveNoEtag();
   }
-  return { sizeBytes: head.sizeBytes, contentType: head.contentType, etag };
+  return { sizeBytes: head.sizeBytes, contentType: head.contentType, etag, lastModified: head.lastModified };
 }
 
 /**
@@ -84,7 +85,7 @@ async function settleRecord(
     scope.log.warn('object event for an object that no longer exists', { object_key: event.key });
     return { key: event.key, outcome: 'ignored' };
   }
-  const secured = await secure(ctx, scope, event.key, observed.etag);
+  const secured = await secure(ctx, scope, event.key, observed);
   if (secured === undefined) return { key: event.key, outcome: 'ignored' };
   const recorded = await recordArrival(ctx, event.key, observed);
   const outcome = outcomeOf(recorded);
@@ -143,28 +144,63 @@ function screen(
 
 /**
  * Secured before it is recorded (design §4.6): once the item says available, the bytes it names are already
- * where no upload URL can reach. Only the version just inspected is copied (if-match its ETag). The accepted
- * key, or undefined when the object changed meanwhile.
+ * where no upload URL can reach. The copy asks for the inspected version only (if-match its ETag), which S3 and
+ * MinIO honour and s3rver and Ceph RGW 16.2 ignore, so the copy is then checked against what was inspected
+ * (copyIsInspected). The accepted key, or undefined when the object changed meanwhile.
  */
 async function secure(
   ctx: WorkflowContext,
   scope: ServiceScope,
   key: string,
-  etag: string,
+  observed: Observed,
 ): Promise<string | undefined> {
-  const secured = acceptedObjectKey(key, etag);
-  const copyEtag = await storeCall(
+  const secured = acceptedObjectKey(key, observed.etag);
+  const copied = await storeCall(
     scope.log,
     'COPY for an object event',
-    () => ctx.storage.copy({ source: key, destination: secured, etag }),
+    () => ctx.storage.copy({ source: key, destination: secured, etag: observed.etag }),
     { object_key: key },
   );
-  if (normaliseEtag(copyEtag) === etag) return secured;
-  // Replaced or deleted since the HEAD (another PUT to the same URL): that PUT's own event decides.
-  // A store that ignores if-match (s3rver) copied other bytes: they must not stay under this key.
-  if (copyEtag !== undefined) await housekeeping(ctx, scope, secured, 'a copy of a replaced upload');
+  if (copied && (await copyIsInspected(ctx, scope, key, secured, observed))) return secured;
+  // Replaced or deleted since the HEAD (another PUT to the same URL): that PUT's own event decides. A copy of
+  // other bytes, which a store that ignores if-match makes, must not stay under this key.
+  if (copied) await housekeeping(ctx, scope, secured, 'a copy of a replaced upload');
   scope.log.warn('object changed while it was being accepted', { object_key: key });
   return undefined;
+}
+
+/**
+ * Whether the copy holds the inspected version, without assuming the store gives a copy its source's ETag
+ * (AWS does not for an object assembled from parts, nor for SSE-KMS or SSE-C objects). Its size must be the
+ * inspected size. Then either its ETag is the inspected one: an ETag is the MD5 of the bytes for an object
+ * written in one PUT, and a store that keeps a copy's source ETag (s3rver, RGW, MinIO) gives it the ETag of the
+ * version it copied. Or the store gave it an ETag of its own, and the source, asked again after the copy, is
+ * still the inspected version (ETag and Last-Modified): it was that version before and after the copy. Design
+ * §4.6 says what this guarantees on each store.
+ */
+async function copyIsInspected(
+  ctx: WorkflowContext,
+  scope: ServiceScope,
+  key: string,
+  secured: string,
+  observed: Observed,
+): Promise<boolean> {
+  const meta = { object_key: key };
+  const copy = await storeCall(scope.log, 'HEAD of the accepted copy', () => ctx.storage.head(secured), meta);
+  if (copy === undefined || copy.sizeBytes !== observed.sizeBytes) return false;
+  if (normaliseEtag(copy.etag) === observed.etag) return true;
+  const source = await storeCall(
+    scope.log,
+    'HEAD after the accepted copy',
+    () => ctx.storage.head(key),
+    meta,
+  );
+  return (
+    source !== undefined &&
+    normaliseEtag(source.etag) === observed.etag &&
+    source.sizeBytes === observed.sizeBytes &&
+    source.lastModified?.getTime() === observed.lastModified?.getTime()
+  );
 }
 
 /** The arrival, through the ingest role's one write function (enterprise_api.record_object_created). */

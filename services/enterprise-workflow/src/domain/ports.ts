@@ -26,6 +26,8 @@ export interface StoredObject {
   sizeBytes: number;
   contentType: string | undefined;
   etag: string | undefined;
+  /** The store's Last-Modified (whole seconds over HTTP); undefined if it did not say. */
+  lastModified: Date | undefined;
 }
 
 /** A part of a multipart upload, as the store lists it. */
@@ -65,11 +67,12 @@ export interface MediaStorage {
   /** undefined when the object does not exist. */
   head(key: string): Promise<StoredObject | undefined>;
   /**
-   * Server-side copy of `source` to `destination`, only if `source` still has the ETag `etag` (S3's
-   * `x-amz-copy-source-if-match`). Returns the copy's ETag, or undefined when the source is gone or no
-   * longer that version (404, 412).
+   * Server-side copy of `source` to `destination`, asking the store to copy only if `source` still has the
+   * ETag `etag` (S3's `x-amz-copy-source-if-match`). True once the store made the copy; false when the source
+   * is gone or no longer that version (404, 412). Not every store honours the condition, and the copy's own
+   * ETag need not be the source's (design §4.6): what the copy holds is for the caller to establish.
    */
-  copy(input: { source: string; destination: string; etag: string }): Promise<string | undefined>;
+  copy(input: { source: string; destination: string; etag: string }): Promise<boolean>;
   delete(key: string): Promise<void>;
   /** Starts a multipart upload of `key` with this Content-Type; returns the store's upload id. */
   createMultipartUpload(input: { key: string; contentType: string }): Promise<string>;

@@ -68,7 +68,12 @@ export function createS3Storage(settings: S3Settings): MediaStorage {
     async head(key) {
       try {
         const out = await client.send(new HeadObjectCommand({ Bucket: settings.bucket, Key: key }));
-        return { sizeBytes: out.ContentLength ?? 0, contentType: out.ContentType, etag: out.ETag };
+        return {
+          sizeBytes: out.ContentLength ?? 0,
+          contentType: out.ContentType,
+          etag: out.ETag,
+          lastModified: out.LastModified,
+        };
       } catch (err) {
         if (isNotFound(err)) return undefined;
         throw asStorageError(err, 'HEAD object');
@@ -77,7 +82,7 @@ export function createS3Storage(settings: S3Settings): MediaStorage {
 
     async copy({ source, destination, etag }) {
       try {
-        const out = await client.send(
+        await client.send(
           new CopyObjectCommand({
             Bucket: settings.bucket,
             Key: destination,
@@ -87,10 +92,10 @@ export function createS3Storage(settings: S3Settings): MediaStorage {
           }),
           long,
         );
-        return out.CopyObjectResult?.ETag;
+        return true;
       } catch (err) {
-        if (isNotFound(err)) return undefined;
-        if (err instanceof S3ServiceException && err.$metadata.httpStatusCode === 412) return undefined;
+        if (isNotFound(err)) return false;
+        if (err instanceof S3ServiceException && err.$metadata.httpStatusCode === 412) return false;
         throw asStorageError(err, 'COPY object');
       }
     },
