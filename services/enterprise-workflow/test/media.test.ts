@@ -584,6 +584,22 @@ describe('object-created webhook and download', () => {
     expect(h.logs.some((l) => l.message === 'object event for an unknown key acknowledged')).toBe(true);
   });
 
+  it("reads a Ceph RGW record's key as stored and an AWS record's URL-encoded", async () => {
+    // RGW's HTTP push sends keys as stored (eventSource ceph:s3): its '+' and '%41' mean themselves.
+    const raw = `sites/${hq}/media/a+b%41.png`;
+    const record = (eventSource: string) => ({
+      eventSource,
+      eventName: 'ObjectCreated:Put',
+      s3: { bucket: { name: h.s3.bucket }, object: { key: raw, size: 1, eTag: 'abc' } },
+    });
+    const res = await webhook({ Records: [record('ceph:s3'), record('aws:s3')] });
+    expect(res.status).toBe(200);
+    expect(res.body.results).toEqual([
+      { key: raw, outcome: 'unknown_key' },
+      { key: `sites/${hq}/media/a bA.png`, outcome: 'unknown_key' },
+    ]);
+  });
+
   it('refuses a wrong or missing token with 401 and a malformed body with 400', async () => {
     const key = 'sites/x/media/y.png';
     const wrong = await webhook(s3Event(key, 1), 'not-the-token');
