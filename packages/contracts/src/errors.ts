@@ -26,6 +26,7 @@ export const errorCodes = [
   'upload_gone',
   'upload_assembled',
   'parts_mismatch',
+  'too_many_open_uploads',
   'request_timeout',
   'payload_too_large',
   'unsupported_media_type',
@@ -82,6 +83,9 @@ export const errorCatalogue = {
   upload_assembled: { status: 409, title: 'Upload already assembled' },
   // 409: the stored parts do not make the declared file (missing, another ETag or length): list them, resend.
   parts_mismatch: { status: 409, title: 'Stored parts do not match' },
+  // 409: the caller, or the site, has as many uploads in parts open as it may (design §4.4): complete or abort
+  // one first.
+  too_many_open_uploads: { status: 409, title: 'Too many open uploads' },
   // 408: the request's headers or the whole request did not arrive within the read deadlines (design §6).
   request_timeout: { status: 408, title: 'Request timeout' },
   payload_too_large: { status: 413, title: 'Payload too large' },

@@ -98,6 +98,13 @@ export const configSchema = {
     MULTIPART_PART_SIZE_BYTES: { type: 'integer', minimum: 5 * MiB, maximum: 5120 * MiB, default: 16 * MiB },
     /** How long an upload in parts may take from intent to completion, in seconds (default 24 h). */
     MULTIPART_UPLOAD_TTL_S: { type: 'integer', minimum: 60, maximum: 604800, default: 86400 },
+    /**
+     * The most uploads in parts one user may have open at once (pending, intent not expired), across sites; a
+     * further intent is 409 too_many_open_uploads (design §4.4).
+     */
+    MULTIPART_MAX_OPEN_PER_USER: { type: 'integer', minimum: 1, maximum: 10000, default: 20 },
+    /** The most uploads in parts open at once at one site, whoever started them. */
+    MULTIPART_MAX_OPEN_PER_SITE: { type: 'integer', minimum: 1, maximum: 100000, default: 200 },
     /** Interval of the sweep that aborts expired uploads in parts, in seconds; 0 turns it off. */
     MULTIPART_SWEEP_INTERVAL_S: { type: 'integer', minimum: 0, maximum: 86400, default: 300 },
     /**
@@ -272,6 +279,8 @@ export function loadWorkflowConfig(env: Record<string, string | undefined> = pro
       thresholdBytes: raw.MULTIPART_THRESHOLD_BYTES,
       partSizeBytes: raw.MULTIPART_PART_SIZE_BYTES,
       uploadTtlS: raw.MULTIPART_UPLOAD_TTL_S,
+      maxOpenPerUser: raw.MULTIPART_MAX_OPEN_PER_USER,
+      maxOpenPerSite: raw.MULTIPART_MAX_OPEN_PER_SITE,
       sweepIntervalS: raw.MULTIPART_SWEEP_INTERVAL_S,
       sweepGraceS: raw.MULTIPART_SWEEP_GRACE_S,
     },

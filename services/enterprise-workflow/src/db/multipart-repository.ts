@@ -193,6 +193,35 @@ export async function unclaimedUploads(
 }
 
 /**
+ * How many uploads in parts are open (pending, planned or started, intent not expired) for `uploadedBy` (at the
+ * sites the caller may see) and at `siteId`, after taking the transaction-scoped locks that serialise intents in
+ * parts of one uploader and of one site: the count is then the one this transaction's insert adds to, so racing
+ * intents cannot all pass a cap at once. Locks are taken uploader first, then site, in every transaction, so two
+ * intents never wait on each other in a cycle. Counted on the partial indexes of migration 0013.
+ */
+export async function lockAndCountOpenUploads(
+  db: Executor,
+  uploadedBy: string,
+  siteId: string,
+): Promise<{ byUploader: number; atSite: number }> {
+  await sql`SELECT pg_advisory_xact_lock(hashtextextended(${`multipart-open-uploader:${uploadedBy}`}, 0))`.execute(
+    db,
+  );
+  await sql`SELECT pg_advisory_xact_lock(hashtextextended(${`multipart-open-site:${siteId}`}, 0))`.execute(
+    db,
+  );
+  const { rows } = await sql<{ by_uploader: number; at_site: number }>`
+    SELECT
+      (SELECT count(*)::integer FROM enterprise.media_items
+        WHERE uploaded_by = ${uploadedBy} AND status = 'pending_upload' AND part_count IS NOT NULL
+          AND upload_expires_at > now()) AS by_uploader,
+      (SELECT count(*)::integer FROM enterprise.media_items
+        WHERE site_id = ${siteId}::uuid AND status = 'pending_upload' AND part_count IS NOT NULL
+          AND upload_expires_at > now()) AS at_site`.execute(db);
+  return { byUploader: rows[0]?.by_uploader ?? 0, atSite: rows[0]?.at_site ?? 0 };
+}
+
+/**
  * Sets the store's upload id on the caller's own planned item (recorded without one, design §4.4): once, while
  * it is pending and has none. False when it is no longer such an item (a concurrent start won, or it was
  * abandoned); the RLS policy allows nothing else.

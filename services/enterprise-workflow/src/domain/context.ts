@@ -30,6 +30,13 @@ export interface MultipartSettings {
   partSizeBytes: number;
   /** How long an upload in parts may take, from its intent to its completion, in seconds. */
   uploadTtlS: number;
+  /**
+   * The most uploads in parts one user may have open (pending, intent not expired), across sites; a further
+   * intent is 409 `too_many_open_uploads`. Default: defaultMultipartSettings.
+   */
+  maxOpenPerUser?: number;
+  /** The most uploads in parts open at one site, whoever started them. Default: defaultMultipartSettings. */
+  maxOpenPerSite?: number;
 }
 
 /** The caller of one portal request. */

@@ -62,6 +62,13 @@ export const ERRORS = {
   uploadGone: () => new DomainError('upload_gone', 'The upload no longer exists in the store.'),
   uploadAssembled: () =>
     new DomainError('upload_assembled', 'The upload was already assembled; it can no longer be aborted.'),
+  tooManyOpenUploads: (scope: 'user' | 'site', limit: number) =>
+    new DomainError(
+      'too_many_open_uploads',
+      scope === 'user'
+        ? `You have ${limit} uploads in parts open, the most one user may have; complete or abort one, or wait until one expires.`
+        : `This site has ${limit} uploads in parts open, the most one site may have; complete or abort one, or wait until one expires.`,
+    ),
   partsMismatch: (problems: readonly string[]) =>
     new DomainError(
       'parts_mismatch',

@@ -21,11 +21,16 @@ const MiB = 1024 * 1024;
 export const MIN_PART_SIZE_BYTES = 5 * MiB;
 export const MAX_PARTS = 10_000;
 
-export const defaultMultipartSettings: MultipartSettings = {
+export const defaultMultipartSettings = {
   thresholdBytes: 64 * MiB,
   partSizeBytes: 16 * MiB,
   uploadTtlS: 24 * 3600,
-};
+  // Open uploads hold parts in the store and entries in its listing, which the sweep reads whole (design §4.4):
+  // without a bound any user could open thousands a minute. A browser uploads a handful of files at once
+  // (Uppy's default is a few concurrent uploads), so 20 leaves room; a site's users together get ten times that.
+  maxOpenPerUser: 20,
+  maxOpenPerSite: 200,
+} as const satisfies Required<MultipartSettings>;
 
 export interface PartPlan {
   partSizeBytes: number;

@@ -12,13 +12,18 @@ import {
 } from '../db/media-repository.js';
 import type { IntentKeyRecord } from '../db/media-repository.js';
 import type { Executor } from '../db/database.js';
-import { abandonUnstarted, currentUploadId, setUploadId } from '../db/multipart-repository.js';
+import {
+  abandonUnstarted,
+  currentUploadId,
+  lockAndCountOpenUploads,
+  setUploadId,
+} from '../db/multipart-repository.js';
 import { siteIsVisible } from '../db/site-repository.js';
 import type { UserScope, WorkflowContext } from './context.js';
 import { ERRORS } from './errors.js';
 import type { PresignedUpload } from './ports.js';
 import { checkIntent, newObjectKey } from './media-rules.js';
-import { planParts } from './multipart-uploads.js';
+import { defaultMultipartSettings, planParts } from './multipart-uploads.js';
 import { storeCall } from './store-call.js';
 import type { PartPlan } from './multipart-uploads.js';
 
@@ -271,6 +276,24 @@ async function giveUp(
   }
 }
 
+/**
+ * The caps on open uploads in parts (design §4.4): per user, and per site. Each open upload holds parts in the
+ * store and an entry in its listing until it is completed, aborted or swept; without a cap one user could open
+ * them by the thousand. Checked in the intent's transaction, under locks (lockAndCountOpenUploads).
+ */
+async function checkOpenUploads(
+  ctx: WorkflowContext,
+  trx: Executor,
+  scope: UserScope,
+  siteId: string,
+): Promise<void> {
+  const perUser = ctx.multipart.maxOpenPerUser ?? defaultMultipartSettings.maxOpenPerUser;
+  const perSite = ctx.multipart.maxOpenPerSite ?? defaultMultipartSettings.maxOpenPerSite;
+  const open = await lockAndCountOpenUploads(trx, scope.user.sub, siteId);
+  if (open.byUploader >= perUser) throw ERRORS.tooManyOpenUploads('user', perUser);
+  if (open.atSite >= perSite) throw ERRORS.tooManyOpenUploads('site', perSite);
+}
+
 /** Records the pending item (and the Idempotency-Key's first use) under the caller's claims. */
 async function recordIntent(
   ctx: WorkflowContext,
@@ -294,6 +317,7 @@ async function recordIntent(
       const missing = await missingLinkTargets(trx, siteId, links);
       if (missing.length > 0) throw ERRORS.linkNotFound(missing);
     }
+    if (multipart !== undefined) await checkOpenUploads(ctx, trx, scope, siteId);
     const id = await insertPendingMedia(trx, {
       siteId,
       objectKey,
