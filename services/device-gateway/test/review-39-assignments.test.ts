@@ -6,18 +6,19 @@
 // - The reads ordered by `seq` as the output column, which is `seq::text`: text order (9 8 7 63 62 ...). A start
 //   with more than 20,000 assignment rows (the page size) then lost rows between pages, and `GET /api/rollouts`
 //   was not newest first and its pages lost rollouts.
-import { createDb } from '@platform/service-kit';
+import { createDb, createLogger } from '@platform/service-kit';
 import { createTestDatabase, type TestDatabase } from '@platform/testkit';
 import { sql, type Kysely, type KyselyPlugin } from 'kysely';
 import { gatewayMigrations } from '../src/db/migrations.js';
 import type { GatewayDatabase } from '../src/db/tables.js';
 import { AssignmentSync } from '../src/rollout/assignments.js';
 import { listRollouts } from '../src/rollout/sql.js';
-import { device, newState, silentLogger } from './support/harness.js';
+import { device, newState } from './support/harness.js';
 import { loginUrl } from './support/gateway.js';
 import { validateDesiredSettings } from '@platform/contracts';
 
 const ROLLOUT = 'c3900000-0000-4000-8000-000000000001';
+const logger = createLogger({ service: 'review-39-assignments', level: 'error' });
 
 let database: TestDatabase;
 let owner: Kysely<GatewayDatabase>;
@@ -65,7 +66,7 @@ describe('issue 41: a start reads every assignment, whatever their number', () =
       db: login,
       state,
       validateSettings: validateDesiredSettings,
-      logger: silentLogger,
+      logger,
     });
     await sync.sync();
     let held = 0;
@@ -100,7 +101,7 @@ describe('issue 39: a replica that starts while a rollback commits', () => {
       db: login.withPlugin(rollbackBetweenPages),
       state,
       validateSettings: validateDesiredSettings,
-      logger: silentLogger,
+      logger,
     });
     await sync.sync();
     expect(reads).toBeGreaterThan(1);
