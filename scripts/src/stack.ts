@@ -255,7 +255,9 @@ async function main(): Promise<void> {
     `                       ${calls.decide}`,
     `  observe a device:    coap-client-openssl -m get -s 60 -u '${deviceKey.identity}' -k '${deviceKey.keyText}' coaps://${localHost}:${ports.gatewayCoaps}/devices/acme-hq-hvac-01/settings`,
     `    (no DTLS client:   coap-client-notls -m get -s 60 coap://${localHost}:${ports.gatewayCoap}/devices/acme-hq-hvac-01/settings)`,
-    '  device keys:         npm run device-key -- issue|revoke|list   (DATABASE_URL: the owner URL above)',
+    databaseFromEnv
+      ? '  device keys:         npm run device-key -- issue|revoke|list   (with the DATABASE_URL this stack was given)'
+      : `  device keys:         DATABASE_URL=${ownerUrl} npm run device-key -- list   (or issue, revoke)`,
     `  push settings:       curl -H 'Authorization: Bearer ${apiKeyFromEnv ? '<a key of GATEWAY_API_KEYS>' : devSecrets.gatewayApiKey}' -H 'Content-Type: application/json' \\`,
     `                         -d '{"device_id":"acme-hq-hvac-01","settings":{"reporting_interval_s":60}}' ${gatewayUrl}/api/notify-settings`,
     '',

@@ -18,10 +18,14 @@ import { AUTHENTICATOR, demoSites } from '@platform/enterprise-db';
 import { freePort } from '@platform/testkit';
 import pg from 'pg';
 import { demoExamples } from '../src/lib/demo-examples.js';
+import { localPorts } from '../src/lib/local.js';
 
 const repoRoot = fileURLToPath(new URL('../../', import.meta.url));
 const startScript = fileURLToPath(new URL('../dist/start.js', import.meta.url));
 const tokenScript = fileURLToPath(new URL('../dist/token.js', import.meta.url));
+const deviceKeyScript = fileURLToPath(
+  new URL('../../services/device-gateway/dist/cli/device-key.js', import.meta.url),
+);
 jest.setTimeout(120_000);
 
 interface Stack {
@@ -252,6 +256,26 @@ describe('npm start (local stack)', () => {
     ])
       expect({ step, said: first.output().includes(step) }).toEqual({ step, said: true });
     expect(first.output()).not.toMatch(/"level":"warn"[^\n]*ready/i);
+
+    // `npm run device-key` without DATABASE_URL names the URL the banner prints (on the default port), and
+    // with the banner's own command it lists the demo device's key.
+    const bannerCommand = /DATABASE_URL=(postgres:\/\/\S+) npm run device-key -- list/.exec(first.output());
+    expect(bannerCommand).not.toBeNull();
+    const stackUrl = bannerCommand![1]!;
+    expect(first.output()).toContain(`PostgreSQL           ${stackUrl}  (embedded`);
+    const run = promisify(execFile);
+    const missing = await run(process.execPath, [deviceKeyScript, 'list'], {
+      env: { PATH: process.env.PATH ?? '' },
+    }).catch((err: { code: number; stderr: string }) => err);
+    expect(missing).toMatchObject({ code: 2 });
+    const onDefaultPort = stackUrl.replace(`:${env.LOCAL_POSTGRES_PORT}/`, `:${localPorts.postgres}/`);
+    expect((missing as { stderr: string }).stderr).toContain(
+      `DATABASE_URL=${onDefaultPort} npm run device-key -- list`,
+    );
+    const listed = await run(process.execPath, [deviceKeyScript, 'list', 'acme-hq-hvac-01'], {
+      env: { PATH: process.env.PATH ?? '', DATABASE_URL: stackUrl },
+    });
+    expect(listed.stdout).toContain('acme-hq-hvac-01');
 
     // A second start on the same data refuses at once, naming the running stack, and leaves it running: it
     // used to stop the first stack's PostgreSQL (taking it for a leftover) and then fail on ports in use.

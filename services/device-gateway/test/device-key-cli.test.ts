@@ -189,9 +189,13 @@ describe('npm run device-key (a real process against a real PostgreSQL)', () => 
   });
 
   it('no DATABASE_URL, or an unreachable database, is a clear failure without the password', async () => {
-    const missing = await deviceKey(['list'], {});
+    const missing = await deviceKey(['list', 'acme-hq-hvac-01'], {});
     expect(missing.code).toBe(2);
     expect(missing.stderr).toMatch(/DATABASE_URL must be set/);
+    // It names the URL the local stack's banner prints, ready to paste with the same arguments.
+    expect(missing.stderr).toContain(
+      'DATABASE_URL=postgres://postgres:postgres@127.0.0.1:5433/platform npm run device-key -- list acme-hq-hvac-01',
+    );
     const down = await deviceKey(['list'], {
       DATABASE_URL: 'postgres://someone:s3cret-pw@127.0.0.1:1/nowhere',
     });

@@ -24,6 +24,14 @@ export const EXIT_OK = 0;
 export const EXIT_FAILED = 1;
 export const EXIT_USAGE = 2;
 
+/**
+ * The owner URL of `npm start`'s embedded PostgreSQL on its default port (LOCAL_POSTGRES_PORT, 5433), as the
+ * stack's banner prints it after "PostgreSQL". Named when DATABASE_URL is missing, since the local stack is
+ * where a developer meets this command first; a development default (its password is `postgres`), never a
+ * deployment's. scripts/test/stack.test.ts checks it against the banner.
+ */
+export const LOCAL_STACK_DATABASE_URL = 'postgres://postgres:postgres@127.0.0.1:5433/platform';
+
 /** Validity of an issued key when `--valid-days` is not given, in days. */
 export const DEFAULT_VALID_DAYS = 365;
 
@@ -240,7 +248,15 @@ export async function runDeviceKey(
   }
   const url = config.databaseUrl;
   if (url === undefined || url === '') {
-    io.err('device-key: DATABASE_URL must be set (the owner login of the platform database)');
+    // The arguments shown again only when a shell takes them as they are (device ids and identities are).
+    const again = argv.length > 0 && argv.every((a) => /^[\w.:@/=+-]+$/.test(a)) ? argv.join(' ') : 'list';
+    io.err(
+      [
+        'device-key: DATABASE_URL must be set to an owner login of the platform database (the one `npm run migrate` uses).',
+        'With the local stack (npm start) it is the URL its banner prints after "PostgreSQL"; on the default port:',
+        `  DATABASE_URL=${LOCAL_STACK_DATABASE_URL} npm run device-key -- ${again}`,
+      ].join('\n'),
+    );
     return EXIT_USAGE;
   }
   const db = createDb<GatewayDatabase>(url, {
