@@ -595,6 +595,13 @@ export class DtlsServer implements HandshakeHost, Evictor {
       }
     }
     s.wipe();
+    // Cut off by its key (revoked, expired, deleted, or its device disabled): say whose, never the key.
+    if (reason === 'revoked')
+      this.options.logger.info('dtls session ended: key no longer valid', {
+        device_id: s.pub.deviceId,
+        identity: s.pub.identity,
+        peer: s.pub.key,
+      });
     this.notifyEnd(s, reason);
   }
 
