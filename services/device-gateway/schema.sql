@@ -389,7 +389,7 @@ CREATE TRIGGER device_registry_touch BEFORE UPDATE ON device_gateway.device_regi
 -- view definitions (0)
 
 
--- functions (24)
+-- functions (25)
 CREATE OR REPLACE FUNCTION device_gateway.bus_join(OUT cleared integer, OUT top_version bigint)
  RETURNS record
  LANGUAGE plpgsql
@@ -1130,8 +1130,11 @@ CREATE OR REPLACE FUNCTION device_gateway.rollout_lease(p_replica text, p_ttl_ms
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 BEGIN
-  IF p_replica IS NULL OR p_ttl_ms IS NULL THEN
+  IF p_replica IS NULL OR p_ttl_ms IS NULL OR p_ttl_ms NOT BETWEEN 100 AND 60000 THEN
     RAISE EXCEPTION 'invalid lease request' USING ERRCODE = '22023';
+  END IF;
+  IF NOT device_gateway.rollout_replica_up(p_replica) THEN
+    RETURN false;
   END IF;
   RETURN device_gateway.rollout_lease_body(p_replica, p_ttl_ms);
 END $function$
@@ -1144,14 +1147,15 @@ CREATE OR REPLACE FUNCTION device_gateway.rollout_lease_body(p_replica text, p_t
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 BEGIN
-  IF p_replica !~ '^[0-9a-f]{16}$' OR p_ttl_ms NOT BETWEEN 100 AND 600000 THEN
+  IF p_replica !~ '^[0-9a-f]{16}$' OR p_ttl_ms NOT BETWEEN 100 AND 60000 THEN
     RAISE EXCEPTION 'invalid lease request' USING ERRCODE = '22023';
   END IF;
   UPDATE device_gateway.rollout_driver
   SET term = CASE WHEN holder IS DISTINCT FROM p_replica THEN term + 1 ELSE term END,
       holder = p_replica,
       expires_at = clock_timestamp() + p_ttl_ms * interval '1 millisecond'
-  WHERE holder = p_replica OR holder IS NULL OR expires_at < clock_timestamp();
+  WHERE holder = p_replica OR holder IS NULL OR expires_at < clock_timestamp()
+     OR NOT device_gateway.rollout_replica_up(holder);
   RETURN FOUND;
 END $function$
 OWNER <migrator> ACL <migrator>:EXECUTE COMMENT -
@@ -1219,6 +1223,20 @@ AS $function$
 $function$
 OWNER <migrator> ACL <migrator>:EXECUTE,device_gateway_login:EXECUTE COMMENT -
 
+CREATE OR REPLACE FUNCTION device_gateway.rollout_replica_up(p_replica text)
+ RETURNS boolean
+ LANGUAGE sql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  SELECT EXISTS (
+    SELECT 1 FROM pg_catalog.pg_stat_activity a
+    WHERE a.datname = pg_catalog.current_database()
+      AND a.usename = session_user
+      AND a.application_name IN ('device-gateway-bus ' || p_replica, 'device-gateway-driver ' || p_replica));
+$function$
+OWNER <migrator> ACL <migrator>:EXECUTE COMMENT -
+
 CREATE OR REPLACE FUNCTION device_gateway.rollout_step(p_replica text, p_max_assign integer, p_judge boolean DEFAULT true, p_lag_ms integer DEFAULT 0)
  RETURNS jsonb
  LANGUAGE plpgsql
@@ -1228,7 +1246,8 @@ AS $function$
 BEGIN
   PERFORM device_gateway.rollout_writer_guard();
   IF NOT EXISTS (SELECT 1 FROM device_gateway.rollout_driver
-                 WHERE holder = p_replica AND expires_at >= clock_timestamp()) THEN
+                 WHERE holder = p_replica AND expires_at >= clock_timestamp())
+     OR NOT device_gateway.rollout_replica_up(p_replica) THEN
     RETURN jsonb_build_object('driver', false);
   END IF;
   RETURN device_gateway.rollout_step_body(p_replica, p_max_assign, p_judge, p_lag_ms);

@@ -1,6 +1,7 @@
 import { validateDesiredSettings } from '@platform/contracts';
 import {
   addRoutes,
+  createDb,
   createHttpApp,
   finishHttpApp,
   metricsHandler,
@@ -208,8 +209,23 @@ export function buildApp(deps: GatewayDeps): GatewayApp {
     logger: logger.child({ component: 'rollouts' }),
   });
   const syncHere = (): Promise<void> => assignments.sync();
+  // The lease belongs to a replica that is up (migration 0019): its bus session says so, or without the bus the
+  // driver's own connection, one more than DB_POOL_MAX, named after the replica.
+  const driverDb = config.cluster.enabled
+    ? deps.db
+    : createDb<GatewayDatabase>(config.database.url, {
+        max: 1,
+        applicationName: `device-gateway-driver ${replicaId}`,
+        statementTimeoutMs: config.database.statementTimeoutMs,
+        queryTimeoutMs: config.database.queryTimeoutMs,
+        connectionTimeoutMs: config.database.connectionTimeoutMs,
+        // Kept open between ticks (a tick is at most a third of the lease, the lease at most 60 s).
+        idleTimeoutMs: 120_000,
+        logger,
+      });
   const driver = new RolloutDriver({
-    db: deps.db,
+    db: driverDb,
+    ...(driverDb === deps.db ? {} : { closeDb: () => driverDb.destroy() }),
     replica: replicaId,
     logger: logger.child({ component: 'rollout-driver' }),
     leaseMs: config.rollouts.leaseMs,

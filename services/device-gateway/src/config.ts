@@ -128,8 +128,11 @@ export const gatewayConfigSchema = {
     GATEWAY_DEVICE_VIEW_DEADLINE_MS: { type: 'integer', minimum: 50, maximum: 10000, default: 1000 },
     /** Staged rollouts (design §3.9): whether this replica may drive them (hold the lease and advance waves). */
     GATEWAY_ROLLOUT_DRIVER: { type: 'boolean', default: true },
-    /** The driver's lease (ms): a driver that died is replaced within this plus one tick. */
-    GATEWAY_ROLLOUT_LEASE_MS: { type: 'integer', minimum: 500, maximum: 600000, default: 3000 },
+    /**
+     * The driver's lease (ms): a driver that died is replaced within this plus one tick (at once when its database
+     * session ended). At most 60 s, the longest lease the database grants (migration 0019).
+     */
+    GATEWAY_ROLLOUT_LEASE_MS: { type: 'integer', minimum: 500, maximum: 60000, default: 3000 },
     /** A driver tick this often (ms): renews the lease and runs one step; at most a third of the lease. */
     GATEWAY_ROLLOUT_STEP_MS: { type: 'integer', minimum: 50, maximum: 200000, default: 500 },
     /** Devices one step assigns at most (one transaction); a busy driver steps again at once. */

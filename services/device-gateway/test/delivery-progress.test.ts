@@ -255,6 +255,8 @@ describe('the rollout driver and a record that is behind', () => {
     await sql`DELETE FROM device_gateway.delivery_progress`.execute(owner);
     await sql`DELETE FROM device_gateway.device_delivery`.execute(owner);
     if (bus) await alive(A);
+    // The driver's replica is up (its lease needs a live session named after it, 0019).
+    await alive(DRIVER);
     const content = doc('dp-0').contentDigest;
     const { rows } = await sql<{ r: { rollout_id: string } }>`
       SELECT device_gateway.rollout_create(${JSON.stringify({ site_ids: [SITE] })}::jsonb,

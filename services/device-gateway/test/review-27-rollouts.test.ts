@@ -28,10 +28,14 @@ beforeAll(async () => {
     )
     .execute();
   await gw.app.service.reload();
-  login = new pg.Client({ connectionString: loginUrl(gw.database.url) });
+  // Named as the replica bus names a replica's session: the lease is held only by a replica that is up (0019).
+  login = new pg.Client({
+    connectionString: loginUrl(gw.database.url),
+    application_name: `device-gateway-bus ${HOLDER}`,
+  });
   await login.connect();
   // This test plays the driver (buildApp starts none): the login takes the lease as any replica would.
-  await login.query(`SELECT device_gateway.rollout_lease($1, 600000)`, [HOLDER]);
+  await login.query(`SELECT device_gateway.rollout_lease($1, 60000)`, [HOLDER]);
 });
 
 afterAll(async () => {

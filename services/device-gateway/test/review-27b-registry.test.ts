@@ -36,9 +36,13 @@ async function step(): Promise<void> {
 
 beforeAll(async () => {
   gw = await startGateway();
-  login = new pg.Client({ connectionString: loginUrl(gw.database.url) });
+  // Named as the replica bus names a replica's session: the lease is held only by a replica that is up (0019).
+  login = new pg.Client({
+    connectionString: loginUrl(gw.database.url),
+    application_name: `device-gateway-bus ${HOLDER}`,
+  });
   await login.connect();
-  await login.query(`SELECT device_gateway.rollout_lease($1, 600000)`, [HOLDER]);
+  await login.query(`SELECT device_gateway.rollout_lease($1, 60000)`, [HOLDER]);
 });
 
 afterAll(async () => {

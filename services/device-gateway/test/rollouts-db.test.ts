@@ -4,6 +4,7 @@
 import { createDb, sqlState } from '@platform/service-kit';
 import { createTestDatabase, type TestDatabase } from '@platform/testkit';
 import { sql, type Kysely } from 'kysely';
+import pg from 'pg';
 import { gatewayMigrations } from '../src/db/migrations.js';
 import type { GatewayDatabase } from '../src/db/tables.js';
 import { loginUrl } from './support/gateway.js';
@@ -17,6 +18,8 @@ const B = 'bbbbbbbbbbbbbbbb';
 let database: TestDatabase;
 let owner: Kysely<GatewayDatabase>;
 let login: Kysely<GatewayDatabase>;
+/** Replicas A and B are up: a session of the login each, named as the replica bus names it (0019). */
+const busSessions: pg.Client[] = [];
 
 const plan = (extra: Record<string, unknown> = {}) => ({
   first_wave_count: 2,
@@ -78,9 +81,18 @@ beforeAll(async () => {
     desired_settings: JSON.stringify({ reporting_interval_s: 60 }),
   }));
   await owner.insertInto('device_gateway.device_registry').values(devices).execute();
+  for (const replica of [A, B]) {
+    const c = new pg.Client({
+      connectionString: loginUrl(database.url),
+      application_name: `device-gateway-bus ${replica}`,
+    });
+    await c.connect();
+    busSessions.push(c);
+  }
 });
 
 afterAll(async () => {
+  for (const c of busSessions) await c.end();
   await login.destroy();
   await owner.destroy();
   await database.drop();

@@ -18,6 +18,7 @@ import { deliveryRegisterPruneMigration } from './delivery-register-prune-migrat
 import { inspectBoundsMigration } from './inspect-bounds-migration.js';
 import { rolloutGuardMigration } from './rollout-guard-migration.js';
 import { rolloutMigration } from './rollout-migration.js';
+import { rolloutLeaseSessionMigration } from './rollout-lease-session-migration.js';
 import { rolloutCreateBoundMigration } from './rollout-create-bound-migration.js';
 
 /** The read-only login the running gateway uses (design §4.2): SELECT on its registry, nothing else. */
@@ -138,6 +139,7 @@ export function gatewayMigrationsWith(loginPassword: string): MigrationSet {
       '0015_delivery_register_prune': deliveryRegisterPruneMigration,
       '0016_inspect_answer_bounds': inspectBoundsMigration,
       '0018_rollout_create_bound': rolloutCreateBoundMigration,
+      '0019_rollout_lease_session': rolloutLeaseSessionMigration,
     },
   };
 }

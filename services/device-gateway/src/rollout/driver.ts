@@ -33,6 +33,12 @@ export interface RolloutDriverOptions {
   recordWaitMaxMs: number;
   /** After a step that assigned something (the replica without a bus reads its assignments here). */
   onAssigned?: () => void;
+  /**
+   * Closes `db` when the driver stops: on a replica without the bus, `db` is the driver's own connection, named
+   * `device-gateway-driver <replica>`, which is what makes this replica count as up for the lease (migration
+   * 0019); with the bus, the bus's LISTEN session does, and `db` is the shared pool (nothing to close).
+   */
+  closeDb?: () => Promise<void>;
 }
 
 export interface DriverStats {
@@ -69,17 +75,22 @@ export class RolloutDriver {
     this.schedule(0);
   }
 
-  /** Stops ticking and gives the lease up, so another replica takes over at its next tick. */
+  /**
+   * Stops ticking and gives the lease up, so another replica takes over at its next tick; then closes the
+   * driver's own connection, if it has one.
+   */
   async stop(): Promise<void> {
     this.stopped = true;
     if (this.timer !== undefined) clearTimeout(this.timer);
     this.timer = undefined;
     await this.ticking;
-    if (!this.holder) return;
-    this.holder = false;
-    await releaseLease(this.options.db, this.options.replica).catch((err: unknown) => {
-      this.options.logger.warn('rollout driver: releasing the lease failed', { error: errorMessage(err) });
-    });
+    if (this.holder) {
+      this.holder = false;
+      await releaseLease(this.options.db, this.options.replica).catch((err: unknown) => {
+        this.options.logger.warn('rollout driver: releasing the lease failed', { error: errorMessage(err) });
+      });
+    }
+    await this.options.closeDb?.();
   }
 
   /** A tick soon, when this replica drives (started): a creation or resume need not wait for the next one. */

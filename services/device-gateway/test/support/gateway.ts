@@ -65,6 +65,8 @@ export async function startGateway(
     database,
     coapPort: app.coap.address().port,
     async close() {
+      // Gives the lease up and closes the driver's own connection (a replica without the bus has one).
+      await app.rollouts.driver.stop();
       await app.coap.close(100);
       await reader.destroy();
       await owner.destroy();
