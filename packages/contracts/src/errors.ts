@@ -21,6 +21,7 @@ export const errorCodes = [
   'idempotency_key_reused',
   'work_item_final',
   'media_pending',
+  'media_rejected',
   'upload_not_pending',
   'upload_expired',
   'upload_gone',
@@ -73,6 +74,9 @@ export const errorCatalogue = {
   work_item_final: { status: 409, title: 'Work item already decided' },
   // 409: a media item whose object has not arrived in storage yet.
   media_pending: { status: 409, title: 'Media upload not completed' },
+  // 409: the uploaded object broke its intent (size or type) and was refused; the detail says how. Final: upload
+  // the file again with a new intent.
+  media_rejected: { status: 409, title: 'Media upload rejected' },
   // 409: an upload in parts that is no longer pending (available, rejected or abandoned).
   upload_not_pending: { status: 409, title: 'Upload no longer pending' },
   // 409: an upload in parts whose intent expired: create a new intent.

@@ -87,6 +87,8 @@ export interface MediaForDownload {
   sizeBytes: number;
   /** The ETag the store gave the accepted upload (null while pending, and for rejected items). */
   etag: string | null;
+  /** Why the store's object was refused (rejected) or the upload given up (abandoned); null otherwise. */
+  rejectionReason: string | null;
 }
 
 /** The media item `mediaId` at `siteId`, if the caller may see it. */
@@ -107,6 +109,7 @@ export async function findMediaAtSite(
       'declared_size_bytes',
       'actual_size_bytes',
       'etag',
+      'rejection_reason',
     ])
     .where('id', '=', mediaId)
     .where('site_id', '=', siteId)
@@ -121,6 +124,7 @@ export async function findMediaAtSite(
     // bigint arrives as a string (node-postgres keeps it exact); media sizes fit a double exactly.
     sizeBytes: Number(row.actual_size_bytes ?? row.declared_size_bytes),
     etag: row.etag,
+    rejectionReason: row.rejection_reason,
   };
 }
 

@@ -13,10 +13,11 @@ export async function getDownload(
   mediaId: string,
 ): Promise<DownloadResponse> {
   const media = await inUserTransaction(ctx.db, scope.user, (trx) => findMediaAtSite(trx, siteId, mediaId));
-  // Rejected and abandoned uploads are gone for the client: the same 404 as an unknown id or another
-  // site's item.
-  if (media === undefined || media.status === 'rejected' || media.status === 'abandoned')
-    throw ERRORS.mediaNotFound();
+  // An abandoned upload never arrived: the same 404 as an unknown id or another site's item.
+  if (media === undefined || media.status === 'abandoned') throw ERRORS.mediaNotFound();
+  // A rejected one arrived and was refused (its size or type broke the intent): its uploader must learn why
+  // rather than look for an item that "does not exist" (design §4.4).
+  if (media.status === 'rejected') throw ERRORS.mediaRejected(media.rejectionReason);
   if (media.status === 'pending_upload') throw ERRORS.mediaPending();
   const signed = await ctx.storage.presignDownload({
     // The accepted copy, which no upload URL can overwrite (see acceptedObjectKey). An item without an ETag

@@ -51,6 +51,13 @@ export const ERRORS = {
       `The work item is already ${current}; it cannot be changed to ${wanted}.`,
     ),
   mediaPending: () => new DomainError('media_pending', 'The file has not been uploaded yet.'),
+  mediaRejected: (reason: string | null) =>
+    new DomainError(
+      'media_rejected',
+      reason === null
+        ? 'The uploaded file was rejected; upload it again with a new intent.'
+        : `The uploaded file was rejected: ${reason}. Upload it again with a new intent.`,
+    ),
   uploadNotPending: (status?: string) =>
     new DomainError(
       'upload_not_pending',

@@ -91,7 +91,9 @@ media id and the same URL, \`Idempotent-Replayed: true\`), with another body 409
         operationId: 'getMediaDownload',
         summary: 'A short-lived presigned GET URL for an uploaded media item',
         description: `200 once the object has arrived and matched its intent; 409 (\`media_pending\`) while the upload
-is pending; 404 for unknown or rejected items and items outside the caller's sites. The URL
+is pending; 409 (\`media_rejected\`) when the uploaded object broke its intent and was refused, the detail
+saying how (its size or its content type differs from the declared one; final: upload the file again with a
+new intent); 404 for unknown and abandoned items and items outside the caller's sites. The URL
 lives \`DOWNLOAD_URL_TTL_S\` seconds (default 300) and makes the store answer with
 \`Content-Disposition: attachment\` and a sanitised filename.
 `,
@@ -108,7 +110,7 @@ lives \`DOWNLOAD_URL_TTL_S\` seconds (default 300) and makes the store answer wi
             },
           },
         },
-        errors: ['media_pending'],
+        errors: ['media_pending', 'media_rejected'],
       },
     }),
   ];
