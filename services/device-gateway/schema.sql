@@ -698,6 +698,11 @@ DECLARE
   -- reading) at most that in µs.
   max_ms double precision := (extract(epoch FROM now()) * 1000)::double precision + 86400000;
   max_version double precision := max_ms * 1000;
+  -- The database's clock (ms): no event is dated after the call that reports it (0020).
+  v_now_ms double precision := (extract(epoch FROM now()) * 1000)::double precision;
+  -- A version (a µs clock reading) more than 60 s ahead of the database's clock comes from a clock out of step
+  -- (0017 refuses such versions on the bus): a part stored with one gives way to a part with an in-step version.
+  v_trusted double precision := (v_now_ms + 60000) * 1000;
 BEGIN
   IF p_replica IS NULL OR p_replica !~ '^[0-9a-f]{16}$' OR n IS NULL
      OR cardinality(p_dv) <> n OR cardinality(p_ds) <> n OR cardinality(p_dc) <> n OR cardinality(p_da) <> n
@@ -722,17 +727,21 @@ BEGIN
     device_id, site_id, desired_version, desired_source, desired_content, desired_at,
     sent_version, sent_content, sent_at, sent_by, sent_transport, sent_confirmable,
     acked_version, acked_content, acked_at, acked_by, acked_transport, heard_at, observed_by)
-  SELECT b.d, reg.site_id, b.dv, b.ds, b.dc, coalesce(to_timestamp(b.da / 1000.0), now()),
-         b.sv, b.sc, to_timestamp(b.sa / 1000.0), CASE WHEN b.sv IS NULL THEN NULL ELSE p_replica END, b.st, b.sk,
-         b.av, b.ac, to_timestamp(b.aa / 1000.0), CASE WHEN b.av IS NULL THEN NULL ELSE p_replica END, b.at,
-         to_timestamp(b.h / 1000.0),
+  SELECT b.d, reg.site_id, b.dv, b.ds, b.dc,
+         coalesce(to_timestamp(CASE WHEN b.da > v_now_ms THEN v_now_ms ELSE b.da END / 1000.0), now()),
+         b.sv, b.sc, to_timestamp(CASE WHEN b.sa > v_now_ms THEN v_now_ms ELSE b.sa END / 1000.0),
+         CASE WHEN b.sv IS NULL THEN NULL ELSE p_replica END, b.st, b.sk,
+         b.av, b.ac, to_timestamp(CASE WHEN b.aa > v_now_ms THEN v_now_ms ELSE b.aa END / 1000.0),
+         CASE WHEN b.av IS NULL THEN NULL ELSE p_replica END, b.at,
+         to_timestamp(CASE WHEN b.h > v_now_ms THEN v_now_ms ELSE b.h END / 1000.0),
          CASE WHEN b.r > 0 THEN ARRAY[p_replica] ELSE '{}'::text[] END
   FROM unnest(p_d, p_dv, p_ds, p_dc, p_da, p_sv, p_sc, p_sa, p_st, p_sk, p_av, p_ac, p_aa, p_at, p_h, p_r)
     AS b(d, dv, ds, dc, da, sv, sc, sa, st, sk, av, ac, aa, at, h, r)
   JOIN device_gateway.device_registry reg ON reg.device_id = b.d
   -- What the replicas send, bounded (0010's rules): a version is a µs clock reading (design §3.6) within a day
   -- of now, a content is 16 hex digits (16 bytes, each a hex digit), a time is within [2020, now + 1 day]. A row
-  -- outside them is skipped, not written (the batch goes on).
+  -- outside them is skipped, not written (the batch goes on). A time within them but after now is stored as now
+  -- (0020, above).
   WHERE coalesce(b.dv, 0) BETWEEN 0 AND max_version
     AND coalesce(b.sv, 0) BETWEEN 0 AND max_version
     AND coalesce(b.av, 0) BETWEEN 0 AND max_version
@@ -754,36 +763,51 @@ BEGIN
   ON CONFLICT (device_id) DO UPDATE SET
     site_id = excluded.site_id,
     desired_at = CASE
-      WHEN excluded.desired_version IS NULL OR excluded.desired_version <= coalesce(t.desired_version, -1)
+      WHEN NOT coalesce((excluded.desired_version > coalesce(t.desired_version, -1)
+          OR (t.desired_version > v_trusted AND excluded.desired_version <= v_trusted)), false)
         OR excluded.desired_content IS NOT DISTINCT FROM t.desired_content THEN t.desired_at
       ELSE excluded.desired_at END,
-    desired_version = CASE WHEN excluded.desired_version > coalesce(t.desired_version, -1)
+    desired_version = CASE WHEN (excluded.desired_version > coalesce(t.desired_version, -1)
+        OR (t.desired_version > v_trusted AND excluded.desired_version <= v_trusted))
       THEN excluded.desired_version ELSE t.desired_version END,
-    desired_source = CASE WHEN excluded.desired_version > coalesce(t.desired_version, -1)
+    desired_source = CASE WHEN (excluded.desired_version > coalesce(t.desired_version, -1)
+        OR (t.desired_version > v_trusted AND excluded.desired_version <= v_trusted))
       THEN excluded.desired_source ELSE t.desired_source END,
-    desired_content = CASE WHEN excluded.desired_version > coalesce(t.desired_version, -1)
+    desired_content = CASE WHEN (excluded.desired_version > coalesce(t.desired_version, -1)
+        OR (t.desired_version > v_trusted AND excluded.desired_version <= v_trusted))
       THEN excluded.desired_content ELSE t.desired_content END,
-    sent_version = CASE WHEN excluded.sent_version >= coalesce(t.sent_version, -1)
+    sent_version = CASE WHEN (excluded.sent_version >= coalesce(t.sent_version, -1)
+        OR (t.sent_version > v_trusted AND excluded.sent_version <= v_trusted))
       THEN excluded.sent_version ELSE t.sent_version END,
-    sent_content = CASE WHEN excluded.sent_version >= coalesce(t.sent_version, -1)
+    sent_content = CASE WHEN (excluded.sent_version >= coalesce(t.sent_version, -1)
+        OR (t.sent_version > v_trusted AND excluded.sent_version <= v_trusted))
       THEN excluded.sent_content ELSE t.sent_content END,
-    sent_at = CASE WHEN excluded.sent_version >= coalesce(t.sent_version, -1)
+    sent_at = CASE WHEN (excluded.sent_version >= coalesce(t.sent_version, -1)
+        OR (t.sent_version > v_trusted AND excluded.sent_version <= v_trusted))
       THEN excluded.sent_at ELSE t.sent_at END,
-    sent_by = CASE WHEN excluded.sent_version >= coalesce(t.sent_version, -1)
+    sent_by = CASE WHEN (excluded.sent_version >= coalesce(t.sent_version, -1)
+        OR (t.sent_version > v_trusted AND excluded.sent_version <= v_trusted))
       THEN excluded.sent_by ELSE t.sent_by END,
-    sent_transport = CASE WHEN excluded.sent_version >= coalesce(t.sent_version, -1)
+    sent_transport = CASE WHEN (excluded.sent_version >= coalesce(t.sent_version, -1)
+        OR (t.sent_version > v_trusted AND excluded.sent_version <= v_trusted))
       THEN excluded.sent_transport ELSE t.sent_transport END,
-    sent_confirmable = CASE WHEN excluded.sent_version >= coalesce(t.sent_version, -1)
+    sent_confirmable = CASE WHEN (excluded.sent_version >= coalesce(t.sent_version, -1)
+        OR (t.sent_version > v_trusted AND excluded.sent_version <= v_trusted))
       THEN excluded.sent_confirmable ELSE t.sent_confirmable END,
-    acked_version = CASE WHEN excluded.acked_version >= coalesce(t.acked_version, -1)
+    acked_version = CASE WHEN (excluded.acked_version >= coalesce(t.acked_version, -1)
+        OR (t.acked_version > v_trusted AND excluded.acked_version <= v_trusted))
       THEN excluded.acked_version ELSE t.acked_version END,
-    acked_content = CASE WHEN excluded.acked_version >= coalesce(t.acked_version, -1)
+    acked_content = CASE WHEN (excluded.acked_version >= coalesce(t.acked_version, -1)
+        OR (t.acked_version > v_trusted AND excluded.acked_version <= v_trusted))
       THEN excluded.acked_content ELSE t.acked_content END,
-    acked_at = CASE WHEN excluded.acked_version >= coalesce(t.acked_version, -1)
+    acked_at = CASE WHEN (excluded.acked_version >= coalesce(t.acked_version, -1)
+        OR (t.acked_version > v_trusted AND excluded.acked_version <= v_trusted))
       THEN excluded.acked_at ELSE t.acked_at END,
-    acked_by = CASE WHEN excluded.acked_version >= coalesce(t.acked_version, -1)
+    acked_by = CASE WHEN (excluded.acked_version >= coalesce(t.acked_version, -1)
+        OR (t.acked_version > v_trusted AND excluded.acked_version <= v_trusted))
       THEN excluded.acked_by ELSE t.acked_by END,
-    acked_transport = CASE WHEN excluded.acked_version >= coalesce(t.acked_version, -1)
+    acked_transport = CASE WHEN (excluded.acked_version >= coalesce(t.acked_version, -1)
+        OR (t.acked_version > v_trusted AND excluded.acked_version <= v_trusted))
       THEN excluded.acked_transport ELSE t.acked_transport END,
     heard_at = greatest(excluded.heard_at, t.heard_at),
     -- A count above 0 proposes this replica (a one-element list); it is added when missing, and the replicas
@@ -796,13 +820,16 @@ BEGIN
   -- A row that would change nothing is not written again (0010's rule, with the relation added): no new row
   -- version, index entries or WAL. It is still locked, in device order.
   WHERE excluded.site_id IS DISTINCT FROM t.site_id
-    OR excluded.desired_version > coalesce(t.desired_version, -1)
-    OR (excluded.sent_version >= coalesce(t.sent_version, -1)
+    OR (excluded.desired_version > coalesce(t.desired_version, -1)
+       OR (t.desired_version > v_trusted AND excluded.desired_version <= v_trusted))
+    OR ((excluded.sent_version >= coalesce(t.sent_version, -1)
+        OR (t.sent_version > v_trusted AND excluded.sent_version <= v_trusted))
         AND (excluded.sent_version, excluded.sent_content, excluded.sent_at, excluded.sent_by,
              excluded.sent_transport, excluded.sent_confirmable)
             IS DISTINCT FROM (t.sent_version, t.sent_content, t.sent_at, t.sent_by, t.sent_transport,
                               t.sent_confirmable))
-    OR (excluded.acked_version >= coalesce(t.acked_version, -1)
+    OR ((excluded.acked_version >= coalesce(t.acked_version, -1)
+        OR (t.acked_version > v_trusted AND excluded.acked_version <= v_trusted))
         AND (excluded.acked_version, excluded.acked_content, excluded.acked_at, excluded.acked_by,
              excluded.acked_transport)
             IS DISTINCT FROM (t.acked_version, t.acked_content, t.acked_at, t.acked_by, t.acked_transport))

@@ -33,6 +33,7 @@ import {
   registerRolloutMetrics,
 } from './metrics.js';
 import { DeliveryRecorder, type DeliveryWriter } from './delivery/recorder.js';
+import { DatabaseClock } from './delivery/db-clock.js';
 import { deliveryWriter, inspectStore } from './delivery/sql.js';
 import { relationsResync } from './delivery/resync.js';
 import { RegistryLoader } from './registry-loader.js';
@@ -53,6 +54,8 @@ export interface GatewayDeps {
   clock?: VersionClock;
   /** Where the delivery record's batches go (default: PostgreSQL through `db`); bench:gateway replaces it. */
   deliveryWriter?: DeliveryWriter;
+  /** This host's wall clock (ms since the epoch), as the comparison with the database's reads it; tests skew it. */
+  wallClock?: () => number;
 }
 
 export interface GatewayApp {
@@ -71,6 +74,11 @@ export interface GatewayApp {
   bus: ClusterBus | undefined;
   /** The delivery record's writer (design §3.8), unless GATEWAY_DELIVERY_RECORD=false; main.ts starts it. */
   delivery: DeliveryRecorder | undefined;
+  /**
+   * The database's clock as this replica measures it (design §3.8): what the delivery record's times are dated on,
+   * and a readiness condition. Started and stopped with `delivery`.
+   */
+  dbClock: DatabaseClock | undefined;
   /** This replica's id: the bus origin, and the replica the delivery record names. */
   replicaId: string;
   /**
@@ -186,6 +194,14 @@ export function buildApp(deps: GatewayDeps): GatewayApp {
     : undefined;
   // A device with a key speaks for itself over DTLS only (design §3.8): plain CoAP carries no identity.
   const dtlsOnly = (deviceId: string): boolean => dtls !== undefined && credentials.hasKeys(deviceId);
+  const dbClock = config.delivery.enabled
+    ? new DatabaseClock({
+        db: deps.db,
+        logger: logger.child({ component: 'clock' }),
+        maxSkewMs: config.delivery.clockMaxSkewMs,
+        ...(deps.wallClock === undefined ? {} : { wallNow: deps.wallClock }),
+      })
+    : undefined;
   const delivery = config.delivery.enabled
     ? new DeliveryRecorder({
         replica: replicaId,
@@ -195,6 +211,7 @@ export function buildApp(deps: GatewayDeps): GatewayApp {
         writers: config.delivery.writers,
         relationsOf: (deviceId) => coap.settingsRelationsOf(deviceId, dtlsOnly(deviceId)),
         trusts: (deviceId, transport) => transport === 'dtls' || !dtlsOnly(deviceId),
+        ...(dbClock === undefined ? {} : { clock: dbClock }),
       })
     : undefined;
   if (delivery !== undefined) {
@@ -275,6 +292,7 @@ export function buildApp(deps: GatewayDeps): GatewayApp {
     apiKeys: deps.apiKeys,
     registry,
     ...(bus === undefined ? {} : { cluster: bus }),
+    ...(dbClock === undefined ? {} : { clock: dbClock }),
     db: deps.db,
     credentials: (deviceId) => credentials.summaryOf(deviceId, Date.now()),
     rollouts,
@@ -298,7 +316,7 @@ export function buildApp(deps: GatewayDeps): GatewayApp {
         maxHandshakes: config.dtls.maxHandshakes,
       });
     if (bus !== undefined) registerBusMetrics(deps.metrics, bus);
-    if (delivery !== undefined) registerDeliveryMetrics(deps.metrics, delivery);
+    if (delivery !== undefined) registerDeliveryMetrics(deps.metrics, delivery, dbClock);
     registerRolloutMetrics(deps.metrics, driver, assignments, state);
     addRoutes(http, [{ method: 'GET', path: '/metrics', handler: metricsHandler(deps.metrics) }]);
   }
@@ -312,6 +330,7 @@ export function buildApp(deps: GatewayDeps): GatewayApp {
     service,
     bus,
     delivery,
+    dbClock,
     replicaId,
     rollouts: { assignments, driver, service: rollouts },
   };

@@ -124,6 +124,12 @@ export const gatewayConfigSchema = {
      * HTTP API and the bus keep one), a larger value is lowered to that.
      */
     GATEWAY_DELIVERY_WRITERS: { type: 'integer', minimum: 1, maximum: 16, default: 2 },
+    /**
+     * How far (ms) this replica's clock may be from the database's (design §3.8): each replica measures the
+     * difference every 10 s and dates its delivery events on the database's clock; one further off than this is
+     * not ready (/api/ready 503), with a log line, as its versions still run on its own clock.
+     */
+    GATEWAY_CLOCK_MAX_SKEW_MS: { type: 'integer', minimum: 100, maximum: 3600000, default: 2000 },
     /** How long GET /api/devices/{device_id} waits for the other replicas' live parts (ms). */
     GATEWAY_DEVICE_VIEW_DEADLINE_MS: { type: 'integer', minimum: 50, maximum: 10000, default: 1000 },
     /** Staged rollouts (design §3.9): whether this replica may drive them (hold the lease and advance waves). */
@@ -217,6 +223,7 @@ export function loadGatewayConfig(env: Record<string, string | undefined> = proc
       // The pool's other connections serve the API and the bus (design §3.8); a pool of one shares its only one.
       writers: Math.max(1, Math.min(raw.GATEWAY_DELIVERY_WRITERS, raw.DB_POOL_MAX - 1)),
       viewDeadlineMs: raw.GATEWAY_DEVICE_VIEW_DEADLINE_MS,
+      clockMaxSkewMs: raw.GATEWAY_CLOCK_MAX_SKEW_MS,
     },
     rollouts: {
       driver: raw.GATEWAY_ROLLOUT_DRIVER,
@@ -369,6 +376,7 @@ export function publicConfig(config: GatewayConfig, apiKeys: SecretSet): Record<
       record: config.delivery.enabled,
       flush_ms: config.delivery.flushMs,
       view_deadline_ms: config.delivery.viewDeadlineMs,
+      clock_max_skew_ms: config.delivery.clockMaxSkewMs,
     },
     rollouts: {
       driver: config.rollouts.driver,

@@ -1,6 +1,7 @@
 import { Counter, Gauge, Histogram, type Registry } from '@platform/service-kit';
 import type { CoapServer } from './coap/server.js';
 import type { GatewayState } from './domain/gateway-state.js';
+import type { DatabaseClock } from './delivery/db-clock.js';
 import type { DeliveryRecorder } from './delivery/recorder.js';
 import type { DtlsServer } from './dtls/index.js';
 import type { AssignmentSync } from './rollout/assignments.js';
@@ -234,7 +235,21 @@ export function registerDtlsMetrics(
 }
 
 /** The delivery record's writer (design §3.8): its lag, and what its batches wrote. */
-export function registerDeliveryMetrics(registry: Registry, delivery: DeliveryRecorder): void {
+export function registerDeliveryMetrics(
+  registry: Registry,
+  delivery: DeliveryRecorder,
+  clock?: DatabaseClock,
+): void {
+  if (clock !== undefined)
+    new Gauge({
+      name: 'gateway_clock_ahead_seconds',
+      help: "This replica's clock minus the database's, as last measured (delivery events are dated on the database's)",
+      registers: [registry],
+      collect() {
+        const m = clock.measurement;
+        if (m !== undefined) this.set(-m.offsetMs / 1000);
+      },
+    });
   new Gauge({
     name: 'gateway_delivery_record_lag_seconds',
     help: 'Age of the oldest delivery event (sent, acknowledged, heard, relations) not yet written to PostgreSQL',

@@ -35,6 +35,8 @@ export class GatewayService {
       apiKeys: () => SecretSet;
       registry: RegistryLoader;
       cluster?: ClusterLink;
+      /** The comparison of this replica's clock with the database's (delivery/db-clock.ts), with the record. */
+      clock?: { readinessProblems(): string[] };
       db: Kysely<GatewayDatabase>;
       credentials: (deviceId: string) => CredentialSummary;
       /** Staged rollouts (design §3.9). */
@@ -102,6 +104,7 @@ export class GatewayService {
     if (!this.deps.state.loaded) problems.push('registry not loaded');
     if (!this.deps.coap.bound) problems.push('CoAP socket not bound');
     if (this.deps.cluster !== undefined) problems.push(...this.deps.cluster.readinessProblems());
+    if (this.deps.clock !== undefined) problems.push(...this.deps.clock.readinessProblems());
     return problems;
   }
 

@@ -18,6 +18,7 @@ import { deliveryRegisterPruneMigration } from './delivery-register-prune-migrat
 import { inspectBoundsMigration } from './inspect-bounds-migration.js';
 import { rolloutGuardMigration } from './rollout-guard-migration.js';
 import { rolloutMigration } from './rollout-migration.js';
+import { deliveryDatabaseClockMigration } from './delivery-database-clock-migration.js';
 import { rolloutLeaseSessionMigration } from './rollout-lease-session-migration.js';
 import { rolloutCreateBoundMigration } from './rollout-create-bound-migration.js';
 
@@ -140,6 +141,7 @@ export function gatewayMigrationsWith(loginPassword: string): MigrationSet {
       '0016_inspect_answer_bounds': inspectBoundsMigration,
       '0018_rollout_create_bound': rolloutCreateBoundMigration,
       '0019_rollout_lease_session': rolloutLeaseSessionMigration,
+      '0020_delivery_database_clock': deliveryDatabaseClockMigration,
     },
   };
 }

@@ -5,6 +5,7 @@
 // connections at once. A replica that dies loses at most what it had not flushed yet.
 import { errorMessage, type Logger } from '@platform/service-kit';
 import type { DeviceRecord, VisibleDocument } from '../domain/documents.js';
+import type { EventClock } from './db-clock.js';
 import {
   ACKED,
   ColumnBuilder,
@@ -42,8 +43,8 @@ import {
  * Milliseconds on the monotonic clock, as an integer reading near the epoch's (the wall clock when the process
  * started plus the time elapsed since). Holds, dues and the lag gauge run on it, so a step of the wall clock
  * (NTP at boot, a virtual machine resumed) neither holds a row back for the length of the step nor hides the
- * record's lag (a cold review's finding). Event times are kept on it too and dated on the wall clock as a round
- * takes them (`take`).
+ * record's lag (a cold review's finding). Event times are kept on it too and dated on the event clock (the
+ * database's clock as this replica measures it, db-clock.ts) as a round takes them (`take`).
  */
 const MONO_BASE = Math.round(performance.timeOrigin);
 export function monoNow(): number {
@@ -162,6 +163,11 @@ export interface DeliveryRecorderOptions {
   writers?: number;
   /** Dead replicas are removed from `observed_by` this often (ms). */
   reapMs?: number;
+  /**
+   * The clock event times are dated on (db-clock.ts: the database's, as this replica measures it; design §3.8),
+   * started and stopped with the recorder. Default: this host's wall clock.
+   */
+  clock?: EventClock;
 }
 
 // A slot's bytes (stride 4): unwritten parts, the parts of the row being written, flags, the desired source.
@@ -398,6 +404,7 @@ export class DeliveryRecorder implements DeliveryEvents {
 
   start(): void {
     this.running = true;
+    this.options.clock?.start();
     // The first reap one interval from now, not at the first flush: the devices of a replica that died register
     // again here meanwhile, and each such write leaves the dead replica out of observed_by itself (0015), so
     // the reap finds their rows clean instead of writing each a second time.
@@ -462,6 +469,7 @@ export class DeliveryRecorder implements DeliveryEvents {
     await this.options.writer.reap(null).catch((err: unknown) => {
       this.options.logger.warn('delivery record: leaving failed', { error: errorMessage(err) });
     });
+    this.options.clock?.stop();
   }
 
   /** Devices whose facts are held: those with events in the last one or two reap intervals, or unwritten parts. */
@@ -709,8 +717,8 @@ export class DeliveryRecorder implements DeliveryEvents {
   /** One round; true when it stopped at its limit with rows of its batch left (which stay first in the queue). */
   private async write(early: boolean, merge: boolean): Promise<boolean> {
     const now = monoNow();
-    // The wall clock's reading against the monotonic one, once a round: its rows' event times are dated with it.
-    this.wallOffset = Date.now() - now;
+    // The event clock's reading against the monotonic one, once a round: its rows' event times are dated with it.
+    this.wallOffset = (this.options.clock?.now() ?? Date.now()) - now;
     const keptDue = merge ? this.unholdAll(now) : 0;
     // The batch is the queue as it is now; events from here on queue their devices in the other array. A slot
     // is in at most one of them (QUEUED), so each holds at most every slot, and a device is in one chunk.
@@ -1042,7 +1050,7 @@ export class DeliveryRecorder implements DeliveryEvents {
     const to = r * N_ROW;
     const sn = snap.nums;
     for (let k = 0; k < N_ROW; k++) sn[to + k] = nums[from + k]!;
-    // Event times, monotonic in the slot, dated on the wall clock of this round (0: never happened).
+    // Event times, monotonic in the slot, dated on the event clock of this round (0: never happened).
     const off = this.wallOffset;
     if (sn[to + N_DESIRED_AT]! > 0) sn[to + N_DESIRED_AT]! += off;
     if (sn[to + N_SENT_AT]! > 0) sn[to + N_SENT_AT]! += off;
