@@ -110,6 +110,7 @@ export async function createTestDatabase(options: CreateTestDatabaseOptions = {}
   try {
     if (sets.length > 0) await ensureTemplate(admin, adminUrl, template, sets);
     await admin.query(`CREATE DATABASE ${ident(name)} TEMPLATE ${ident(template)}`);
+    await copyDatabaseGrants(admin, template, name);
   } finally {
     await admin.end();
   }
@@ -126,4 +127,26 @@ export async function createTestDatabase(options: CreateTestDatabaseOptions = {}
       }
     },
   };
+}
+
+/**
+ * CREATE DATABASE copies a template's contents but not the database's own privileges (pg_database.datacl): the
+ * copy starts with the defaults, CONNECT for PUBLIC among them. Migrations decide who may connect (REVOKE CONNECT
+ * ... FROM PUBLIC, GRANT to each service's login), so the copy is given the template's privileges, or tests would
+ * run against a database more open than the one the migrations build.
+ */
+async function copyDatabaseGrants(admin: pg.Client, template: string, name: string): Promise<void> {
+  const { rows } = await admin.query<{ grantee: string | null; privilege: string }>(
+    `SELECT r.rolname AS grantee, a.privilege_type AS privilege
+     FROM pg_database d, aclexplode(d.datacl) a LEFT JOIN pg_roles r ON r.oid = a.grantee
+     WHERE d.datname = $1 AND d.datacl IS NOT NULL`,
+    [template],
+  );
+  if (rows.length === 0) return;
+  await admin.query(`REVOKE ALL ON DATABASE ${ident(name)} FROM PUBLIC`);
+  for (const { grantee, privilege } of rows) {
+    await admin.query(
+      `GRANT ${privilege} ON DATABASE ${ident(name)} TO ${grantee === null ? 'PUBLIC' : ident(grantee)}`,
+    );
+  }
 }

@@ -2,7 +2,7 @@
 // override, a resync and a reload do to this replica's state, and what they ask the bus to do.
 import { validateDesiredSettings } from '@platform/contracts';
 import { Replica } from '../src/cluster/replica.js';
-import { encodeMessage, type OverrideMessage } from '../src/cluster/messages.js';
+import type { OverrideMessage } from '../src/cluster/messages.js';
 import { GatewayState, type SettingsValidator } from '../src/domain/gateway-state.js';
 import { VersionClock } from '../src/domain/version-clock.js';
 import { device } from './support/harness.js';
@@ -33,14 +33,11 @@ const override = (d: string, v: number, o: string, s: Record<string, unknown>): 
   o,
   s,
 });
-const payload = (m: OverrideMessage): string => encodeMessage(m);
 
 describe('Replica (bus logic, no database)', () => {
   it('applies an override from another replica under the version that replica stamped', () => {
     const { state, replica, clock } = setup();
-    expect(replica.receive(payload(override('d1', 5_000, 'peer', { reporting_interval_s: 90 })))).toBe(
-      'none',
-    );
+    expect(replica.receive(override('d1', 5_000, 'peer', { reporting_interval_s: 90 }))).toBe('none');
     const doc = state.settingsDocument('d1')!;
     expect(doc.version).toBe(5_000);
     expect(doc.body).toMatchObject({ source: 'override', settings: { reporting_interval_s: 90 } });
@@ -52,15 +49,31 @@ describe('Replica (bus logic, no database)', () => {
     const { state, replica, validations } = setup();
     const before = state.settingsDocument('d1');
     expect(replica.receive('{not json')).toBe('none');
-    expect(replica.receive(JSON.stringify({ k: 'override', d: 'd1', v: 7, o: 'p' }))).toBe('none');
-    expect(replica.receive(payload(override('d1', 6_000, 'peer', { reporting_interval_s: -1 })))).toBe(
-      'none',
-    );
-    expect(replica.receive(payload(override('d1', 6_001, 'peer', {})))).toBe('none');
+    expect(replica.receive({ k: 'override', d: 'd1', v: 7, o: 'p' })).toBe('none');
+    expect(replica.receive(override('d1', 6_000, 'peer', { reporting_interval_s: -1 }))).toBe('none');
+    expect(replica.receive(override('d1', 6_001, 'peer', {}))).toBe('none');
     expect(state.settingsDocument('d1')).toBe(before);
     expect(replica.stats.malformed).toBe(4);
     expect(replica.retainedCount).toBe(0);
     expect(validations).toHaveLength(1);
+  });
+
+  it('refuses a version past 2^53 - 1 or more than 60 s ahead of its clock: nothing applied, the clock unmoved', () => {
+    const { state, replica, clock } = setup();
+    const before = state.settingsDocument('d1');
+    const top = clock.current;
+    for (const v of [Number.MAX_SAFE_INTEGER, 2 ** 53, 1_000 + 60_000_001]) {
+      expect(replica.receive(override('d1', v, 'peer', { reporting_interval_s: 90 }))).toBe('none');
+      expect(replica.receive({ k: 'reload', v, o: 'peer' })).toBe('none');
+    }
+    expect(state.settingsDocument('d1')).toBe(before);
+    expect(clock.current).toBe(top);
+    expect(replica.stats).toMatchObject({ refused: 4, malformed: 2, applied: 0, remoteReloads: 0 });
+    // Just inside the bound is believed.
+    expect(replica.receive(override('d1', 1_000 + 60_000_000, 'peer', { reporting_interval_s: 90 }))).toBe(
+      'none',
+    );
+    expect(state.settingsDocument('d1')!.version).toBe(60_001_000);
   });
 
   it('applies an override this replica accepted without checking it again', () => {
@@ -71,36 +84,32 @@ describe('Replica (bus logic, no database)', () => {
     );
     expect(state.settingsDocument('d1')!.version).toBe(7_000);
     // Its own echo from the channel changes nothing and is not stale.
-    replica.receive(payload(override('d1', 7_000, 'self', { reporting_interval_s: 120 })));
+    replica.receive(override('d1', 7_000, 'self', { reporting_interval_s: 120 }));
     expect(validations).toHaveLength(0);
     expect(replica.stats).toMatchObject({ applied: 1, stale: 0 });
   });
 
   it('keeps the last writer on (version, origin), whatever the order of arrival', () => {
     const { state, replica } = setup();
-    replica.receive(payload(override('d1', 8_000, 'b', { reporting_interval_s: 20 })));
-    replica.receive(payload(override('d1', 8_000, 'a', { reporting_interval_s: 10 })));
-    replica.receive(payload(override('d1', 7_999, 'z', { reporting_interval_s: 30 })));
+    replica.receive(override('d1', 8_000, 'b', { reporting_interval_s: 20 }));
+    replica.receive(override('d1', 8_000, 'a', { reporting_interval_s: 10 }));
+    replica.receive(override('d1', 7_999, 'z', { reporting_interval_s: 30 }));
     expect(state.settingsDocument('d1')!.body.settings).toEqual({ reporting_interval_s: 20 });
     expect(replica.stats.stale).toBe(2);
   });
 
   it('asks for a reload on another replica’s reload, never on its own', () => {
     const { replica, clock } = setup();
-    expect(replica.receive(JSON.stringify({ k: 'reload', v: 9_000, o: 'self' }))).toBe('none');
-    expect(replica.receive(JSON.stringify({ k: 'reload', v: 9_001, o: 'peer' }))).toBe('reload');
+    expect(replica.receive({ k: 'reload', v: 9_000, o: 'self' })).toBe('none');
+    expect(replica.receive({ k: 'reload', v: 9_001, o: 'peer' })).toBe('reload');
     expect(clock.current).toBeGreaterThanOrEqual(9_001);
     expect(replica.stats.remoteReloads).toBe(1);
   });
 
   it('holds an override for a device its registry lacks, asks for one reload, applies it once the device arrives', () => {
     const { state, replica } = setup();
-    expect(replica.receive(payload(override('d3', 10_000, 'peer', { reporting_interval_s: 50 })))).toBe(
-      'reload',
-    );
-    expect(replica.receive(payload(override('d3', 10_001, 'peer', { reporting_interval_s: 61 })))).toBe(
-      'none',
-    );
+    expect(replica.receive(override('d3', 10_000, 'peer', { reporting_interval_s: 50 }))).toBe('reload');
+    expect(replica.receive(override('d3', 10_001, 'peer', { reporting_interval_s: 61 }))).toBe('none');
     expect(state.settingsDocument('d3')).toBeUndefined();
     state.replaceRegistry(['d1', 'd2', 'd3'].map((id) => device(id)));
     replica.reconcile();
@@ -114,7 +123,7 @@ describe('Replica (bus logic, no database)', () => {
 
   it('forgets the override of a device that left the registry', () => {
     const { state, replica } = setup();
-    replica.receive(payload(override('d2', 11_000, 'peer', { reporting_interval_s: 50 })));
+    replica.receive(override('d2', 11_000, 'peer', { reporting_interval_s: 50 }));
     expect(replica.retainedCount).toBe(1);
     state.replaceRegistry([device('d1')]);
     replica.reconcile();
@@ -123,8 +132,8 @@ describe('Replica (bus logic, no database)', () => {
 
   it('resync applies valid retained rows and returns what the table lacks or holds older', () => {
     const { state, replica } = setup();
-    replica.receive(payload(override('d1', 12_000, 'peer', { reporting_interval_s: 70 })));
-    replica.receive(payload(override('d2', 12_001, 'peer', { reporting_interval_s: 80 })));
+    replica.receive(override('d1', 12_000, 'peer', { reporting_interval_s: 70 }));
+    replica.receive(override('d2', 12_001, 'peer', { reporting_interval_s: 80 }));
     const { decision, republish } = replica.resync([
       override('d2', 11_999, 'old', { reporting_interval_s: 10 }),
       override('d1', 12_000, 'peer', { reporting_interval_s: 70 }),
@@ -145,7 +154,7 @@ describe('Replica (bus logic, no database)', () => {
     const { state, replica } = setup({ maxDocumentBytes: 120 });
     const before = state.settingsDocument('d1');
     const big = { timezone: 'America/Argentina/ComodRivadavia', firmware_channel: 'stable' };
-    expect(replica.receive(payload(override('d1', 14_000, 'peer', big)))).toBe('none');
+    expect(replica.receive(override('d1', 14_000, 'peer', big))).toBe('none');
     expect(state.settingsDocument('d1')).toBe(before);
     expect(replica.retainedCount).toBe(1);
     expect(replica.stats.applied).toBe(0);

@@ -182,7 +182,12 @@ describe("delivery_record / delivery_reap as the gateway's login", () => {
 
   it('other roles cannot execute the functions, and a replica id or batch cannot inject SQL (held)', async () => {
     const url = new URL(gw.database.url);
-    await sql.raw(`CREATE ROLE review26_intruder LOGIN PASSWORD 'intruder'`).execute(gw.owner);
+    await sql
+      .raw(
+        `CREATE ROLE review26_intruder LOGIN PASSWORD 'intruder';
+      GRANT CONNECT ON DATABASE "${gw.database.name}" TO review26_intruder`,
+      )
+      .execute(gw.owner);
     const intruderUrl = new URL(url.toString());
     intruderUrl.username = 'review26_intruder';
     intruderUrl.password = 'intruder';

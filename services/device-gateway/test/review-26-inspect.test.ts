@@ -119,8 +119,14 @@ beforeAll(async () => {
   await Promise.all([a.waitReady(), b.waitReady()]);
   originA = (await a.cluster()).origin as string;
   originB = (await b.cluster()).origin as string;
-  // The intruder: its own role, CONNECT only (the default PUBLIC grant), no privilege on any gateway object.
-  await sql.raw(`CREATE ROLE ${ROLE} LOGIN PASSWORD 'intruder'`).execute(owner);
+  // The intruder: its own role, CONNECT only (granted: migration 0017 takes it from PUBLIC), no privilege on any
+  // gateway object.
+  await sql
+    .raw(
+      `CREATE ROLE ${ROLE} LOGIN PASSWORD 'intruder';
+    GRANT CONNECT ON DATABASE "${database.name}" TO ${ROLE}`,
+    )
+    .execute(owner);
   const url = new URL(database.url);
   url.username = ROLE;
   url.password = 'intruder';
@@ -142,7 +148,9 @@ afterAll(async () => {
   await flooder?.end();
   await a?.stop();
   await b?.stop();
-  await sql.raw(`DROP ROLE IF EXISTS ${ROLE}`).execute(owner);
+  await sql
+    .raw(`REVOKE CONNECT ON DATABASE "${database.name}" FROM ${ROLE}; DROP ROLE IF EXISTS ${ROLE}`)
+    .execute(owner);
   await owner?.destroy();
   await database?.drop();
   await pg0?.stop();

@@ -278,7 +278,12 @@ describe('the device view, as the login sees it', () => {
 describe('a stranger on the channel (a role with CONNECT only)', () => {
   it('a foreign NOTIFY flood fills the 64-deep stranger queue: a view sent from a new pool connection is dropped by A', async () => {
     const role = `review44_${randomUUID().slice(0, 8)}`;
-    await sql.raw(`CREATE ROLE ${role} LOGIN PASSWORD 'intruder'`).execute(owner);
+    await sql
+      .raw(
+        `CREATE ROLE ${role} LOGIN PASSWORD 'intruder';
+      GRANT CONNECT ON DATABASE "${database.name}" TO ${role}`,
+      )
+      .execute(owner);
     const url = new URL(database.url);
     url.username = role;
     url.password = 'intruder';
@@ -324,7 +329,9 @@ describe('a stranger on the channel (a role with CONNECT only)', () => {
       stop = true;
       await flood.catch(() => undefined);
       await intruder.end();
-      await sql.raw(`DROP ROLE IF EXISTS ${role}`).execute(owner);
+      await sql
+        .raw(`REVOKE CONNECT ON DATABASE "${database.name}" FROM ${role}; DROP ROLE IF EXISTS ${role}`)
+        .execute(owner);
     }
     console.log('views through B right after its pool reconnected, during a stranger flood:', shown);
     expect(shown.every((s) => s.endsWith('true'))).toBe(true);

@@ -57,7 +57,12 @@ describe('review 45', () => {
 
   it("a stranger that churns connections does not fill the unknown-sender queue ahead of the gateway's own new connection", async () => {
     const role = `review45_${randomUUID().slice(0, 8)}`;
-    await sql.raw(`CREATE ROLE ${role} LOGIN PASSWORD 'intruder'`).execute(owner);
+    await sql
+      .raw(
+        `CREATE ROLE ${role} LOGIN PASSWORD 'intruder';
+      GRANT CONNECT ON DATABASE "${database.name}" TO ${role}`,
+      )
+      .execute(owner);
     const url = new URL(database.url);
     url.username = role;
     url.password = 'intruder';
@@ -102,7 +107,9 @@ describe('review 45', () => {
     } finally {
       stop = true;
       await Promise.all(jobs);
-      await sql.raw(`DROP ROLE IF EXISTS ${role}`).execute(owner);
+      await sql
+        .raw(`REVOKE CONNECT ON DATABASE "${database.name}" FROM ${role}; DROP ROLE IF EXISTS ${role}`)
+        .execute(owner);
     }
     console.log(
       `stranger: ${connections} connections, ${sent} notifications; views through B after its pool reconnected:`,

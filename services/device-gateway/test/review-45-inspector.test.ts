@@ -7,7 +7,7 @@ const logger = createLogger({ service: 'review45', level: 'error' });
 const ORIGIN = '0123456789abcdef';
 const OTHER = 'fedcba9876543210';
 const q = (n: number): string => `00000000-0000-4000-8000-${String(n).padStart(12, '0')}`;
-const request = (n: number): string => JSON.stringify({ k: 'q', q: q(n), d: 'acme-hq-hvac-01', o: OTHER });
+const request = (n: number): string => JSON.stringify({ k: 'q', q: q(n), o: OTHER });
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 function store(pids: () => Promise<number[]>): InspectStore & { written: string[] } {
@@ -15,6 +15,7 @@ function store(pids: () => Promise<number[]>): InspectStore & { written: string[
   return {
     written,
     publishRequest: () => Promise.resolve(),
+    queryDevice: () => Promise.resolve('acme-hq-hvac-01'),
     writeAnswer: (query) => {
       written.push(query);
       return Promise.resolve();

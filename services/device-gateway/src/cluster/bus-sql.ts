@@ -1,8 +1,7 @@
-// The replica bus's SQL (design §3.6): the functions of migration 0003 and the retained table, nothing else.
+// The replica bus's SQL (design §3.6): the functions of migrations 0003 and 0017 and the bus's tables, nothing else.
 import { sql, type Kysely } from 'kysely';
 import type pg from 'pg';
 import type { GatewayDatabase } from '../db/tables.js';
-import type { Settings } from '../domain/documents.js';
 import type { OverrideMessage } from './messages.js';
 
 /** What bus_publish_overrides did with one message. */
@@ -26,19 +25,71 @@ export async function publishReload(db: Kysely<GatewayDatabase>, payload: string
   await sql`SELECT device_gateway.bus_publish_reload(${payload})`.execute(db);
 }
 
-/** Every retained override, as messages (to be checked like any message from the channel). */
-export async function readRetained(db: Kysely<GatewayDatabase>): Promise<OverrideMessage[]> {
-  const rows = await sql<{ device_id: string; version: string; origin: string; settings: Settings }>`
-    SELECT device_id, version::text AS version, origin, settings FROM device_gateway.bus_overrides`.execute(
-    db,
-  );
-  return rows.rows.map((row) => ({
-    k: 'override',
-    d: row.device_id,
-    v: Number(row.version),
-    o: row.origin,
-    s: row.settings,
-  }));
+/** A row of the bus (migration 0017) as a message to check (Replica.receive), with its change number. */
+export interface Change {
+  seq: number;
+  message: { k: string; d?: string; v: number; o: string; s?: unknown };
+}
+
+interface ChangeRow {
+  seq: string;
+  k: string;
+  d: string | null;
+  v: string;
+  o: string;
+  s: unknown;
+}
+
+const toChange = (row: ChangeRow): Change => ({
+  seq: Number(row.seq),
+  message:
+    row.k === 'override'
+      ? { k: row.k, d: row.d ?? '', v: Number(row.v), o: row.o, s: row.s }
+      : { k: row.k, v: Number(row.v), o: row.o },
+});
+
+/**
+ * Every retained override, and the change number the bus stands at (the highest of the overrides' and the last
+ * reload's): what a resync starts from; later changes are read with readChanges from there.
+ */
+export async function readRetained(
+  db: Kysely<GatewayDatabase>,
+): Promise<{ overrides: OverrideMessage[]; topSeq: number }> {
+  const rows = await sql<ChangeRow>`
+    SELECT seq::text AS seq, 'override' AS k, device_id AS d, version::text AS v, origin AS o, settings AS s
+    FROM device_gateway.bus_overrides
+    UNION ALL
+    SELECT seq::text, 'reload', NULL, version::text, origin, NULL FROM device_gateway.bus_reload`.execute(db);
+  let topSeq = 0;
+  const overrides: OverrideMessage[] = [];
+  for (const row of rows.rows) {
+    const change = toChange(row);
+    if (change.seq > topSeq) topSeq = change.seq;
+    if (row.k === 'override') overrides.push(change.message as unknown as OverrideMessage);
+  }
+  return { overrides, topSeq };
+}
+
+/**
+ * The overrides written and the reload asked for since change number `afterSeq`, in their order, at most
+ * `limit`. Change numbers become visible in their order (0017's advisory lock), so reading on from the last one
+ * read misses nothing.
+ */
+export async function readChanges(
+  db: Kysely<GatewayDatabase>,
+  afterSeq: number,
+  limit: number,
+): Promise<Change[]> {
+  const rows = await sql<ChangeRow>`
+    SELECT * FROM (
+      SELECT seq::text AS seq, seq AS n, 'override' AS k, device_id AS d, version::text AS v, origin AS o,
+             settings AS s
+      FROM device_gateway.bus_overrides WHERE seq > ${afterSeq}
+      UNION ALL
+      SELECT seq::text, seq, 'reload', NULL, version::text, origin, NULL
+      FROM device_gateway.bus_reload WHERE seq > ${afterSeq}
+    ) c ORDER BY n LIMIT ${limit}`.execute(db);
+  return rows.rows.map(toChange);
 }
 
 /**

@@ -1,19 +1,25 @@
 // The replica bus (design §3.6): several gateway replicas behind one Service share overrides and reloads over
-// PostgreSQL LISTEN/NOTIFY. How it holds together:
+// PostgreSQL. How it holds together:
 //
 // - Publishing. A replica that accepts notify-settings stamps the override with its version clock and calls
 //   `device_gateway.bus_publish_overrides([payload, ...])`: one statement, so one transaction, that keeps the message
-//   as the device's retained override (last writer wins on (version, origin)) and `pg_notify`s it. NOTIFY is
-//   delivered only when that transaction commits, and the HTTP answer `updated` waits for the statement, so
-//   the caller hears `updated` only for a committed message; a database that cannot be reached is a 503.
-// - Delivery. Every replica holds one dedicated LISTEN connection (listener.ts). The publisher receives its
-//   own message too; it also applies it directly after the commit, and the (version, origin) rule makes
-//   whichever comes second a no-op.
+//   as the device's retained override (last writer wins on (version, origin)) under a new change number and sends
+//   an empty NOTIFY. NOTIFY is delivered only when that transaction commits, and the HTTP answer `updated` waits
+//   for the statement, so the caller hears `updated` only for a committed message; a database that cannot be
+//   reached is a 503.
+// - Delivery. A notification carries no authority (migration 0017): PostgreSQL has no privilege for NOTIFY or
+//   LISTEN, so any session of the database could send anything and hear everything. Every replica holds one
+//   dedicated LISTEN connection (listener.ts); a notification on the bus channel only wakes it to read the rows
+//   changed since the last change number it read (bus_overrides, bus_reload), which only the gateway's login can
+//   write, through the publishing functions. The publisher reads its own change too; it also applies it directly
+//   after the commit, and the (version, origin) rule makes whichever comes second a no-op.
 // - Versions. See version-clock.ts: the accepting replica stamps the override, every replica observes the
 //   stamp (HLC receive rule) and, where it can, serves the override under that very version, so a device that
 //   moves between replicas sees the same version for the same override and a higher one for any later change.
 //   The retained table keeps the stamps, so a restarted replica's clock starts above all of them even if its
-//   wall clock lags.
+//   wall clock lags. A stamp more than 60 s ahead of the clock that reads it is refused and logged, in the
+//   publishing function against the database's clock and in every replica against its own: one poisoned
+//   version would otherwise hold every later one hostage up to 2^53 - 1.
 // - Retained overrides. The in-memory override is still never written to the registry; what the database
 //   keeps is the last *message* per device (like an MQTT retained message), because a replica that starts
 //   later, or whose LISTEN connection broke, was not listening when the message went by and must still serve
@@ -26,9 +32,9 @@
 //   login not named `... joining` (see sessionName). At every resync a replica puts back what it
 //   holds and the table lacks.
 // - Gaps. After every (re)connect the replica LISTENs first and then resynchronises: reloads the registry and
-//   reads every retained override. Anything committed before the LISTEN is in what it reads, anything after
-//   arrives as a notification, so a broken connection loses nothing; until the resync is done the replica
-//   reports not ready.
+//   reads every retained override and the change number the bus stands at. Anything committed before the LISTEN
+//   is in what it reads, anything after wakes it, and change numbers become visible in their order, so reading
+//   on from the last one loses nothing; until the resync is done the replica reports not ready.
 // - Files. listener.ts holds the connection (reconnect, heartbeat), bus-sql.ts the SQL, replica.ts what a
 //   message means (pure, unit-tested without a database); this file runs them together.
 import { randomUUID } from 'node:crypto';
@@ -53,6 +59,14 @@ import { Replica, type Decision, type OverrideTarget, type ReplicaStats } from '
 
 /** Messages per publishing transaction at most (~1.3 KB each at worst: well under a megabyte). */
 const MAX_BATCH = 500;
+/** Changes read per statement after a wake-up (a page; the read goes on until a page is short). */
+const CHANGES_PAGE = 1000;
+/**
+ * After a read that found nothing new, the next wake-up waits this long (ms). Anyone may NOTIFY the channel; a
+ * stranger's flood of wake-ups then costs each replica at most 50 empty indexed reads a second, and a real change
+ * arriving during such a flood at most this much delay.
+ */
+const EMPTY_READ_GAP_MS = 20;
 
 export type BusStatus = ListenerStatus;
 
@@ -107,6 +121,8 @@ export interface ClusterBusOptions {
 
 export interface BusStats extends ReplicaStats {
   published: number;
+  /** Notifications on the bus channel (anyone's: each only makes this replica read the bus's rows). */
+  wakeups: number;
   reconnects: number;
   resyncs: number;
 }
@@ -130,6 +146,14 @@ export class ClusterBus {
     reject: (err: unknown) => void;
   }[] = [];
   private flushing = false;
+  /** The last change number read from the bus's rows (readRetained at a resync, then readChanges). */
+  private lastSeq = 0;
+  /** The one read of the bus's rows in flight (a resync's or a wake-up's); another waits behind it. */
+  private reading: Promise<void> | undefined;
+  private readAgain = false;
+  private quietUntil = 0;
+  private quietTimer: NodeJS.Timeout | undefined;
+  private wakeups = 0;
   private readonly log: Logger;
 
   constructor(private readonly options: ClusterBusOptions) {
@@ -155,7 +179,7 @@ export class ClusterBus {
       reconnectMaxMs: options.reconnectMaxMs,
       heartbeatMs: options.heartbeatMs,
       onNotification: (payload, channel, senderPid) => {
-        if (channel === BUS_CHANNEL) this.follow(this.replica.receive(payload));
+        if (channel === BUS_CHANNEL) this.wake();
         else if (channel === ROLLOUT_CHANNEL) options.rollouts?.receive();
         else options.inspector?.receive(payload, senderPid);
       },
@@ -180,6 +204,7 @@ export class ClusterBus {
     return {
       ...this.replica.stats,
       published: this.published,
+      wakeups: this.wakeups,
       reconnects: this.listener.reconnects,
       resyncs: this.resyncs,
     };
@@ -196,6 +221,8 @@ export class ClusterBus {
 
   async stop(): Promise<void> {
     this.firstSyncDone();
+    if (this.quietTimer !== undefined) clearTimeout(this.quietTimer);
+    this.quietTimer = undefined;
     await this.listener.stop();
   }
 
@@ -309,8 +336,15 @@ export class ClusterBus {
     this.resyncs++;
     await this.options.rollouts?.sync();
     await this.reload();
-    const { decision, republish } = this.replica.resync(await busSql.readRetained(this.options.db));
-    this.follow(decision);
+    // In the row reader's turn, so a wake-up's read never interleaves with it; the reload just done covers
+    // every reload asked for up to the change number read here.
+    const republish = await this.inTurn(async () => {
+      const { overrides, topSeq } = await busSql.readRetained(this.options.db);
+      const result = this.replica.resync(overrides);
+      this.follow(result.decision);
+      if (topSeq > this.lastSeq) this.lastSeq = topSeq;
+      return result.republish;
+    });
     // Last writer wins in the publishing function, so a newer message published meanwhile is never overwritten.
     await Promise.all(republish.map((m) => this.enqueue(encodeMessage(m))));
     this.log.info('cluster bus synchronised', { republished: republish.length });
@@ -325,13 +359,76 @@ export class ClusterBus {
   }
 
   /**
+   * A notification on the bus channel: read the rows changed since the last read (design §3.6). It carries
+   * nothing and proves nothing (anyone may NOTIFY), so all it can cause is one read, coalesced with a read under
+   * way, and after an empty read not before EMPTY_READ_GAP_MS. Before the first resync there is nothing to read
+   * on from: the resync reads everything committed after the LISTEN.
+   */
+  private wake(): void {
+    this.wakeups++;
+    if (this.lastSeq === 0 && !this.synced) return;
+    if (this.reading !== undefined) {
+      this.readAgain = true;
+      return;
+    }
+    const waitMs = this.quietUntil - Date.now();
+    if (waitMs > 0) {
+      this.quietTimer ??= setTimeout(() => {
+        this.quietTimer = undefined;
+        this.wake();
+      }, waitMs);
+      return;
+    }
+    void this.inTurn(() => this.readChanges()).catch((err: unknown) => {
+      // The next wake-up or resync (a broken connection makes one) reads on from the same change number.
+      this.log.warn('cluster bus: reading changes failed', { error: errorMessage(err) });
+    });
+  }
+
+  /** Reads every change after lastSeq, page by page, and hands each message to the replica logic. */
+  private async readChanges(): Promise<void> {
+    let found = 0;
+    for (;;) {
+      const changes = await busSql.readChanges(this.options.db, this.lastSeq, CHANGES_PAGE);
+      found += changes.length;
+      for (const change of changes) {
+        this.follow(this.replica.receive(change.message));
+        this.lastSeq = change.seq;
+      }
+      if (changes.length < CHANGES_PAGE) break;
+    }
+    this.quietUntil = found === 0 ? Date.now() + EMPTY_READ_GAP_MS : 0;
+  }
+
+  /** Runs `read` when no other read of the bus's rows is under way; a wake-up meanwhile reads again after it. */
+  private async inTurn<T>(read: () => Promise<T>): Promise<T> {
+    while (this.reading !== undefined) await this.reading.catch(() => undefined);
+    let done: () => void = () => undefined;
+    this.reading = new Promise<void>((resolve) => (done = resolve));
+    try {
+      return await read();
+    } finally {
+      this.reading = undefined;
+      done();
+      if (this.readAgain) {
+        this.readAgain = false;
+        this.wake();
+      }
+    }
+  }
+
+  /**
    * Once per process, before the first resync: when no other replica is up and synchronised, the retained
    * overrides belong to a gateway that has stopped altogether and are cleared (migration 0003), so an override
    * lives exactly as long as the replicas that hold it in memory; the clock still starts above their versions.
    */
   private async join(client: pg.Client): Promise<void> {
     const { cleared, topVersion } = await busSql.join(client);
-    if (topVersion !== undefined) this.options.clock.observe(topVersion);
+    if (topVersion !== undefined && !this.options.clock.observe(topVersion)) {
+      this.log.error("the retained overrides' top version is not plausible against this clock: not taken", {
+        version: topVersion,
+      });
+    }
     this.joined = true;
     if (cleared > 0) {
       this.log.info('no other replica is up: cleared the overrides retained by the previous gateway', {

@@ -5,8 +5,9 @@
 //
 // Why this shape: NOTIFY and LISTEN need no privilege, so any session of the database can send on the channel
 // and hear everything on it. Hence:
-// - nothing secret is ever in a payload: requests name a device, answer notices a query and a replica; the
-//   answers themselves (PSK identities, peer addresses) stay in the table;
+// - nothing secret is ever in a payload: requests and answer notices name a query and a replica; the device asked
+//   about (migration 0017's inspect_queries) and the answers (PSK identities, peer addresses) stay in tables only
+//   the login reads;
 // - a notification counts only when it was sent by a session of the gateway's own login (its backend pid, which
 //   PostgreSQL reports with every notification, is one of that login's sessions in pg_stat_activity); any other
 //   sender is dropped before its payload is parsed, so it can neither use up the answer budget nor make a
@@ -38,14 +39,16 @@ export interface ReplicaPart extends Partial<LiveView> {
 // One-letter fields like the bus's (messages.ts says why): device_gateway.inspect_answer (migration 0005) writes
 // the answer notice's JSON itself.
 
-/** "Send me your live part of this device", on INSPECT_CHANNEL. */
+/**
+ * "Send me your live part of the device of query `q`", on INSPECT_CHANNEL. The device is named only in
+ * device_gateway.inspect_queries (migration 0017), which only the gateway's login reads: a listener learns no
+ * device id. device_gateway.inspect_ask writes both.
+ */
 interface Request {
   /** Kind: `q`, a query. */
   k: 'q';
-  /** Query id (a UUID): names the answers in device_gateway.inspect_answers. */
+  /** Query id (a UUID): names the query's row and the answers in device_gateway.inspect_answers. */
   q: string;
-  /** Device id asked about. */
-  d: string;
   /** Origin: the asking replica's id. */
   o: string;
 }
@@ -62,8 +65,10 @@ interface AnswerNotice {
 
 /** The exchange in PostgreSQL (delivery/sql.ts inspectStore). */
 export interface InspectStore {
-  /** Sends a request on INSPECT_CHANNEL (pg_notify through the pool). */
-  publishRequest(payload: string): Promise<void>;
+  /** Stores the query and sends its request on INSPECT_CHANNEL (device_gateway.inspect_ask). */
+  publishRequest(query: string, deviceId: string, origin: string): Promise<void>;
+  /** The device a query of `origin` asks about (undefined: no such query, or it is gone). */
+  queryDevice(query: string, origin: string): Promise<string | undefined>;
   /** Stores a replica's answer and notifies the asker (device_gateway.inspect_answer). */
   writeAnswer(query: string, replica: string, answer: string): Promise<void>;
   /** The answers stored for a query, by replica. */
@@ -169,8 +174,7 @@ export class Inspector {
     });
     const answers = new Map<string, LiveView>();
     try {
-      const request: Request = { k: 'q', q, d: deviceId, o: this.options.origin };
-      await withDeadline(this.options.store.publishRequest(JSON.stringify(request)), left());
+      await withDeadline(this.options.store.publishRequest(q, deviceId, this.options.origin), left());
       if (deadline > Date.now()) {
         let timer: NodeJS.Timeout | undefined;
         await Promise.race([allIn, new Promise<void>((r) => (timer = setTimeout(r, left())))]);
@@ -297,14 +301,20 @@ export class Inspector {
       this.stats.dropped++;
       return;
     }
-    const answer = JSON.stringify(this.options.local(message.d, LIST_LIMIT));
     this.answering++;
-    this.options.store
-      .writeAnswer(message.q, this.options.origin, answer)
-      .then(
-        () => this.stats.answered++,
-        (err: unknown) =>
-          this.options.logger.warn('device view: answer not written', { error: errorMessage(err) }),
+    const { store, origin, local } = this.options;
+    store
+      .queryDevice(message.q, message.o)
+      .then(async (deviceId) => {
+        if (deviceId === undefined || !isDeviceId(deviceId)) {
+          this.stats.dropped++;
+          return;
+        }
+        await store.writeAnswer(message.q, origin, JSON.stringify(local(deviceId, LIST_LIMIT)));
+        this.stats.answered++;
+      })
+      .catch((err: unknown) =>
+        this.options.logger.warn('device view: answer not written', { error: errorMessage(err) }),
       )
       .finally(() => this.answering--);
   }
@@ -331,7 +341,7 @@ function decode(payload: string): Request | AnswerNotice | undefined {
   const m = data as Record<string, unknown>;
   if (typeof m.q !== 'string' || !QUERY_ID.test(m.q) || typeof m.o !== 'string' || !ID.test(m.o))
     return undefined;
-  if (m.k === 'q') return isDeviceId(m.d) ? { k: 'q', q: m.q, d: m.d, o: m.o } : undefined;
+  if (m.k === 'q') return { k: 'q', q: m.q, o: m.o };
   return m.k === 'a' ? { k: 'a', q: m.q, o: m.o } : undefined;
 }
 

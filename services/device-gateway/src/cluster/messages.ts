@@ -1,7 +1,11 @@
 import { isDeviceId } from '@platform/contracts';
 import type { Settings } from '../domain/documents.js';
 
-/** The one LISTEN/NOTIFY channel every replica of the gateway listens on (per database). */
+/**
+ * The one LISTEN/NOTIFY channel every replica of the gateway listens on (per database). Since migration 0017 its
+ * notifications are empty wake-ups: the messages are rows (bus_overrides, bus_reload) that only the gateway's
+ * login can write, read by change number (design §3.6).
+ */
 export const BUS_CHANNEL = 'device_gateway_bus';
 
 /**
@@ -26,14 +30,11 @@ export const ROLLOUT_CHANNEL = 'device_gateway_rollout';
 export const NOTIFY_PAYLOAD_LIMIT_BYTES = 7999;
 
 /*
- * The bus messages' one-letter field names are not forced by NOTIFY_PAYLOAD_LIMIT_BYTES: the largest message,
- * an override, is its settings (whose document must fit one CoAP datagram, ~1 KiB) and a device id (at most
- * 128 characters), far below 8000 bytes with any names. They stay because they are a wire format with two
- * other readers: the bus's SQL functions (migrations 0002, 0003: bus_publish_overrides reads m->>'k', 'd',
- * 'v', 'o', 's' to retain an override; bus_publish_reload checks 'k'), and replicas of the previous release
- * during a rolling update, which drop a message whose fields they do not know. Longer names would need a new
- * migration and a release that reads both. The device view's messages (inspect.ts) are short for the same
- * reason (migration 0005's inspect_answer writes its notice); the rollout channel's payloads carry only a `k`.
+ * The bus messages' one-letter field names are a wire format with one reader: the bus's publishing functions
+ * (migrations 0002, 0003, 0017: bus_publish_overrides reads m->>'k', 'd', 'v', 'o', 's' to retain an override;
+ * bus_publish_reload reads 'k', 'v', 'o'). Since 0017 no message travels in a notification, but the size bound
+ * above stays: a message that would not fit one was never meant to be published, and the device view's notices
+ * (inspect.ts) still are notifications. The rollout channel's payloads carry only a `k`.
  */
 
 /**
@@ -72,11 +73,7 @@ export function encodeMessage(message: BusMessage): string {
   return JSON.stringify(message);
 }
 
-/**
- * Parses a payload from the channel. NOTIFY has no privileges in PostgreSQL (any session of the database can
- * send on any channel), so nothing is trusted: anything malformed is `undefined` (dropped and counted), and
- * override settings are checked against the Device Settings schema by the caller.
- */
+/** Parses a message from its JSON text (the wire format the publishing functions read); see checkMessage. */
 export function decodeMessage(payload: string): BusMessage | undefined {
   let data: unknown;
   try {
@@ -84,6 +81,15 @@ export function decodeMessage(payload: string): BusMessage | undefined {
   } catch {
     return undefined;
   }
+  return checkMessage(data);
+}
+
+/**
+ * A message as a replica reads it from the bus's rows (migration 0017): written only through the gateway login's
+ * publishing functions, and still checked field by field here (settings against the Device Settings schema by
+ * the caller), so a row that is somehow wrong is dropped and counted rather than applied. `undefined`: malformed.
+ */
+export function checkMessage(data: unknown): BusMessage | undefined {
   if (typeof data !== 'object' || data === null || Array.isArray(data)) return undefined;
   const m = data as Record<string, unknown>;
   if (!Number.isSafeInteger(m.v) || (m.v as number) <= 0) return undefined;

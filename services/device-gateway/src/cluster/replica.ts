@@ -10,7 +10,7 @@ import {
   type SettingsValidator,
 } from '../domain/gateway-state.js';
 import type { VersionClock } from '../domain/version-clock.js';
-import { decodeMessage, supersedes, type OverrideMessage } from './messages.js';
+import { checkMessage, supersedes, type OverrideMessage } from './messages.js';
 
 /** The part of GatewayState a replica applies overrides to. */
 export interface OverrideTarget {
@@ -26,6 +26,8 @@ export type Decision = 'none' | 'reload';
 
 export interface ReplicaStats {
   received: number;
+  /** Messages whose version the clock refused (not a safe integer, or far ahead of this replica's clock). */
+  refused: number;
   applied: number;
   stale: number;
   malformed: number;
@@ -55,7 +57,14 @@ export interface ReplicaLog {
 }
 
 export class Replica {
-  readonly stats: ReplicaStats = { received: 0, applied: 0, stale: 0, malformed: 0, remoteReloads: 0 };
+  readonly stats: ReplicaStats = {
+    received: 0,
+    refused: 0,
+    applied: 0,
+    stale: 0,
+    malformed: 0,
+    remoteReloads: 0,
+  };
   /** The winning override message per device, as far as this replica knows. */
   private readonly retained = new Map<string, Held>();
   /** Devices whose retained override waits for a reload that brings the device into this registry. */
@@ -68,18 +77,28 @@ export class Replica {
   }
 
   /**
-   * A payload from the channel. NOTIFY has no privileges in PostgreSQL, so it is untrusted input: decoded
-   * and, for an override, its settings validated here, once.
+   * A message from the bus's rows (migration 0017; bus-sql.ts readChanges). Only the gateway's login writes them,
+   * and they are still checked here, once: the fields, an override's settings, and the version against this
+   * replica's clock (a version it refuses is dropped and logged, never applied or observed).
    */
-  receive(payload: string): Decision {
+  receive(data: unknown): Decision {
     this.stats.received++;
-    const message = decodeMessage(payload);
+    const message = checkMessage(data);
     if (message === undefined) {
       this.stats.malformed++;
-      this.options.log.warn('malformed bus message dropped', { bytes: payload.length });
+      this.options.log.warn('malformed bus message dropped', {});
       return 'none';
     }
-    this.options.clock.observe(message.v);
+    if (!this.options.clock.observe(message.v)) {
+      this.stats.refused++;
+      this.options.log.error('bus message refused: its version is not plausible against this clock', {
+        kind: message.k,
+        version: message.v,
+        origin: message.o,
+        ...(message.k === 'override' ? { device_id: message.d } : {}),
+      });
+      return 'none';
+    }
     if (message.k === 'override') return this.offer(message);
     // The sender reloaded itself before publishing.
     if (message.o === this.options.origin) return 'none';
@@ -98,7 +117,7 @@ export class Replica {
   }
 
   /**
-   * A resync (after every LISTEN): the retained table's rows, untrusted like the channel. Returns what this
+   * A resync (after every LISTEN): the retained table's rows, checked as receive() checks them. Returns what this
    * replica holds and the table lacks (or holds older), to be published again: after a LISTEN gap during which
    * a replica starting alone cleared the table (bus_join), the live replicas' overrides are retained again.
    */
@@ -107,7 +126,7 @@ export class Replica {
     const inTable = new Map<string, OverrideMessage>();
     for (const row of rows) {
       inTable.set(row.d, row);
-      if (this.offer(row) === 'reload') decision = 'reload';
+      if (this.receive(row) === 'reload') decision = 'reload';
     }
     const republish: OverrideMessage[] = [];
     for (const { message } of this.retained.values()) {
@@ -160,7 +179,6 @@ export class Replica {
   }
 
   private hold(held: Held): Decision {
-    this.options.clock.observe(held.message.v);
     this.retained.set(held.message.d, held);
     return this.apply(held);
   }

@@ -2,7 +2,6 @@
 // fleet list.
 import { sql, type Kysely } from 'kysely';
 import type { DeliveryState, DeviceDeliveryTable, GatewayDatabase } from '../db/tables.js';
-import { INSPECT_CHANNEL } from '../cluster/messages.js';
 import type { InspectStore } from '../cluster/inspect.js';
 import type { DeliveryWriter } from './recorder.js';
 
@@ -138,8 +137,14 @@ export async function listDelivery(
 /** The device view's exchange between replicas (cluster/inspect.ts; migration 0005's inspect_answers). */
 export function inspectStore(db: Kysely<GatewayDatabase>): InspectStore {
   return {
-    async publishRequest(payload: string): Promise<void> {
-      await sql`SELECT pg_catalog.pg_notify(${INSPECT_CHANNEL}, ${payload})`.execute(db);
+    async publishRequest(query: string, deviceId: string, origin: string): Promise<void> {
+      await sql`SELECT device_gateway.inspect_ask(${query}::uuid, ${deviceId}, ${origin})`.execute(db);
+    },
+    async queryDevice(query: string, origin: string): Promise<string | undefined> {
+      const { rows } = await sql<{ device_id: string }>`
+        SELECT device_id FROM device_gateway.inspect_queries
+        WHERE query_id = ${query}::uuid AND origin = ${origin}`.execute(db);
+      return rows[0]?.device_id;
     },
     async writeAnswer(query: string, replica: string, answer: string): Promise<void> {
       await sql`SELECT device_gateway.inspect_answer(${query}::uuid, ${replica}, ${answer}::json)`.execute(

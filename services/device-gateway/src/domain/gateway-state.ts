@@ -320,8 +320,12 @@ export class GatewayState {
     if (override.contentKey === entry.settingsDoc.contentKey)
       return { changed: false, document: entry.settingsDoc };
     let version: number;
-    if (stampedVersion !== undefined && stampedVersion > entry.settingsDoc.version) {
-      this.options.clock.observe(stampedVersion);
+    // A stamp the clock refuses (out of step, see VersionClock.observe) is not served: a fresh local version is.
+    if (
+      stampedVersion !== undefined &&
+      stampedVersion > entry.settingsDoc.version &&
+      this.options.clock.observe(stampedVersion)
+    ) {
       version = stampedVersion;
     } else version = this.options.clock.next();
     const document = settingsDocument(

@@ -9,9 +9,14 @@
  *   cannot sustain: a 100,000-device reload issues 100,000 versions in far more than 0.1 s) and the
  *   clock was not stepped back by more than the downtime (NTP slews, it does not step, in normal operation);
  * - across replicas (design §3.6): a replica that learns a version from another one calls `observe(v)`, so its
- *   next version is above it (the HLC receive rule); no shared counter and no database write is needed,
- *   which matters because the gateway's database login is read-only.
- * Values stay below Number.MAX_SAFE_INTEGER (2^53 µs ≈ year 2255), so JSON carries them exactly.
+ *   next version is above it (the HLC receive rule); no shared counter and no database write is needed.
+ *
+ * A version from elsewhere is believed only within MAX_AHEAD_MICROS of this replica's wall clock: one far ahead
+ * (a poisoned row, a replica whose clock jumped) would otherwise drag every later version with it, up to
+ * 2^53 - 1, after which versions could not rise at all. The bus's publishing functions (migration 0017) refuse the
+ * same versions against the database's clock, so a refusal here means a clock out of step, which the caller logs.
+ * Values stay at most Number.MAX_SAFE_INTEGER (2^53 - 1 µs ≈ year 2255), so JSON carries them exactly; `next()`
+ * throws rather than pass it.
  */
 export class VersionClock {
   private last = 0;
@@ -20,18 +25,33 @@ export class VersionClock {
 
   next(): number {
     const now = this.nowMicros();
-    this.last = now > this.last ? now : this.last + 1;
-    return this.last;
+    const next = now > this.last ? now : this.last + 1;
+    if (!Number.isSafeInteger(next)) throw new RangeError('the version clock would pass 2^53 - 1');
+    this.last = next;
+    return next;
   }
 
-  /** HLC receive rule: never issue a version at or below one seen elsewhere. */
-  observe(version: number): void {
-    if (Number.isSafeInteger(version) && version > this.last) this.last = version;
+  /**
+   * HLC receive rule: never issue a version at or below one seen elsewhere. Returns false, and changes nothing,
+   * for a version that is not a positive safe integer or is more than MAX_AHEAD_MICROS ahead of this clock.
+   */
+  observe(version: number): boolean {
+    if (!isPlausibleVersion(version, this.nowMicros())) return false;
+    if (version > this.last) this.last = version;
+    return true;
   }
 
   get current(): number {
     return this.last;
   }
+}
+
+/** How far ahead of the local wall clock (µs) a version from elsewhere may be: 60 s (migration 0017 agrees). */
+export const MAX_AHEAD_MICROS = 60_000_000;
+
+/** A positive safe integer at most MAX_AHEAD_MICROS ahead of `nowMicros`. */
+export function isPlausibleVersion(version: number, nowMicros: number = wallClockMicros()): boolean {
+  return Number.isSafeInteger(version) && version > 0 && version <= nowMicros + MAX_AHEAD_MICROS;
 }
 
 export function wallClockMicros(): number {
