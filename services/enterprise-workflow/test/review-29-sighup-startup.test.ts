@@ -2,6 +2,7 @@
 // it. A SIGHUP at any moment of the start (module loading included) leaves the process running.
 // The test asserts the secure behaviour; a failing test is a finding.
 import { spawn } from 'node:child_process';
+import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { API_LOGIN, devRolePasswords, urlForLogin } from '@platform/enterprise-db';
 import { freePort } from '@platform/testkit';
@@ -9,6 +10,28 @@ import { startHarness } from './support/harness.js';
 import type { Harness } from './support/harness.js';
 
 const main = fileURLToPath(new URL('../dist/main.js', import.meta.url));
+
+/** How long a bare `node` takes now, from its spawn to its first statement (its SIGHUP handler), in ms. */
+async function nodeStartMs(): Promise<number> {
+  const started = Date.now();
+  const bare = spawn(process.execPath, ['-e', "process.on('SIGHUP', () => {}); setTimeout(() => {}, 10000)"]);
+  while (!catchesHup(bare.pid!)) await new Promise((r) => setImmediate(r));
+  const elapsed = Date.now() - started;
+  const exited = new Promise((r) => bare.once('exit', r));
+  bare.kill('SIGKILL');
+  await exited;
+  return elapsed;
+}
+
+/** Whether process `pid` catches SIGHUP (/proc/<pid>/status SigCgt, whose lowest bit is SIGHUP). */
+function catchesHup(pid: number): boolean {
+  try {
+    const mask = /^SigCgt:\s*([0-9a-f]+)$/m.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))?.[1] ?? '0';
+    return (BigInt(`0x${mask}`) & 1n) === 1n;
+  } catch {
+    return false;
+  }
+}
 let h: Harness;
 beforeAll(async () => {
   h = await startHarness();
@@ -19,11 +42,14 @@ afterAll(async () => {
 
 it('a SIGHUP early in the start does not end the process', async () => {
   const results: string[] = [];
-  // From 250 ms on (before the entry point held SIGHUPs, signals at 250 and 400 ms ended the process; it survived
-  // from about 600 ms). What is left is Node's own start, before any module runs (about 40-60 ms): no parent
-  // closes it by starting the process with SIGHUP ignored or blocked, since Node resets both when it starts;
-  // service-kit's bin/hold-hangups.sh holds the signal instead (review-39-hangup.test.ts).
-  for (const delayMs of [250, 400, 600, 900]) {
+  // Past Node's own start, which no module can cover (about 40-60 ms on a quiet machine, several hundred on a
+  // loaded one, where fixed delays from the spawn made this test fail): each delay is added to how long a bare
+  // `node` takes to catch SIGHUP just before. Before the entry point held SIGHUPs, signals 250 and 400 ms after
+  // the spawn ended the process (it survived from about 600 ms, once run.ts had loaded). No parent closes
+  // Node's own start by starting the process with SIGHUP ignored or blocked (Node resets both);
+  // service-kit's bin/hold-hangups.sh holds the signal then (review-39-hangup.test.ts).
+  for (const delayMs of [100, 250, 450, 750]) {
+    const startMs = await nodeStartMs();
     const port = await freePort('tcp');
     const child = spawn(process.execPath, [main], {
       env: {
@@ -44,12 +70,12 @@ it('a SIGHUP early in the start does not end the process', async () => {
     child.stdout?.resume();
     child.stderr?.resume();
     const exited = new Promise<void>((r) => child.once('exit', () => r()));
-    await new Promise((r) => setTimeout(r, delayMs));
+    await new Promise((r) => setTimeout(r, startMs + delayMs));
     child.kill('SIGHUP');
     await new Promise((r) => setTimeout(r, 1500));
     results.push(`${delayMs} ms: ${child.signalCode ?? child.exitCode ?? 'running'}`);
     if (child.exitCode === null && child.signalCode === null) child.kill('SIGTERM');
     await exited;
   }
-  expect(results).toEqual(['250 ms: running', '400 ms: running', '600 ms: running', '900 ms: running']);
+  expect(results).toEqual(['100 ms: running', '250 ms: running', '450 ms: running', '750 ms: running']);
 });
