@@ -72,7 +72,7 @@ it('without it, a SIGHUP while Node.js starts ends the service (the window it cl
 });
 
 it('holds a SIGHUP sent before the service handles it, and delivers it once it does', async () => {
-  const guarded = run(['sh', guard, process.execPath, '-e', SERVICE, '500', '1000']);
+  const guarded = run(['sh', guard, process.execPath, '-e', SERVICE, '1500', '2500']);
   const shell = guarded.process.pid!;
   // The shell traps SIGHUP from its first command on; the service runs but does not handle SIGHUP yet.
   await until(() => catchesHup(shell) && guarded.output().includes('started'));
