@@ -9,29 +9,43 @@ device_gateway_login LOGIN NOINHERIT
 -- schemas (1)
 device_gateway OWNER <migrator> ACL <migrator>:CREATE,<migrator>:USAGE,device_gateway_login:USAGE COMMENT -
 
--- tables and views (11)
+-- tables and views (13)
 r device_gateway.bus_overrides RLS false FORCE false OWNER <migrator> OPTIONS - ACL <migrator>:DELETE,<migrator>:INSERT,<migrator>:MAINTAIN,<migrator>:REFERENCES,<migrator>:SELECT,<migrator>:TRIGGER,<migrator>:TRUNCATE,<migrator>:UPDATE,device_gateway_login:SELECT COMMENT -
+r device_gateway.bus_reload RLS false FORCE false OWNER <migrator> OPTIONS - ACL <migrator>:DELETE,<migrator>:INSERT,<migrator>:MAINTAIN,<migrator>:REFERENCES,<migrator>:SELECT,<migrator>:TRIGGER,<migrator>:TRUNCATE,<migrator>:UPDATE,device_gateway_login:SELECT COMMENT -
 r device_gateway.delivery_progress RLS false FORCE false OWNER <migrator> OPTIONS - ACL <migrator>:DELETE,<migrator>:INSERT,<migrator>:MAINTAIN,<migrator>:REFERENCES,<migrator>:SELECT,<migrator>:TRIGGER,<migrator>:TRUNCATE,<migrator>:UPDATE,device_gateway_login:SELECT COMMENT -
 r device_gateway.device_credentials RLS false FORCE false OWNER <migrator> OPTIONS - ACL <migrator>:DELETE,<migrator>:INSERT,<migrator>:MAINTAIN,<migrator>:REFERENCES,<migrator>:SELECT,<migrator>:TRIGGER,<migrator>:TRUNCATE,<migrator>:UPDATE,device_gateway_login:SELECT COMMENT -
 r device_gateway.device_delivery RLS false FORCE false OWNER <migrator> OPTIONS {fillfactor=60} ACL <migrator>:DELETE,<migrator>:INSERT,<migrator>:MAINTAIN,<migrator>:REFERENCES,<migrator>:SELECT,<migrator>:TRIGGER,<migrator>:TRUNCATE,<migrator>:UPDATE,device_gateway_login:SELECT COMMENT -
 r device_gateway.device_registry RLS false FORCE false OWNER <migrator> OPTIONS - ACL <migrator>:DELETE,<migrator>:INSERT,<migrator>:MAINTAIN,<migrator>:REFERENCES,<migrator>:SELECT,<migrator>:TRIGGER,<migrator>:TRUNCATE,<migrator>:UPDATE,device_gateway_login:SELECT COMMENT -
 r device_gateway.inspect_answers RLS false FORCE false OWNER <migrator> OPTIONS - ACL <migrator>:DELETE,<migrator>:INSERT,<migrator>:MAINTAIN,<migrator>:REFERENCES,<migrator>:SELECT,<migrator>:TRIGGER,<migrator>:TRUNCATE,<migrator>:UPDATE,device_gateway_login:SELECT COMMENT -
+r device_gateway.inspect_queries RLS false FORCE false OWNER <migrator> OPTIONS - ACL <migrator>:DELETE,<migrator>:INSERT,<migrator>:MAINTAIN,<migrator>:REFERENCES,<migrator>:SELECT,<migrator>:TRIGGER,<migrator>:TRUNCATE,<migrator>:UPDATE,device_gateway_login:SELECT COMMENT -
 r device_gateway.rollout_assignments RLS false FORCE false OWNER <migrator> OPTIONS - ACL <migrator>:DELETE,<migrator>:INSERT,<migrator>:MAINTAIN,<migrator>:REFERENCES,<migrator>:SELECT,<migrator>:TRIGGER,<migrator>:TRUNCATE,<migrator>:UPDATE,device_gateway_login:SELECT COMMENT -
 r device_gateway.rollout_driver RLS false FORCE false OWNER <migrator> OPTIONS - ACL <migrator>:DELETE,<migrator>:INSERT,<migrator>:MAINTAIN,<migrator>:REFERENCES,<migrator>:SELECT,<migrator>:TRIGGER,<migrator>:TRUNCATE,<migrator>:UPDATE,device_gateway_login:SELECT COMMENT -
 r device_gateway.rollout_events RLS false FORCE false OWNER <migrator> OPTIONS - ACL <migrator>:DELETE,<migrator>:INSERT,<migrator>:MAINTAIN,<migrator>:REFERENCES,<migrator>:SELECT,<migrator>:TRIGGER,<migrator>:TRUNCATE,<migrator>:UPDATE,device_gateway_login:SELECT COMMENT -
 r device_gateway.rollout_targets RLS false FORCE false OWNER <migrator> OPTIONS - ACL <migrator>:DELETE,<migrator>:INSERT,<migrator>:MAINTAIN,<migrator>:REFERENCES,<migrator>:SELECT,<migrator>:TRIGGER,<migrator>:TRUNCATE,<migrator>:UPDATE,device_gateway_login:SELECT COMMENT -
 r device_gateway.rollouts RLS false FORCE false OWNER <migrator> OPTIONS - ACL <migrator>:DELETE,<migrator>:INSERT,<migrator>:MAINTAIN,<migrator>:REFERENCES,<migrator>:SELECT,<migrator>:TRIGGER,<migrator>:TRUNCATE,<migrator>:UPDATE,device_gateway_login:SELECT COMMENT -
 
--- columns (99)
+-- columns (109)
 device_gateway.bus_overrides.device_id text NOT NULL COMMENT -
 
 device_gateway.bus_overrides.origin text NOT NULL COLLATE "C" COMMENT -
 
 device_gateway.bus_overrides.published_at timestamp with time zone NOT NULL DEFAULT now() COMMENT -
 
+device_gateway.bus_overrides.seq bigint NOT NULL COMMENT -
+
 device_gateway.bus_overrides.settings jsonb NOT NULL COMMENT -
 
 device_gateway.bus_overrides.version bigint NOT NULL COMMENT -
+
+device_gateway.bus_reload.origin text NOT NULL COLLATE "C" COMMENT -
+
+device_gateway.bus_reload.requested_at timestamp with time zone NOT NULL DEFAULT now() COMMENT -
+
+device_gateway.bus_reload.seq bigint NOT NULL COMMENT -
+
+device_gateway.bus_reload.singleton boolean NOT NULL DEFAULT true COMMENT -
+
+device_gateway.bus_reload.version bigint NOT NULL COMMENT -
 
 device_gateway.delivery_progress.replica text NOT NULL COMMENT -
 
@@ -126,6 +140,14 @@ device_gateway.inspect_answers.created_at timestamp with time zone NOT NULL DEFA
 device_gateway.inspect_answers.query_id uuid NOT NULL COMMENT -
 
 device_gateway.inspect_answers.replica text NOT NULL COMMENT -
+
+device_gateway.inspect_queries.created_at timestamp with time zone NOT NULL DEFAULT now() COMMENT -
+
+device_gateway.inspect_queries.device_id text NOT NULL COMMENT -
+
+device_gateway.inspect_queries.origin text NOT NULL COLLATE "C" COMMENT -
+
+device_gateway.inspect_queries.query_id uuid NOT NULL COMMENT -
 
 device_gateway.rollout_assignments.assigned_at timestamp with time zone NOT NULL DEFAULT now() COMMENT -
 
@@ -227,17 +249,28 @@ device_gateway.rollouts.updated_at timestamp with time zone NOT NULL DEFAULT now
 
 device_gateway.rollouts.waves integer NOT NULL COMMENT -
 
--- constraints (119)
+-- constraints (137)
 device_gateway.bus_overrides bus_overrides_device_id_check CHECK ((device_id ~ '^[A-Za-z0-9._:-]{1,128}$'::text))
 device_gateway.bus_overrides bus_overrides_device_id_not_null NOT NULL device_id
 device_gateway.bus_overrides bus_overrides_origin_check CHECK ((origin ~ '^[A-Za-z0-9._:-]{1,64}$'::text))
 device_gateway.bus_overrides bus_overrides_origin_not_null NOT NULL origin
 device_gateway.bus_overrides bus_overrides_pkey PRIMARY KEY (device_id)
 device_gateway.bus_overrides bus_overrides_published_at_not_null NOT NULL published_at
+device_gateway.bus_overrides bus_overrides_seq_not_null NOT NULL seq
 device_gateway.bus_overrides bus_overrides_settings_check CHECK ((jsonb_typeof(settings) = 'object'::text))
 device_gateway.bus_overrides bus_overrides_settings_not_null NOT NULL settings
 device_gateway.bus_overrides bus_overrides_version_check CHECK ((version > 0))
 device_gateway.bus_overrides bus_overrides_version_not_null NOT NULL version
+device_gateway.bus_overrides bus_overrides_version_safe CHECK ((version <= '9007199254740991'::bigint))
+device_gateway.bus_reload bus_reload_origin_check CHECK ((origin ~ '^[A-Za-z0-9._:-]{1,64}$'::text))
+device_gateway.bus_reload bus_reload_origin_not_null NOT NULL origin
+device_gateway.bus_reload bus_reload_pkey PRIMARY KEY (singleton)
+device_gateway.bus_reload bus_reload_requested_at_not_null NOT NULL requested_at
+device_gateway.bus_reload bus_reload_seq_not_null NOT NULL seq
+device_gateway.bus_reload bus_reload_singleton_check CHECK (singleton)
+device_gateway.bus_reload bus_reload_singleton_not_null NOT NULL singleton
+device_gateway.bus_reload bus_reload_version_check CHECK (((version > 0) AND (version <= '9007199254740991'::bigint)))
+device_gateway.bus_reload bus_reload_version_not_null NOT NULL version
 device_gateway.delivery_progress delivery_progress_pkey PRIMARY KEY (replica)
 device_gateway.delivery_progress delivery_progress_replica_check CHECK ((replica ~ '^[0-9a-f]{16}$'::text))
 device_gateway.delivery_progress delivery_progress_replica_not_null NOT NULL replica
@@ -286,6 +319,13 @@ device_gateway.inspect_answers inspect_answers_pkey PRIMARY KEY (query_id, repli
 device_gateway.inspect_answers inspect_answers_query_id_not_null NOT NULL query_id
 device_gateway.inspect_answers inspect_answers_replica_check CHECK ((replica ~ '^[0-9a-f]{16}$'::text))
 device_gateway.inspect_answers inspect_answers_replica_not_null NOT NULL replica
+device_gateway.inspect_queries inspect_queries_created_at_not_null NOT NULL created_at
+device_gateway.inspect_queries inspect_queries_device_id_check CHECK ((device_id ~ '^[A-Za-z0-9._:-]{1,128}$'::text))
+device_gateway.inspect_queries inspect_queries_device_id_not_null NOT NULL device_id
+device_gateway.inspect_queries inspect_queries_origin_check CHECK ((origin ~ '^[A-Za-z0-9._:-]{1,64}$'::text))
+device_gateway.inspect_queries inspect_queries_origin_not_null NOT NULL origin
+device_gateway.inspect_queries inspect_queries_pkey PRIMARY KEY (query_id)
+device_gateway.inspect_queries inspect_queries_query_id_not_null NOT NULL query_id
 device_gateway.rollout_assignments rollout_assignments_assigned_at_not_null NOT NULL assigned_at
 device_gateway.rollout_assignments rollout_assignments_device_id_not_null NOT NULL device_id
 device_gateway.rollout_assignments rollout_assignments_pkey PRIMARY KEY (device_id)
@@ -348,7 +388,7 @@ device_gateway.rollouts rollouts_updated_at_not_null NOT NULL updated_at
 device_gateway.rollouts rollouts_waves_check CHECK (((waves >= 1) AND (waves <= 1000)))
 device_gateway.rollouts rollouts_waves_not_null NOT NULL waves
 
--- indexes (28)
+-- indexes (32)
 CREATE INDEX delivery_progress_valid_idx ON device_gateway.delivery_progress USING btree (valid_until)
 CREATE INDEX device_credentials_device_idx ON device_gateway.device_credentials USING btree (device_id)
 CREATE INDEX device_credentials_live_idx ON device_gateway.device_credentials USING btree (not_after) WHERE (revoked_at IS NULL)
@@ -358,6 +398,7 @@ CREATE INDEX device_delivery_site_idx ON device_gateway.device_delivery USING bt
 CREATE INDEX device_delivery_site_open_idx ON device_gateway.device_delivery USING btree (site_id, state, desired_at, device_id) WHERE (state <> 'acknowledged'::text)
 CREATE INDEX device_registry_site_id_idx ON device_gateway.device_registry USING btree (site_id)
 CREATE INDEX inspect_answers_created_idx ON device_gateway.inspect_answers USING btree (created_at)
+CREATE INDEX inspect_queries_created_idx ON device_gateway.inspect_queries USING btree (created_at)
 CREATE INDEX rollout_assignments_seq_idx ON device_gateway.rollout_assignments USING btree (seq)
 CREATE INDEX rollout_events_rollout_idx ON device_gateway.rollout_events USING btree (rollout_id, event_id)
 CREATE INDEX rollout_targets_device_idx ON device_gateway.rollout_targets USING btree (device_id)
@@ -365,12 +406,15 @@ CREATE INDEX rollout_targets_next_idx ON device_gateway.rollout_targets USING bt
 CREATE INDEX rollout_targets_open_idx ON device_gateway.rollout_targets USING btree (rollout_id, wave, "position") WHERE (outcome IS NULL)
 CREATE INDEX rollouts_open_idx ON device_gateway.rollouts USING btree (seq) WHERE (state = ANY (ARRAY['active'::text, 'paused'::text]))
 CREATE UNIQUE INDEX bus_overrides_pkey ON device_gateway.bus_overrides USING btree (device_id)
+CREATE UNIQUE INDEX bus_overrides_seq_idx ON device_gateway.bus_overrides USING btree (seq)
+CREATE UNIQUE INDEX bus_reload_pkey ON device_gateway.bus_reload USING btree (singleton)
 CREATE UNIQUE INDEX delivery_progress_pkey ON device_gateway.delivery_progress USING btree (replica)
 CREATE UNIQUE INDEX device_credentials_pkey ON device_gateway.device_credentials USING btree (credential_id)
 CREATE UNIQUE INDEX device_credentials_psk_identity_key ON device_gateway.device_credentials USING btree (psk_identity)
 CREATE UNIQUE INDEX device_delivery_pkey ON device_gateway.device_delivery USING btree (device_id)
 CREATE UNIQUE INDEX device_registry_pkey ON device_gateway.device_registry USING btree (device_id)
 CREATE UNIQUE INDEX inspect_answers_pkey ON device_gateway.inspect_answers USING btree (query_id, replica)
+CREATE UNIQUE INDEX inspect_queries_pkey ON device_gateway.inspect_queries USING btree (query_id)
 CREATE UNIQUE INDEX rollout_assignments_pkey ON device_gateway.rollout_assignments USING btree (device_id)
 CREATE UNIQUE INDEX rollout_driver_pkey ON device_gateway.rollout_driver USING btree (id)
 CREATE UNIQUE INDEX rollout_events_pkey ON device_gateway.rollout_events USING btree (event_id)
@@ -389,7 +433,31 @@ CREATE TRIGGER device_registry_touch BEFORE UPDATE ON device_gateway.device_regi
 -- view definitions (0)
 
 
--- functions (25)
+-- functions (27)
+CREATE OR REPLACE FUNCTION device_gateway.bus_checked_version(p_version text)
+ RETURNS bigint
+ LANGUAGE plpgsql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+  v bigint;
+BEGIN
+  IF p_version IS NULL OR p_version !~ '^[1-9][0-9]{0,15}$' THEN
+    RAISE EXCEPTION 'bus message version is not a positive integer' USING ERRCODE = '22023';
+  END IF;
+  v := p_version::bigint;
+  IF v > 9007199254740991 THEN
+    RAISE EXCEPTION 'bus message version % is past 2^53 - 1', v USING ERRCODE = '22023';
+  END IF;
+  IF v > (extract(epoch FROM clock_timestamp()) * 1000000)::bigint + 60000000 THEN
+    RAISE EXCEPTION 'bus message version % is more than 60 s ahead of the database clock', v
+      USING ERRCODE = '22023';
+  END IF;
+  RETURN v;
+END $function$
+OWNER <migrator> ACL <migrator>:EXECUTE COMMENT -
+
 CREATE OR REPLACE FUNCTION device_gateway.bus_join(OUT cleared integer, OUT top_version bigint)
  RETURNS record
  LANGUAGE plpgsql
@@ -424,32 +492,37 @@ AS $function$
 DECLARE
   p text;
   m jsonb;
+  v bigint;
   written boolean[] := '{}';
+  any_written boolean := false;
 BEGIN
-  -- Several messages per call: under load the bus commits a batch in one transaction (group commit).
+  -- Change numbers become visible in their order (see the migration's comment).
+  PERFORM pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext('device_gateway.bus_seq'));
   FOREACH p IN ARRAY p_payloads LOOP
     m := p::jsonb;
     IF m->>'k' IS DISTINCT FROM 'override' OR jsonb_typeof(m->'s') IS DISTINCT FROM 'object' THEN
       RAISE EXCEPTION 'not an override message' USING ERRCODE = '22023';
     END IF;
+    v := device_gateway.bus_checked_version(m->>'v');
     IF NOT EXISTS (
       SELECT 1 FROM device_gateway.device_registry r WHERE r.device_id = m->>'d' AND r.enabled
     ) THEN
       written := written || NULL::boolean;
       CONTINUE;
     END IF;
-    INSERT INTO device_gateway.bus_overrides AS b (device_id, version, origin, settings)
-    VALUES (m->>'d', (m->>'v')::bigint, m->>'o', m->'s')
+    INSERT INTO device_gateway.bus_overrides AS b (device_id, version, origin, settings, seq)
+    VALUES (m->>'d', v, m->>'o', m->'s', pg_catalog.nextval('device_gateway.bus_seq'))
     ON CONFLICT (device_id) DO UPDATE
       SET version = excluded.version, origin = excluded.origin, settings = excluded.settings,
-          published_at = now()
+          published_at = now(), seq = excluded.seq
       WHERE (excluded.version, excluded.origin) > (b.version, b.origin);
-    -- Only a message that won is sent; NOTIFY is delivered when this transaction commits.
-    IF FOUND THEN
-      PERFORM pg_catalog.pg_notify('device_gateway_bus', p);
-    END IF;
     written := written || FOUND;
+    any_written := any_written OR FOUND;
   END LOOP;
+  -- A wake-up only: the rows are the message. Delivered when this transaction commits.
+  IF any_written THEN
+    PERFORM pg_catalog.pg_notify('device_gateway_bus', '');
+  END IF;
   RETURN written;
 END $function$
 OWNER <migrator> ACL <migrator>:EXECUTE,device_gateway_login:EXECUTE COMMENT -
@@ -460,16 +533,25 @@ CREATE OR REPLACE FUNCTION device_gateway.bus_publish_reload(p_payload text)
  SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
+DECLARE
+  m jsonb := p_payload::jsonb;
+  v bigint;
 BEGIN
-  IF (p_payload::jsonb)->>'k' IS DISTINCT FROM 'reload' THEN
+  IF m->>'k' IS DISTINCT FROM 'reload' THEN
     RAISE EXCEPTION 'not a reload message' USING ERRCODE = '22023';
   END IF;
+  v := device_gateway.bus_checked_version(m->>'v');
+  PERFORM pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext('device_gateway.bus_seq'));
   -- A device that left the registry (deleted or disabled) loses its override, as in one process.
   DELETE FROM device_gateway.bus_overrides b
   WHERE NOT EXISTS (
     SELECT 1 FROM device_gateway.device_registry r WHERE r.device_id = b.device_id AND r.enabled
   );
-  PERFORM pg_catalog.pg_notify('device_gateway_bus', p_payload);
+  INSERT INTO device_gateway.bus_reload AS r (singleton, seq, version, origin)
+  VALUES (true, pg_catalog.nextval('device_gateway.bus_seq'), v, m->>'o')
+  ON CONFLICT (singleton) DO UPDATE
+    SET seq = excluded.seq, version = excluded.version, origin = excluded.origin, requested_at = now();
+  PERFORM pg_catalog.pg_notify('device_gateway_bus', '');
 END $function$
 OWNER <migrator> ACL <migrator>:EXECUTE,device_gateway_login:EXECUTE COMMENT -
 
@@ -898,6 +980,28 @@ BEGIN
   ON CONFLICT DO NOTHING;
   PERFORM pg_catalog.pg_notify('device_gateway_inspect',
     pg_catalog.json_build_object('k', 'a', 'q', p_query, 'o', p_replica)::text);
+END $function$
+OWNER <migrator> ACL <migrator>:EXECUTE,device_gateway_login:EXECUTE COMMENT -
+
+CREATE OR REPLACE FUNCTION device_gateway.inspect_ask(p_query uuid, p_device text, p_origin text)
+ RETURNS void
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+ SET lock_timeout TO '200ms'
+AS $function$
+BEGIN
+  DELETE FROM device_gateway.inspect_queries q
+  USING (SELECT o.query_id FROM device_gateway.inspect_queries o
+         WHERE o.created_at < now() - interval '15 seconds'
+         ORDER BY o.created_at LIMIT 200 FOR UPDATE SKIP LOCKED) old
+  WHERE q.query_id = old.query_id;
+  IF (SELECT count(*) FROM (SELECT 1 FROM device_gateway.inspect_queries LIMIT 10000) n) >= 10000 THEN
+    RAISE EXCEPTION 'inspect queries full' USING ERRCODE = '53400';
+  END IF;
+  INSERT INTO device_gateway.inspect_queries (query_id, device_id, origin) VALUES (p_query, p_device, p_origin);
+  PERFORM pg_catalog.pg_notify('device_gateway_inspect',
+    pg_catalog.json_build_object('k', 'q', 'q', p_query, 'o', p_origin)::text);
 END $function$
 OWNER <migrator> ACL <migrator>:EXECUTE,device_gateway_login:EXECUTE COMMENT -
 
