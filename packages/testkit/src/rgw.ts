@@ -207,11 +207,17 @@ function describeRequest(method: string, url: string, status: number): S3Request
 
 /**
  * A pass-through in front of the gateway that records each request once the gateway answered it (the
- * request log startS3 keeps). It changes nothing: the Host header goes through as the client signed it.
- * `Expect: 100-continue` is answered here and not forwarded (SigV4 never signs it).
+ * request log startS3 keeps) and counts those under way. It changes nothing: the Host header goes through as
+ * the client signed it. `Expect: 100-continue` is answered here and not forwarded (SigV4 never signs it). A
+ * client that goes away (a reloaded page) takes its request to the gateway with it, as it would going straight.
  */
-async function startRequestLog(target: number, log: S3Request[]): Promise<Server> {
+async function startRequestLog(
+  target: number,
+  log: S3Request[],
+  counter: { inFlight: number },
+): Promise<Server> {
   const server = createServer((req, res) => {
+    counter.inFlight++;
     const { expect: _expect, ...headers } = req.headers;
     const upstream = httpRequest(
       { host: '127.0.0.1', port: target, method: req.method, path: req.url, headers },
@@ -224,6 +230,10 @@ async function startRequestLog(target: number, log: S3Request[]): Promise<Server
     upstream.on('error', () => {
       if (!res.headersSent) res.writeHead(502).end();
       else res.destroy();
+    });
+    res.on('close', () => {
+      counter.inFlight--;
+      if (!res.writableFinished) upstream.destroy();
     });
     req.pipe(upstream);
   });
@@ -332,6 +342,7 @@ export async function startRgw(options: StartRgwOptions = {}): Promise<RgwServer
 
   const records: S3EventRecord[] = [];
   const requests: S3Request[] = [];
+  const counter = { inFlight: 0 };
   const waiters = new Set<(record: S3EventRecord) => void>();
   let delivery = Promise.resolve();
   const accessKeyId = `TESTKIT${randomBytes(6).toString('hex').toUpperCase()}`;
@@ -487,7 +498,7 @@ export async function startRgw(options: StartRgwOptions = {}): Promise<RgwServer
       { 'content-type': 'application/xml' },
     );
 
-    const proxy = await startRequestLog(gatewayPort, requests);
+    const proxy = await startRequestLog(gatewayPort, requests, counter);
     servers.push(proxy);
     const endpoint = `http://127.0.0.1:${(proxy.address() as AddressInfo).port}`;
     const startupMs = Date.now() - started;
@@ -503,6 +514,9 @@ export async function startRgw(options: StartRgwOptions = {}): Promise<RgwServer
       pids: daemons.map((d) => d.child.pid ?? 0),
       objectCreated: records,
       requests,
+      get inFlight() {
+        return counter.inFlight;
+      },
       waitForObjectCreated(key, timeoutMs = 5000) {
         // The gateway sends keys as stored, not URL-encoded.
         const seen = records.find((r) => r.s3.object.key === key);

@@ -96,6 +96,11 @@ export interface TestObjectStore {
   readonly objectCreated: readonly S3EventRecord[];
   /** Every request answered so far (CORS preflights included), oldest first. */
   readonly requests: readonly S3Request[];
+  /**
+   * Requests received and not answered yet: 0 once every upload that reached the store (say, one a reloaded
+   * page had under way) has been stored or dropped, so its state can be read.
+   */
+  readonly inFlight: number;
   /** Resolves with the first ObjectCreated record for `key` (decoded), waiting up to `timeoutMs`. */
   waitForObjectCreated(key: string, timeoutMs?: number): Promise<S3EventRecord>;
   stop(): Promise<void>;
@@ -168,12 +173,18 @@ function multipartMiddleware(
   completing: Set<string>,
   log: S3Request[],
   verifyUrls: boolean,
+  counter: { inFlight: number },
 ): KoaMiddleware {
   return async (ctx, next) => {
     const [, bucket = '', ...rest] = ctx.path.split('/');
     const key = rest.map((segment) => decodeURIComponent(segment)).join('/');
     const uploadId = typeof ctx.query.uploadId === 'string' ? ctx.query.uploadId : undefined;
     const partNumber = typeof ctx.query.partNumber === 'string' ? Number(ctx.query.partNumber) : undefined;
+    // Counted until the response is sent or the client is gone (an upload cut off mid-body never ends here).
+    counter.inFlight++;
+    ctx.res.once('close', () => {
+      counter.inFlight--;
+    });
     try {
       if (verifyUrls && !signatureAccepted(ctx)) {
         ctx.req.resume();
@@ -256,7 +267,8 @@ function multipartMiddleware(
  */
 function signatureAccepted(ctx: KoaContext): boolean {
   const url = ctx.req.url ?? '/';
-  if (!isPresigned(url)) return true;
+  // A browser's CORS preflight carries the URL's query but is never signed: the CORS rule answers it.
+  if (ctx.method === 'OPTIONS' || !isPresigned(url)) return true;
   const headers: Record<string, string | undefined> = {};
   for (const [name, value] of Object.entries(ctx.req.headers))
     headers[name] = Array.isArray(value) ? value.join(',') : value;
@@ -376,10 +388,11 @@ export async function startS3(options: StartS3Options = {}): Promise<S3Server> {
     ],
   });
   const requests: S3Request[] = [];
+  const counter = { inFlight: 0 };
   const completing = new Set<string>();
   // Koa composes its middleware when the server starts: placed first, this sees every request.
   server.middleware.unshift(
-    multipartMiddleware(server, completing, requests, options.verifyPresignedUrls === true),
+    multipartMiddleware(server, completing, requests, options.verifyPresignedUrls === true, counter),
   );
   // Koa logs every failed request (404s included) to stderr unless the app has an error listener.
   server.on('error', () => undefined);
@@ -435,6 +448,9 @@ export async function startS3(options: StartS3Options = {}): Promise<S3Server> {
     secretAccessKey: S3_SECRET_ACCESS_KEY,
     objectCreated: records,
     requests,
+    get inFlight() {
+      return counter.inFlight;
+    },
     waitForObjectCreated(key, timeoutMs = 5000) {
       const encoded = encodeEventKey(key);
       const seen = records.find((r) => r.s3.object.key === encoded);

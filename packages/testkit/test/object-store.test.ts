@@ -1,6 +1,7 @@
 // Both local stores the workflow's suites run against refuse a presigned PUT whose signed Content-Type or
 // Content-Length differs, whose signature is wrong or which expired, as S3 does: the RADOS Gateway by
-// itself, s3rver (which checks no signature) through the check startObjectStore adds.
+// itself, s3rver (which checks no signature) through the check startObjectStore adds; and both answer a
+// browser's preflight of such a URL from the bucket's CORS rule.
 import { jest } from '@jest/globals';
 import { PutObjectCommand, S3Client } from '@aws-sdk/client-s3';
 import { getSignedUrl } from '@aws-sdk/s3-request-presigner';
@@ -14,7 +15,7 @@ describe.each(OBJECT_STORE_KINDS)('startObjectStore(%s)', (kind) => {
   let client: S3Client;
 
   beforeAll(async () => {
-    store = await startObjectStore(kind);
+    store = await startObjectStore(kind, { corsOrigins: ['http://portal.test'] });
     client = new S3Client({
       endpoint: store.endpoint,
       region: store.region,
@@ -57,6 +58,21 @@ describe.each(OBJECT_STORE_KINDS)('startObjectStore(%s)', (kind) => {
       expect(await code(res)).toBe('SignatureDoesNotMatch');
     }
     expect((await put(url, 'image/png', '12345')).status).toBe(200);
+  });
+
+  it("answers a browser's preflight of a presigned URL from the CORS rule (a preflight is never signed)", async () => {
+    const url = await presign('sites/cors.png', 60);
+    const res = await fetch(url, {
+      method: 'OPTIONS',
+      headers: {
+        Origin: 'http://portal.test',
+        'Access-Control-Request-Method': 'PUT',
+        'Access-Control-Request-Headers': 'content-type',
+      },
+    });
+    expect(res.status).toBe(200);
+    // The RADOS Gateway names the origin, s3rver answers `*`: a browser sends no credentials to either.
+    expect(['http://portal.test', '*']).toContain(res.headers.get('access-control-allow-origin'));
   });
 
   it('refuses an expired URL with 403', async () => {

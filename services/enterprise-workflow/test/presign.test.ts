@@ -1,7 +1,17 @@
-// Presigned URLs checked as design §5 asks: s3rver accepts any signature, so the URL itself is
-// verified here with an independent SigV4 implementation.
-import { GetObjectCommand, PutObjectCommand, S3Client, UploadPartCommand } from '@aws-sdk/client-s3';
+// Presigned URLs checked twice: the URL itself with an independent SigV4 implementation, and the URLs the
+// service signs used against each test store (s3rver, which the test kit makes check presigned requests, and
+// Ceph's RADOS Gateway, which checks them itself): a PUT whose signed Content-Type or Content-Length differs,
+// or whose signature is wrong, is refused by the store.
+import {
+  CreateMultipartUploadCommand,
+  GetObjectCommand,
+  PutObjectCommand,
+  S3Client,
+  UploadPartCommand,
+} from '@aws-sdk/client-s3';
 import { getSignedUrl } from '@aws-sdk/s3-request-presigner';
+import { OBJECT_STORE_KINDS, startObjectStore } from '@platform/testkit';
+import type { TestObjectStore } from '@platform/testkit';
 import { createS3Storage } from '../src/storage/s3-store.js';
 import type { MediaStorage } from '../src/domain/ports.js';
 import { contentDisposition } from '../src/domain/media-rules.js';
@@ -322,5 +332,106 @@ describe('direct presigning equals the SDK command pipeline', () => {
       storage.destroy();
       reference.destroy();
     }
+  });
+});
+
+describe.each(OBJECT_STORE_KINDS)("the service's presigned URLs at %s", (kind) => {
+  let store: TestObjectStore;
+  let storage: MediaStorage;
+  let client: S3Client;
+
+  beforeAll(async () => {
+    store = await startObjectStore(kind);
+    storage = createS3Storage({
+      endpoint: store.endpoint,
+      publicEndpoint: undefined,
+      region: store.region,
+      bucket: store.bucket,
+      accessKeyId: store.accessKeyId,
+      secretAccessKey: store.secretAccessKey,
+      forcePathStyle: true,
+    });
+    client = new S3Client({
+      endpoint: store.endpoint,
+      region: store.region,
+      forcePathStyle: true,
+      credentials: { accessKeyId: store.accessKeyId, secretAccessKey: store.secretAccessKey },
+      requestChecksumCalculation: 'WHEN_REQUIRED',
+      responseChecksumValidation: 'WHEN_REQUIRED',
+    });
+  }, 60_000);
+  afterAll(async () => {
+    storage?.destroy();
+    client?.destroy();
+    await store?.stop();
+  });
+
+  const errorCode = async (res: Response) => /<Code>([^<]+)<\/Code>/.exec(await res.text())?.[1];
+  /** The URL with its signature's first hex digit changed. */
+  const forged = (url: string) =>
+    url.replace(/X-Amz-Signature=([0-9a-f])/, (_m, d: string) => `X-Amz-Signature=${d === '0' ? '1' : '0'}`);
+
+  it('a PUT URL takes exactly the signed type and length; another type, length or signature is 403', async () => {
+    const signed = await storage.presignUpload({
+      key: 'sites/s1/media/m1.png',
+      contentType: 'image/png',
+      sizeBytes: 5,
+      expiresInS: 60,
+    });
+    const put = (url: string, headers: Record<string, string>, body: string) =>
+      fetch(url, { method: 'PUT', headers, body });
+    for (const refused of [
+      await put(signed.url, { 'Content-Type': 'text/html' }, '12345'),
+      await put(signed.url, signed.headers, '123456'),
+      await put(signed.url, signed.headers, '1234'),
+      await put(forged(signed.url), signed.headers, '12345'),
+    ]) {
+      expect(refused.status).toBe(403);
+      expect(await errorCode(refused)).toBe('SignatureDoesNotMatch');
+    }
+    expect((await put(signed.url, signed.headers, '12345')).status).toBe(200);
+  });
+
+  it('a part URL takes exactly its part length', async () => {
+    const key = 'sites/s1/media/v1.mp4';
+    const { UploadId } = await client.send(
+      new CreateMultipartUploadCommand({ Bucket: store.bucket, Key: key, ContentType: 'video/mp4' }),
+    );
+    const part = await storage.presignPart({
+      key,
+      uploadId: UploadId!,
+      partNumber: 1,
+      sizeBytes: 10,
+      expiresInS: 60,
+    });
+    const short = await fetch(part.url, { method: 'PUT', headers: part.headers, body: 'x'.repeat(9) });
+    expect(short.status).toBe(403);
+    expect(await errorCode(short)).toBe('SignatureDoesNotMatch');
+    const stored = await fetch(part.url, { method: 'PUT', headers: part.headers, body: 'x'.repeat(10) });
+    expect(stored.status).toBe(200);
+    expect(stored.headers.get('etag')).toMatch(/^"[0-9a-f]{32}"$/);
+  });
+
+  it('a GET URL serves the object with the signed disposition and type; a changed one is 403', async () => {
+    const key = 'sites/s1/media/d1.png';
+    await client.send(
+      new PutObjectCommand({ Bucket: store.bucket, Key: key, Body: 'abc', ContentType: 'image/png' }),
+    );
+    const disposition = contentDisposition('Report "Q4" ü.png');
+    const signed = await storage.presignDownload({
+      key,
+      contentDisposition: disposition,
+      contentType: 'image/png',
+      expiresInS: 60,
+    });
+    const got = await fetch(signed.url);
+    expect(got.status).toBe(200);
+    expect(got.headers.get('content-disposition')).toBe(disposition);
+    expect(got.headers.get('content-type')).toBe('image/png');
+    expect(await got.text()).toBe('abc');
+    const tampered = await fetch(
+      signed.url.replace('response-content-type=image%2Fpng', 'response-content-type=text%2Fhtml'),
+    );
+    expect(tampered.status).toBe(403);
   });
 });

@@ -26,6 +26,25 @@ function isNoSuchUpload(err: unknown): boolean {
   );
 }
 
+/**
+ * Ceph RGW's answer to a CompleteMultipartUpload that cannot take the upload's completion lock: 500
+ * InternalError "This multipart completion is already in progress" (RGW 16.2). It comes while another
+ * completion of the same upload runs, and also after one finished once the assembled object is gone (RGW
+ * recognises a repeated completion only by that object's ETag, and the webhook deletes the upload key once it
+ * accepted the file): a retry of a completion that timed out at a slow gateway meets it where S3 answers
+ * NoSuchUpload.
+ */
+function isCompletionInProgress(err: unknown): boolean {
+  return (
+    err instanceof S3ServiceException &&
+    err.name === 'InternalError' &&
+    /completion is already in progress/i.test(err.message)
+  );
+}
+
+/** How often, in ms, a completion that met another one asks whether the upload is gone yet. */
+const COMPLETION_POLL_MS = 100;
+
 /** The most parts one ListParts answer holds (S3's limit). */
 const LIST_PARTS_PAGE = 1000;
 
@@ -58,6 +77,42 @@ export function createS3Storage(settings: S3Settings): MediaStorage {
   const urls = createUrlSigner(settings);
   // The calls that may take long on a large object (see S3Settings.longRequestTimeoutMs).
   const long = { requestTimeout: settings.longRequestTimeoutMs ?? 120_000 };
+
+  /** One CompleteMultipartUpload; false on NoSuchUpload, the store's other errors thrown as they are. */
+  const completeOnce = async (
+    key: string,
+    uploadId: string,
+    parts: ReadonlyArray<{ partNumber: number; etag: string }>,
+  ): Promise<boolean> => {
+    try {
+      await client.send(
+        new CompleteMultipartUploadCommand({
+          Bucket: settings.bucket,
+          Key: key,
+          UploadId: uploadId,
+          MultipartUpload: { Parts: parts.map((p) => ({ PartNumber: p.partNumber, ETag: p.etag })) },
+        }),
+        long,
+      );
+      return true;
+    } catch (err) {
+      if (isNoSuchUpload(err)) return false;
+      throw err;
+    }
+  };
+
+  /** Whether the store still holds the upload (a ListParts of one part). */
+  const uploadExists = async (key: string, uploadId: string): Promise<boolean> => {
+    try {
+      await client.send(
+        new ListPartsCommand({ Bucket: settings.bucket, Key: key, UploadId: uploadId, MaxParts: 1 }),
+      );
+      return true;
+    } catch (err) {
+      if (isNoSuchUpload(err)) return false;
+      throw asStorageError(err, 'ListParts');
+    }
+  };
 
   return {
     bucket: settings.bucket,
@@ -151,18 +206,16 @@ export function createS3Storage(settings: S3Settings): MediaStorage {
 
     async completeMultipartUpload({ key, uploadId, parts }) {
       try {
-        await client.send(
-          new CompleteMultipartUploadCommand({
-            Bucket: settings.bucket,
-            Key: key,
-            UploadId: uploadId,
-            MultipartUpload: { Parts: parts.map((p) => ({ PartNumber: p.partNumber, ETag: p.etag })) },
-          }),
-          long,
-        );
-        return true;
+        return await completeOnce(key, uploadId, parts);
       } catch (err) {
-        if (isNoSuchUpload(err)) return false;
+        if (!isCompletionInProgress(err)) throw asStorageError(err, 'CompleteMultipartUpload');
+        // Another completion holds the upload (RGW): once the upload is gone that one assembled it, which is
+        // what NoSuchUpload says on S3. Still there at the long deadline: an outage, retried by the caller.
+        const deadline = Date.now() + long.requestTimeout;
+        while (Date.now() < deadline) {
+          if (!(await uploadExists(key, uploadId))) return false;
+          await new Promise((resolve) => setTimeout(resolve, COMPLETION_POLL_MS));
+        }
         throw asStorageError(err, 'CompleteMultipartUpload');
       }
     },

@@ -1,5 +1,6 @@
 // A real workflow app for tests: its own database (enterprise migrations + demo seed), connected as
-// enterprise_api_login; a local S3 (s3rver); a Keycloak-style issuer with real keys. Nothing mocked.
+// enterprise_api_login; a local S3 (s3rver, or Ceph's RADOS Gateway for the store-facing suites, which run
+// against both); a Keycloak-style issuer with real keys. Nothing mocked.
 import { PassThrough } from 'node:stream';
 import {
   API_LOGIN,
@@ -10,8 +11,8 @@ import {
 } from '@platform/enterprise-db';
 import { createDb, createLogger, createMetrics } from '@platform/service-kit';
 import type { Registry } from '@platform/service-kit';
-import { createTestDatabase, startIssuer, startS3 } from '@platform/testkit';
-import type { Issuer, S3Server, TestDatabase } from '@platform/testkit';
+import { createTestDatabase, startIssuer, startObjectStore } from '@platform/testkit';
+import type { Issuer, ObjectStoreKind, TestDatabase, TestObjectStore } from '@platform/testkit';
 import type { Express } from 'express';
 import type { Kysely } from 'kysely';
 import { buildApp } from '../../src/app.js';
@@ -27,7 +28,8 @@ export const WEBHOOK_TOKENS = ['webhook-token-old', 'webhook-token-new'];
 export interface Harness {
   app: Express;
   issuer: Issuer;
-  s3: S3Server;
+  /** The store: s3rver or the RADOS Gateway (HarnessOptions.store). Presigned URLs are checked by both. */
+  s3: TestObjectStore;
   storage: MediaStorage;
   verifier: TokenVerifier;
   database: TestDatabase;
@@ -46,7 +48,9 @@ export interface Harness {
 }
 
 export interface HarnessOptions {
-  /** Presigned URLs point here instead of at s3rver (e.g. a verifying proxy). */
+  /** The object store (default s3rver). */
+  store?: ObjectStoreKind;
+  /** Presigned URLs point here instead of at the store. */
   publicEndpoint?: string;
   media?: Partial<{
     maxImageBytes: number;
@@ -58,7 +62,10 @@ export interface HarnessOptions {
   databaseUrl?: string;
   jwksCooldownMs?: number;
   now?: () => Date;
-  /** Forward s3rver's ObjectCreated records to this webhook (as the local stack's bridge does). */
+  /**
+   * Forward the store's ObjectCreated records under `sites/` to this webhook with a webhook token (as the local
+   * stack's bridge does for s3rver; the RADOS Gateway's HTTP push cannot send a bearer token).
+   */
   forwardEvents?: boolean;
   /** When files are uploaded in parts (default: the service's defaults). */
   multipart?: MultipartSettings;
@@ -80,7 +87,7 @@ export async function startHarness(options: HarnessOptions = {}): Promise<Harnes
   const forwarded: number[] = [];
   const [issuer, s3] = await Promise.all([
     startIssuer(),
-    startS3({
+    startObjectStore(options.store ?? 's3rver', {
       ...(options.corsOrigins === undefined ? {} : { corsOrigins: options.corsOrigins }),
       ...(options.forwardEvents === true
         ? {

@@ -1,4 +1,4 @@
-// A slow object store: an HTTP proxy in front of s3rver that hands every request to the store at once
+// A slow object store: an HTTP proxy in front of the test store that hands every request to the store at once
 // (so the store does the work) and, for the requests a test picks, holds the store's answer back for a
 // while. A client whose deadline is shorter gives up (and the SDK retries) although the store did the
 // work: what an overloaded store does to a non-idempotent call such as CreateMultipartUpload.
@@ -30,15 +30,10 @@ export async function startSlowStore(target: () => string): Promise<SlowStore> {
       const url = req.url ?? '/';
       const delay = store.delayMs({ method, url });
       const upstream = new URL(target());
-      // The store gets the whole request whatever the client does meanwhile (it may give up first).
+      // The store gets the whole request whatever the client does meanwhile (it may give up first), with the
+      // Host header the client signed: a store that verifies signatures (the RADOS Gateway) refuses another.
       const out = httpRequest(
-        {
-          host: upstream.hostname,
-          port: upstream.port,
-          method,
-          path: url,
-          headers: { ...req.headers, host: upstream.host },
-        },
+        { host: upstream.hostname, port: upstream.port, method, path: url, headers: req.headers },
         (answer: IncomingMessage) => {
           const body: Buffer[] = [];
           answer.on('data', (chunk: Buffer) => body.push(chunk));
