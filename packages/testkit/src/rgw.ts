@@ -3,8 +3,9 @@
 // monitor's small store) and radosgw's beast frontend, all on 127.0.0.1, without cephx, in a temporary
 // directory. It verifies SigV4 (header and presigned), implements the multipart API, CORS and conditional
 // requests as Ceph does, and reports created objects through a bucket notification (an SNS-style topic with
-// an HTTP push endpoint) in AWS's record shape. Started in about 2 s, about 110 MB resident for the three
-// daemons. Shaped like startS3 (s3.ts): same endpoint, bucket, credentials, event records and request log.
+// an HTTP push endpoint) in AWS's record shape. Started in about 2 s on an idle machine, 126 MiB resident
+// for the three daemons. Shaped like startS3 (s3.ts): same endpoint, bucket, credentials, event records and
+// request log.
 import { execFile, spawn } from 'node:child_process';
 import type { ChildProcess } from 'node:child_process';
 import { createHash, randomBytes, randomUUID } from 'node:crypto';
