@@ -240,9 +240,25 @@ export function buildApp(deps: GatewayDeps): GatewayApp {
         idleTimeoutMs: 120_000,
         logger,
       });
+  // A rollout's creation is one statement writing a row per target (design §3.9): on a connection of its own with
+  // a statement timeout of its own (GATEWAY_ROLLOUT_CREATE_TIMEOUT_MS), not the pool's, which a 60,000-device
+  // creation outlived on a loaded machine (503). Creations run one at a time anyway (a table lock).
+  const createDbPool = createDb<GatewayDatabase>(config.database.url, {
+    max: 1,
+    applicationName: 'device-gateway-rollout-create',
+    statementTimeoutMs: config.rollouts.createTimeoutMs,
+    queryTimeoutMs: config.rollouts.createTimeoutMs + 1000,
+    connectionTimeoutMs: config.database.connectionTimeoutMs,
+    idleTimeoutMs: 10_000,
+    logger,
+  });
+  // The connections the rollouts opened besides the shared pool, closed when the driver stops (at shutdown).
+  const ownPools = driverDb === deps.db ? [createDbPool] : [createDbPool, driverDb];
   const driver = new RolloutDriver({
     db: driverDb,
-    ...(driverDb === deps.db ? {} : { closeDb: () => driverDb.destroy() }),
+    closeDb: async () => {
+      await Promise.all(ownPools.map((p) => p.destroy()));
+    },
     replica: replicaId,
     logger: logger.child({ component: 'rollout-driver' }),
     leaseMs: config.rollouts.leaseMs,
@@ -255,6 +271,7 @@ export function buildApp(deps: GatewayDeps): GatewayApp {
   });
   const rollouts = new RolloutService({
     db: deps.db,
+    createDb: createDbPool,
     state,
     afterChange: syncHere,
     wake: () => driver.wake(),

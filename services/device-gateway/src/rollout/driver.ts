@@ -34,9 +34,10 @@ export interface RolloutDriverOptions {
   /** After a step that assigned something (the replica without a bus reads its assignments here). */
   onAssigned?: () => void;
   /**
-   * Closes `db` when the driver stops: on a replica without the bus, `db` is the driver's own connection, named
-   * `device-gateway-driver <replica>`, which is what makes this replica count as up for the lease (migration
-   * 0019); with the bus, the bus's LISTEN session does, and `db` is the shared pool (nothing to close).
+   * Closes, when the driver stops (the gateway's shutdown stops it), the connections the rollouts opened besides
+   * the shared pool: the creation's (rollout/service.ts), and on a replica without the bus `db` itself, the
+   * driver's own connection named `device-gateway-driver <replica>`, which is what makes this replica count as
+   * up for the lease (migration 0019; with the bus, the bus's LISTEN session does, and `db` is the shared pool).
    */
   closeDb?: () => Promise<void>;
 }

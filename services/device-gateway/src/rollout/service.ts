@@ -76,6 +76,11 @@ export class RolloutStateError extends Error {
 
 export interface RolloutServiceOptions {
   db: Kysely<GatewayDatabase>;
+  /**
+   * Where a creation runs (default `db`): one statement of a row per target, on a connection whose statement
+   * timeout is GATEWAY_ROLLOUT_CREATE_TIMEOUT_MS rather than the pool's (design §3.9).
+   */
+  createDb?: Kysely<GatewayDatabase>;
   state: Pick<GatewayState, 'prepareAssignment'>;
   /** After an action that changed assignments: this replica reads them (the bus tells the others). */
   afterChange: () => Promise<void>;
@@ -114,7 +119,7 @@ export class RolloutService {
     );
     const plan = request.plan;
     const result: CreateResult = await createRollout(
-      this.options.db,
+      this.options.createDb ?? this.options.db,
       request.selector,
       assignment.settings.json,
       content,
