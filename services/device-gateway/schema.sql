@@ -466,7 +466,7 @@ CREATE OR REPLACE FUNCTION device_gateway.bus_join(OUT cleared integer, OUT top_
 AS $function$
 BEGIN
   cleared := 0;
-  PERFORM pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext('device_gateway.bus_join'));
+  LOCK TABLE device_gateway.bus_reload IN SHARE ROW EXCLUSIVE MODE;
   IF EXISTS (
     SELECT 1 FROM pg_catalog.pg_stat_activity a
     WHERE a.datname = pg_catalog.current_database()
@@ -494,10 +494,9 @@ DECLARE
   m jsonb;
   v bigint;
   written boolean[] := '{}';
-  any_written boolean := false;
 BEGIN
   -- Change numbers become visible in their order (see the migration's comment).
-  PERFORM pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext('device_gateway.bus_seq'));
+  LOCK TABLE device_gateway.bus_reload IN SHARE ROW EXCLUSIVE MODE;
   FOREACH p IN ARRAY p_payloads LOOP
     m := p::jsonb;
     IF m->>'k' IS DISTINCT FROM 'override' OR jsonb_typeof(m->'s') IS DISTINCT FROM 'object' THEN
@@ -517,12 +516,7 @@ BEGIN
           published_at = now(), seq = excluded.seq
       WHERE (excluded.version, excluded.origin) > (b.version, b.origin);
     written := written || FOUND;
-    any_written := any_written OR FOUND;
   END LOOP;
-  -- A wake-up only: the rows are the message. Delivered when this transaction commits.
-  IF any_written THEN
-    PERFORM pg_catalog.pg_notify('device_gateway_bus', '');
-  END IF;
   RETURN written;
 END $function$
 OWNER <migrator> ACL <migrator>:EXECUTE,device_gateway_login:EXECUTE COMMENT -
@@ -541,7 +535,7 @@ BEGIN
     RAISE EXCEPTION 'not a reload message' USING ERRCODE = '22023';
   END IF;
   v := device_gateway.bus_checked_version(m->>'v');
-  PERFORM pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext('device_gateway.bus_seq'));
+  LOCK TABLE device_gateway.bus_reload IN SHARE ROW EXCLUSIVE MODE;
   -- A device that left the registry (deleted or disabled) loses its override, as in one process.
   DELETE FROM device_gateway.bus_overrides b
   WHERE NOT EXISTS (
@@ -551,7 +545,6 @@ BEGIN
   VALUES (true, pg_catalog.nextval('device_gateway.bus_seq'), v, m->>'o')
   ON CONFLICT (singleton) DO UPDATE
     SET seq = excluded.seq, version = excluded.version, origin = excluded.origin, requested_at = now();
-  PERFORM pg_catalog.pg_notify('device_gateway_bus', '');
 END $function$
 OWNER <migrator> ACL <migrator>:EXECUTE,device_gateway_login:EXECUTE COMMENT -
 

@@ -2,7 +2,7 @@
 import { sql, type Kysely } from 'kysely';
 import type pg from 'pg';
 import type { GatewayDatabase } from '../db/tables.js';
-import type { OverrideMessage } from './messages.js';
+import { BUS_CHANNEL, type OverrideMessage } from './messages.js';
 
 /** What bus_publish_overrides did with one message. */
 export type Written = 'written' | 'lost' | 'not_in_registry';
@@ -23,6 +23,15 @@ export async function publishOverrides(db: Kysely<GatewayDatabase>, payloads: st
 
 export async function publishReload(db: Kysely<GatewayDatabase>, payload: string): Promise<void> {
   await sql`SELECT device_gateway.bus_publish_reload(${payload})`.execute(db);
+}
+
+/**
+ * The wake-up after a publish, in a statement of its own: PostgreSQL's NOTIFY queue is the whole cluster's, so
+ * another database's session can fill it, and a NOTIFY then fails at commit. Sent here, that failure costs the
+ * other replicas a timer's delay (ClusterBus reads on a timer too), not the publish.
+ */
+export async function wakeReplicas(db: Kysely<GatewayDatabase>): Promise<void> {
+  await sql`SELECT pg_catalog.pg_notify(${BUS_CHANNEL}, '')`.execute(db);
 }
 
 /** A row of the bus (migration 0017) as a message to check (Replica.receive), with its change number. */

@@ -67,6 +67,11 @@ const CHANGES_PAGE = 1000;
  * arriving during such a flood at most this much delay.
  */
 const EMPTY_READ_GAP_MS = 20;
+/**
+ * Every replica also reads the bus's rows this often (ms), woken or not: a wake-up can be lost (the cluster's
+ * NOTIFY queue full, see busSql.wakeReplicas), and then a change reaches the other replicas this much later.
+ */
+const POLL_MS = 1000;
 
 export type BusStatus = ListenerStatus;
 
@@ -153,6 +158,9 @@ export class ClusterBus {
   private readAgain = false;
   private quietUntil = 0;
   private quietTimer: NodeJS.Timeout | undefined;
+  private pollTimer: NodeJS.Timeout | undefined;
+  /** The first resync has read the retained rows: from here on, reads go on from lastSeq. */
+  private retainedRead = false;
   private wakeups = 0;
   private readonly log: Logger;
 
@@ -216,6 +224,8 @@ export class ClusterBus {
    */
   start(): Promise<void> {
     this.listener.start();
+    this.pollTimer ??= setInterval(() => this.read(), POLL_MS);
+    this.pollTimer.unref();
     return this.firstSync;
   }
 
@@ -223,6 +233,8 @@ export class ClusterBus {
     this.firstSyncDone();
     if (this.quietTimer !== undefined) clearTimeout(this.quietTimer);
     this.quietTimer = undefined;
+    if (this.pollTimer !== undefined) clearInterval(this.pollTimer);
+    this.pollTimer = undefined;
     await this.listener.stop();
   }
 
@@ -260,6 +272,7 @@ export class ClusterBus {
     } catch (err) {
       throw new BusPublishError(err);
     }
+    this.wakeOthers();
     this.published++;
   }
 
@@ -310,6 +323,7 @@ export class ClusterBus {
           batch.map((b) => b.payload),
         );
         batch.forEach((b, i) => b.resolve(written[i]!));
+        if (written.includes('written')) this.wakeOthers();
       } catch (err) {
         for (const b of batch) b.reject(err);
       }
@@ -343,6 +357,7 @@ export class ClusterBus {
       const result = this.replica.resync(overrides);
       this.follow(result.decision);
       if (topSeq > this.lastSeq) this.lastSeq = topSeq;
+      this.retainedRead = true;
       return result.republish;
     });
     // Last writer wins in the publishing function, so a newer message published meanwhile is never overwritten.
@@ -366,7 +381,12 @@ export class ClusterBus {
    */
   private wake(): void {
     this.wakeups++;
-    if (this.lastSeq === 0 && !this.synced) return;
+    this.read();
+  }
+
+  /** A read of the bus's rows after a wake-up or on the timer (see wake()). */
+  private read(): void {
+    if (!this.retainedRead) return;
     if (this.reading !== undefined) {
       this.readAgain = true;
       return;
@@ -375,13 +395,22 @@ export class ClusterBus {
     if (waitMs > 0) {
       this.quietTimer ??= setTimeout(() => {
         this.quietTimer = undefined;
-        this.wake();
+        this.read();
       }, waitMs);
       return;
     }
     void this.inTurn(() => this.readChanges()).catch((err: unknown) => {
       // The next wake-up or resync (a broken connection makes one) reads on from the same change number.
       this.log.warn('cluster bus: reading changes failed', { error: errorMessage(err) });
+    });
+  }
+
+  /** After a commit: wake the other replicas; a lost wake-up only delays them to their next timed read. */
+  private wakeOthers(): void {
+    busSql.wakeReplicas(this.options.db).catch((err: unknown) => {
+      this.log.warn('cluster bus: wake-up not sent; other replicas read it on their timer', {
+        error: errorMessage(err),
+      });
     });
   }
 
@@ -412,7 +441,7 @@ export class ClusterBus {
       done();
       if (this.readAgain) {
         this.readAgain = false;
-        this.wake();
+        this.read();
       }
     }
   }

@@ -122,6 +122,9 @@ export class ListenConnection {
       connectionTimeoutMillis: 5000,
       keepAlive: true,
       query_timeout: Math.max(1000, this.options.heartbeatMs),
+      // The server's own deadline too: a statement the client gave up on (a join waiting for the bus's lock)
+      // ends on the server as well, instead of leaving a backend behind at every reconnect.
+      statement_timeout: Math.max(1000, this.options.heartbeatMs),
     });
     this.client = client;
     let signal: (reason: string) => void = () => undefined;

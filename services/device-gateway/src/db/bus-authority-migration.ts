@@ -15,12 +15,18 @@ import { withGeneratedSql } from '@platform/service-kit';
  * listening. Now:
  * - What a replica applies comes from rows only the gateway's login can write, through the two publishing
  *   functions: `bus_overrides` (a change number `seq` per write) and `bus_reload` (one row, the last reload asked
- *   for). The NOTIFY on `device_gateway_bus` is an empty wake-up; a replica then reads the rows whose `seq` is
- *   above the last it read. A stranger's wake-up makes a replica read nothing new.
+ *   for). The publishing replica then sends an empty NOTIFY on `device_gateway_bus` in a statement of its own,
+ *   and every replica also reads on a timer: the notification is a wake-up that may be lost (PostgreSQL's NOTIFY
+ *   queue is one for the whole cluster, and any login of any database can fill it, after which every NOTIFY fails
+ *   at commit; sent inside the publishing transaction it would fail the publish). A replica reads the rows
+ *   whose `seq` is above the last it read; a stranger's wake-up makes it read nothing new.
  * - Reading "above the last seq" loses nothing only if change numbers become visible in their order. Both
- *   publishing functions take one transaction-level advisory lock before drawing a number, and PostgreSQL makes a
- *   transaction visible before it releases its locks, so a writer that draws a higher number commits after every
- *   lower one is visible.
+ *   publishing functions, and bus_join, take a SHARE ROW EXCLUSIVE lock on `bus_reload` (a mode that conflicts
+ *   with itself) before drawing a number, and PostgreSQL makes a transaction visible before it releases its
+ *   locks, so a writer that draws a higher number commits after every lower one is visible. A table lock, not
+ *   an advisory one: any session may take any advisory lock (pg_advisory_lock is PUBLIC), so a stranger holding
+ *   the key stopped every publish and every joining replica (a cold review), while LOCK TABLE asks for rights on
+ *   the table that only the owner, inside these functions, has.
  * - Versions are checked where they are written: a positive integer at most 2^53 - 1 (JSON carries it exactly)
  *   and at most 60 s ahead of the database's clock (`clock_timestamp()`, in µs). A replica's clock ahead of the
  *   database's by more than that cannot publish (its notify answers 503 and says why); rows poisoned before this
@@ -83,10 +89,9 @@ DECLARE
   m jsonb;
   v bigint;
   written boolean[] := '{}';
-  any_written boolean := false;
 BEGIN
   -- Change numbers become visible in their order (see the migration's comment).
-  PERFORM pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext('device_gateway.bus_seq'));
+  LOCK TABLE device_gateway.bus_reload IN SHARE ROW EXCLUSIVE MODE;
   FOREACH p IN ARRAY p_payloads LOOP
     m := p::jsonb;
     IF m->>'k' IS DISTINCT FROM 'override' OR jsonb_typeof(m->'s') IS DISTINCT FROM 'object' THEN
@@ -106,12 +111,7 @@ BEGIN
           published_at = now(), seq = excluded.seq
       WHERE (excluded.version, excluded.origin) > (b.version, b.origin);
     written := written || FOUND;
-    any_written := any_written OR FOUND;
   END LOOP;
-  -- A wake-up only: the rows are the message. Delivered when this transaction commits.
-  IF any_written THEN
-    PERFORM pg_catalog.pg_notify('device_gateway_bus', '');
-  END IF;
   RETURN written;
 END $$;
 
@@ -125,7 +125,7 @@ BEGIN
     RAISE EXCEPTION 'not a reload message' USING ERRCODE = '22023';
   END IF;
   v := device_gateway.bus_checked_version(m->>'v');
-  PERFORM pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext('device_gateway.bus_seq'));
+  LOCK TABLE device_gateway.bus_reload IN SHARE ROW EXCLUSIVE MODE;
   -- A device that left the registry (deleted or disabled) loses its override, as in one process.
   DELETE FROM device_gateway.bus_overrides b
   WHERE NOT EXISTS (
@@ -135,7 +135,27 @@ BEGIN
   VALUES (true, pg_catalog.nextval('device_gateway.bus_seq'), v, m->>'o')
   ON CONFLICT (singleton) DO UPDATE
     SET seq = excluded.seq, version = excluded.version, origin = excluded.origin, requested_at = now();
-  PERFORM pg_catalog.pg_notify('device_gateway_bus', '');
+END $$;
+
+-- 0003's join, with its turn taken on the bus's table lock instead of an advisory lock (see above).
+CREATE OR REPLACE FUNCTION device_gateway.bus_join(OUT cleared integer, OUT top_version bigint)
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+  cleared := 0;
+  LOCK TABLE device_gateway.bus_reload IN SHARE ROW EXCLUSIVE MODE;
+  IF EXISTS (
+    SELECT 1 FROM pg_catalog.pg_stat_activity a
+    WHERE a.datname = pg_catalog.current_database()
+      AND a.pid <> pg_catalog.pg_backend_pid()
+      AND a.usename = session_user
+      AND a.application_name LIKE 'device-gateway-bus %'
+      AND a.application_name NOT LIKE '% joining'
+  ) THEN
+    RETURN;
+  END IF;
+  SELECT pg_catalog.max(b.version) INTO top_version FROM device_gateway.bus_overrides b;
+  DELETE FROM device_gateway.bus_overrides;
+  GET DIAGNOSTICS cleared = ROW_COUNT;
 END $$;
 
 CREATE TABLE device_gateway.inspect_queries (
@@ -231,6 +251,26 @@ BEGIN
     written := written || FOUND;
   END LOOP;
   RETURN written;
+END $$;
+
+CREATE OR REPLACE FUNCTION device_gateway.bus_join(OUT cleared integer, OUT top_version bigint)
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+  cleared := 0;
+  PERFORM pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext('device_gateway.bus_join'));
+  IF EXISTS (
+    SELECT 1 FROM pg_catalog.pg_stat_activity a
+    WHERE a.datname = pg_catalog.current_database()
+      AND a.pid <> pg_catalog.pg_backend_pid()
+      AND a.usename = session_user
+      AND a.application_name LIKE 'device-gateway-bus %'
+      AND a.application_name NOT LIKE '% joining'
+  ) THEN
+    RETURN;
+  END IF;
+  SELECT pg_catalog.max(b.version) INTO top_version FROM device_gateway.bus_overrides b;
+  DELETE FROM device_gateway.bus_overrides;
+  GET DIAGNOSTICS cleared = ROW_COUNT;
 END $$;
 
 DROP FUNCTION device_gateway.bus_checked_version(text);

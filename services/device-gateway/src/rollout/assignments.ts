@@ -21,6 +21,11 @@ const PAGE = 20_000;
 /** A failed read after a notification is tried again after this long, doubling up to RETRY_MAX_MS. */
 const RETRY_MIN_MS = 500;
 const RETRY_MAX_MS = 10_000;
+/**
+ * After a read that found nothing, the next notification waits this long (ms): anyone may NOTIFY the channel, and
+ * a flood then costs a replica at most 50 empty reads a second (the bus channel's bound, cluster/bus.ts).
+ */
+const EMPTY_READ_GAP_MS = 20;
 
 export interface AssignmentSyncOptions {
   db: Kysely<GatewayDatabase>;
@@ -37,6 +42,10 @@ export class AssignmentSync {
   private retry: NodeJS.Timeout | undefined;
   private retryMs = RETRY_MIN_MS;
   private stopped = false;
+  /** No read for a notification before this time (ms since the epoch): the last read found nothing. */
+  private quietUntil = 0;
+  private quietTimer: NodeJS.Timeout | undefined;
+  private noticedDuringRead = false;
   readonly stats = { reads: 0, applied: 0, refused: 0, failures: 0 };
 
   constructor(private readonly options: AssignmentSyncOptions) {}
@@ -46,6 +55,22 @@ export class AssignmentSync {
    * read fails, again later until one succeeds (the failure is counted and logged by the read).
    */
   receive(): void {
+    // During a read, one more notification is remembered and passes the gap below once the read is done.
+    if (this.running !== undefined) {
+      this.noticedDuringRead = true;
+      return;
+    }
+    const waitMs = this.quietUntil - Date.now();
+    if (waitMs > 0) {
+      if (!this.stopped) {
+        this.quietTimer ??= setTimeout(() => {
+          this.quietTimer = undefined;
+          this.receive();
+        }, waitMs);
+        this.quietTimer.unref();
+      }
+      return;
+    }
     this.sync().then(
       () => {
         this.retryMs = RETRY_MIN_MS;
@@ -59,6 +84,8 @@ export class AssignmentSync {
     this.stopped = true;
     if (this.retry !== undefined) clearTimeout(this.retry);
     this.retry = undefined;
+    if (this.quietTimer !== undefined) clearTimeout(this.quietTimer);
+    this.quietTimer = undefined;
   }
 
   private retryLater(): void {
@@ -89,6 +116,10 @@ export class AssignmentSync {
         } while (this.again);
       } finally {
         this.running = undefined;
+        if (this.noticedDuringRead) {
+          this.noticedDuringRead = false;
+          this.receive();
+        }
       }
     })();
     return this.running;
@@ -105,6 +136,8 @@ export class AssignmentSync {
         throw err;
       }
       this.stats.reads++;
+      // An empty read holds the next notification back (receive()); one that found rows does not.
+      this.quietUntil = rows.length === 0 ? Date.now() + EMPTY_READ_GAP_MS : 0;
       if (rows.length === 0) return;
       // Validated once per distinct settings text (a rollout assigns one document to all its devices).
       const checked = new Map<string, Settings | undefined>();
