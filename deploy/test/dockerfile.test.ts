@@ -41,6 +41,24 @@ describe('Dockerfiles', () => {
       'RUN npx tsc -b',
       /no "tsc -b services\/device-gateway" build step/,
     ],
+    [
+      'node run directly, where a SIGHUP during its start ends it',
+      'CMD ["sh", "packages/service-kit/bin/hold-hangups.sh", "node", "services/device-gateway/dist/main.js"]',
+      'CMD ["node", "services/device-gateway/dist/main.js"]',
+      /CMD must run the service behind hold-hangups\.sh/,
+    ],
+    [
+      'the wrapper without a command',
+      'CMD ["sh", "packages/service-kit/bin/hold-hangups.sh", "node", "services/device-gateway/dist/main.js"]',
+      'CMD ["sh", "packages/service-kit/bin/hold-hangups.sh", "node"]',
+      /CMD must run the service behind hold-hangups\.sh/,
+    ],
+    [
+      'the wrapper not copied into the image',
+      'COPY --from=build /src/packages/service-kit/bin packages/service-kit/bin\n',
+      '',
+      /the final stage does not copy packages\/service-kit\/bin\/hold-hangups\.sh/,
+    ],
   ])('fails on a broken copy: %s', (_name, from, to, expected) => {
     expect(messages(breakText(gateway, from, to)).join('\n')).toMatch(expected);
   });

@@ -13,6 +13,7 @@ import { databaseUrl } from '@platform/service-kit';
 import { freePort, startIssuer, startPostgres, startS3 } from '@platform/testkit';
 import type { Issuer, PostgresServer, S3Server } from '@platform/testkit';
 import pg from 'pg';
+import { HOLD_HANGUPS_CMD } from '../src/validate/index.js';
 import { stageImage } from './image-staging.js';
 import type { StagedImage } from './image-staging.js';
 
@@ -41,16 +42,30 @@ interface Running {
 const children: Running[] = [];
 
 /**
+ * What runs `command` here: `node …` as the Node.js of this test run (process.execPath, the version the images
+ * are built FROM), and `sh packages/service-kit/bin/hold-hangups.sh node …` (the services' CMD: the image's
+ * shell holds SIGHUPs until node handles them) as this machine's `sh` running the image's copy of the script
+ * with that Node.js. Anything else is refused rather than run with whatever this machine has.
+ */
+function programOf(image: StagedImage, command: string[]): { file: string; args: string[] } {
+  const [program, ...args] = command;
+  if (program === 'node') return { file: process.execPath, args };
+  const wrapped = command.slice(HOLD_HANGUPS_CMD.length);
+  if (HOLD_HANGUPS_CMD.every((word, i) => command[i] === word) && wrapped.length > 0)
+    return { file: 'sh', args: [HOLD_HANGUPS_CMD[1], process.execPath, ...wrapped] };
+  throw new Error(
+    `${image.dockerfile}: CMD ${JSON.stringify(command)} starts neither with node nor with ${JSON.stringify(HOLD_HANGUPS_CMD)}`,
+  );
+}
+
+/**
  * Runs the image's CMD (or `command`, as `docker run IMAGE command…` would) the way its ENTRYPOINT (tini)
  * would: only the image's ENV plus `env`.
  */
 function runImage(image: StagedImage, env: Record<string, string>, command = image.command): Running {
-  const [program, ...args] = command;
-  // `node` is the Node.js of this test run (process.execPath), the version the images are built FROM.
-  if (program !== 'node')
-    throw new Error(`${image.dockerfile}: CMD starts with ${String(program)}, not node`);
+  const { file, args } = programOf(image, command);
   const asImageUser = process.getuid?.() === 0 && image.user !== undefined ? image.user : {};
-  const child = spawn(process.execPath, args, {
+  const child = spawn(file, args, {
     cwd: image.dir,
     env: { PATH: '/usr/local/bin:/usr/bin:/bin', ...image.env, ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
@@ -150,6 +165,13 @@ describe('production images, staged from their Dockerfiles', () => {
     expect(images.ops?.copied).toEqual(expect.arrayContaining(['node_modules', 'deploy/dist']));
     expect(images.gateway?.copied).toEqual(expect.arrayContaining(['services/device-gateway/dist']));
     expect(images.workflow?.copied).toEqual(expect.arrayContaining(['services/enterprise-workflow/dist']));
+    // The services run behind the SIGHUP-holding shell, whose script the image copies.
+    for (const image of [images.gateway!, images.workflow!]) {
+      expect(image.command.slice(0, HOLD_HANGUPS_CMD.length)).toEqual([...HOLD_HANGUPS_CMD]);
+      expect(image.copied).toEqual(
+        expect.arrayContaining([expect.stringMatching(/packages\/service-kit\/bin$/)]),
+      );
+    }
     for (const image of Object.values(images)) {
       // No dev-only workspace reaches a runtime image.
       expect(image.copied.filter((p) => p.includes('testkit'))).toEqual([]);
@@ -231,6 +253,10 @@ describe('production images, staged from their Dockerfiles', () => {
       WEBHOOK_TOKENS: 'image-test-webhook-token',
       LOG_LEVEL: 'warn',
     });
+    await expectReady(`http://127.0.0.1:${port}/ready`, running, image);
+    // A token rotation's SIGHUP passes through the image's shell to the service, which reloads and serves on.
+    running.child.kill('SIGHUP');
+    await new Promise((r) => setTimeout(r, 500));
     await expectReady(`http://127.0.0.1:${port}/ready`, running, image);
     running.child.kill('SIGTERM');
     expect(await running.exited).toBe(0);

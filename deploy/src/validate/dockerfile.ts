@@ -11,7 +11,16 @@ export interface DockerfileExpectations {
   buildTargets: string[];
   /** False for images without a long-lived endpoint (one-shot jobs): then `HEALTHCHECK NONE` is required. */
   healthcheck: boolean;
+  /**
+   * A service that re-reads secrets on SIGHUP: its CMD runs it behind service-kit's hold-hangups.sh
+   * (`["sh", "packages/service-kit/bin/hold-hangups.sh", "node", …]`), which the final stage copies, so a SIGHUP
+   * during Node.js's own start, before any JavaScript can catch it, does not end it (design §4.4).
+   */
+  holdsHangups?: boolean;
 }
+
+/** The CMD prefix of an image whose service holds early SIGHUPs (DockerfileExpectations.holdsHangups). */
+export const HOLD_HANGUPS_CMD = ['sh', 'packages/service-kit/bin/hold-hangups.sh', 'node'] as const;
 
 interface Stage {
   name: string | undefined;
@@ -74,6 +83,35 @@ export function validateDockerfile(
   const entry = final.instructions.filter((i) => i.getKeyword() === 'ENTRYPOINT').at(-1);
   if (entry === undefined || !words(entry).some((w) => /(^|\/)(tini|docker-init|dumb-init)$/.test(w)))
     add('ENTRYPOINT must run an init (tini) as PID 1');
+
+  if (expect.holdsHangups === true) {
+    const cmd = final.instructions.filter((i) => i.getKeyword() === 'CMD').at(-1);
+    let argv: unknown;
+    try {
+      argv = JSON.parse(cmd?.getArgumentsContent() ?? '');
+    } catch {
+      argv = undefined;
+    }
+    if (
+      !Array.isArray(argv) ||
+      argv.length <= HOLD_HANGUPS_CMD.length ||
+      HOLD_HANGUPS_CMD.some((word, i) => argv[i] !== word)
+    )
+      add(
+        `CMD must run the service behind hold-hangups.sh: ${JSON.stringify([...HOLD_HANGUPS_CMD, '<main.js>'])}`,
+      );
+    // A COPY of the final stage must bring the script: its source is the script or a folder holding it
+    // (`/src/packages/service-kit/bin`), named from `packages/` on.
+    const script = HOLD_HANGUPS_CMD[1];
+    const sources = final.instructions
+      .filter((i) => i.getKeyword() === 'COPY')
+      .flatMap((i) => words(i).slice(0, -1))
+      .map((src) => src.replace(/\/$/, ''))
+      .filter((src) => src.includes('packages/'))
+      .map((src) => src.slice(src.indexOf('packages/')));
+    if (!sources.some((src) => script === src || script.startsWith(`${src}/`)))
+      add(`the final stage does not copy ${script}`);
+  }
 
   // Production dependencies only: the runtime's node_modules come from an `npm ci --omit=dev` stage.
   const run = (s: Stage): string =>

@@ -37,6 +37,7 @@ export const dockerfiles: Record<string, DockerfileExpectations> = {
     allowedSources: ['packages/contracts', 'packages/service-kit', 'services/device-gateway'],
     buildTargets: ['services/device-gateway'],
     healthcheck: true,
+    holdsHangups: true,
   },
   'services/enterprise-workflow/Dockerfile': {
     allowedSources: [
@@ -47,6 +48,7 @@ export const dockerfiles: Record<string, DockerfileExpectations> = {
     ],
     buildTargets: ['services/enterprise-workflow'],
     healthcheck: true,
+    holdsHangups: true,
   },
   'deploy/Dockerfile': {
     allowedSources: [
