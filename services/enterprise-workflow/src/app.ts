@@ -1,10 +1,11 @@
 // buildApp(deps): the workflow's HTTP application, without listening (tests use it directly).
-import { SecretSet, addRoutes, createHttpApp, finishHttpApp } from '@platform/service-kit';
-import type { Logger, Registry } from '@platform/service-kit';
+import { addRoutes, createHttpApp, finishHttpApp } from '@platform/service-kit';
+import type { Logger, Registry, SecretSet } from '@platform/service-kit';
 import type { Express } from 'express';
 import { sql } from 'kysely';
 import type { Kysely } from 'kysely';
 import type { TokenVerifier } from './auth/token-verifier.js';
+import { WebhookTokens } from './config.js';
 import type { WorkflowConfig } from './config.js';
 import type { WorkflowDb } from './db/database.js';
 import type { WorkflowContext } from './domain/context.js';
@@ -75,7 +76,7 @@ export function buildWorkflow(deps: AppDeps): { app: Express; ctx: WorkflowConte
     counters: createWorkflowMetrics(deps.metrics),
     now: deps.now ?? (() => new Date()),
   };
-  const fixedTokens = new SecretSet(deps.config.webhookTokens);
+  const fixedTokens = new WebhookTokens(deps.config.webhookTokens);
   const webhookTokens = deps.webhookTokens ?? (() => fixedTokens);
   const app = createHttpApp({
     logger: deps.logger,

@@ -12,11 +12,11 @@ import {
   installShutdown,
   listenHttp,
   redactUrl,
-  SecretSet,
 } from '@platform/service-kit';
+import type { SecretSet } from '@platform/service-kit';
 import { buildWorkflow } from './app.js';
 import { createTokenVerifier } from './auth/token-verifier.js';
-import { loadWorkflowConfig, readWebhookTokens } from './config.js';
+import { loadWorkflowConfig, readWebhookTokens, WebhookTokens } from './config.js';
 import type { WorkflowDb } from './db/database.js';
 import { createSweepMetrics } from './domain/counters.js';
 import { acceptThroughWebhookPath, startExpiredUploadSweep } from './domain/multipart-sweep.js';
@@ -38,12 +38,12 @@ async function main(): Promise<void> {
   const logger = createLogger({ service: SERVICE, level: config.logLevel });
   // Installed before anything is bound, as the gateway does for its API keys: SIGHUP's default action ends
   // the process, so a token rotation that signals a replica still starting must not kill it.
-  let webhookTokens = new SecretSet(config.webhookTokens);
+  let webhookTokens: SecretSet = new WebhookTokens(config.webhookTokens);
   // Kept until the process exits: a SIGHUP while it drains must not end it either.
   installSecretReload({
     logger,
     what: 'webhook tokens',
-    read: () => new SecretSet(readWebhookTokens(config.webhookTokenSource)),
+    read: () => new WebhookTokens(readWebhookTokens(config.webhookTokenSource)),
     apply: (tokens) => {
       webhookTokens = tokens;
     },

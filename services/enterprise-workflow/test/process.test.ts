@@ -1,6 +1,7 @@
 // The built service as a process (`dist/main.js`, run `npx tsc -b` first): refuses bad configuration
 // with exit code 2, serves when configured, and shuts down cleanly on SIGTERM.
 import { spawn } from 'node:child_process';
+import { createHash } from 'node:crypto';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -175,9 +176,16 @@ describe('configured', () => {
         .split('\n')
         .filter((l) => l.startsWith('{'))
         .map((l) => JSON.parse(l) as Record<string, unknown>);
+      // The fingerprint is keyed with this process's own secret (issue 39): not the token's unkeyed SHA-256
+      // prefix, which anyone reading the log could test guesses against.
+      const unkeyed = createHash('sha256').update('new-webhook-token-bbbb').digest('hex').slice(0, 12);
       expect(lines.filter((l) => l.message === 'webhook tokens reloaded')).toEqual([
-        expect.objectContaining({ count: 1, fingerprints: [expect.stringMatching(/^sha256:[0-9a-f]{12}$/)] }),
+        expect.objectContaining({
+          count: 1,
+          fingerprints: [expect.stringMatching(/^hmac-sha256:[0-9a-f]{12}$/)],
+        }),
       ]);
+      expect(p.output()).not.toContain(unkeyed);
       expect(
         lines.filter(
           (l) => l.message === 'webhook tokens reload failed; the previous webhook tokens stay valid',
