@@ -971,8 +971,6 @@ BEGIN
   END IF;
   INSERT INTO device_gateway.inspect_answers (query_id, replica, answer) VALUES (p_query, p_replica, p_answer)
   ON CONFLICT DO NOTHING;
-  PERFORM pg_catalog.pg_notify('device_gateway_inspect',
-    pg_catalog.json_build_object('k', 'a', 'q', p_query, 'o', p_replica)::text);
 END $function$
 OWNER <migrator> ACL <migrator>:EXECUTE,device_gateway_login:EXECUTE COMMENT -
 
@@ -993,8 +991,6 @@ BEGIN
     RAISE EXCEPTION 'inspect queries full' USING ERRCODE = '53400';
   END IF;
   INSERT INTO device_gateway.inspect_queries (query_id, device_id, origin) VALUES (p_query, p_device, p_origin);
-  PERFORM pg_catalog.pg_notify('device_gateway_inspect',
-    pg_catalog.json_build_object('k', 'q', 'q', p_query, 'o', p_origin)::text);
 END $function$
 OWNER <migrator> ACL <migrator>:EXECUTE,device_gateway_login:EXECUTE COMMENT -
 
@@ -1086,9 +1082,6 @@ BEGIN
     GET DIAGNOSTICS v_changed = ROW_COUNT;
     UPDATE device_gateway.rollouts SET state = 'rolled_back', updated_at = now() WHERE rollout_id = p_rollout;
     v_next := 'rolled_back';
-    IF v_changed > 0 THEN
-      PERFORM pg_catalog.pg_notify('device_gateway_rollout', '{"k":"a"}');
-    END IF;
   ELSE
     RETURN jsonb_build_object('error', 'state', 'state', r.state);
   END IF;
@@ -1242,7 +1235,6 @@ BEGIN
   INSERT INTO device_gateway.rollout_events (rollout_id, kind, wave, actor, detail)
   VALUES (v_id, 'created', NULL, 'api', v_n || ' targets in ' || v_wave || ' waves'),
          (v_id, 'wave_started', 1, 'api', NULL);
-  PERFORM pg_catalog.pg_notify('device_gateway_rollout', '{"k":"r"}');
   RETURN jsonb_build_object('rollout_id', v_id, 'targets', v_n, 'waves', v_wave);
 END $function$
 OWNER <migrator> ACL <migrator>:EXECUTE COMMENT -
@@ -1290,8 +1282,6 @@ CREATE OR REPLACE FUNCTION device_gateway.rollout_registry_deleted()
  SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
-DECLARE
-  v_ended integer;
 BEGIN
   PERFORM device_gateway.rollout_writer_guard();
   PERFORM 1 FROM device_gateway.rollout_driver FOR UPDATE;
@@ -1304,10 +1294,6 @@ BEGIN
   SET rollout_id = '00000000-0000-0000-0000-000000000000', settings = NULL,
       seq = nextval('device_gateway.rollout_assignment_seq'), assigned_at = now()
   FROM gone g WHERE a.device_id = g.device_id AND a.settings IS NOT NULL;
-  GET DIAGNOSTICS v_ended = ROW_COUNT;
-  IF v_ended > 0 THEN
-    PERFORM pg_catalog.pg_notify('device_gateway_rollout', '{"k":"a"}');
-  END IF;
   RETURN NULL;
 END $function$
 OWNER <migrator> ACL <migrator>:EXECUTE COMMENT -
@@ -1330,9 +1316,6 @@ BEGIN
   SET rollout_id = '00000000-0000-0000-0000-000000000000', settings = NULL,
       seq = nextval('device_gateway.rollout_assignment_seq'), assigned_at = now()
   WHERE settings IS NOT NULL;
-  IF FOUND THEN
-    PERFORM pg_catalog.pg_notify('device_gateway_rollout', '{"k":"a"}');
-  END IF;
   RETURN NULL;
 END $function$
 OWNER <migrator> ACL <migrator>:EXECUTE COMMENT -
@@ -1543,9 +1526,6 @@ BEGIN
     END IF;
     v_total_assigned := v_total_assigned + v_assigned;
   END LOOP;
-  IF v_total_assigned > 0 THEN
-    PERFORM pg_catalog.pg_notify('device_gateway_rollout', '{"k":"a"}');
-  END IF;
   RETURN jsonb_build_object('driver', true, 'assigned', v_total_assigned, 'open', v_open, 'term', d.term);
 END $function$
 OWNER <migrator> ACL <migrator>:EXECUTE COMMENT -

@@ -187,7 +187,7 @@ export function buildApp(deps: GatewayDeps): GatewayApp {
     ? new Inspector({
         origin: replicaId,
         local,
-        store: inspectStore(deps.db),
+        store: inspectStore(deps.db, logger.child({ component: 'device-view' })),
         deadlineMs: config.delivery.viewDeadlineMs,
         logger: logger.child({ component: 'device-view' }),
       })
@@ -266,7 +266,7 @@ export function buildApp(deps: GatewayDeps): GatewayApp {
     maxAssign: config.rollouts.stepMax,
     recordLagMs: config.rollouts.recordLagMs,
     recordWaitMaxMs: config.rollouts.recordWaitMaxMs,
-    // With the bus, the step's NOTIFY tells every replica, this one included.
+    // With the bus, the wake-up after the step (and every replica's timed read) tells every replica, this one included.
     ...(config.cluster.enabled ? {} : { onAssigned: () => assignments.receive() }),
   });
   const rollouts = new RolloutService({
@@ -277,6 +277,7 @@ export function buildApp(deps: GatewayDeps): GatewayApp {
     wake: () => driver.wake(),
     minDeadlineMs: config.rollouts.recordLagMs,
     maxTargets: config.rollouts.maxTargets,
+    logger: logger.child({ component: 'rollouts' }),
   });
   const resync =
     delivery === undefined

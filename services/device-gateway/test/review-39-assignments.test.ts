@@ -69,6 +69,7 @@ describe('issue 41: a start reads every assignment, whatever their number', () =
       logger,
     });
     await sync.sync();
+    sync.stop();
     let held = 0;
     for (let i = 0; i < n; i++) if (state.assignmentOf(`a39-${i}`)?.rolloutId === ROLLOUT) held++;
     // Before: 20,508 of 20,563 (the issue's run: 20,506), the pages cut in text order.
@@ -104,6 +105,7 @@ describe('issue 39: a replica that starts while a rollback commits', () => {
       logger,
     });
     await sync.sync();
+    sync.stop();
     expect(reads).toBeGreaterThan(1);
     // Before: every one of the 100 still held the rolled-back assignment and served its settings.
     for (let i = 0; i < 100; i++) {

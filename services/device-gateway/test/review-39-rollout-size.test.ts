@@ -56,6 +56,7 @@ beforeAll(async () => {
 
 afterAll(async () => {
   await app.rollouts.driver.stop();
+  app.rollouts.assignments.stop();
   await pool.destroy();
   await owner.destroy();
   await database.drop();

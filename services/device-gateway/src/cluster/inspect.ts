@@ -36,8 +36,8 @@ export interface ReplicaPart extends Partial<LiveView> {
   answered: boolean;
 }
 
-// One-letter fields like the bus's (messages.ts says why): device_gateway.inspect_answer (migration 0005) writes
-// the answer notice's JSON itself.
+// One-letter fields like the bus's (messages.ts says why): the store (delivery/sql.ts) builds both notices' JSON
+// in SQL, after the commit of the request's or answer's row (migration 0021), as the functions used to.
 
 /**
  * "Send me your live part of the device of query `q`", on INSPECT_CHANNEL. The device is named only in
@@ -65,11 +65,11 @@ interface AnswerNotice {
 
 /** The exchange in PostgreSQL (delivery/sql.ts inspectStore). */
 export interface InspectStore {
-  /** Stores the query and sends its request on INSPECT_CHANNEL (device_gateway.inspect_ask). */
+  /** Stores the query (device_gateway.inspect_ask), then sends its request on INSPECT_CHANNEL after the commit. */
   publishRequest(query: string, deviceId: string, origin: string): Promise<void>;
   /** The device a query of `origin` asks about (undefined: no such query, or it is gone). */
   queryDevice(query: string, origin: string): Promise<string | undefined>;
-  /** Stores a replica's answer and notifies the asker (device_gateway.inspect_answer). */
+  /** Stores a replica's answer (device_gateway.inspect_answer), then notifies the asker after the commit. */
   writeAnswer(query: string, replica: string, answer: string): Promise<void>;
   /** The answers stored for a query, by replica. */
   readAnswers(query: string, replicas: readonly string[]): Promise<{ replica: string; answer: unknown }[]>;

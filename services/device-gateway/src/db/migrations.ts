@@ -22,6 +22,7 @@ import { rolloutMigration } from './rollout-migration.js';
 import { deliveryDatabaseClockMigration } from './delivery-database-clock-migration.js';
 import { rolloutLeaseSessionMigration } from './rollout-lease-session-migration.js';
 import { rolloutCreateBoundMigration } from './rollout-create-bound-migration.js';
+import { notifyAfterCommitMigration } from './notify-after-commit-migration.js';
 
 /** The read-only login the running gateway uses (design §4.2): SELECT on its registry, nothing else. */
 export const GATEWAY_LOGIN_ROLE = 'device_gateway_login';
@@ -144,6 +145,7 @@ export function gatewayMigrationsWith(loginPassword: string): MigrationSet {
       '0018_rollout_create_bound': rolloutCreateBoundMigration,
       '0019_rollout_lease_session': rolloutLeaseSessionMigration,
       '0020_delivery_database_clock': deliveryDatabaseClockMigration,
+      '0021_notify_after_commit': notifyAfterCommitMigration,
     },
   };
 }

@@ -1,6 +1,8 @@
 // The delivery record's SQL (migrations 0005 and 0011, design §3.8): the batch writer, one device's row, the
 // fleet list.
+import { errorMessage, type Logger } from '@platform/service-kit';
 import { sql, type Kysely } from 'kysely';
+import { INSPECT_CHANNEL } from '../cluster/messages.js';
 import type { DeliveryState, DeviceDeliveryTable, GatewayDatabase } from '../db/tables.js';
 import type { InspectStore } from '../cluster/inspect.js';
 import type { DeliveryWriter } from './recorder.js';
@@ -134,11 +136,29 @@ export async function listDelivery(
   return listDeliveryQuery(db, q).execute();
 }
 
-/** The device view's exchange between replicas (cluster/inspect.ts; migration 0005's inspect_answers). */
-export function inspectStore(db: Kysely<GatewayDatabase>): InspectStore {
+/**
+ * The device view's exchange between replicas (cluster/inspect.ts; migration 0005's inspect_answers). The
+ * request's and the answer's notices are sent after their row's commit, in a statement of their own (migration
+ * 0021): PostgreSQL's NOTIFY queue is the whole cluster's, another database's session can fill it, and a NOTIFY
+ * then fails at its commit. A notice that cannot be sent is logged (`logger`), not thrown: the asker reads the
+ * answers stored by its deadline anyway, and the view answers with the parts it has.
+ */
+export function inspectStore(db: Kysely<GatewayDatabase>, logger?: Pick<Logger, 'warn'>): InspectStore {
+  // The payloads 0016's and 0017's functions built in their transaction, built the same way.
+  const notice = async (kind: 'q' | 'a', query: string, replica: string): Promise<void> => {
+    try {
+      await sql`SELECT pg_catalog.pg_notify(${INSPECT_CHANNEL},
+        pg_catalog.json_build_object('k', ${kind}::text, 'q', ${query}::uuid, 'o', ${replica}::text)::text)`.execute(
+        db,
+      );
+    } catch (err) {
+      logger?.warn('device view: notice not sent', { kind, error: errorMessage(err) });
+    }
+  };
   return {
     async publishRequest(query: string, deviceId: string, origin: string): Promise<void> {
       await sql`SELECT device_gateway.inspect_ask(${query}::uuid, ${deviceId}, ${origin})`.execute(db);
+      await notice('q', query, origin);
     },
     async queryDevice(query: string, origin: string): Promise<string | undefined> {
       const { rows } = await sql<{ device_id: string }>`
@@ -150,6 +170,7 @@ export function inspectStore(db: Kysely<GatewayDatabase>): InspectStore {
       await sql`SELECT device_gateway.inspect_answer(${query}::uuid, ${replica}, ${answer}::json)`.execute(
         db,
       );
+      await notice('a', query, replica);
     },
     // Only the replicas asked: at most one row each (the key is query and replica), of at most 16 KiB (0016).
     // Any session of the login can store answers under a query id it heard; before, all of them were read

@@ -1,9 +1,11 @@
 // Every replica serves what rollouts assigned, from the database (design §3.9): at every bus resync it reads the
 // assignments changed since the last it saw (all of them after a start), and a NOTIFY on the rollout channel
-// (sent by the driver's step or a rollback, in their transaction) makes it read again. The notification carries
+// (sent by the gateway after the commit of a driver's step, a creation or a rollback, migration 0021) makes it
+// read again; once it has synced, it also reads every second (POLL_MS), so a lost wake-up (the cluster's NOTIFY
+// queue full, a registry delete, which sends none) delays it by a second at most. The notification carries
 // nothing but "read": any session may NOTIFY, so a stranger can at most make a replica run one indexed read,
 // coalesced with any read already under way. A read that fails after a notification is retried (0.5 s doubling
-// to 10 s) until one succeeds: nothing else would read those rows before the next notification or resync.
+// to 10 s) until one succeeds.
 import { errorMessage, type Logger } from '@platform/service-kit';
 import type { Kysely } from 'kysely';
 import type { GatewayDatabase } from '../db/tables.js';
@@ -26,6 +28,11 @@ const RETRY_MAX_MS = 10_000;
  * a flood then costs a replica at most 50 empty reads a second (the bus channel's bound, cluster/bus.ts).
  */
 const EMPTY_READ_GAP_MS = 20;
+/**
+ * Once synced, a replica also reads the assignments this often (ms), woken or not: a wake-up can be lost (the
+ * cluster's NOTIFY queue full, see sql.ts wakeRolloutReplicas), and then an assignment is served this much later.
+ */
+const POLL_MS = 1000;
 
 export interface AssignmentSyncOptions {
   db: Kysely<GatewayDatabase>;
@@ -46,6 +53,7 @@ export class AssignmentSync {
   private quietUntil = 0;
   private quietTimer: NodeJS.Timeout | undefined;
   private noticedDuringRead = false;
+  private pollTimer: NodeJS.Timeout | undefined;
   readonly stats = { reads: 0, applied: 0, refused: 0, failures: 0 };
 
   constructor(private readonly options: AssignmentSyncOptions) {}
@@ -79,9 +87,11 @@ export class AssignmentSync {
     );
   }
 
-  /** No more retries (shutdown). */
+  /** No more retries nor timed reads (shutdown). */
   stop(): void {
     this.stopped = true;
+    if (this.pollTimer !== undefined) clearInterval(this.pollTimer);
+    this.pollTimer = undefined;
     if (this.retry !== undefined) clearTimeout(this.retry);
     this.retry = undefined;
     if (this.quietTimer !== undefined) clearTimeout(this.quietTimer);
@@ -114,6 +124,13 @@ export class AssignmentSync {
           this.again = false;
           await this.readAll();
         } while (this.again);
+        // Synced once: from here on a read every POLL_MS too (one under way is not doubled: receive() below).
+        if (!this.stopped && this.pollTimer === undefined) {
+          this.pollTimer = setInterval(() => {
+            if (this.running === undefined) this.receive();
+          }, POLL_MS);
+          this.pollTimer.unref();
+        }
       } finally {
         this.running = undefined;
         if (this.noticedDuringRead) {

@@ -6,7 +6,15 @@
 import { errorMessage, type Logger } from '@platform/service-kit';
 import type { Kysely } from 'kysely';
 import type { GatewayDatabase } from '../db/tables.js';
-import { deliveryLagMs, releaseLease, rolloutCounts, step, takeLease, type RolloutState } from './sql.js';
+import {
+  deliveryLagMs,
+  releaseLease,
+  rolloutCounts,
+  step,
+  takeLease,
+  wakeRolloutReplicas,
+  type RolloutState,
+} from './sql.js';
 
 export interface RolloutDriverOptions {
   db: Kysely<GatewayDatabase>;
@@ -180,7 +188,12 @@ export class RolloutDriver {
       const assigned = result.assigned ?? 0;
       this.stats.assigned += assigned;
       this.busy = assigned >= this.options.maxAssign;
-      if (assigned > 0) this.options.onAssigned?.();
+      if (assigned > 0) {
+        // After the step's commit, in a statement of its own (migration 0021); a lost one delays the replicas by
+        // their timer's second, never the step.
+        await wakeRolloutReplicas(db, 'a', logger);
+        this.options.onAssigned?.();
+      }
       if (Date.now() - this.lastCounts >= 5000 || assigned > 0) {
         this.lastCounts = Date.now();
         this.counts = await rolloutCounts(db);

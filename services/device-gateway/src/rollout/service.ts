@@ -2,7 +2,7 @@
 // that need the registry as this replica holds it (the settings document fits one datagram) are checked here;
 // what needs every replica's view (the targets, overlaps, states) is decided in one database function each.
 import type { RolloutCreateRequest } from '@platform/contracts';
-import { sqlState } from '@platform/service-kit';
+import { sqlState, type Logger } from '@platform/service-kit';
 import type { Kysely } from 'kysely';
 import type { GatewayDatabase } from '../db/tables.js';
 import { contentHash } from '../delivery/recorder.js';
@@ -20,6 +20,7 @@ import {
   type RolloutAction,
   type RolloutRow,
   type RolloutState,
+  wakeRolloutReplicas,
 } from './sql.js';
 
 /** The longest device id (design §3.2): a rollout's document must fit one datagram for any target. */
@@ -93,6 +94,8 @@ export interface RolloutServiceOptions {
   minDeadlineMs: number;
   /** The most devices a rollout may target (GATEWAY_ROLLOUT_MAX_TARGETS as config.ts bounds it). */
   maxTargets: number;
+  /** Where a wake-up of the replicas that could not be sent is logged. */
+  logger: Pick<Logger, 'warn'>;
 }
 
 const EVENTS_SHOWN = 50;
@@ -143,6 +146,8 @@ export class RolloutService {
       );
     }
     if ('conflict' in result) throw new RolloutOverlapError(result.conflict, result.devices);
+    // After the commit, in a statement of its own (migration 0021): a full NOTIFY queue cannot fail the creation.
+    await wakeRolloutReplicas(this.options.db, 'r', this.options.logger);
     this.options.wake();
     return result;
   }
@@ -206,7 +211,11 @@ export class RolloutService {
       if (result.error === 'unknown') throw new UnknownRolloutError(rolloutId);
       throw new RolloutStateError(`a ${result.state} rollout cannot be asked to ${action}`);
     }
-    if (result.returned > 0) await this.options.afterChange();
+    if (result.returned > 0) {
+      // A rollback that returned devices changed assignments: the other replicas are woken after the commit.
+      await wakeRolloutReplicas(this.options.db, 'a', this.options.logger);
+      await this.options.afterChange();
+    }
     this.options.wake();
     return result;
   }

@@ -1,6 +1,8 @@
 // The rollouts' SQL (migration 0006, design §3.9): the SECURITY DEFINER functions the login may call, and the
 // reads of the API and of the replicas. Nothing here knows HTTP.
+import { errorMessage, type Logger } from '@platform/service-kit';
 import { sql, type Kysely } from 'kysely';
+import { ROLLOUT_CHANNEL } from '../cluster/messages.js';
 import type { GatewayDatabase } from '../db/tables.js';
 
 type Db = Kysely<GatewayDatabase>;
@@ -53,6 +55,27 @@ export async function controlRollout(
   const { rows } = await sql<{ r: ControlResult }>`
     SELECT device_gateway.rollout_control(${rolloutId}::uuid, ${action}) AS r`.execute(db);
   return rows[0]!.r;
+}
+
+/**
+ * The wake-up on the rollout channel after a commit that created a rollout (`r`) or changed assignments (`a`), in
+ * a statement of its own (migration 0021: the functions no longer NOTIFY in their transaction). PostgreSQL's
+ * NOTIFY queue is the whole cluster's, so another database's session can fill it, and a NOTIFY then fails at its
+ * commit: here that costs the replicas a timer's delay (AssignmentSync reads every second), never the caller.
+ * Best-effort: a failure is logged, never thrown. The payload is what the functions sent; replicas ignore it.
+ */
+export async function wakeRolloutReplicas(
+  db: Db,
+  kind: 'r' | 'a',
+  logger: Pick<Logger, 'warn'>,
+): Promise<void> {
+  try {
+    await sql`SELECT pg_catalog.pg_notify(${ROLLOUT_CHANNEL}, ${JSON.stringify({ k: kind })})`.execute(db);
+  } catch (err) {
+    logger.warn('rollouts: wake-up not sent; the replicas read the assignments on their timer', {
+      error: errorMessage(err),
+    });
+  }
 }
 
 export async function takeLease(db: Db, replica: string, ttlMs: number): Promise<boolean> {

@@ -67,6 +67,7 @@ export async function startGateway(
     async close() {
       // Gives the lease up and closes the driver's own connection (a replica without the bus has one).
       await app.rollouts.driver.stop();
+      app.rollouts.assignments.stop();
       await app.coap.close(100);
       await reader.destroy();
       await owner.destroy();
