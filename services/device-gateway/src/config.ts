@@ -129,7 +129,9 @@ export const gatewayConfigSchema = {
      * difference every 10 s and dates its delivery events on the database's clock; one further off than this is
      * not ready (/api/ready 503), with a log line, as its versions still run on its own clock.
      */
-    GATEWAY_CLOCK_MAX_SKEW_MS: { type: 'integer', minimum: 100, maximum: 3600000, default: 2000 },
+    // At most 10 s: a replica within that of the database believes every version the database accepted
+    // (version-clock.ts MAX_AHEAD_MICROS).
+    GATEWAY_CLOCK_MAX_SKEW_MS: { type: 'integer', minimum: 100, maximum: 10000, default: 2000 },
     /** How long GET /api/devices/{device_id} waits for the other replicas' live parts (ms). */
     GATEWAY_DEVICE_VIEW_DEADLINE_MS: { type: 'integer', minimum: 50, maximum: 10000, default: 1000 },
     /** Staged rollouts (design §3.9): whether this replica may drive them (hold the lease and advance waves). */

@@ -2,6 +2,7 @@
 import { sql, type Kysely } from 'kysely';
 import type pg from 'pg';
 import type { GatewayDatabase } from '../db/tables.js';
+import type { Settings } from '../domain/documents.js';
 import { BUS_CHANNEL, type OverrideMessage } from './messages.js';
 
 /** What bus_publish_overrides did with one message. */
@@ -58,25 +59,29 @@ const toChange = (row: ChangeRow): Change => ({
 });
 
 /**
- * Every retained override, and the change number the bus stands at (the highest of the overrides' and the last
- * reload's): what a resync starts from; later changes are read with readChanges from there.
+ * Every retained override, as messages to check (Replica.resync): what a resync starts from, with the change
+ * number topSeq read before it; later changes are read with readChanges from there.
  */
-export async function readRetained(
-  db: Kysely<GatewayDatabase>,
-): Promise<{ overrides: OverrideMessage[]; topSeq: number }> {
-  const rows = await sql<ChangeRow>`
-    SELECT seq::text AS seq, 'override' AS k, device_id AS d, version::text AS v, origin AS o, settings AS s
-    FROM device_gateway.bus_overrides
-    UNION ALL
-    SELECT seq::text, 'reload', NULL, version::text, origin, NULL FROM device_gateway.bus_reload`.execute(db);
-  let topSeq = 0;
-  const overrides: OverrideMessage[] = [];
-  for (const row of rows.rows) {
-    const change = toChange(row);
-    if (change.seq > topSeq) topSeq = change.seq;
-    if (row.k === 'override') overrides.push(change.message as unknown as OverrideMessage);
-  }
-  return { overrides, topSeq };
+export async function readRetained(db: Kysely<GatewayDatabase>): Promise<OverrideMessage[]> {
+  const rows = await sql<{ device_id: string; version: string; origin: string; settings: Settings }>`
+    SELECT device_id, version::text AS version, origin, settings FROM device_gateway.bus_overrides`.execute(
+    db,
+  );
+  return rows.rows.map((row) => ({
+    k: 'override',
+    d: row.device_id,
+    v: Number(row.version),
+    o: row.origin,
+    s: row.settings,
+  }));
+}
+
+/** The change number the bus stands at now (0 when nothing was ever published). */
+export async function topSeq(db: Kysely<GatewayDatabase>): Promise<number> {
+  const { rows } = await sql<{ top: string }>`
+    SELECT greatest(coalesce((SELECT max(seq) FROM device_gateway.bus_overrides), 0),
+                    coalesce((SELECT seq FROM device_gateway.bus_reload), 0))::text AS top`.execute(db);
+  return Number(rows[0]?.top ?? 0);
 }
 
 /**

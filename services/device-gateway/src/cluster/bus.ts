@@ -349,17 +349,21 @@ export class ClusterBus {
     if (!this.joined) await this.join(client);
     this.resyncs++;
     await this.options.rollouts?.sync();
+    // Where the bus stands before the registry is read: the reload below covers every reload asked for up to
+    // here, not one asked for while it runs (a cold review: a reload published between the registry's read and
+    // the retained rows' was skipped for good). Reading on from here finds that one, and overrides read twice
+    // change nothing.
+    const before = await busSql.topSeq(this.options.db);
     await this.reload();
-    // In the row reader's turn, so a wake-up's read never interleaves with it; the reload just done covers
-    // every reload asked for up to the change number read here.
+    // In the row reader's turn, so a wake-up's read never interleaves with it.
     const republish = await this.inTurn(async () => {
-      const { overrides, topSeq } = await busSql.readRetained(this.options.db);
-      const result = this.replica.resync(overrides);
+      const result = this.replica.resync(await busSql.readRetained(this.options.db));
       this.follow(result.decision);
-      if (topSeq > this.lastSeq) this.lastSeq = topSeq;
+      if (before > this.lastSeq) this.lastSeq = before;
       this.retainedRead = true;
       return result.republish;
     });
+    this.read();
     // Last writer wins in the publishing function, so a newer message published meanwhile is never overwritten.
     await Promise.all(republish.map((m) => this.enqueue(encodeMessage(m))));
     this.log.info('cluster bus synchronised', { republished: republish.length });

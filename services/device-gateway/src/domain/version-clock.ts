@@ -11,7 +11,7 @@
  * - across replicas (design §3.6): a replica that learns a version from another one calls `observe(v)`, so its
  *   next version is above it (the HLC receive rule); no shared counter and no database write is needed.
  *
- * A version from elsewhere is believed only within MAX_AHEAD_MICROS of this replica's wall clock: one far ahead
+ * A version from elsewhere is believed only within MAX_AHEAD_MICROS (70 s) of this replica's wall clock: one far ahead
  * (a poisoned row, a replica whose clock jumped) would otherwise drag every later version with it, up to
  * 2^53 - 1, after which versions could not rise at all. The bus's publishing functions (migration 0017) refuse the
  * same versions against the database's clock, so a refusal here means a clock out of step, which the caller logs.
@@ -46,8 +46,14 @@ export class VersionClock {
   }
 }
 
-/** How far ahead of the local wall clock (µs) a version from elsewhere may be: 60 s (migration 0017 agrees). */
-export const MAX_AHEAD_MICROS = 60_000_000;
+/**
+ * How far ahead of the local wall clock (µs) a version from elsewhere may be: 70 s. The publishing functions
+ * (migration 0017) refuse more than 60 s ahead of the database's clock, so a replica within 10 s of the database
+ * never refuses what the database accepted (a cold review: with equal bounds, a replica a second behind refused a
+ * stamp 59.5 s ahead that every other replica served). A replica further out of step than that is not ready
+ * anyway: GATEWAY_CLOCK_MAX_SKEW_MS is at most 10 s (config.ts).
+ */
+export const MAX_AHEAD_MICROS = 70_000_000;
 
 /** A positive safe integer at most MAX_AHEAD_MICROS ahead of `nowMicros`. */
 export function isPlausibleVersion(version: number, nowMicros: number = wallClockMicros()): boolean {
