@@ -5,17 +5,18 @@
 // replica), and listening. Every attempt must fail. Before 0017 the override was applied and retained, the flood
 // made thousands of reloads, the poison stopped versions from rising and survived the restart, and a listener
 // read every override's settings and every device the view was asked about.
-import { randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it, jest } from '@jest/globals';
-import { enterpriseMigrations, API_LOGIN, devRolePasswords } from '@platform/enterprise-db';
-import { createDb } from '@platform/service-kit';
-import { createTestDatabase, startPostgres, type PostgresServer, type TestDatabase } from '@platform/testkit';
+import { API_LOGIN, devRolePasswords } from '@platform/enterprise-db';
 import { sql, type Kysely } from 'kysely';
-import pg from 'pg';
-import { gatewayMigrations } from '../src/db/migrations.js';
-import { seedDevices } from '../src/db/seed.js';
+import type pg from 'pg';
 import type { GatewayDatabase } from '../src/db/tables.js';
 import { RawCoapClient, json } from './support/coap-client.js';
+import {
+  NOBODY_PASSWORD,
+  STRANGER_PASSWORD,
+  startPlatformDatabase,
+  type PlatformDatabase,
+} from './support/platform-database.js';
 import { startReplica, type Replica } from './support/replicas.js';
 import { viewOf } from './support/view-cluster.js';
 
@@ -26,30 +27,16 @@ const CHANNELS = ['device_gateway_bus', 'device_gateway_inspect', 'device_gatewa
 const env = { LOG_LEVEL: 'info' };
 const nowMicros = (): number => Date.now() * 1000;
 
-let server: PostgresServer;
-let database: TestDatabase;
+let platform: PlatformDatabase;
 let owner: Kysely<GatewayDatabase>;
 let replicas: Replica[] = [];
-const clients: pg.Client[] = [];
 
-function urlAs(user: string, password: string): string {
-  const url = new URL(database.url);
-  url.username = user;
-  url.password = password;
-  return url.toString();
-}
-
-async function connectAs(user: string, password: string): Promise<pg.Client> {
-  const c = new pg.Client({ connectionString: urlAs(user, password) });
-  await c.connect();
-  clients.push(c);
-  return c;
-}
+const connectAs = (user: string, password: string): Promise<pg.Client> => platform.connectAs(user, password);
 
 async function startBoth(): Promise<Replica[]> {
   const started = await Promise.all([
-    startReplica('A', database.url, env),
-    startReplica('B', database.url, env),
+    startReplica('A', platform.database.url, env),
+    startReplica('B', platform.database.url, env),
   ]);
   await Promise.all(started.map((r) => r.waitReady()));
   return started;
@@ -77,42 +64,27 @@ const bus = async (r: Replica): Promise<Record<string, number>> =>
 /** Notifications a replica heard on the bus channel (`received` counted them before migration 0017). */
 const heardBy = (stats: Record<string, number>): number => stats.wakeups ?? stats.received ?? 0;
 
-const stranger = `stranger_${randomBytes(4).toString('hex')}`;
 const attackers: { name: string; connect: () => Promise<pg.Client> }[] = [
-  { name: 'a login with CONNECT only', connect: () => connectAs(stranger, 'stranger-password') },
+  { name: 'a login with CONNECT only', connect: () => connectAs(platform.stranger, STRANGER_PASSWORD) },
   { name: "the workflow's login", connect: () => connectAs(API_LOGIN, devRolePasswords.enterpriseApi) },
 ];
 
 beforeAll(async () => {
-  server = await startPostgres();
-  database = await createTestDatabase({
-    migrations: [enterpriseMigrations, gatewayMigrations],
-    adminUrl: server.url,
-  });
-  owner = createDb<GatewayDatabase>(database.url, { max: 2, logger: { warn: () => undefined } });
-  await seedDevices(owner);
-  await sql
-    .raw(
-      `CREATE ROLE ${stranger} LOGIN PASSWORD 'stranger-password';
-       GRANT CONNECT ON DATABASE "${database.name}" TO ${stranger};`,
-    )
-    .execute(owner);
+  platform = await startPlatformDatabase({ stranger: true, nobody: true });
+  owner = platform.owner;
   replicas = await startBoth();
 });
 
 afterAll(async () => {
-  for (const c of clients) await c.end().catch(() => undefined);
   for (const r of replicas) await r.stop();
-  await owner?.destroy();
-  await database?.drop();
-  await server?.stop();
+  await platform?.close();
 });
 
 describe('who may connect', () => {
   it('CONNECT is not PUBLIC: a login without a grant is refused, the services’ logins are let in', async () => {
-    const nobody = `nobody_${randomBytes(4).toString('hex')}`;
-    await sql.raw(`CREATE ROLE ${nobody} LOGIN PASSWORD 'nobody-password'`).execute(owner);
-    await expect(connectAs(nobody, 'nobody-password')).rejects.toThrow(/permission denied for database/);
+    await expect(connectAs(platform.nobody, NOBODY_PASSWORD)).rejects.toThrow(
+      /permission denied for database/,
+    );
     for (const attacker of attackers) await expect(attacker.connect()).resolves.toBeDefined();
   });
 });

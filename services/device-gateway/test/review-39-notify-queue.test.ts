@@ -8,18 +8,17 @@
 // with a small NOTIFY queue, pinned full from the `postgres` database by a login without CONNECT on the gateway's.
 // Against the code before 0021 the creation answered 500 (its commit failed) and the device view's request was
 // never stored.
-import { randomBytes, randomUUID } from 'node:crypto';
+import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it, jest } from '@jest/globals';
 import { createDb } from '@platform/service-kit';
-import { createTestDatabase, startPostgres, type PostgresServer, type TestDatabase } from '@platform/testkit';
 import { sql, type Kysely } from 'kysely';
-import pg from 'pg';
-import { gatewayLoginUrl, gatewayMigrations } from '../src/db/migrations.js';
-import { seedDevices } from '../src/db/seed.js';
+import type pg from 'pg';
+import { gatewayLoginUrl } from '../src/db/migrations.js';
 import type { GatewayDatabase } from '../src/db/tables.js';
 import { inspectStore } from '../src/delivery/sql.js';
 import { RawCoapClient, json } from './support/coap-client.js';
 import { API_KEYS } from './support/gateway.js';
+import { pinNotifyQueue, startPlatformDatabase, type PlatformDatabase } from './support/platform-database.js';
 import { startReplica, type Replica } from './support/replicas.js';
 
 jest.setTimeout(180_000);
@@ -34,23 +33,10 @@ const env = {
 };
 const auth = { Authorization: `Bearer ${API_KEYS[0]!}` };
 
-let server: PostgresServer;
-let database: TestDatabase;
+let platform: PlatformDatabase;
 let owner: Kysely<GatewayDatabase>;
 let replicas: Replica[] = [];
-const clients: pg.Client[] = [];
-const nobody = `nobody_${randomBytes(4).toString('hex')}`;
 let pin: pg.Client | undefined;
-
-async function connectAs(base: string, user: string, password: string): Promise<pg.Client> {
-  const url = new URL(base);
-  url.username = user;
-  url.password = password;
-  const c = new pg.Client({ connectionString: url.toString() });
-  await c.connect();
-  clients.push(c);
-  return c;
-}
 
 async function get(r: Replica, path: string): Promise<{ status: number; body: Record<string, unknown> }> {
   const res = await fetch(`${r.url}${path}`, { headers: auth });
@@ -87,20 +73,12 @@ const allServe = async (value: number): Promise<boolean> => {
 };
 
 beforeAll(async () => {
-  server = await startPostgres();
   // A small NOTIFY queue (64 pages, 512 KB) so it fills in a second; the default is 8 GB, which a stranger fills
   // the same way, only for longer (as review-39-redteam does).
-  const admin = new pg.Client({ connectionString: server.url });
-  await admin.connect();
-  await admin.query('ALTER SYSTEM SET max_notify_queue_pages = 64');
-  await admin.query(`CREATE ROLE ${nobody} LOGIN PASSWORD 'nobody-password'`);
-  await admin.end();
-  await server.stop();
-  await server.start();
-  database = await createTestDatabase({ migrations: [gatewayMigrations], adminUrl: server.url });
-  owner = createDb<GatewayDatabase>(database.url, { max: 2, logger: { warn: () => undefined } });
-  await seedDevices(owner);
-  replicas = await Promise.all([startReplica('A', database.url, env), startReplica('B', database.url, env)]);
+  platform = await startPlatformDatabase({ gatewayOnly: true, notifyQueuePages: 64, nobody: true });
+  owner = platform.owner;
+  const url = platform.database.url;
+  replicas = await Promise.all([startReplica('A', url, env), startReplica('B', url, env)]);
   await Promise.all(replicas.map((r) => r.waitReady()));
   // Both replicas serve the registry's settings to the wave's devices before the queue is pinned.
   await until(async () => {
@@ -109,36 +87,18 @@ beforeAll(async () => {
     return true;
   }, 'the registry settings');
 
-  // The maintenance database keeps PostgreSQL's default, CONNECT for PUBLIC: a login with no right on the
-  // gateway's database LISTENs there and stays in a transaction, so the queue's tail stays where it is.
-  pin = await connectAs(server.url, nobody, 'nobody-password');
-  await pin.query('LISTEN anything');
-  await pin.query('BEGIN');
-  await pin.query('SELECT 1');
-  const filler = await connectAs(server.url, nobody, 'nobody-password');
-  let sent = 0;
-  let stopped = '';
-  while (sent < 100_000) {
-    try {
-      await filler.query(`SELECT pg_notify('x', repeat('a', 7990)) FROM generate_series(1, 10)`);
-      sent += 10;
-    } catch (err) {
-      stopped = (err as Error).message;
-      break;
-    }
-  }
-  console.log(`filler: ${sent} notifications of 8 kB, then: ${stopped}`);
+  // A login with no right on the gateway's database pins the queue full from the `postgres` database.
+  const pinned = await pinNotifyQueue(platform);
+  pin = pinned.pin;
+  const { stopped } = pinned;
   if (!/too many notifications in the NOTIFY queue/.test(stopped))
     throw new Error(`queue not full: ${stopped}`);
 });
 
 afterAll(async () => {
   await pin?.query('ROLLBACK').catch(() => undefined);
-  for (const c of clients) await c.end().catch(() => undefined);
   for (const r of replicas) await r.stop();
-  await owner?.destroy();
-  await database?.drop().catch(() => undefined);
-  await server?.stop();
+  await platform?.close();
 });
 
 describe('the NOTIFY queue pinned full from `postgres`', () => {
@@ -188,7 +148,7 @@ describe('the NOTIFY queue pinned full from `postgres`', () => {
   });
 
   it('the device view’s store writes a request and an answer, and only logs the notices it cannot send', async () => {
-    const login = createDb<GatewayDatabase>(gatewayLoginUrl(database.url), {
+    const login = createDb<GatewayDatabase>(gatewayLoginUrl(platform.database.url), {
       max: 1,
       logger: { warn: () => undefined },
     });

@@ -11,24 +11,19 @@
 //   inspect_ask, rollout steps);
 // - the rollout channel's wake-ups have no empty-read gap, unlike the bus's (50 reads a second at most).
 // Each case fails against 43dd34c and passes once the gateway no longer depends on what a stranger can hold.
-import { randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it, jest } from '@jest/globals';
-import {
-  API_LOGIN,
-  AUTHENTICATOR,
-  PORTAL_ANON,
-  devRolePasswords,
-  enterpriseMigrations,
-} from '@platform/enterprise-db';
-import { createDb } from '@platform/service-kit';
-import { createTestDatabase, startPostgres, type PostgresServer, type TestDatabase } from '@platform/testkit';
+import { API_LOGIN, AUTHENTICATOR, PORTAL_ANON, devRolePasswords } from '@platform/enterprise-db';
 import { sql, type Kysely } from 'kysely';
-import pg from 'pg';
-import { gatewayMigrations } from '../src/db/migrations.js';
-import { seedDevices } from '../src/db/seed.js';
+import type pg from 'pg';
 import type { GatewayDatabase } from '../src/db/tables.js';
 import { RawCoapClient, json } from './support/coap-client.js';
 import { API_KEYS } from './support/gateway.js';
+import {
+  STRANGER_PASSWORD,
+  pinNotifyQueue,
+  startPlatformDatabase,
+  type PlatformDatabase,
+} from './support/platform-database.js';
 import { startReplica, type Replica } from './support/replicas.js';
 
 jest.setTimeout(180_000);
@@ -36,38 +31,22 @@ jest.setTimeout(180_000);
 const DEVICE = 'acme-hq-hvac-01';
 const env = { LOG_LEVEL: 'info' };
 
-let server: PostgresServer;
-let database: TestDatabase;
+let platform: PlatformDatabase;
 let owner: Kysely<GatewayDatabase>;
 let replicas: Replica[] = [];
-const clients: pg.Client[] = [];
-const stranger = `stranger_${randomBytes(4).toString('hex')}`;
-const nobody = `nobody_${randomBytes(4).toString('hex')}`;
 
-function urlAs(base: string, user: string, password: string): string {
-  const url = new URL(base);
-  url.username = user;
-  url.password = password;
-  return url.toString();
-}
-
-async function connect(base: string, user: string, password: string): Promise<pg.Client> {
-  const c = new pg.Client({ connectionString: urlAs(base, user, password) });
-  await c.connect();
-  clients.push(c);
-  return c;
-}
+const connectStranger = (): Promise<pg.Client> => platform.connectAs(platform.stranger, STRANGER_PASSWORD);
 
 const attackers: { name: string; connect: () => Promise<pg.Client> }[] = [
-  { name: 'a login with CONNECT only', connect: () => connect(database.url, stranger, 'stranger-password') },
+  { name: 'a login with CONNECT only', connect: connectStranger },
   {
     name: "the workflow's login",
-    connect: () => connect(database.url, API_LOGIN, devRolePasswords.enterpriseApi),
+    connect: () => platform.connectAs(API_LOGIN, devRolePasswords.enterpriseApi),
   },
   {
     name: 'PostgREST’s authenticator as the anonymous role',
     connect: async () => {
-      const c = await connect(database.url, AUTHENTICATOR, devRolePasswords.authenticator);
+      const c = await platform.connectAs(AUTHENTICATOR, devRolePasswords.authenticator);
       await c.query(`SET ROLE ${PORTAL_ANON}`);
       return c;
     },
@@ -102,38 +81,18 @@ async function until(check: () => Promise<boolean>, what: string, timeoutMs = 10
 }
 
 beforeAll(async () => {
-  server = await startPostgres();
   // A small NOTIFY queue (64 pages, 512 KB) so the queue case fills it in a second; the default is 8 GB
   // (max_notify_queue_pages = 1,048,576), which a stranger fills the same way, only for longer.
-  const admin = new pg.Client({ connectionString: server.url });
-  await admin.connect();
-  await admin.query('ALTER SYSTEM SET max_notify_queue_pages = 64');
-  await admin.end();
-  await server.stop();
-  await server.start();
-  database = await createTestDatabase({
-    migrations: [enterpriseMigrations, gatewayMigrations],
-    adminUrl: server.url,
-  });
-  owner = createDb<GatewayDatabase>(database.url, { max: 2, logger: { warn: () => undefined } });
-  await seedDevices(owner);
-  await sql
-    .raw(
-      `CREATE ROLE ${stranger} LOGIN PASSWORD 'stranger-password';
-       GRANT CONNECT ON DATABASE "${database.name}" TO ${stranger};
-       CREATE ROLE ${nobody} LOGIN PASSWORD 'nobody-password';`,
-    )
-    .execute(owner);
-  replicas = await Promise.all([startReplica('A', database.url, env), startReplica('B', database.url, env)]);
+  platform = await startPlatformDatabase({ notifyQueuePages: 64, stranger: true, nobody: true });
+  owner = platform.owner;
+  const url = platform.database.url;
+  replicas = await Promise.all([startReplica('A', url, env), startReplica('B', url, env)]);
   await Promise.all(replicas.map((r) => r.waitReady()));
 });
 
 afterAll(async () => {
-  for (const c of clients) await c.end().catch(() => undefined);
   for (const r of replicas) await r.stop();
-  await owner?.destroy();
-  await database?.drop().catch(() => undefined);
-  await server?.stop();
+  await platform?.close();
 });
 
 describe.each(attackers)('$name holding the bus publishing lock', ({ connect: connectAttacker }) => {
@@ -163,9 +122,9 @@ describe.each(attackers)('$name holding the bus publishing lock', ({ connect: co
 
 describe('a login with CONNECT only holding bus_join’s lock', () => {
   it('does not keep a starting replica from becoming ready', async () => {
-    const c = await connect(database.url, stranger, 'stranger-password');
+    const c = await connectStranger();
     await c.query(`SELECT pg_advisory_lock(hashtext('device_gateway.bus_join'))`);
-    const third = await startReplica('C', database.url, env);
+    const third = await startReplica('C', platform.database.url, env);
     try {
       // 43dd34c: bus_join waits on the lock, the listener's query_timeout (5 s) gives up, the replica
       // reconnects and waits again, for as long as the stranger likes; each attempt leaves one backend
@@ -189,7 +148,7 @@ describe('a login with CONNECT only holding bus_join’s lock', () => {
 describe('a flood of wake-ups on the rollout channel', () => {
   it('costs a replica no more reads than the bus channel allows (50 a second)', async () => {
     const [a] = replicas as [Replica];
-    const c = await connect(database.url, stranger, 'stranger-password');
+    const c = await connectStranger();
     const reads = 'gateway_rollout_assignment_reads_total{kind="reads"';
     const before = await metric(a, reads);
     const t0 = Date.now();
@@ -209,24 +168,7 @@ describe('a flood of wake-ups on the rollout channel', () => {
 describe('a login without CONNECT on the platform’s database, pinning the NOTIFY queue from `postgres`', () => {
   it('does not stop notify-settings', async () => {
     const [a, b] = replicas as [Replica, Replica];
-    // The maintenance database keeps PostgreSQL's default: CONNECT for PUBLIC.
-    const pin = await connect(server.url, nobody, 'nobody-password');
-    await pin.query('LISTEN anything');
-    await pin.query('BEGIN');
-    await pin.query('SELECT 1');
-    const filler = await connect(server.url, nobody, 'nobody-password');
-    let sent = 0;
-    let stopped = '';
-    while (sent < 100_000) {
-      try {
-        await filler.query(`SELECT pg_notify('x', repeat('a', 7990)) FROM generate_series(1, 10)`);
-        sent += 10;
-      } catch (err) {
-        stopped = (err as Error).message;
-        break;
-      }
-    }
-    console.log(`filler: ${sent} notifications of 8 kB, then: ${stopped}`);
+    const { pin } = await pinNotifyQueue(platform);
     try {
       const value = 500 + Math.floor(Math.random() * 200);
       const res = await a.post('/api/notify-settings', {

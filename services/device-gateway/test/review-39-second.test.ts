@@ -5,53 +5,34 @@
 // private PostgreSQL with the whole platform's migrations. The review's other findings (connection exhaustion,
 // Kysely's advisory migration lock) are open and written up in issue 39's closing note, not tested here.
 
-import { randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it, jest } from '@jest/globals';
 import { validateDesiredSettings } from '@platform/contracts';
-import { enterpriseMigrations } from '@platform/enterprise-db';
 import { createDb, createLogger } from '@platform/service-kit';
-import { createTestDatabase, startPostgres, type PostgresServer, type TestDatabase } from '@platform/testkit';
 import { sql, type Kysely } from 'kysely';
 import { ClusterBus } from '../src/cluster/bus.js';
-import { gatewayMigrations } from '../src/db/migrations.js';
-import { seedDevices } from '../src/db/seed.js';
 import type { GatewayDatabase } from '../src/db/tables.js';
 import { VersionClock } from '../src/domain/version-clock.js';
 import { loginUrl } from './support/gateway.js';
 import { newState } from './support/harness.js';
+import { startPlatformDatabase, type PlatformDatabase } from './support/platform-database.js';
 
 jest.setTimeout(120_000);
 
-let server: PostgresServer;
-let database: TestDatabase;
+let platform: PlatformDatabase;
 let owner: Kysely<GatewayDatabase>;
-const stranger = `stranger_${randomBytes(4).toString('hex')}`;
 
 beforeAll(async () => {
-  server = await startPostgres();
-  database = await createTestDatabase({
-    migrations: [enterpriseMigrations, gatewayMigrations],
-    adminUrl: server.url,
-  });
-  owner = createDb<GatewayDatabase>(database.url, { max: 2, logger: { warn: () => undefined } });
-  await seedDevices(owner);
-  await sql
-    .raw(
-      `CREATE ROLE ${stranger} LOGIN PASSWORD 'stranger-password';
-       GRANT CONNECT ON DATABASE "${database.name}" TO ${stranger};`,
-    )
-    .execute(owner);
+  platform = await startPlatformDatabase();
+  owner = platform.owner;
 });
 
 afterAll(async () => {
-  await owner?.destroy();
-  await database?.drop().catch(() => undefined);
-  await server?.stop();
+  await platform?.close();
 });
 
 describe('ClusterBus resync', () => {
   it('does not skip a reload published between its registry reload and its read of the retained rows', async () => {
-    const db = createDb<GatewayDatabase>(loginUrl(database.url), {
+    const db = createDb<GatewayDatabase>(loginUrl(platform.database.url), {
       max: 3,
       logger: { warn: () => undefined },
     });
@@ -69,7 +50,7 @@ describe('ClusterBus resync', () => {
       },
     };
     const bus = new ClusterBus({
-      databaseUrl: loginUrl(database.url),
+      databaseUrl: loginUrl(platform.database.url),
       db,
       state: newState(),
       registry,
