@@ -17,7 +17,7 @@ import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { delimiter, join } from 'node:path';
 import { freePort } from './ports.js';
-import { corsConfiguration } from './s3.js';
+import { corsConfiguration, waitForRecord } from './s3.js';
 import type { S3EventRecord, S3Request, TestObjectStore } from './s3.js';
 import { signedHeaders } from './sigv4.js';
 
@@ -520,21 +520,7 @@ export async function startRgw(options: StartRgwOptions = {}): Promise<RgwServer
       },
       waitForObjectCreated(key, timeoutMs = 5000) {
         // The gateway sends keys as stored, not URL-encoded.
-        const seen = records.find((r) => r.s3.object.key === key);
-        if (seen !== undefined) return Promise.resolve(seen);
-        return new Promise((resolve, reject) => {
-          const timer = setTimeout(() => {
-            waiters.delete(waiter);
-            reject(new Error(`no ObjectCreated event for "${key}" within ${timeoutMs} ms`));
-          }, timeoutMs);
-          const waiter = (record: S3EventRecord): void => {
-            if (record.s3.object.key !== key) return;
-            clearTimeout(timer);
-            waiters.delete(waiter);
-            resolve(record);
-          };
-          waiters.add(waiter);
-        });
+        return waitForRecord(records, waiters, key, key, timeoutMs);
       },
       async stop() {
         await closeServers();

@@ -358,6 +358,34 @@ export function encodeEventKey(key: string): string {
 const S3_ACCESS_KEY_ID = 'S3RVER';
 const S3_SECRET_ACCESS_KEY = 'S3RVER';
 
+/**
+ * The first of `records`, or else of the records `waiters` hear from now on, whose key is `recordKey` (`key` as
+ * the store writes it in its records); rejected after `timeoutMs`. For a store's `waitForObjectCreated`.
+ */
+export function waitForRecord(
+  records: readonly S3EventRecord[],
+  waiters: Set<(record: S3EventRecord) => void>,
+  key: string,
+  recordKey: string,
+  timeoutMs: number,
+): Promise<S3EventRecord> {
+  const seen = records.find((r) => r.s3.object.key === recordKey);
+  if (seen !== undefined) return Promise.resolve(seen);
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => {
+      waiters.delete(waiter);
+      reject(new Error(`no ObjectCreated event for "${key}" within ${timeoutMs} ms`));
+    }, timeoutMs);
+    const waiter = (record: S3EventRecord): void => {
+      if (record.s3.object.key !== recordKey) return;
+      clearTimeout(timer);
+      waiters.delete(waiter);
+      resolve(record);
+    };
+    waiters.add(waiter);
+  });
+}
+
 /** A local S3 (s3rver) on 127.0.0.1 with one bucket, reporting created objects as S3 event records. */
 export async function startS3(options: StartS3Options = {}): Promise<S3Server> {
   const require = createRequire(import.meta.url);
@@ -452,22 +480,7 @@ export async function startS3(options: StartS3Options = {}): Promise<S3Server> {
       return counter.inFlight;
     },
     waitForObjectCreated(key, timeoutMs = 5000) {
-      const encoded = encodeEventKey(key);
-      const seen = records.find((r) => r.s3.object.key === encoded);
-      if (seen !== undefined) return Promise.resolve(seen);
-      return new Promise((resolve, reject) => {
-        const timer = setTimeout(() => {
-          waiters.delete(waiter);
-          reject(new Error(`no ObjectCreated event for "${key}" within ${timeoutMs} ms`));
-        }, timeoutMs);
-        const waiter = (record: S3EventRecord): void => {
-          if (record.s3.object.key !== encoded) return;
-          clearTimeout(timer);
-          waiters.delete(waiter);
-          resolve(record);
-        };
-        waiters.add(waiter);
-      });
+      return waitForRecord(records, waiters, key, encodeEventKey(key), timeoutMs);
     },
     async stop() {
       // SDK clients keep sockets alive; close() would otherwise wait for them to time out.

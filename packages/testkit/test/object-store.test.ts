@@ -3,10 +3,12 @@
 // itself, s3rver (which checks no signature) through the check startObjectStore adds; and both answer a
 // browser's preflight of such a URL from the bucket's CORS rule.
 import { jest } from '@jest/globals';
-import { PutObjectCommand, S3Client } from '@aws-sdk/client-s3';
+import type { S3Client } from '@aws-sdk/client-s3';
+import { PutObjectCommand } from '@aws-sdk/client-s3';
 import { getSignedUrl } from '@aws-sdk/s3-request-presigner';
 import { OBJECT_STORE_KINDS, startObjectStore } from '@platform/testkit';
 import type { TestObjectStore } from '@platform/testkit';
+import { storeClient } from './support/store-client.js';
 
 jest.setTimeout(60_000);
 
@@ -16,14 +18,7 @@ describe.each(OBJECT_STORE_KINDS)('startObjectStore(%s)', (kind) => {
 
   beforeAll(async () => {
     store = await startObjectStore(kind, { corsOrigins: ['http://portal.test'] });
-    client = new S3Client({
-      endpoint: store.endpoint,
-      region: store.region,
-      forcePathStyle: true,
-      credentials: { accessKeyId: store.accessKeyId, secretAccessKey: store.secretAccessKey },
-      requestChecksumCalculation: 'WHEN_REQUIRED',
-      responseChecksumValidation: 'WHEN_REQUIRED',
-    });
+    client = storeClient(store);
   });
   afterAll(async () => {
     client?.destroy();

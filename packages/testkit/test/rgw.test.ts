@@ -3,6 +3,7 @@
 // in AWS's record shape with keys as stored, the request log, a clean stop, and a clear failure without the
 // Debian packages.
 import { readFile } from 'node:fs/promises';
+import type { S3Client } from '@aws-sdk/client-s3';
 import {
   CompleteMultipartUploadCommand,
   CopyObjectCommand,
@@ -10,13 +11,13 @@ import {
   GetObjectCommand,
   HeadObjectCommand,
   PutObjectCommand,
-  S3Client,
   UploadPartCommand,
 } from '@aws-sdk/client-s3';
 import { jest } from '@jest/globals';
 import { validateObjectCreatedEvent } from '@platform/contracts';
 import { requireRgwCommands, RgwMissingError, startRgw } from '@platform/testkit';
 import type { RgwServer, S3EventRecord } from '@platform/testkit';
+import { storeClient } from './support/store-client.js';
 
 jest.setTimeout(60_000);
 
@@ -35,14 +36,7 @@ describe('startRgw', () => {
       },
     });
     process.stdout.write(`RADOS Gateway started in ${rgw.startupMs} ms\n`);
-    client = new S3Client({
-      endpoint: rgw.endpoint,
-      region: rgw.region,
-      forcePathStyle: true,
-      credentials: { accessKeyId: rgw.accessKeyId, secretAccessKey: rgw.secretAccessKey },
-      requestChecksumCalculation: 'WHEN_REQUIRED',
-      responseChecksumValidation: 'WHEN_REQUIRED',
-    });
+    client = storeClient(rgw);
   });
   afterAll(async () => {
     client?.destroy();
