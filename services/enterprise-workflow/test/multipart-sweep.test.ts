@@ -4,12 +4,8 @@
 // webhook's path instead of staying pending for ever. Real PostgreSQL and s3rver; the store's events are lost
 // here (nothing forwards them), as a store without a queue loses them.
 import { randomUUID } from 'node:crypto';
-import {
-  CreateMultipartUploadCommand,
-  PutObjectCommand,
-  S3Client,
-  UploadPartCommand,
-} from '@aws-sdk/client-s3';
+import type { S3Client } from '@aws-sdk/client-s3';
+import { CreateMultipartUploadCommand, PutObjectCommand } from '@aws-sdk/client-s3';
 import { demoSites } from '@platform/enterprise-db';
 import { createLogger } from '@platform/service-kit';
 import { sql } from 'kysely';
@@ -19,6 +15,7 @@ import type { WorkflowContext } from '../src/domain/context.js';
 import { acceptThroughWebhookPath, sweepExpiredUploads } from '../src/domain/multipart-sweep.js';
 import { startHarness, WEBHOOK_TOKENS } from './support/harness.js';
 import type { Harness } from './support/harness.js';
+import { directStoreClient, uploadParts } from './support/store-parts.js';
 
 const MiB = 1024 * 1024;
 const hq = demoSites.acmeHq.id;
@@ -33,20 +30,20 @@ let alice: string;
 
 beforeAll(async () => {
   h = await startHarness({ multipart });
-  store = new S3Client({
-    endpoint: h.s3.endpoint,
-    region: h.s3.region,
-    forcePathStyle: true,
-    credentials: { accessKeyId: h.s3.accessKeyId, secretAccessKey: h.s3.secretAccessKey },
-  });
-  ctx = buildWorkflow({
+  store = directStoreClient(h.s3);
+  ctx = workflow().ctx;
+  alice = await h.issuer.demoToken('alice');
+});
+afterAll(async () => {
+  store.destroy();
+  await h.close();
+});
+
+/** The workflow as main.ts builds it on the harness's database and store, its clock `now` if given. */
+function workflow(now?: () => Date): ReturnType<typeof buildWorkflow> {
+  return buildWorkflow({
     config: {
-      media: {
-        maxImageBytes: 25 * MiB,
-        maxVideoBytes: 2048 * MiB,
-        uploadUrlTtlS: 900,
-        downloadUrlTtlS: 300,
-      },
+      media: { maxImageBytes: 25 * MiB, maxVideoBytes: 2048 * MiB, uploadUrlTtlS: 900, downloadUrlTtlS: 300 },
       idempotencyTtlS: 86400,
       webhookTokens: WEBHOOK_TOKENS,
       multipart,
@@ -55,13 +52,9 @@ beforeAll(async () => {
     db: h.db,
     storage: h.storage,
     verifier: h.verifier,
-  }).ctx;
-  alice = await h.issuer.demoToken('alice');
-});
-afterAll(async () => {
-  store.destroy();
-  await h.close();
-});
+    ...(now ? { now } : {}),
+  });
+}
 
 /** A media key at headquarters whose id starts with `lead` (the store lists uploads by key). */
 function mediaKey(lead: string): string {
@@ -165,19 +158,7 @@ it('reaches an expired upload behind more items left pending than a page holds',
 it('accepts an upload the store assembled in time whose event never came, once the event is a grace period late', async () => {
   // An intent created two hours ago with a one-hour lifetime, its parts stored and assembled straight at the
   // store (the completion raced the expiry), and the store's event lost.
-  const app = buildWorkflow({
-    config: {
-      media: { maxImageBytes: 25 * MiB, maxVideoBytes: 2048 * MiB, uploadUrlTtlS: 900, downloadUrlTtlS: 300 },
-      idempotencyTtlS: 86400,
-      webhookTokens: WEBHOOK_TOKENS,
-      multipart,
-    },
-    logger,
-    db: h.db,
-    storage: h.storage,
-    verifier: h.verifier,
-    now: () => new Date(Date.now() - 2 * 3600_000),
-  }).app;
+  const app = workflow(() => new Date(Date.now() - 2 * 3600_000)).app;
   const intent = await request(app)
     .post(`/sites/${hq}/media/upload-intents`)
     .set('Authorization', `Bearer ${alice}`)
@@ -188,22 +169,7 @@ it('accepts an upload the store assembled in time whose event never came, once t
   const { rows } = await sql<{ object_key: string }>`
     SELECT object_key FROM enterprise.media_items WHERE id = ${mediaId}::uuid`.execute(h.admin);
   const key = rows[0]!.object_key;
-  const parts = [];
-  for (const [n, size] of [
-    [1, 5 * MiB],
-    [2, 2 * MiB],
-  ] as const) {
-    const out = await store.send(
-      new UploadPartCommand({
-        Bucket: h.s3.bucket,
-        Key: key,
-        UploadId: uploadId,
-        PartNumber: n,
-        Body: Buffer.alloc(size, n),
-      }),
-    );
-    parts.push({ partNumber: n, etag: out.ETag ?? '' });
-  }
+  const parts = await uploadParts(store, h.s3, key, uploadId, [5 * MiB, 2 * MiB]);
   expect(await h.storage.completeMultipartUpload({ key, uploadId, parts })).toBe(true);
 
   const accept = acceptThroughWebhookPath(ctx);

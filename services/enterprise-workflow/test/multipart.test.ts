@@ -5,12 +5,8 @@ import { createHash, randomBytes, randomUUID } from 'node:crypto';
 import { createServer } from 'node:http';
 import type { Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import {
-  CreateMultipartUploadCommand,
-  ListObjectsV2Command,
-  S3Client,
-  UploadPartCommand,
-} from '@aws-sdk/client-s3';
+import type { S3Client } from '@aws-sdk/client-s3';
+import { CreateMultipartUploadCommand, ListObjectsV2Command, UploadPartCommand } from '@aws-sdk/client-s3';
 import {
   validateCompleteUploadResponse,
   validatePartUrlsResponse,
@@ -33,6 +29,7 @@ import type { Harness } from './support/harness.js';
 import { startSlowStore } from './support/slow-store.js';
 import { startAwsCopyStore } from './support/aws-copy-store.js';
 import type { SlowStore } from './support/slow-store.js';
+import { directStoreClient, uploadParts } from './support/store-parts.js';
 import { waitFor } from './support/wait.js';
 
 const MiB = 1024 * 1024;
@@ -125,12 +122,7 @@ describe.each(OBJECT_STORE_KINDS)('uploads in parts against %s', (store) => {
 
   /** A client of the store itself, around the service (what a client with its own credentials could do). */
   function directStore(): S3Client {
-    return new S3Client({
-      endpoint: h.s3.endpoint,
-      region: h.s3.region,
-      forcePathStyle: true,
-      credentials: { accessKeyId: h.s3.accessKeyId, secretAccessKey: h.s3.secretAccessKey },
-    });
+    return directStoreClient(h.s3);
   }
 
   /** The store key an item's upload goes to. */
@@ -599,22 +591,7 @@ describe.each(OBJECT_STORE_KINDS)('uploads in parts against %s', (store) => {
     h.setEventTarget(undefined);
     const direct = directStore();
     try {
-      const parts = [];
-      for (const [n, size] of [
-        [1, 5 * MiB],
-        [2, 2 * MiB],
-      ] as const) {
-        const out = await direct.send(
-          new UploadPartCommand({
-            Bucket: h.s3.bucket,
-            Key: key,
-            UploadId: plan.upload_id,
-            PartNumber: n,
-            Body: Buffer.alloc(size, n),
-          }),
-        );
-        parts.push({ partNumber: n, etag: out.ETag ?? '' });
-      }
+      const parts = await uploadParts(direct, h.s3, key, plan.upload_id, [5 * MiB, 2 * MiB]);
       expect(await h.storage.completeMultipartUpload({ key, uploadId: plan.upload_id, parts })).toBe(true);
       await sql`UPDATE enterprise.media_items SET status = 'abandoned', rejection_reason = 'aborted by the uploader'
       WHERE id = ${mediaId}::uuid`.execute(h.admin);
@@ -703,22 +680,7 @@ describe.each(OBJECT_STORE_KINDS)('uploads in parts against %s', (store) => {
     // Completed at the last moment, and its event not delivered yet.
     h.setEventTarget(undefined);
     try {
-      const parts = [];
-      for (const [n, size] of [
-        [1, 5 * MiB],
-        [2, 2 * MiB],
-      ] as const) {
-        const out = await direct.send(
-          new UploadPartCommand({
-            Bucket: h.s3.bucket,
-            Key: key,
-            UploadId: expired.plan.upload_id,
-            PartNumber: n,
-            Body: Buffer.alloc(size, n),
-          }),
-        );
-        parts.push({ partNumber: n, etag: out.ETag ?? '' });
-      }
+      const parts = await uploadParts(direct, h.s3, key, expired.plan.upload_id, [5 * MiB, 2 * MiB]);
       expect(await h.storage.completeMultipartUpload({ key, uploadId: expired.plan.upload_id, parts })).toBe(
         true,
       );
