@@ -15,7 +15,8 @@ import { createServer, request as httpRequest } from 'node:http';
 import type { IncomingMessage, Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
-import { delimiter, join } from 'node:path';
+import { join } from 'node:path';
+import { commandSearchPath } from './config.js';
 import { freePort } from './ports.js';
 import { corsConfiguration, waitForRecord } from './s3.js';
 import type { S3EventRecord, S3Request, TestObjectStore } from './s3.js';
@@ -72,8 +73,7 @@ export class RgwMissingError extends Error {
 }
 
 async function onPath(command: string): Promise<boolean> {
-  for (const dir of (process.env.PATH ?? '').split(delimiter)) {
-    if (dir === '') continue;
+  for (const dir of commandSearchPath()) {
     try {
       await access(join(dir, command), fsConstants.X_OK);
       return true;

@@ -3,10 +3,10 @@
 //
 // - Publishing. A replica that accepts notify-settings stamps the override with its version clock and calls
 //   `device_gateway.bus_publish_overrides([payload, ...])`: one statement, so one transaction, that keeps the message
-//   as the device's retained override (last writer wins on (version, origin)) under a new change number and sends
-//   an empty NOTIFY. NOTIFY is delivered only when that transaction commits, and the HTTP answer `updated` waits
-//   for the statement, so the caller hears `updated` only for a committed message; a database that cannot be
-//   reached is a 503.
+//   as the device's retained override (last writer wins on (version, origin)) under a new change number; after
+//   the commit the publisher sends an empty NOTIFY in a statement of its own (busSql.wakeReplicas). The HTTP
+//   answer `updated` waits for the publishing statement, so the caller hears `updated` only for a committed
+//   message; a database that cannot be reached is a 503.
 // - Delivery. A notification carries no authority (migration 0017): PostgreSQL has no privilege for NOTIFY or
 //   LISTEN, so any session of the database could send anything and hear everything. Every replica holds one
 //   dedicated LISTEN connection (listener.ts); a notification on the bus channel only wakes it to read the rows
@@ -17,8 +17,8 @@
 //   stamp (HLC receive rule) and, where it can, serves the override under that very version, so a device that
 //   moves between replicas sees the same version for the same override and a higher one for any later change.
 //   The retained table keeps the stamps, so a restarted replica's clock starts above all of them even if its
-//   wall clock lags. A stamp more than 60 s ahead of the clock that reads it is refused and logged, in the
-//   publishing function against the database's clock and in every replica against its own: one poisoned
+//   wall clock lags. A stamp too far ahead is refused and logged, in the publishing function (60 s past the
+//   database's clock) and in every replica (70 s past its own, version-clock.ts): one poisoned
 //   version would otherwise hold every later one hostage up to 2^53 - 1.
 // - Retained overrides. The in-memory override is still never written to the registry; what the database
 //   keeps is the last *message* per device (like an MQTT retained message), because a replica that starts
@@ -401,6 +401,7 @@ export class ClusterBus {
         this.quietTimer = undefined;
         this.read();
       }, waitMs);
+      this.quietTimer.unref();
       return;
     }
     void this.inTurn(() => this.readChanges()).catch((err: unknown) => {
