@@ -1,8 +1,9 @@
-import { Kysely, PostgresDialect } from 'kysely';
+import { Kysely } from 'kysely';
 import type { PostgresCursor, PostgresPool, PostgresPoolClient, PostgresQueryResult } from 'kysely';
 import pg from 'pg';
 import { Gauge } from 'prom-client';
 import type { Registry } from 'prom-client';
+import { TableLockPostgresDialect } from './migration-lock.js';
 
 /** The part of a winston logger the pool needs; any logger with `warn` fits. */
 export interface DbLogger {
@@ -58,7 +59,8 @@ const consoleLogger: DbLogger = {
  * A Kysely instance over a pg Pool. A connection the server drops while it is idle in the pool
  * (restart, `pg_terminate_backend`, network loss) makes pg emit 'error' on the pool and on the
  * client; an 'error' event without a listener would crash the process, so both are logged here.
- * The failed client is discarded by the pool and the next query opens a new connection.
+ * The failed client is discarded by the pool and the next query opens a new connection. Migration runs
+ * lock their set's lock table, not a shared advisory key (migration-lock.ts).
  */
 export function createDb<DB>(url: string, options: CreateDbOptions = {}): Kysely<DB> {
   const logger = options.logger ?? consoleLogger;
@@ -93,7 +95,7 @@ export function createDb<DB>(url: string, options: CreateDbOptions = {}): Kysely
   });
   if (options.metrics !== undefined)
     registerPoolMetrics(options.metrics, pool, options.applicationName ?? 'db');
-  return new Kysely<DB>({ dialect: new PostgresDialect({ pool: new DeadlinePool(pool) }) });
+  return new Kysely<DB>({ dialect: new TableLockPostgresDialect({ pool: new DeadlinePool(pool) }) });
 }
 
 /** The message node-postgres gives a statement whose `query_timeout` passed (pg/lib/client.js). */

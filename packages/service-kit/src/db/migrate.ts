@@ -1,5 +1,6 @@
 import { errorMessage } from '../errors.js';
 import { Migrator } from 'kysely';
+import { TableLockPostgresAdapter } from './migration-lock.js';
 import type { Kysely, Migration, MigrationResult } from 'kysely';
 
 /**
@@ -50,13 +51,18 @@ export class MigrationError extends Error {
 /**
  * Applies every pending migration of each set, in the order the sets are given. Idempotent:
  * already applied migrations are skipped. Kysely runs a set's pending migrations in one transaction
- * under a PostgreSQL advisory lock, so concurrent runners wait for each other.
+ * that holds the set's lock table (migration-lock.ts), so concurrent runners wait for each other and no
+ * other login can make them wait. `db` must come from `createDb`, whose dialect takes that lock.
  * Returns the migrations applied by this call.
  */
 export async function migrateToLatest<DB>(
   db: Kysely<DB>,
   sets: readonly MigrationSet[],
 ): Promise<AppliedMigration[]> {
+  if (!(db.getExecutor().adapter instanceof TableLockPostgresAdapter)) {
+    // Kysely's own adapter would lock with a fixed advisory key any login can hold (migration-lock.ts).
+    throw new Error('migrateToLatest needs a database handle from createDb (its migration lock)');
+  }
   const applied: AppliedMigration[] = [];
   for (const set of sets) {
     const migrator = new Migrator({

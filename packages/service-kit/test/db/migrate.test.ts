@@ -1,5 +1,6 @@
-import { sql } from 'kysely';
-import type { Kysely } from 'kysely';
+import { randomBytes } from 'node:crypto';
+import { Kysely, PostgresDialect, sql } from 'kysely';
+import pg from 'pg';
 import { createDb, migrateToLatest, MigrationError } from '@platform/service-kit';
 import type { MigrationSet } from '@platform/service-kit';
 import { createTestDatabase } from '@platform/testkit';
@@ -141,5 +142,75 @@ describe('migrateToLatest', () => {
     } finally {
       await Promise.all(others.map((o) => o.destroy()));
     }
+  });
+
+  describe('the lock no other login can hold', () => {
+    // Kysely's PostgreSQL adapter locks with this fixed advisory key (kysely/dist/esm/dialect/postgres).
+    const KYSELY_ADVISORY_KEY = '3853314791062309107';
+    const stranger = `migrate_stranger_${randomBytes(4).toString('hex')}`;
+    const password = randomBytes(12).toString('hex');
+    let client: pg.Client;
+
+    beforeAll(async () => {
+      await sql.raw(`CREATE ROLE ${stranger} LOGIN PASSWORD '${password}'`).execute(db);
+      const url = new URL(database.url);
+      url.username = stranger;
+      url.password = password;
+      client = new pg.Client({ connectionString: url.toString() });
+      await client.connect();
+    });
+    afterAll(async () => {
+      await client.end();
+      await sql.raw(`DROP ROLE ${stranger}`).execute(db);
+    });
+
+    const held: MigrationSet = {
+      name: 'held',
+      table: 'held_migrations',
+      migrations: {
+        '0001_held': {
+          up: async (tx) => {
+            await sql`CREATE TABLE held (id int)`.execute(tx);
+          },
+        },
+      },
+    };
+
+    it('migrates while a stranger holds the advisory key Kysely would wait for', async () => {
+      await client.query(`SELECT pg_advisory_lock(${KYSELY_ADVISORY_KEY})`);
+      let timer: NodeJS.Timeout | undefined;
+      const stalled = new Promise<never>((_, reject) => {
+        timer = setTimeout(() => reject(new Error('migrateToLatest waited for the stranger')), 15_000);
+      });
+      try {
+        await expect(Promise.race([migrateToLatest(db, [held]), stalled])).resolves.toEqual([
+          { set: 'held', migration: '0001_held' },
+        ]);
+      } finally {
+        clearTimeout(timer);
+        await client.query(`SELECT pg_advisory_unlock(${KYSELY_ADVISORY_KEY})`);
+      }
+    });
+
+    it('leaves the stranger no way to lock or read the lock table', async () => {
+      await migrateToLatest(db, [held]);
+      await client.query('BEGIN');
+      await expect(client.query('LOCK TABLE held_migrations_lock IN ACCESS SHARE MODE')).rejects.toThrow(
+        /permission denied/,
+      );
+      await client.query('ROLLBACK');
+      await expect(client.query('SELECT * FROM held_migrations_lock')).rejects.toThrow(/permission denied/);
+    });
+
+    it('refuses a handle whose dialect would lock with the advisory key', async () => {
+      const plain = new Kysely<unknown>({
+        dialect: new PostgresDialect({ pool: new pg.Pool({ connectionString: database.url, max: 1 }) }),
+      });
+      try {
+        await expect(migrateToLatest(plain, [held])).rejects.toThrow(/createDb/);
+      } finally {
+        await plain.destroy();
+      }
+    });
   });
 });
