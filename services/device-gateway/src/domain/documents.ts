@@ -258,3 +258,43 @@ export function recordDocument(record: DeviceRecord, version: number): VisibleDo
     contentKey,
   );
 }
+
+/**
+ * RFC 7396 (JSON Merge Patch) §2, MergePatch(Target, Patch), as the RFC writes it:
+ *
+ *     if Patch is an Object:
+ *       if Target is not an Object:
+ *         Target = {} # Ignore the contents and set it to an empty Object
+ *       for each Name/Value pair in Patch:
+ *         if Value is null:
+ *           if Name exists in Target:
+ *             remove the Name/Value pair from Target
+ *         else:
+ *           Target[Name] = MergePatch(Target[Name], Value)
+ *       return Target
+ *     else:
+ *       return Patch
+ *
+ * Pure: neither argument is changed; an object of the patch is rebuilt (its `null` members dropped, §2's recursion
+ * into a missing or non-object target, Appendix A's `{"a":{"bb":{"ccc":null}}}` into `{}`). Arrays are values,
+ * replaced whole (only objects merge). Members are defined, not assigned, so a name such as `__proto__` stays a
+ * member and never reaches a prototype. A rollout's settings patch (design §3.9) is merged with this into each
+ * device's settings; RFC 7396's Appendix A is the test (test/rollout-patch-merge.test.ts).
+ */
+export function mergePatch(target: unknown, patch: unknown): unknown {
+  if (!isJsonObject(patch)) return patch;
+  const result: Record<string, unknown> = isJsonObject(target) ? { ...target } : {};
+  for (const name of Object.keys(patch)) {
+    const value = patch[name];
+    if (value === null) delete result[name];
+    else {
+      const merged = mergePatch(Object.hasOwn(result, name) ? result[name] : undefined, value);
+      Object.defineProperty(result, name, { value: merged, enumerable: true, writable: true, configurable: true });
+    }
+  }
+  return result;
+}
+
+function isJsonObject(value: unknown): value is Record<string, unknown> {
+  return typeof value === 'object' && value !== null && !Array.isArray(value);
+}
