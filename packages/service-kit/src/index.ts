@@ -15,6 +15,14 @@ export {
 export type { SecretListSource } from './secrets.js';
 export { ConfigError, databaseDeadlines, deepFreeze, loadConfig } from './config.js';
 export { UNSTORABLE_TEXT_MESSAGE, unstorableTextPaths } from './text.js';
+export { createJwtVerifier, keycloakJwksUrl } from './jwt.js';
+export type {
+  JwtAuthorization,
+  JwtVerification,
+  JwtVerifier,
+  JwtVerifierSettings,
+  VerifiedClaims,
+} from './jwt.js';
 export type { ConfigProblem, DatabaseDeadlines, DeepReadonly } from './config.js';
 export { closeHttpServer, installShutdown } from './shutdown.js';
 export { installSecretReload } from './reload.js';
