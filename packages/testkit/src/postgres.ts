@@ -26,6 +26,8 @@ export interface StartPostgresOptions {
   durable?: boolean;
   /** Receives PostgreSQL's log lines. Default: kept in memory and shown only when start fails. */
   onLog?: (line: string) => void;
+  /** Server settings passed at start (`-c name=value`), after and over the defaults (max_connections=200). */
+  settings?: Readonly<Record<string, string | number>>;
 }
 
 export interface PostgresServer {
@@ -237,6 +239,7 @@ export async function startPostgres(options: StartPostgresOptions = {}): Promise
         // Parallel test files each hold a small pool.
         ...['-c', 'max_connections=200'],
         ...(durable ? [] : ['-c', 'fsync=off', '-c', 'synchronous_commit=off', '-c', 'full_page_writes=off']),
+        ...Object.entries(options.settings ?? {}).flatMap(([name, value]) => ['-c', `${name}=${value}`]),
       ],
       onLog,
       onError: onLog,

@@ -11,11 +11,33 @@ import {
   installSecretReload,
   installShutdown,
   listenHttp,
+  type Logger,
   type SecretSet,
 } from '@platform/service-kit';
+import type { Kysely } from 'kysely';
 import { buildApp } from './app.js';
 import { loadGatewayConfig, readApiKeys, type GatewayConfig } from './config.js';
+import { connectionReserveGap, readConnectionReserve } from './db/connection-reserve.js';
 import type { GatewayDatabase } from './db/tables.js';
+
+/**
+ * Says once, after the first load, when other logins could take every connection slot and lock this gateway's
+ * login out (migration 0022, operations §7 "Connections the gateway keeps").
+ */
+async function reportConnectionReserve(db: Kysely<GatewayDatabase>, logger: Logger): Promise<void> {
+  try {
+    const reserve = await readConnectionReserve(db as Kysely<unknown>);
+    const gap = connectionReserveGap(reserve);
+    if (gap === undefined) return;
+    logger.warn('database: other logins can take every connection slot and lock this gateway out', {
+      reason: gap,
+      databases_open_to_public: reserve.openToPublic,
+      see: 'docs/operations.md section 7, connections the gateway keeps',
+    });
+  } catch (err) {
+    logger.warn('database: connection reserve not read', { error: errorMessage(err) });
+  }
+}
 
 async function main(): Promise<void> {
   let config: GatewayConfig;
@@ -125,6 +147,7 @@ async function main(): Promise<void> {
     // until the database answers); /api/ready is 503 until that first resync is done.
     await app.bus.start();
     if (!stopping) logger.info('registry loaded; cluster bus listening', { origin: app.bus.origin });
+    if (!stopping) await reportConnectionReserve(db, logger);
     if (!stopping && config.rollouts.driver) app.rollouts.driver.start();
     return;
   }
@@ -144,6 +167,7 @@ async function main(): Promise<void> {
       await new Promise((r) => setTimeout(r, delayMs));
     }
   }
+  if (!stopping) await reportConnectionReserve(db, logger);
   if (!stopping && config.rollouts.driver) app.rollouts.driver.start();
 }
 

@@ -14,6 +14,7 @@ import { multipartIntentFirstMigration } from './0010-multipart-intent-first.js'
 import { multipartOwnershipMigration } from './0011-multipart-ownership-in-the-database.js';
 import { connectGrantsMigration } from './0012-connect-grants.js';
 import { sweepProgressMigration } from './0013-sweep-progress.js';
+import { connectionLimitsMigration } from './0014-connection-limits.js';
 
 /**
  * The enterprise schema, roles, RLS and read surface; its own migration table. The logins' passwords
@@ -38,6 +39,7 @@ export function enterpriseMigrationsWith(passwords: RolePasswords): MigrationSet
       '0011_multipart_ownership_in_the_database': multipartOwnershipMigration,
       '0012_connect_grants': connectGrantsMigration,
       '0013_sweep_progress': sweepProgressMigration,
+      '0014_connection_limits': connectionLimitsMigration,
     },
   };
 }

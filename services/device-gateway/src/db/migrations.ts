@@ -23,6 +23,7 @@ import { deliveryDatabaseClockMigration } from './delivery-database-clock-migrat
 import { rolloutLeaseSessionMigration } from './rollout-lease-session-migration.js';
 import { rolloutCreateBoundMigration } from './rollout-create-bound-migration.js';
 import { notifyAfterCommitMigration } from './notify-after-commit-migration.js';
+import { connectionReserveMigration } from './connection-reserve-migration.js';
 
 /** The read-only login the running gateway uses (design §4.2): SELECT on its registry, nothing else. */
 export const GATEWAY_LOGIN_ROLE = 'device_gateway_login';
@@ -146,6 +147,7 @@ export function gatewayMigrationsWith(loginPassword: string): MigrationSet {
       '0019_rollout_lease_session': rolloutLeaseSessionMigration,
       '0020_delivery_database_clock': deliveryDatabaseClockMigration,
       '0021_notify_after_commit': notifyAfterCommitMigration,
+      '0022_connection_reserve': connectionReserveMigration,
     },
   };
 }

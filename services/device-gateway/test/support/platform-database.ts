@@ -19,6 +19,8 @@ export interface PlatformDatabaseOptions {
   gatewayOnly?: boolean;
   /** Restart the server with max_notify_queue_pages set to this, so the queue fills in a second. */
   notifyQueuePages?: number;
+  /** Restart the server with these connection slots (`max_connections`, `reserved_connections`). */
+  connections?: { max: number; reserved: number };
   /** Create `stranger`: a login granted CONNECT on the database and nothing else. */
   stranger?: boolean;
   /** Create `nobody`: a login without any grant (not even CONNECT on the database). */
@@ -43,7 +45,16 @@ export interface PlatformDatabase {
 export async function startPlatformDatabase(
   options: PlatformDatabaseOptions = {},
 ): Promise<PlatformDatabase> {
-  const server = await startPostgres();
+  const server = await startPostgres(
+    options.connections === undefined
+      ? {}
+      : {
+          settings: {
+            max_connections: options.connections.max,
+            reserved_connections: options.connections.reserved,
+          },
+        },
+  );
   const stranger = `stranger_${randomBytes(4).toString('hex')}`;
   const nobody = `nobody_${randomBytes(4).toString('hex')}`;
   if (options.notifyQueuePages !== undefined) {
