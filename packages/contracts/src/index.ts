@@ -74,6 +74,13 @@ export {
   rolloutWaveCountsSchema,
 } from './gateway-responses.js';
 export {
+  overrideClearedResponseSchema,
+  overrideListQuerySchema,
+  overrideListResponseSchema,
+  settingsLayersSchema,
+} from './gateway-overrides.js';
+export { settingsPatchSchema, type SettingsPatch } from './settings-patch.js';
+export {
   FILENAME_PATTERN,
   UUID_PATTERN,
   downloadResponseSchema,

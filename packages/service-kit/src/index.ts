@@ -9,6 +9,7 @@ export {
   countNonBearerSecrets,
   fingerprint,
   NotARegularFileError,
+  readRegularFile,
   readSecretList,
   SecretSet,
 } from './secrets.js';

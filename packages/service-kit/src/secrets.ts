@@ -41,7 +41,7 @@ function kindOf(stat: Stats): string {
  * flag), and checked on the descriptor it is read from (fstat), so a swap between a check and the read cannot
  * slip one in. Symbolic links are followed (a Kubernetes Secret's mounted file is one).
  */
-function readRegularFile(file: string): string {
+export function readRegularFile(file: string): string {
   const fd = openSync(file, constants.O_RDONLY | constants.O_NONBLOCK);
   try {
     const stat = fstatSync(fd);

@@ -23,7 +23,10 @@ import { GatewayState } from './domain/gateway-state.js';
 import { CredentialStore } from './domain/credentials.js';
 import { VersionClock } from './domain/version-clock.js';
 import { DtlsServer } from './dtls/index.js';
-import { requireApiKey } from './http/auth.js';
+import { requirePrincipal } from './http/auth.js';
+import { auditRoutes } from './http/audit-routes.js';
+import { apiKeyStep } from './http/route-parts.js';
+import { createOperationsTokenVerifier } from './auth/tokens.js';
 import { gatewayRoutes } from './http/routes.js';
 import {
   createReloadMetrics,
@@ -319,13 +322,19 @@ export function buildApp(deps: GatewayDeps): GatewayApp {
     // One at a time: a read takes about a millisecond, and views never hold more than one pooled connection.
     recordReads: new Turns(1),
   });
-  const apiKey = requireApiKey(deps.apiKeys);
+  // Keys and people's tokens (design §3.1, issue 42 §2); the route's role is checked in the same step.
+  const apiKey = requirePrincipal({
+    keys: deps.apiKeys,
+    tokens: config.oidc === undefined ? undefined : createOperationsTokenVerifier(config.oidc),
+    db: deps.db,
+  });
   const http = createHttpApp({
     logger,
     trustProxy: config.http.trustProxy,
     ...(deps.metrics === undefined ? {} : { metrics: deps.metrics }),
   });
   addRoutes(http, gatewayRoutes(service, apiKey));
+  addRoutes(http, auditRoutes({ db: deps.db, sites: () => registry.sites }, apiKeyStep(apiKey)));
   if (deps.metrics !== undefined) {
     registerGatewayMetrics(deps.metrics, state, coap, { maxRelations: config.coap.maxRelations });
     if (dtls !== undefined)

@@ -1,14 +1,17 @@
-import { createHmac, createSecretKey, randomBytes, type KeyObject } from 'node:crypto';
 import {
   countNonBearerSecrets,
   databaseDeadlines,
   deepFreeze,
   loadConfig,
   LOG_LEVELS,
+  readRegularFile,
   readSecretList,
   redactUrl,
-  SecretSet,
+  type SecretSet,
 } from '@platform/service-kit';
+import { ApiKeys, GatewayKeys, parseKeyFile } from './auth/api-keys.js';
+
+export { ApiKeys, apiKeyFingerprint } from './auth/api-keys.js';
 
 /** Every variable the gateway reads (design §5.1), validated once at boot; nothing else reads process.env. */
 export const gatewayConfigSchema = {
@@ -36,6 +39,20 @@ export const gatewayConfigSchema = {
       description: 'file with API keys, one per line; re-read on SIGHUP',
     },
     GATEWAY_TRUST_PROXY: { type: 'boolean', default: false, description: 'trust exactly one proxy hop' },
+    /**
+     * People on /api (design §3.1): the platform realm's issuer (the tokens' `iss`). Unset: API keys only. The
+     * tokens must be issued to GATEWAY_OIDC_CLIENT_ID and carry one of its roles (viewer, operator, admin).
+     */
+    GATEWAY_OIDC_ISSUER_URL: { type: 'string', format: 'uri' },
+    /** Default: Keycloak's `{issuer}/protocol/openid-connect/certs`. */
+    GATEWAY_OIDC_JWKS_URL: { type: 'string', format: 'uri' },
+    GATEWAY_OIDC_CLIENT_ID: { type: 'string', minLength: 1, default: 'platform-operations' },
+    /** Allowed clock skew for `exp`/`nbf`/`iat` (s). */
+    GATEWAY_OIDC_CLOCK_TOLERANCE_S: { type: 'integer', minimum: 0, maximum: 300, default: 30 },
+    /** A token claiming a longer life than this (s) is refused. */
+    GATEWAY_OIDC_MAX_TOKEN_LIFETIME_S: { type: 'integer', minimum: 60, maximum: 86400, default: 3600 },
+    /** Deadline of one JWKS fetch (ms); a request waiting on it gets 503 past it. */
+    GATEWAY_OIDC_JWKS_TIMEOUT_MS: { type: 'integer', minimum: 100, maximum: 60000, default: 5000 },
     LOG_LEVEL: { type: 'string', enum: LOG_LEVELS, default: 'info' },
     DB_POOL_MAX: { type: 'integer', minimum: 1, maximum: 50, default: 4 },
     /** Server-side bound on one statement (`statement_timeout`), ms. A 100,000-device reload reads in ~0.5 s. */
@@ -190,6 +207,18 @@ export function loadGatewayConfig(env: Record<string, string | undefined> = proc
     http: { port: raw.GATEWAY_HTTP_PORT, host: raw.GATEWAY_HTTP_HOST, trustProxy: raw.GATEWAY_TRUST_PROXY },
     /** The API keys as configured (value and/or file); `readApiKeys` turns them into a SecretSet. */
     apiKeys: { value: raw.GATEWAY_API_KEYS, file: raw.GATEWAY_API_KEYS_FILE },
+    /** People's access tokens (auth/tokens.ts); undefined without GATEWAY_OIDC_ISSUER_URL. */
+    oidc:
+      raw.GATEWAY_OIDC_ISSUER_URL === undefined
+        ? undefined
+        : {
+            issuerUrl: raw.GATEWAY_OIDC_ISSUER_URL,
+            jwksUrl: raw.GATEWAY_OIDC_JWKS_URL,
+            clientId: raw.GATEWAY_OIDC_CLIENT_ID,
+            clockToleranceS: raw.GATEWAY_OIDC_CLOCK_TOLERANCE_S,
+            maxTokenLifetimeS: raw.GATEWAY_OIDC_MAX_TOKEN_LIFETIME_S,
+            jwksTimeoutMs: raw.GATEWAY_OIDC_JWKS_TIMEOUT_MS,
+          },
     database: { url: raw.DATABASE_URL, poolMax: raw.DB_POOL_MAX, ...databaseDeadlines(raw) },
     coap: {
       security,
@@ -281,54 +310,29 @@ export const servesPlainCoap = (config: GatewayConfig): boolean => config.coap.s
 export const servesCoaps = (config: GatewayConfig): boolean => config.coap.security !== 'plain';
 
 /**
- * The API keys from `GATEWAY_API_KEYS` and `GATEWAY_API_KEYS_FILE` together (rotation: old and new both
- * listed). Throws when there is none: the gateway refuses to start without a key.
+ * The API keys from `GATEWAY_API_KEYS` (anonymous keys) and `GATEWAY_API_KEYS_FILE` (anonymous and named keys,
+ * auth/api-keys.ts) together (rotation: old and new both listed). Throws when there is none (the gateway refuses
+ * to start without a key) and when the file is malformed (KeyFileError, naming the line, never a key).
  */
-export function readApiKeys(config: GatewayConfig): SecretSet {
-  const keys = readSecretList(config.apiKeys);
-  if (keys.length === 0) {
+export function readApiKeys(config: GatewayConfig): GatewayKeys {
+  const fromEnv = readSecretList({ value: config.apiKeys.value });
+  const file = config.apiKeys.file;
+  const fromFile =
+    file === undefined || file === '' ? { anonymous: [], named: [] } : parseKeyFile(readRegularFile(file));
+  const anonymous = [...new Set([...fromEnv, ...fromFile.anonymous])];
+  if (anonymous.length + fromFile.named.length === 0) {
     throw new Error('no API key configured: set GATEWAY_API_KEYS or GATEWAY_API_KEYS_FILE');
   }
-  const unusable = countNonBearerSecrets(keys);
+  const unusable = countNonBearerSecrets(anonymous);
   if (unusable > 0) {
     throw new Error(
       `${unusable} configured API key(s) cannot be used in an Authorization header (RFC 6750 token68: letters, digits and -._~+/ with trailing =)`,
     );
   }
-  return new ApiKeys(keys);
-}
-
-/**
- * The key of the API keys' fingerprints: 32 random bytes drawn once per process, never shown or stored. An
- * unkeyed digest (the first 48 bits of a key's SHA-256, shown before by /api/config and in the reload's log line)
- * lets a holder of one API key, who may read /api/config, test guesses at another key offline; a fingerprint
- * keyed with a secret that never leaves the process cannot be computed, or a guess tested, anywhere else (issue
- * 39). The price: a key's fingerprint differs between replicas and across restarts, so it names a key only within
- * one process's life (enough to see that a SIGHUP rotation took the new key and dropped the old one).
- */
-const FINGERPRINT_KEY: KeyObject = createSecretKey(randomBytes(32));
-
-/** `hmac-sha256:` and 12 hex digits of the key's HMAC-SHA-256 under this process's FINGERPRINT_KEY. */
-export function apiKeyFingerprint(key: string): string {
-  return `hmac-sha256:${createHmac('sha256', FINGERPRINT_KEY).update(key, 'utf8').digest('hex').slice(0, 12)}`;
-}
-
-/**
- * The gateway's API keys: a SecretSet (constant-time checks) whose fingerprints are keyed (apiKeyFingerprint),
- * wherever they are shown: /api/config, the SIGHUP reload's log line, its JSON form.
- */
-export class ApiKeys extends SecretSet {
-  readonly #fingerprints: string[];
-
-  constructor(keys: Iterable<string>) {
-    const unique = [...new Set(keys)].filter((key) => key !== '');
-    super(unique);
-    this.#fingerprints = unique.map(apiKeyFingerprint);
-  }
-
-  override fingerprints(): string[] {
-    return [...this.#fingerprints];
-  }
+  const namedKeys = new Set(fromFile.named.map((k) => k.key));
+  if (anonymous.some((k) => namedKeys.has(k)))
+    throw new Error('a named API key is also configured as an anonymous key (GATEWAY_API_KEYS)');
+  return new GatewayKeys(anonymous, fromFile.named);
 }
 
 /**
@@ -342,7 +346,13 @@ export function publicConfig(config: GatewayConfig, apiKeys: SecretSet): Record<
     coap_host: config.coap.host,
     database_url: redactUrl(config.database.url),
     api_keys: { count: apiKeys.size, fingerprints: apiKeys instanceof ApiKeys ? apiKeys.fingerprints() : [] },
+    // Named keys by name, role and scope (issue 42 §2), never the key.
+    named_api_keys: apiKeys instanceof GatewayKeys ? apiKeys.namedKeys() : [],
     api_keys_file: config.apiKeys.file ?? null,
+    oidc:
+      config.oidc === undefined
+        ? null
+        : { issuer_url: config.oidc.issuerUrl, client_id: config.oidc.clientId },
     trust_proxy: config.http.trustProxy,
     log_level: config.logLevel,
     db_pool_max: config.database.poolMax,

@@ -6,6 +6,8 @@ import type { GatewayDatabase } from './db/tables.js';
 import { CredentialSnapshot, CredentialStore } from './domain/credentials.js';
 import type { GatewayState, ReloadSummary } from './domain/gateway-state.js';
 import type { ReloadMetrics } from './metrics.js';
+import { SiteCatalogue } from './sites/catalogue.js';
+import { loadSites } from './sites/repository.js';
 
 /** What a reload did: the registry's summary, and the PSK identities it loaded and invalidated. */
 export interface GatewayReloadSummary extends ReloadSummary {
@@ -37,6 +39,8 @@ export class RegistryLoader {
   readonly credentials: CredentialStore;
   private readonly credentialListeners: CredentialsChangedListener[] = [];
   private expiryTimer: NodeJS.Timeout | undefined;
+  /** The platform's sites as of the last reload (design §3.2): scopes and the unknown-site check read them. */
+  sites: SiteCatalogue = SiteCatalogue.empty;
 
   constructor(
     private readonly deps: {
@@ -45,7 +49,7 @@ export class RegistryLoader {
       reloadMetrics?: ReloadMetrics;
       credentials?: CredentialStore;
       /** Where a failing credentials listener is reported (it never fails the reload). */
-      logger?: Pick<Logger, 'error'>;
+      logger?: Pick<Logger, 'error' | 'warn'>;
     },
   ) {
     this.credentials = deps.credentials ?? new CredentialStore();
@@ -94,6 +98,7 @@ export class RegistryLoader {
     const timer = this.deps.reloadMetrics?.duration.startTimer();
     let records;
     let snapshot;
+    let sites;
     try {
       const loaded = await this.deps.db
         .transaction()
@@ -102,14 +107,34 @@ export class RegistryLoader {
         .execute(async (trx) => ({
           records: await loadRegistry(trx),
           credentials: await loadCredentials(trx),
+          sites: await loadSites(trx),
         }));
       records = loaded.records;
+      sites = loaded.sites;
       snapshot = CredentialSnapshot.from(loaded.credentials);
     } catch (err) {
       timer?.({ outcome: 'failed' });
       throw mapDbError(err);
     }
-    const summary = this.deps.state.replaceRegistry(records);
+    // A device must be at one of the platform's sites (issue 42 §1): checked here, at load, rather than by a
+    // foreign key, because the gateway's migrations also run without the enterprise schema (design §3.2).
+    const { catalogue } = sites;
+    const unplaced = records.filter((r) => !catalogue.knows(r.siteId));
+    if (unplaced.length > 0) records = records.filter((r) => catalogue.knows(r.siteId));
+    if (unplaced.length > 0 || sites.badZones > 0)
+      this.deps.logger?.warn('registry rows refused: site unknown to the platform', {
+        devices: unplaced.length,
+        sites_without_iana_zone: sites.badZones,
+      });
+    this.sites = catalogue;
+    const loadedSummary = this.deps.state.replaceRegistry(records);
+    const summary = {
+      ...loadedSummary,
+      rejected: [
+        ...loadedSummary.rejected,
+        ...unplaced.map((r) => ({ deviceId: r.deviceId, reason: 'site unknown to the platform' })),
+      ],
+    };
     const invalidated = this.credentials.replace(snapshot, Date.now());
     timer?.({ outcome: 'ok' });
     this.credentialsChanged(invalidated);

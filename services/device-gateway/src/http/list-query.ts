@@ -6,11 +6,14 @@ import { DomainError, type ParameterDoc } from '@platform/service-kit';
 import type { Request } from 'express';
 
 const DIGITS = /^\d+$/;
+/** RFC 3339 §5.6 date-time, with its offset (Z or ±hh:mm). */
+const RFC3339 = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,9})?(Z|[+-]\d{2}:\d{2})$/i;
 
 /** A query parameter's schema, as the contracts' list query schemas write them. */
 interface QueryParameterSchema {
   readonly type?: string;
   readonly format?: string;
+  readonly pattern?: string;
   readonly enum?: readonly string[];
   readonly minimum?: number;
   readonly maximum?: number;
@@ -71,6 +74,13 @@ export function readListQuery<Cursor>(
     } else if (rule.format === 'uuid') {
       if (isUuid(value)) query.filters[name] = value.toLowerCase();
       else errors.push({ path, message: 'must be a UUID' });
+    } else if (rule.format === 'date-time') {
+      if (RFC3339.test(value) && Number.isFinite(Date.parse(value))) query.filters[name] = value;
+      else errors.push({ path, message: 'must be an RFC 3339 date-time with an offset' });
+    } else if (rule.pattern !== undefined) {
+      // The schema's own pattern (ECMAScript, as ajv reads it).
+      if (value.length <= 400 && new RegExp(rule.pattern).test(value)) query.filters[name] = value;
+      else errors.push({ path, message: `must match ${rule.pattern}` });
     } else {
       throw new Error(`query parameter ${name}: no rule to read it by`);
     }

@@ -1,0 +1,126 @@
+// The audit of changes on the fleet side (design §3.1, issue 42 §4): one function per kind of change, each taking
+// who (the principal), the request id and source address (when it came over HTTP), what, and the scope it touched;
+// each writes one append-only row of device_gateway.audit_events (migration 0025). A function that is given a
+// transaction writes in it, so the change and its row commit together.
+import type { Kysely, Transaction } from 'kysely';
+import type { GatewayDatabase } from '../db/tables.js';
+import type { Principal } from '../auth/principal.js';
+import type { AuditDatabase } from './table.js';
+
+/** Where a change came from: the principal, and for HTTP the request id and the client address. */
+export interface AuditOrigin {
+  principal: Principal;
+  requestId?: string | undefined;
+  sourceAddress?: string | undefined;
+}
+
+/** The scope of a change: the sites it touched (for scoped readers), and the device or rollout. */
+export interface AuditScope {
+  siteIds?: readonly string[];
+  deviceId?: string;
+  rolloutId?: string;
+}
+
+type Db = Kysely<GatewayDatabase> | Transaction<GatewayDatabase>;
+
+/** Longest client address kept (an IPv6 address with a zone fits). */
+const MAX_ADDRESS = 64;
+
+/** Writes one row. `action` is a lower-case dotted name (`settings.notified`); `detail` at most 4 KiB of JSON. */
+export async function recordAudit(
+  db: Db,
+  origin: AuditOrigin,
+  action: string,
+  scope: AuditScope,
+  detail: Record<string, unknown> = {},
+): Promise<void> {
+  const p = origin.principal;
+  await (db as unknown as Kysely<AuditDatabase>)
+    .insertInto('device_gateway.audit_events')
+    .values({
+      principal: p.id,
+      principal_kind: p.kind,
+      principal_name: p.name,
+      role: p.role,
+      request_id: origin.requestId ?? null,
+      source_address: origin.sourceAddress?.slice(0, MAX_ADDRESS) ?? null,
+      action,
+      device_id: scope.deviceId ?? null,
+      rollout_id: scope.rolloutId ?? null,
+      site_ids: [...new Set(scope.siteIds ?? [])].sort(),
+      detail: JSON.stringify(detail),
+    })
+    .execute();
+}
+
+/** The kinds of change, one function each (the lead wires the ones in routes.ts and the rollout code). */
+export const audit = {
+  /** A registry reload over HTTP (every site: `siteIds` empty). */
+  registryReloaded: (db: Db, o: AuditOrigin, what: { devices?: number; rejected?: number } = {}) =>
+    recordAudit(db, o, 'registry.reloaded', {}, what),
+  /** notify-settings: an override set on one device. */
+  settingsNotified: (
+    db: Db,
+    o: AuditOrigin,
+    what: { deviceId: string; siteId: string; version: number; settings: Record<string, unknown> },
+  ) =>
+    recordAudit(
+      db,
+      o,
+      'settings.notified',
+      { deviceId: what.deviceId, siteIds: [what.siteId] },
+      { version: what.version, settings: what.settings },
+    ),
+  /** An override cleared (the device falls back to its rollout's or the registry's settings). */
+  overrideCleared: (db: Db, o: AuditOrigin, what: { deviceId: string; siteId: string }) =>
+    recordAudit(db, o, 'override.cleared', { deviceId: what.deviceId, siteIds: [what.siteId] }),
+  /** A rollout's creation, with the sites its targets are at. */
+  rolloutCreated: (
+    db: Db,
+    o: AuditOrigin,
+    what: { rolloutId: string; siteIds: readonly string[]; targets: number; selector: Record<string, unknown> },
+  ) =>
+    recordAudit(
+      db,
+      o,
+      'rollout.created',
+      { rolloutId: what.rolloutId, siteIds: what.siteIds },
+      { targets: what.targets, selector: what.selector },
+    ),
+  /** pause, resume, cancel, rollback, promote (by a person or a tool), or the driver's own halt. */
+  rolloutChanged: (
+    db: Db,
+    o: AuditOrigin,
+    what: {
+      rolloutId: string;
+      siteIds: readonly string[];
+      change: 'paused' | 'resumed' | 'cancelled' | 'rolled_back' | 'promoted' | 'completed';
+      reason?: string;
+    },
+  ) =>
+    recordAudit(
+      db,
+      o,
+      `rollout.${what.change}`,
+      { rolloutId: what.rolloutId, siteIds: what.siteIds },
+      what.reason === undefined ? {} : { reason: what.reason },
+    ),
+  /** A device key issued, rotated or revoked (the device-key command, an owner login). */
+  deviceKeyChanged: (
+    db: Db,
+    o: AuditOrigin,
+    what: {
+      deviceId: string;
+      siteId: string | undefined;
+      change: 'issued' | 'revoked';
+      identities: readonly string[];
+    },
+  ) =>
+    recordAudit(
+      db,
+      o,
+      `device_key.${what.change}`,
+      { deviceId: what.deviceId, siteIds: what.siteId === undefined ? [] : [what.siteId] },
+      { identities: what.identities },
+    ),
+};

@@ -1,0 +1,104 @@
+// GET /api/audit (design §3.1, issue 42 §4): who changed what on the fleet side, newest first, paged by an opaque
+// cursor, filtered by principal, device, rollout and time. A caller limited to sites reads only the rows that
+// touched one of its sites, and of those rows only its sites; a row that also reached other sites shows no detail
+// (a rollout's selector could name them).
+import { auditListQuerySchema, auditListResponseSchema } from '@platform/contracts';
+import { mapDbError, type RouteDefinition } from '@platform/service-kit';
+import type { RequestHandler } from 'express';
+import { sql, type Kysely } from 'kysely';
+import type { AuditDatabase } from '../audit/table.js';
+import type { GatewayDatabase } from '../db/tables.js';
+import type { SiteCatalogue } from '../sites/catalogue.js';
+import { principalOf } from './auth.js';
+import { readListQuery } from './list-query.js';
+import { listDoc, type DocumentedRoute } from './route-parts.js';
+
+export interface AuditRouteDeps {
+  db: Kysely<GatewayDatabase>;
+  /** The platform's sites as of the last reload (company scopes are read through them). */
+  sites: () => SiteCatalogue;
+}
+
+/** The cursor: the last row's id, base64url (opaque to callers; only ids this API issued read back). */
+function decodeAuditCursor(text: string): string | undefined {
+  if (text.length > 40 || !/^[A-Za-z0-9_-]+$/.test(text)) return undefined;
+  const id = Buffer.from(text, 'base64url').toString('utf8');
+  return /^[1-9][0-9]{0,18}$/.test(id) ? id : undefined;
+}
+
+const encodeAuditCursor = (id: string): string => Buffer.from(id, 'utf8').toString('base64url');
+
+export function auditRoutes(
+  deps: AuditRouteDeps,
+  withAuth: (route: DocumentedRoute) => DocumentedRoute,
+): RouteDefinition[] {
+  const list: RequestHandler = async (req, res) => {
+    const principal = principalOf(res);
+    const { limit, cursor, filters } = readListQuery(req, auditListQuerySchema, decodeAuditCursor);
+    const allowed = principal.siteIds(deps.sites());
+    const db = deps.db.withTables<AuditDatabase>();
+    let q = db
+      .selectFrom('device_gateway.audit_events as a')
+      .select([
+        sql<string>`a.id::text`.as('id'),
+        'a.at',
+        'a.principal',
+        'a.principal_kind',
+        'a.principal_name',
+        'a.role',
+        'a.request_id',
+        'a.source_address',
+        'a.action',
+        'a.device_id',
+        'a.rollout_id',
+        'a.site_ids',
+        'a.detail',
+      ])
+      .orderBy('a.id', 'desc')
+      .limit(limit + 1);
+    if (allowed !== null) q = q.where(sql<boolean>`a.site_ids && ${allowed}::uuid[]`);
+    if (cursor !== undefined) q = q.where(sql<boolean>`a.id < ${cursor}::bigint`);
+    if (filters.principal !== undefined) q = q.where('a.principal', '=', filters.principal);
+    if (filters.device_id !== undefined) q = q.where('a.device_id', '=', filters.device_id);
+    if (filters.rollout_id !== undefined) q = q.where('a.rollout_id', '=', filters.rollout_id);
+    if (filters.since !== undefined) q = q.where(sql<boolean>`a.at >= ${filters.since}::timestamptz`);
+    if (filters.until !== undefined) q = q.where(sql<boolean>`a.at < ${filters.until}::timestamptz`);
+    const rows = await q.execute().catch((err: unknown) => {
+      throw mapDbError(err);
+    });
+    const page = rows.slice(0, limit);
+    const seen = allowed === null ? null : new Set(allowed);
+    res.json({
+      items: page.map((r) => {
+        const sites = seen === null ? r.site_ids : r.site_ids.filter((s) => seen.has(s));
+        const whole = sites.length === r.site_ids.length;
+        return {
+          ...r,
+          at: r.at.toISOString(),
+          site_ids: sites,
+          detail: whole ? r.detail : {},
+        };
+      }),
+      next_cursor: rows.length > limit ? encodeAuditCursor(page[page.length - 1]!.id) : null,
+    });
+  };
+
+  return [
+    withAuth({
+      method: 'GET',
+      path: '/api/audit',
+      handler: list,
+      doc: {
+        operationId: 'listAudit',
+        summary: 'Who changed what on the fleet side - the audit, newest first',
+        description: `Every change (notify, override cleared, reload, rollout created/paused/resumed/cancelled/rolled back/
+promoted, device keys issued/revoked, the rollout driver's own decisions) is an append-only row: when, who
+(principal, key name or driver), from where, the request id, what, and the sites, device and rollout it touched.
+Operators and admins; a caller limited to sites reads only rows that touched its sites (and only those sites).
+`,
+        ...listDoc(auditListQuerySchema, auditListResponseSchema),
+        errors: ['forbidden', 'invalid_query', 'backend_unavailable'],
+      },
+    }),
+  ];
+}

@@ -1,0 +1,28 @@
+import { sql, type Kysely } from 'kysely';
+import type { GatewayDatabase } from '../db/tables.js';
+import { SiteCatalogue } from './catalogue.js';
+
+/**
+ * The platform's sites (migration 0028), read in the registry reload's transaction so the registry is checked
+ * against the sites of the same snapshot. `platform` is whether the enterprise schema exists in this database.
+ */
+export async function loadSites(
+  db: Kysely<GatewayDatabase>,
+): Promise<{ catalogue: SiteCatalogue; badZones: number }> {
+  const { rows } = await sql<{
+    platform: boolean;
+    site_id: string | null;
+    company_id: string | null;
+    name: string | null;
+    timezone: string | null;
+  }>`
+    SELECT to_regclass('enterprise.sites') IS NOT NULL AS platform, s.site_id, s.company_id, s.name, s.timezone
+    FROM (SELECT 1) AS one LEFT JOIN device_gateway.platform_sites() s ON true`.execute(db);
+  const platform = rows[0]?.platform ?? false;
+  const sites = rows.flatMap((r) =>
+    r.site_id === null || r.company_id === null
+      ? []
+      : [{ site_id: r.site_id, company_id: r.company_id, name: r.name ?? '', timezone: r.timezone ?? '' }],
+  );
+  return SiteCatalogue.fromRows(platform, sites);
+}
