@@ -24,7 +24,7 @@ r device_gateway.rollout_events RLS false FORCE false OWNER <migrator> OPTIONS -
 r device_gateway.rollout_targets RLS false FORCE false OWNER <migrator> OPTIONS - ACL <migrator>:DELETE,<migrator>:INSERT,<migrator>:MAINTAIN,<migrator>:REFERENCES,<migrator>:SELECT,<migrator>:TRIGGER,<migrator>:TRUNCATE,<migrator>:UPDATE,device_gateway_login:SELECT COMMENT -
 r device_gateway.rollouts RLS false FORCE false OWNER <migrator> OPTIONS - ACL <migrator>:DELETE,<migrator>:INSERT,<migrator>:MAINTAIN,<migrator>:REFERENCES,<migrator>:SELECT,<migrator>:TRIGGER,<migrator>:TRUNCATE,<migrator>:UPDATE,device_gateway_login:SELECT COMMENT -
 
--- columns (109)
+-- columns (117)
 device_gateway.bus_overrides.device_id text NOT NULL COMMENT -
 
 device_gateway.bus_overrides.origin text NOT NULL COLLATE "C" COMMENT -
@@ -95,6 +95,22 @@ device_gateway.device_delivery.heard_at timestamp with time zone COMMENT -
 
 device_gateway.device_delivery.observed_by text[] NOT NULL DEFAULT '{}'::text[] COMMENT -
 
+device_gateway.device_delivery.reported_at timestamp with time zone COMMENT -
+
+device_gateway.device_delivery.reported_by text COMMENT -
+
+device_gateway.device_delivery.reported_content text COMMENT -
+
+device_gateway.device_delivery.reported_outcome text COMMENT -
+
+device_gateway.device_delivery.reported_reason text COMMENT -
+
+device_gateway.device_delivery.reported_settings jsonb COMMENT -
+
+device_gateway.device_delivery.reported_transport text COMMENT -
+
+device_gateway.device_delivery.reported_version bigint COMMENT -
+
 device_gateway.device_delivery.sent_at timestamp with time zone COMMENT -
 
 device_gateway.device_delivery.sent_by text COMMENT -
@@ -111,9 +127,12 @@ device_gateway.device_delivery.site_id uuid COMMENT -
 
 device_gateway.device_delivery.state text NOT NULL GENERATED 
 CASE
+    WHEN ((reported_content IS NOT NULL) AND (reported_content = desired_content) AND (reported_outcome = 'applied'::text)) THEN 'applied'::text
+    WHEN ((reported_content IS NOT NULL) AND (reported_content = desired_content) AND (reported_outcome = 'rejected'::text)) THEN 'rejected'::text
     WHEN ((acked_content IS NOT NULL) AND (acked_content = desired_content)) THEN 'acknowledged'::text
     WHEN (cardinality(observed_by) = 0) THEN 'unobserved'::text
-    WHEN ((sent_content IS NOT NULL) AND (sent_content = desired_content)) THEN 'pending'::text
+    WHEN ((sent_content IS NOT NULL) AND (sent_content = desired_content) AND sent_confirmable) THEN 'pending'::text
+    WHEN ((sent_content IS NOT NULL) AND (sent_content = desired_content)) THEN 'sent_unconfirmed'::text
     ELSE 'stale'::text
 END COMMENT -
 
@@ -249,7 +268,7 @@ device_gateway.rollouts.updated_at timestamp with time zone NOT NULL DEFAULT now
 
 device_gateway.rollouts.waves integer NOT NULL COMMENT -
 
--- constraints (137)
+-- constraints (141)
 device_gateway.bus_overrides bus_overrides_device_id_check CHECK ((device_id ~ '^[A-Za-z0-9._:-]{1,128}$'::text))
 device_gateway.bus_overrides bus_overrides_device_id_not_null NOT NULL device_id
 device_gateway.bus_overrides bus_overrides_origin_check CHECK ((origin ~ '^[A-Za-z0-9._:-]{1,64}$'::text))
@@ -297,6 +316,10 @@ device_gateway.device_delivery device_delivery_device_id_fkey FOREIGN KEY (devic
 device_gateway.device_delivery device_delivery_device_id_not_null NOT NULL device_id
 device_gateway.device_delivery device_delivery_observed_by_not_null NOT NULL observed_by
 device_gateway.device_delivery device_delivery_pkey PRIMARY KEY (device_id)
+device_gateway.device_delivery device_delivery_reported_outcome_check CHECK ((reported_outcome = ANY (ARRAY['applied'::text, 'rejected'::text])))
+device_gateway.device_delivery device_delivery_reported_reason_check CHECK ((reported_reason ~ '^[a-z][a-z0-9_]{0,63}$'::text))
+device_gateway.device_delivery device_delivery_reported_settings_check CHECK ((octet_length((reported_settings)::text) <= 2048))
+device_gateway.device_delivery device_delivery_reported_transport_check CHECK ((reported_transport = ANY (ARRAY['plain'::text, 'dtls'::text])))
 device_gateway.device_delivery device_delivery_sent_transport_check CHECK ((sent_transport = ANY (ARRAY['plain'::text, 'dtls'::text])))
 device_gateway.device_delivery device_delivery_state_not_null NOT NULL state
 device_gateway.device_delivery device_delivery_updated_at_not_null NOT NULL updated_at
@@ -392,10 +415,10 @@ device_gateway.rollouts rollouts_waves_not_null NOT NULL waves
 CREATE INDEX delivery_progress_valid_idx ON device_gateway.delivery_progress USING btree (valid_until)
 CREATE INDEX device_credentials_device_idx ON device_gateway.device_credentials USING btree (device_id)
 CREATE INDEX device_credentials_live_idx ON device_gateway.device_credentials USING btree (not_after) WHERE (revoked_at IS NULL)
-CREATE INDEX device_delivery_open_idx ON device_gateway.device_delivery USING btree (state, desired_at, device_id) WHERE (state <> 'acknowledged'::text)
 CREATE INDEX device_delivery_page_idx ON device_gateway.device_delivery USING btree (desired_at, device_id)
 CREATE INDEX device_delivery_site_idx ON device_gateway.device_delivery USING btree (site_id, desired_at, device_id)
-CREATE INDEX device_delivery_site_open_idx ON device_gateway.device_delivery USING btree (site_id, state, desired_at, device_id) WHERE (state <> 'acknowledged'::text)
+CREATE INDEX device_delivery_site_state_idx ON device_gateway.device_delivery USING btree (site_id, state, desired_at, device_id)
+CREATE INDEX device_delivery_state_idx ON device_gateway.device_delivery USING btree (state, desired_at, device_id)
 CREATE INDEX device_registry_site_id_idx ON device_gateway.device_registry USING btree (site_id)
 CREATE INDEX inspect_answers_created_idx ON device_gateway.inspect_answers USING btree (created_at)
 CREATE INDEX inspect_queries_created_idx ON device_gateway.inspect_queries USING btree (created_at)
@@ -433,7 +456,7 @@ CREATE TRIGGER device_registry_touch BEFORE UPDATE ON device_gateway.device_regi
 -- view definitions (0)
 
 
--- functions (27)
+-- functions (28)
 CREATE OR REPLACE FUNCTION device_gateway.bus_checked_version(p_version text)
  RETURNS bigint
  LANGUAGE plpgsql
@@ -947,6 +970,90 @@ BEGIN
   IF added THEN
     DELETE FROM device_gateway.delivery_progress WHERE valid_until < now() - interval '1 day';
   END IF;
+END $function$
+OWNER <migrator> ACL <migrator>:EXECUTE,device_gateway_login:EXECUTE COMMENT -
+
+CREATE OR REPLACE FUNCTION device_gateway.device_reports(p_replica text, p_d text[], p_v bigint[], p_o text[], p_r text[], p_s jsonb[], p_t text[], p_lv bigint[], p_lc text[], p_recent_ms integer)
+ RETURNS TABLE(device_id text, result text)
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+ SET lock_timeout TO '1s'
+AS $function$
+#variable_conflict use_column
+DECLARE
+  n integer := cardinality(p_d);
+  v_now_us double precision := extract(epoch FROM now()) * 1000000;
+  b record;
+  cur device_gateway.device_delivery%ROWTYPE;
+  found_row boolean;
+  known double precision;
+  content text;
+BEGIN
+  IF p_replica IS NULL OR p_replica !~ '^[0-9a-f]{16}$' OR n IS NULL OR n > 5000
+     OR cardinality(p_v) <> n OR cardinality(p_o) <> n OR cardinality(p_r) <> n OR cardinality(p_s) <> n
+     OR cardinality(p_t) <> n OR cardinality(p_lv) <> n OR cardinality(p_lc) <> n
+     OR p_recent_ms IS NULL OR p_recent_ms NOT BETWEEN 0 AND 600000 THEN
+    RAISE EXCEPTION 'invalid report batch' USING ERRCODE = '22023';
+  END IF;
+  FOR b IN
+    SELECT x.d, x.v, x.o, x.r, x.s, x.t, x.lv, x.lc, x.i, reg.site_id, reg.device_id IS NOT NULL AS registered
+    FROM unnest(p_d, p_v, p_o, p_r, p_s, p_t, p_lv, p_lc) WITH ORDINALITY AS x(d, v, o, r, s, t, lv, lc, i)
+    LEFT JOIN device_gateway.device_registry reg ON reg.device_id = x.d
+    ORDER BY x.d, x.i
+  LOOP
+    device_id := b.d;
+    IF NOT b.registered THEN
+      result := 'unknown_device';
+      RETURN NEXT;
+      CONTINUE;
+    END IF;
+    -- What the replica checked, checked again: the login may call this with anything.
+    IF b.v IS NULL OR b.v < 1 OR b.v > 9007199254740991 OR b.o IS NULL OR b.o NOT IN ('applied', 'rejected')
+       OR (b.r IS NOT NULL AND b.r !~ '^[a-z][a-z0-9_]{0,63}$') OR b.t IS NULL OR b.t NOT IN ('plain', 'dtls')
+       OR (b.s IS NOT NULL AND (jsonb_typeof(b.s) <> 'object' OR octet_length(b.s::text) > 2048))
+       OR (b.lc IS NOT NULL AND (octet_length(b.lc) <> 16 OR b.lc !~ '^[0-9a-f]+$')) THEN
+      RAISE EXCEPTION 'invalid report' USING ERRCODE = '22023';
+    END IF;
+    SELECT * INTO cur FROM device_gateway.device_delivery t WHERE t.device_id = b.d FOR UPDATE;
+    found_row := FOUND;
+    known := greatest(coalesce(b.lv, 0), coalesce(cur.desired_version, 0), coalesce(cur.sent_version, 0),
+                      coalesce(cur.acked_version, 0), coalesce(cur.reported_version, 0));
+    IF b.v > known THEN
+      result := CASE WHEN b.v >= v_now_us - p_recent_ms * 1000.0 AND b.v <= v_now_us + 60000000
+        THEN 'unknown' ELSE 'not_issued' END;
+      RETURN NEXT;
+      CONTINUE;
+    END IF;
+    IF found_row AND cur.reported_version IS NOT NULL AND b.v < cur.reported_version THEN
+      result := 'older';
+      RETURN NEXT;
+      CONTINUE;
+    END IF;
+    content := CASE
+      WHEN b.v = b.lv THEN b.lc
+      WHEN b.v = cur.desired_version THEN cur.desired_content
+      WHEN b.v = cur.sent_version THEN cur.sent_content
+      WHEN b.v = cur.acked_version THEN cur.acked_content
+      WHEN b.v = cur.reported_version THEN cur.reported_content
+      ELSE NULL END;
+    IF found_row THEN
+      UPDATE device_gateway.device_delivery t
+      SET reported_version = b.v, reported_content = content, reported_outcome = b.o, reported_reason = b.r,
+          reported_settings = b.s, reported_at = now(), reported_by = p_replica, reported_transport = b.t,
+          heard_at = greatest(t.heard_at, now()), updated_at = now()
+      WHERE t.device_id = b.d;
+    ELSE
+      -- No row yet (the recorder has not written this device's desired part): the report starts it; the
+      -- desired part follows with the recorder's next write.
+      INSERT INTO device_gateway.device_delivery AS t (device_id, site_id, desired_at, reported_version,
+        reported_content, reported_outcome, reported_reason, reported_settings, reported_at, reported_by,
+        reported_transport, heard_at)
+      VALUES (b.d, b.site_id, now(), b.v, content, b.o, b.r, b.s, now(), p_replica, b.t, now());
+    END IF;
+    result := 'recorded';
+    RETURN NEXT;
+  END LOOP;
 END $function$
 OWNER <migrator> ACL <migrator>:EXECUTE,device_gateway_login:EXECUTE COMMENT -
 

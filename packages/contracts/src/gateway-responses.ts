@@ -3,6 +3,8 @@
 // (`npm run openapi`); its test/openapi.test.ts checks every documented answer against them.
 import { deviceSettingsSchema } from './device-settings.js';
 import { deviceIdSchema, rolloutPlanProperty } from './gateway.js';
+import { settingsLayersSchema } from './gateway-overrides.js';
+import { settingsPatchSchema } from './settings-patch.js';
 
 const timestamp = { type: 'string', format: 'date-time' } as const;
 const nullableTimestamp = { oneOf: [{ type: 'null' }, timestamp] } as const;
@@ -174,6 +176,7 @@ export const deviceViewResponseSchema = {
         settings: { type: 'object' },
       },
     },
+    settings_layers: settingsLayersSchema,
     delivery: { oneOf: [{ type: 'null' }, { $ref: deviceDeliverySchema.$id }] },
     replicas: {
       type: 'array',
@@ -268,6 +271,22 @@ export const rolloutCreatedResponseSchema = {
     targets: { type: 'integer', description: 'devices the selector resolved to' },
     waves: { type: 'integer' },
     state: { const: 'active' },
+    skipped: { type: 'integer', description: 'targets skipped: the patch makes their settings invalid' },
+    skipped_devices: {
+      type: 'array',
+      description: 'the first 100 skipped targets, with why',
+      items: {
+        type: 'object',
+        additionalProperties: false,
+        required: ['device_id', 'reason'],
+        properties: { device_id: { type: 'string' }, reason: { type: 'string' } },
+      },
+    },
+    overridden: {
+      type: 'integer',
+      description: 'targets holding a development override now: their assignment will end it (design §3.3)',
+    },
+    overridden_devices: { type: 'array', items: { type: 'string' }, description: 'the first 100 of them' },
   },
 } as const;
 
@@ -324,10 +343,12 @@ export const rolloutResponseSchema = {
   $id: 'https://platform.example/schemas/rollout-response.json',
   allOf: [{ $ref: rolloutSummarySchema.$id }],
   type: 'object',
-  required: ['selector', 'settings', 'plan', 'totals', 'wave_counts', 'events'],
+  required: ['selector', 'plan', 'totals', 'wave_counts', 'events'],
+  oneOf: [{ required: ['settings'] }, { required: ['settings_patch'] }],
   properties: {
     selector: { type: 'object' },
     settings: { $ref: deviceSettingsSchema.$id },
+    settings_patch: settingsPatchSchema,
     plan: { $ref: rolloutPlanSchema.$id },
     totals: { $ref: rolloutWaveCountsSchema.$id },
     wave_counts: { type: 'array', items: { $ref: rolloutWaveCountsSchema.$id } },
@@ -350,6 +371,8 @@ export const rolloutResponseSchema = {
               'cancelled',
               'rolled_back',
               'completed',
+              'overrides_ended',
+              'patch_skipped',
             ],
           },
           wave: { type: ['integer', 'null'] },

@@ -2,6 +2,7 @@
 import type { FromSchema } from 'json-schema-to-ts';
 import { deviceSettingsSchema, desiredSettingsSchema } from './device-settings.js';
 import { UUID_PATTERN } from './media-schemas.js';
+import { settingsPatchSchema } from './settings-patch.js';
 import { compileValidator } from './validation.js';
 
 /** A registry device id (design §3.2): 1–128 characters of `[A-Za-z0-9._:-]`. */
@@ -141,13 +142,15 @@ export const rolloutPlanProperty = {
 
 /**
  * POST /api/rollouts (design §3.9): which devices (every criterion given must match; at least one), the settings
- * (validated exactly like a notify body's) and the plan. Shares are fractions from 0 to 1.
+ * (validated exactly like a notify body's) or a settings patch (RFC 7396, merged into each device's settings), and
+ * the plan. Shares are fractions from 0 to 1.
  */
 export const rolloutCreateRequestSchema = {
   $id: 'https://platform.example/schemas/rollout-create-request.json',
   type: 'object',
   additionalProperties: false,
-  required: ['selector', 'settings', 'plan'],
+  required: ['selector', 'plan'],
+  oneOf: [{ required: ['settings'] }, { required: ['settings_patch'] }],
   properties: {
     selector: {
       type: 'object',
@@ -178,6 +181,7 @@ export const rolloutCreateRequestSchema = {
       },
     },
     settings: { $ref: deviceSettingsSchema.$id },
+    settings_patch: settingsPatchSchema,
     plan: rolloutPlanProperty,
   },
 } as const;

@@ -3,7 +3,7 @@ import { sql, type Kysely } from 'kysely';
 import type pg from 'pg';
 import type { GatewayDatabase } from '../db/tables.js';
 import type { Settings } from '../domain/documents.js';
-import { BUS_CHANNEL, type OverrideMessage } from './messages.js';
+import { BUS_CHANNEL, type RetainedMessage } from './messages.js';
 
 /** What bus_publish_overrides did with one message. */
 export type Written = 'written' | 'lost' | 'not_in_registry';
@@ -50,30 +50,70 @@ interface ChangeRow {
   s: unknown;
 }
 
+// A retained row with NULL settings is a cleared override (a tombstone, migration 0024).
 const toChange = (row: ChangeRow): Change => ({
   seq: Number(row.seq),
   message:
-    row.k === 'override'
-      ? { k: row.k, d: row.d ?? '', v: Number(row.v), o: row.o, s: row.s }
-      : { k: row.k, v: Number(row.v), o: row.o },
+    row.k !== 'override'
+      ? { k: row.k, v: Number(row.v), o: row.o }
+      : row.s === null
+        ? { k: 'clear', d: row.d ?? '', v: Number(row.v), o: row.o }
+        : { k: row.k, d: row.d ?? '', v: Number(row.v), o: row.o, s: row.s },
 });
 
 /**
- * Every retained override, as messages to check (Replica.resync): what a resync starts from, with the change
- * number topSeq read before it; later changes are read with readChanges from there.
+ * Every retained override and cleared override (tombstone), as messages to check (Replica.resync): what a resync
+ * starts from, with the change number topSeq read before it; later changes are read with readChanges from there.
  */
-export async function readRetained(db: Kysely<GatewayDatabase>): Promise<OverrideMessage[]> {
-  const rows = await sql<{ device_id: string; version: string; origin: string; settings: Settings }>`
+export async function readRetained(db: Kysely<GatewayDatabase>): Promise<RetainedMessage[]> {
+  const rows = await sql<{ device_id: string; version: string; origin: string; settings: Settings | null }>`
     SELECT device_id, version::text AS version, origin, settings FROM device_gateway.bus_overrides`.execute(
     db,
   );
-  return rows.rows.map((row) => ({
-    k: 'override',
-    d: row.device_id,
-    v: Number(row.version),
-    o: row.origin,
-    s: row.settings,
-  }));
+  return rows.rows.map((row) =>
+    row.settings === null
+      ? { k: 'clear', d: row.device_id, v: Number(row.version), o: row.origin }
+      : { k: 'override', d: row.device_id, v: Number(row.version), o: row.origin, s: row.settings },
+  );
+}
+
+/**
+ * Clears the device's retained override (migration 0024: a tombstone under a new change number, its version above
+ * the override's). `cleared`: a live override was retained; `version`: the tombstone's.
+ */
+export async function clearOverride(
+  db: Kysely<GatewayDatabase>,
+  deviceId: string,
+  version: number,
+  origin: string,
+): Promise<{ cleared: boolean; version: number }> {
+  const { rows } = await sql<{ r: { cleared: boolean; version: number } }>`
+    SELECT device_gateway.bus_clear_override(${deviceId}, ${String(version)}, ${origin}) AS r`.execute(db);
+  const r = rows[0]!.r;
+  return { cleared: r.cleared, version: Number(r.version) };
+}
+
+/** A live retained override, as GET /api/overrides lists them. */
+export interface RetainedOverride {
+  device_id: string;
+  version: string;
+  origin: string;
+  settings: Settings;
+  published_at: Date;
+}
+
+/** Live retained overrides with a device id above `after`, by device id, at most `limit`. */
+export async function listOverrides(
+  db: Kysely<GatewayDatabase>,
+  after: string | undefined,
+  limit: number,
+): Promise<RetainedOverride[]> {
+  const { rows } = await sql<RetainedOverride>`
+    SELECT device_id, version::text AS version, origin, settings, published_at
+    FROM device_gateway.bus_overrides
+    WHERE settings IS NOT NULL AND (${after ?? null}::text IS NULL OR device_id COLLATE "C" > ${after ?? null}::text)
+    ORDER BY device_id COLLATE "C" LIMIT ${limit}`.execute(db);
+  return rows;
 }
 
 /** The change number the bus stands at now (0 when nothing was ever published). */

@@ -263,6 +263,26 @@ export class ClusterBus {
     if (written === 'written') this.follow(this.replica.accepted(message, override));
   }
 
+  /**
+   * Clears the device's override on every replica (DELETE /api/devices/{id}/override, design §3.3, §3.6): a
+   * tombstone row under a new change number (migration 0024), applied here after the commit; the other replicas
+   * read it like any change, and one that starts later reads it at its resync. The device gets the next layer
+   * under the tombstone's version, which is above the override's and above every version this replica issued.
+   * `cleared`: an override was retained. Throws BusPublishError when the database fails.
+   */
+  async clearOverride(deviceId: string): Promise<{ cleared: boolean; version: number }> {
+    let result: { cleared: boolean; version: number };
+    try {
+      result = await busSql.clearOverride(this.options.db, deviceId, this.options.clock.next(), this.origin);
+    } catch (err) {
+      throw new BusPublishError(err);
+    }
+    this.published++;
+    this.follow(this.replica.clearedHere({ k: 'clear', d: deviceId, v: result.version, o: this.origin }));
+    this.wakeOthers();
+    return result;
+  }
+
   /** After this replica reloaded on request: tell every other replica to reload too. */
   async publishReload(): Promise<void> {
     this.replica.reconcile();

@@ -55,6 +55,23 @@ export interface OverrideMessage {
   s: Settings;
 }
 
+/**
+ * An override cleared (migration 0024): the retained row of the device with NULL settings, a tombstone. It takes part
+ * in last writer wins on (version, origin) as an override does, so it beats the override it clears everywhere, in
+ * any order, and a replica holding that override does not publish it again at a resync. Never sent by a replica
+ * as a payload: written by bus_clear_override (DELETE /api/devices/{id}/override) or by a rollout's step that
+ * assigns the device (origin `rollout`, design §3.3).
+ */
+export interface ClearMessage {
+  k: 'clear';
+  /** Device id whose override ends. */
+  d: string;
+  /** Version: above the cleared override's; the next layer is served under it where it can be. */
+  v: number;
+  /** Origin: the clearing replica's id, or `rollout`. */
+  o: string;
+}
+
 /** "The registry changed, reload it". */
 export interface ReloadMessage {
   /** Kind: which message this is. */
@@ -67,6 +84,9 @@ export interface ReloadMessage {
 
 export type BusMessage = OverrideMessage | ReloadMessage;
 
+/** What a device's retained row says: its override, or that it was cleared. */
+export type RetainedMessage = OverrideMessage | ClearMessage;
+
 const ORIGIN_PATTERN = /^[A-Za-z0-9._:-]{1,64}$/;
 
 export function encodeMessage(message: BusMessage): string {
@@ -74,7 +94,7 @@ export function encodeMessage(message: BusMessage): string {
 }
 
 /** Parses a message from its JSON text (the wire format the publishing functions read); see checkMessage. */
-export function decodeMessage(payload: string): BusMessage | undefined {
+export function decodeMessage(payload: string): BusMessage | ClearMessage | undefined {
   let data: unknown;
   try {
     data = JSON.parse(payload);
@@ -89,14 +109,15 @@ export function decodeMessage(payload: string): BusMessage | undefined {
  * publishing functions, and still checked field by field here (settings against the Device Settings schema by
  * the caller), so a row that is somehow wrong is dropped and counted rather than applied. `undefined`: malformed.
  */
-export function checkMessage(data: unknown): BusMessage | undefined {
+export function checkMessage(data: unknown): BusMessage | ClearMessage | undefined {
   if (typeof data !== 'object' || data === null || Array.isArray(data)) return undefined;
   const m = data as Record<string, unknown>;
   if (!Number.isSafeInteger(m.v) || (m.v as number) <= 0) return undefined;
   if (typeof m.o !== 'string' || !ORIGIN_PATTERN.test(m.o)) return undefined;
   if (m.k === 'reload') return { k: 'reload', v: m.v as number, o: m.o };
-  if (m.k !== 'override') return undefined;
+  if (m.k !== 'override' && m.k !== 'clear') return undefined;
   if (!isDeviceId(m.d)) return undefined;
+  if (m.k === 'clear') return { k: 'clear', d: m.d, v: m.v as number, o: m.o };
   if (typeof m.s !== 'object' || m.s === null || Array.isArray(m.s)) return undefined;
   return { k: 'override', d: m.d, v: m.v as number, o: m.o, s: m.s as Settings };
 }

@@ -10,7 +10,13 @@ import {
   type SettingsValidator,
 } from '../domain/gateway-state.js';
 import type { VersionClock } from '../domain/version-clock.js';
-import { checkMessage, supersedes, type OverrideMessage } from './messages.js';
+import {
+  checkMessage,
+  supersedes,
+  type ClearMessage,
+  type OverrideMessage,
+  type RetainedMessage,
+} from './messages.js';
 
 /** The part of GatewayState a replica applies overrides to. */
 export interface OverrideTarget {
@@ -19,6 +25,8 @@ export interface OverrideTarget {
   prepareOverride(deviceId: string, settings: Settings): Override;
   /** Throws UnknownDeviceError. */
   applyOverride(override: Override, stampedVersion?: number): unknown;
+  /** Ends the device's override, if it has one here (GatewayState.clearOverride). */
+  clearOverride(deviceId: string, stampedVersion?: number): boolean;
 }
 
 /** What the bus must do after an event: nothing, or reload this replica's registry (coalesced by the loader). */
@@ -29,14 +37,17 @@ export interface ReplicaStats {
   /** Messages whose version the clock refused (not a safe integer, or far ahead of this replica's clock). */
   refused: number;
   applied: number;
+  /** Overrides ended here by a clear (DELETE /api/devices/{id}/override, or a rollout's assignment). */
+  cleared: number;
   stale: number;
   malformed: number;
   remoteReloads: number;
 }
 
 interface Held {
-  message: OverrideMessage;
-  /** Undefined when the override does not fit a datagram on this replica: retained, never applied here. */
+  /** The device's override, or its clear (a tombstone: kept so an older override is never applied again). */
+  message: RetainedMessage;
+  /** Undefined for a clear, and when the override does not fit a datagram on this replica (never applied here). */
   override: Override | undefined;
 }
 
@@ -61,19 +72,23 @@ export class Replica {
     received: 0,
     refused: 0,
     applied: 0,
+    cleared: 0,
     stale: 0,
     malformed: 0,
     remoteReloads: 0,
   };
-  /** The winning override message per device, as far as this replica knows. */
+  /** The winning override or clear per device, as far as this replica knows. */
   private readonly retained = new Map<string, Held>();
   /** Devices whose retained override waits for a reload that brings the device into this registry. */
   private readonly pending = new Set<string>();
 
   constructor(private readonly options: ReplicaOptions) {}
 
+  /** Overrides held (clears not counted). */
   get retainedCount(): number {
-    return this.retained.size;
+    let n = 0;
+    for (const held of this.retained.values()) if (held.message.k === 'override') n++;
+    return n;
   }
 
   /**
@@ -100,6 +115,7 @@ export class Replica {
       return 'none';
     }
     if (message.k === 'override') return this.offer(message);
+    if (message.k === 'clear') return this.outdated(message) ? 'none' : this.hold({ message, override: undefined });
     // The sender reloaded itself before publishing.
     if (message.o === this.options.origin) return 'none';
     this.stats.remoteReloads++;
@@ -116,20 +132,28 @@ export class Replica {
     return this.hold({ message, override });
   }
 
+  /** A clear this replica committed (ClusterBus.clearOverride): applied here at once. */
+  clearedHere(message: ClearMessage): Decision {
+    if (this.outdated(message)) return 'none';
+    return this.hold({ message, override: undefined });
+  }
+
   /**
    * A resync (after every LISTEN): the retained table's rows, checked as receive() checks them. Returns what this
    * replica holds and the table lacks (or holds older), to be published again: after a LISTEN gap during which
    * a replica starting alone cleared the table (bus_join), the live replicas' overrides are retained again.
    */
-  resync(rows: readonly OverrideMessage[]): { decision: Decision; republish: OverrideMessage[] } {
+  resync(rows: readonly RetainedMessage[]): { decision: Decision; republish: OverrideMessage[] } {
     let decision: Decision = 'none';
-    const inTable = new Map<string, OverrideMessage>();
+    const inTable = new Map<string, RetainedMessage>();
     for (const row of rows) {
       inTable.set(row.d, row);
       if (this.receive(row) === 'reload') decision = 'reload';
     }
     const republish: OverrideMessage[] = [];
     for (const { message } of this.retained.values()) {
+      // A clear is not published again: where the table lacks it, no override is retained to beat.
+      if (message.k !== 'override') continue;
       const retained = inTable.get(message.d);
       if (retained === undefined || supersedes(message, retained)) republish.push(message);
     }
@@ -171,7 +195,7 @@ export class Replica {
   }
 
   /** Whether the retained message is this one or a newer one (last writer wins on (version, origin)). */
-  private outdated(message: OverrideMessage): boolean {
+  private outdated(message: RetainedMessage): boolean {
     const current = this.retained.get(message.d)?.message;
     if (current === undefined || supersedes(message, current)) return false;
     if (current.v !== message.v || current.o !== message.o) this.stats.stale++;
@@ -185,6 +209,12 @@ export class Replica {
 
   private apply(held: Held): Decision {
     const deviceId = held.message.d;
+    if (held.message.k === 'clear') {
+      this.pending.delete(deviceId);
+      // Served the next layer under the clear's version (above the override's) where it can be.
+      if (this.options.target.clearOverride(deviceId, held.message.v)) this.stats.cleared++;
+      return 'none';
+    }
     if (held.override === undefined) {
       this.pending.delete(deviceId);
       return 'none';

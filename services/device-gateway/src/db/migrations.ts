@@ -23,6 +23,7 @@ import { deliveryDatabaseClockMigration } from './delivery-database-clock-migrat
 import { rolloutLeaseSessionMigration } from './rollout-lease-session-migration.js';
 import { rolloutCreateBoundMigration } from './rollout-create-bound-migration.js';
 import { notifyAfterCommitMigration } from './notify-after-commit-migration.js';
+import { overridesAndPatchesMigration } from './overrides-patches-migration.js';
 import { auditMigration } from './audit-migration.js';
 import { platformSitesMigration } from './platform-sites-migration.js';
 import { connectionReserveMigration } from './connection-reserve-migration.js';
@@ -152,6 +153,7 @@ export function gatewayMigrationsWith(loginPassword: string): MigrationSet {
       '0025_audit': auditMigration,
       '0028_platform_sites': platformSitesMigration,
       '0022_connection_reserve': connectionReserveMigration,
+      '0024_overrides_and_patches': overridesAndPatchesMigration,
     },
   };
 }

@@ -406,6 +406,47 @@ export class GatewayState {
     return this.applyOverride(this.prepareOverride(deviceId, settings));
   }
 
+  /** The development override this replica serves the device, if any (design §3.3). */
+  overrideOf(deviceId: string): Override | undefined {
+    return this.overrides.get(deviceId);
+  }
+
+  /** The devices holding an override here, in no order. */
+  overrideIds(): IterableIterator<string> {
+    return this.overrides.keys();
+  }
+
+  /**
+   * Ends the device's override (design §3.3): it is served the next layer, its rollout assignment or else the
+   * registry's settings, as a new document. `stampedVersion`: the clear's version from the bus (cluster/bus.ts),
+   * used as `applyOverride` uses an override's, so every replica shows the same version; it is above the
+   * override's. Returns whether the device had an override here.
+   */
+  clearOverride(deviceId: string, stampedVersion?: number): boolean {
+    if (!this.overrides.delete(deviceId)) return false;
+    const entry = this.entries.get(deviceId);
+    if (entry === undefined) return true;
+    const assignment = this.assignments.get(deviceId);
+    const prepared = assignment?.settings ?? this.factsOf(entry.record.desiredSettings).prepared;
+    const version =
+      stampedVersion !== undefined &&
+      stampedVersion > entry.settingsDoc.version &&
+      this.options.clock.observe(stampedVersion)
+        ? stampedVersion
+        : this.options.clock.next();
+    const document = settingsDocument(
+      deviceId,
+      version,
+      assignment === undefined ? 'registry' : 'rollout',
+      prepared.value,
+      prepared,
+    );
+    entry.settingsDoc = document;
+    this.settingsListener?.(entry.record, document, entry);
+    this.emit([{ deviceId, settings: true, record: false, removed: false }]);
+    return true;
+  }
+
   /**
    * Why a registry row cannot be served, if it cannot. `recordDoc` / `registrySettingsDoc`: the row's documents
    * when they were just built from it (their size is measured directly); absent, an unchanged document (it fit

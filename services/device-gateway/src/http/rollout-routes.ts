@@ -36,7 +36,13 @@ export function rolloutRoutes(
     const body = requireValid(validateRolloutCreateRequest(req.body));
     try {
       const created = await service.rollouts.create(body);
-      req.log.info('rollout created', { ...created });
+      req.log.info('rollout created', {
+        rollout_id: created.rollout_id,
+        targets: created.targets,
+        waves: created.waves,
+        skipped: created.skipped ?? 0,
+        overridden: created.overridden,
+      });
       res.status(201).setHeader('Location', `/api/rollouts/${created.rollout_id}`);
       res.json({ ...created, state: 'active' });
     } catch (err) {

@@ -1,16 +1,21 @@
 // Rollouts as the management API uses them (design §3.9): create, read, list, and the four actions. The rules
 // that need the registry as this replica holds it (the settings document fits one datagram) are checked here;
 // what needs every replica's view (the targets, overlaps, states) is decided in one database function each.
-import type { RolloutCreateRequest } from '@platform/contracts';
+import { validateDeviceSettings, type RolloutCreateRequest } from '@platform/contracts';
 import { sqlState, type Logger } from '@platform/service-kit';
 import type { Kysely } from 'kysely';
 import type { GatewayDatabase } from '../db/tables.js';
 import { contentHash } from '../delivery/recorder.js';
-import { settingsDocument } from '../domain/documents.js';
-import type { GatewayState } from '../domain/gateway-state.js';
+import { mergePatch, prepareSettings, settingsDocument, type Settings } from '../domain/documents.js';
+import { DocumentTooLargeError, type GatewayState } from '../domain/gateway-state.js';
 import {
   controlRollout,
+  createPatchRollout,
   createRollout,
+  readPatchBases,
+  targetsAmong,
+  type PatchDocument,
+  type RolloutPlan,
   listRollouts,
   readRollout,
   rolloutEvents,
@@ -82,7 +87,7 @@ export interface RolloutServiceOptions {
    * timeout is GATEWAY_ROLLOUT_CREATE_TIMEOUT_MS rather than the pool's (design §3.9).
    */
   createDb?: Kysely<GatewayDatabase>;
-  state: Pick<GatewayState, 'prepareAssignment'>;
+  state: Pick<GatewayState, 'prepareAssignment' | 'overrideIds'>;
   /** After an action that changed assignments: this replica reads them (the bus tells the others). */
   afterChange: () => Promise<void>;
   /** Wakes the driver (a creation or a resume need not wait for its next tick). */
@@ -99,6 +104,23 @@ export interface RolloutServiceOptions {
 }
 
 const EVENTS_SHOWN = 50;
+/** Devices named in a creation's answer (skipped, overridden), at most. */
+const NAMED = 100;
+/** A patch rollout's creation is tried again this often when devices changed under it (40001). */
+const PATCH_ATTEMPTS = 3;
+
+/** POST /api/rollouts's answer (design §3.9). */
+export interface RolloutCreated {
+  rollout_id: string;
+  targets: number;
+  waves: number;
+  /** Targets skipped at the creation: the patch makes their settings invalid. */
+  skipped?: number;
+  skipped_devices?: { device_id: string; reason: string }[];
+  /** Targets holding a development override now (their assignment ends it, design §3.3). */
+  overridden: number;
+  overridden_devices: string[];
+}
 
 export class RolloutService {
   constructor(private readonly options: RolloutServiceOptions) {}
@@ -107,36 +129,116 @@ export class RolloutService {
    * `request` is valid (the edge checked it). Throws DocumentTooLargeError, NoTargetsError, RolloutOverlapError,
    * RolloutInvalidError (also for a selector matching more than maxTargets devices).
    */
-  async create(
-    request: RolloutCreateRequest,
-  ): Promise<{ rollout_id: string; targets: number; waves: number }> {
+  async create(request: RolloutCreateRequest): Promise<RolloutCreated> {
     const minDeadlineS = Math.ceil(this.options.minDeadlineMs / 1000);
     if (request.plan.deadline_s < minDeadlineS)
       throw new RolloutInvalidError(
         '/plan/deadline_s',
         `must be at least ${minDeadlineS} s here: the delivery record lags a device by up to ${this.options.minDeadlineMs} ms`,
       );
-    const assignment = this.options.state.prepareAssignment(LONGEST_DEVICE_ID, 'new', request.settings);
+    const plan = request.plan;
+    const rolloutPlan: RolloutPlan = {
+      ...(plan.first_wave_count === undefined ? {} : { first_wave_count: plan.first_wave_count }),
+      ...(plan.first_wave_percent === undefined ? {} : { first_wave_percent: plan.first_wave_percent }),
+      growth_factor: plan.growth_factor ?? 2,
+      ...(plan.max_per_minute === undefined ? {} : { max_per_minute: plan.max_per_minute }),
+      success_share: plan.success_share,
+      abort_share: plan.abort_share,
+      deadline_s: plan.deadline_s,
+    };
+    let created: { rollout_id: string; targets: number; waves: number };
+    let skipped: Pick<RolloutCreated, 'skipped' | 'skipped_devices'> = {};
+    if (request.settings_patch !== undefined) {
+      ({ created, skipped } = await this.createPatch(request.selector, request.settings_patch, rolloutPlan));
+    } else {
+      // The schema's oneOf: a body without a patch has its settings.
+      created = await this.createWhole(request.selector, request.settings as Settings, rolloutPlan);
+    }
+    // After the commit, in a statement of its own (migration 0021): a full NOTIFY queue cannot fail the creation.
+    await wakeRolloutReplicas(this.options.db, 'r', this.options.logger);
+    this.options.wake();
+    // Named so that nobody is surprised: with the replica bus their assignment ends their override (§3.3).
+    const overridden = await targetsAmong(this.options.db, created.rollout_id, [
+      ...this.options.state.overrideIds(),
+    ]);
+    return {
+      ...created,
+      ...skipped,
+      overridden: overridden.length,
+      overridden_devices: overridden.slice(0, NAMED),
+    };
+  }
+
+  /** A rollout of one whole document (valid Device Settings) for every target. */
+  private async createWhole(
+    selector: RolloutCreateRequest['selector'],
+    settings: Settings,
+    plan: RolloutPlan,
+  ): Promise<{ rollout_id: string; targets: number; waves: number }> {
+    const assignment = this.options.state.prepareAssignment(LONGEST_DEVICE_ID, 'new', settings);
     const content = contentHash(
       settingsDocument(LONGEST_DEVICE_ID, 0, 'rollout', assignment.settings.value, assignment.settings),
     );
-    const plan = request.plan;
     const result: CreateResult = await createRollout(
       this.options.createDb ?? this.options.db,
-      request.selector,
+      selector,
       assignment.settings.json,
       content,
-      {
-        ...(plan.first_wave_count === undefined ? {} : { first_wave_count: plan.first_wave_count }),
-        ...(plan.first_wave_percent === undefined ? {} : { first_wave_percent: plan.first_wave_percent }),
-        growth_factor: plan.growth_factor ?? 2,
-        ...(plan.max_per_minute === undefined ? {} : { max_per_minute: plan.max_per_minute }),
-        success_share: plan.success_share,
-        abort_share: plan.abort_share,
-        deadline_s: plan.deadline_s,
-      },
+      plan,
       this.options.maxTargets,
     ).catch(checkViolation);
+    return this.created(result);
+  }
+
+  /**
+   * A rollout of an RFC 7396 merge patch (design §3.9): merged here into each target's settings as the creation
+   * records them (its rollout assignment, else its registry settings: what a rollback gives back), each result
+   * checked as Device Settings and against one datagram for that device; a device whose result fails is skipped
+   * with the reason. The creation checks every base again under its lock; when a device changed in between it is
+   * undone (40001) and merged again.
+   */
+  private async createPatch(
+    selector: RolloutCreateRequest['selector'],
+    patch: Record<string, unknown>,
+    plan: RolloutPlan,
+  ): Promise<{
+    created: { rollout_id: string; targets: number; waves: number };
+    skipped: Pick<RolloutCreated, 'skipped' | 'skipped_devices'>;
+  }> {
+    const max = this.options.maxTargets;
+    for (let attempt = 1; ; attempt++) {
+      const bases = await readPatchBases(this.options.db, selector, max + 1);
+      if (bases.length === 0) throw new NoTargetsError();
+      if (bases.length > max)
+        throw new RolloutInvalidError(
+          '/selector',
+          `matches more than ${max} enabled devices; a rollout here targets at most ${max}`,
+        );
+      const merged = mergeEach(bases, patch, this.options.state);
+      try {
+        const result = await createPatchRollout(
+          this.options.createDb ?? this.options.db,
+          selector,
+          patch,
+          plan,
+          max,
+          merged.devices,
+          merged.doc,
+          merged.docs,
+        ).catch(checkViolation);
+        const created = this.created(result);
+        return {
+          created,
+          skipped: { skipped: result.skipped ?? 0, skipped_devices: merged.skipped.slice(0, NAMED) },
+        };
+      } catch (err) {
+        if (sqlState(err) !== '40001' || attempt >= PATCH_ATTEMPTS) throw err;
+      }
+    }
+  }
+
+  /** A creation function's answer, or the error it names. */
+  private created(result: CreateResult): { rollout_id: string; targets: number; waves: number } {
     if ('error' in result) {
       if (result.error === 'no_targets') throw new NoTargetsError();
       // One statement writes a row per target and must end within the statement timeout (design §3.9).
@@ -146,10 +248,7 @@ export class RolloutService {
       );
     }
     if ('conflict' in result) throw new RolloutOverlapError(result.conflict, result.devices);
-    // After the commit, in a statement of its own (migration 0021): a full NOTIFY queue cannot fail the creation.
-    await wakeRolloutReplicas(this.options.db, 'r', this.options.logger);
-    this.options.wake();
-    return result;
+    return { rollout_id: result.rollout_id, targets: result.targets, waves: result.waves };
   }
 
   /** Throws UnknownRolloutError. */
@@ -165,7 +264,7 @@ export class RolloutService {
     return {
       ...summary(row),
       selector: row.selector,
-      settings: row.settings,
+      ...(row.patch ? { settings_patch: row.settings } : { settings: row.settings }),
       plan: plan(row),
       totals,
       wave_counts: waves,
@@ -219,6 +318,68 @@ export class RolloutService {
     this.options.wake();
     return result;
   }
+}
+
+/**
+ * The patch merged into each device's base (RFC 7396 §2, domain/documents.ts), each distinct base merged and checked
+ * as Device Settings once; the size is checked per device (its id is in the document). Devices with equal results
+ * share one entry of `docs`.
+ */
+function mergeEach(
+  bases: readonly { device_id: string; base: string; base_md5: string }[],
+  patch: Record<string, unknown>,
+  state: Pick<GatewayState, 'prepareAssignment'>,
+): {
+  devices: string[];
+  doc: number[];
+  docs: PatchDocument[];
+  skipped: { device_id: string; reason: string }[];
+} {
+  const byBase = new Map<string, { settings: Settings; content: string } | { invalid: string }>();
+  const index = new Map<string, number>();
+  const out = { devices: [] as string[], doc: [] as number[], docs: [] as PatchDocument[], skipped: [] as { device_id: string; reason: string }[] };
+  for (const { device_id: deviceId, base, base_md5: baseMd5 } of bases) {
+    let result = byBase.get(baseMd5);
+    if (result === undefined) {
+      const settings = mergePatch(JSON.parse(base) as unknown, patch);
+      const checked = validateDeviceSettings(settings);
+      if (checked.ok) {
+        const prepared = prepareSettings(settings as Settings);
+        const content = contentHash(
+          settingsDocument(LONGEST_DEVICE_ID, 0, 'rollout', prepared.value, prepared),
+        );
+        result = { settings: prepared.value, content };
+      } else {
+        const why = checked.errors.map((e) => `${e.path || '/'} ${e.message}`).join('; ');
+        result = { invalid: `the patched settings are not valid Device Settings: ${why}` };
+      }
+      byBase.set(baseMd5, result);
+    }
+    let reason = 'invalid' in result ? result.invalid : undefined;
+    if (!('invalid' in result)) {
+      try {
+        state.prepareAssignment(deviceId, 'new', result.settings);
+      } catch (err) {
+        if (!(err instanceof DocumentTooLargeError)) throw err;
+        reason = `the patched settings do not fit one CoAP datagram: ${err.message}`;
+      }
+    }
+    const key = reason === undefined ? `${baseMd5} ok` : `${baseMd5} ${reason}`;
+    let i = index.get(key);
+    if (i === undefined) {
+      i = out.docs.length;
+      index.set(key, i);
+      out.docs.push(
+        reason === undefined && !('invalid' in result)
+          ? { base_md5: baseMd5, settings: result.settings, content: result.content }
+          : { base_md5: baseMd5, reason: 'patch_invalid', detail: reason ?? '' },
+      );
+    }
+    out.devices.push(deviceId);
+    out.doc.push(i);
+    if (reason !== undefined) out.skipped.push({ device_id: deviceId, reason });
+  }
+  return out;
 }
 
 /**

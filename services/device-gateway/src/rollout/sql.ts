@@ -41,6 +41,72 @@ export async function createRollout(
   return rows[0]!.r;
 }
 
+/** What a patch rollout's creation gives each device (rollout_create_patch, migration 0024). */
+export type PatchDocument =
+  | { base_md5: string; settings: unknown; content: string }
+  | { base_md5: string; reason: 'patch_invalid'; detail: string };
+
+/**
+ * A patch rollout's creation (migration 0024): `devices[i]` gets `docs[doc[i]]`, each checked against what the
+ * creation records as the device's settings before (by md5 of its text); a difference fails with 40001.
+ */
+export async function createPatchRollout(
+  db: Db,
+  selector: Record<string, unknown>,
+  patch: Record<string, unknown>,
+  plan: RolloutPlan,
+  maxTargets: number,
+  devices: string[],
+  doc: number[],
+  docs: PatchDocument[],
+): Promise<CreateResult & { skipped?: number }> {
+  const { rows } = await sql<{ r: CreateResult & { skipped?: number } }>`
+    SELECT device_gateway.rollout_create_patch(${JSON.stringify(selector)}::jsonb, ${JSON.stringify(patch)}::jsonb,
+      ${JSON.stringify(plan)}::jsonb, ${maxTargets}::integer, ${devices}::text[], ${doc}::integer[],
+      ${JSON.stringify(docs)}::jsonb) AS r`.execute(db);
+  return rows[0]!.r;
+}
+
+/** A device a patch rollout would target, with the settings the patch merges into (as rollout_create records them). */
+export interface PatchBase {
+  device_id: string;
+  /** JSON text of its rollout assignment's settings, else of its registry settings. */
+  base: string;
+  base_md5: string;
+}
+
+/** The enabled devices the selector matches (as rollout_create resolves them), at most `limit`, with their bases. */
+export async function readPatchBases(
+  db: Db,
+  selector: { site_ids?: readonly string[]; models?: readonly string[]; device_ids?: readonly string[] },
+  limit: number,
+): Promise<PatchBase[]> {
+  const sites = selector.site_ids ?? null;
+  const models = selector.models ?? null;
+  const ids = selector.device_ids ?? null;
+  const { rows } = await sql<PatchBase>`
+    SELECT r.device_id, coalesce(a.settings, r.desired_settings)::text AS base,
+           md5(coalesce(a.settings, r.desired_settings)::text) AS base_md5
+    FROM device_gateway.device_registry r
+    LEFT JOIN device_gateway.rollout_assignments a ON a.device_id = r.device_id AND a.settings IS NOT NULL
+    WHERE r.enabled
+      AND (${sites}::uuid[] IS NULL OR r.site_id = ANY (${sites}::uuid[]))
+      AND (${models}::text[] IS NULL OR r.model = ANY (${models}::text[]))
+      AND (${ids}::text[] IS NULL OR r.device_id = ANY (${ids}::text[]))
+    LIMIT ${limit}`.execute(db);
+  return rows;
+}
+
+/** Which of `deviceIds` the rollout targets. */
+export async function targetsAmong(db: Db, rolloutId: string, deviceIds: string[]): Promise<string[]> {
+  if (deviceIds.length === 0) return [];
+  const { rows } = await sql<{ device_id: string }>`
+    SELECT device_id FROM device_gateway.rollout_targets
+    WHERE rollout_id = ${rolloutId}::uuid AND device_id = ANY (${deviceIds}::text[])
+    ORDER BY device_id`.execute(db);
+  return rows.map((r) => r.device_id);
+}
+
 export type ControlResult =
   | { state: RolloutState; returned: number }
   | { error: 'unknown' }
@@ -124,6 +190,8 @@ export interface RolloutRow {
   rollout_id: string;
   seq: string;
   state: RolloutState;
+  /** `settings` is an RFC 7396 merge patch (migration 0024). */
+  patch: boolean;
   reason: string | null;
   aborted: boolean;
   selector: Record<string, unknown>;
@@ -142,7 +210,7 @@ export interface RolloutRow {
   updated_at: Date;
 }
 
-const ROLLOUT_COLUMNS = sql`rollout_id::text AS rollout_id, seq::text AS seq, state, reason, aborted, selector,
+const ROLLOUT_COLUMNS = sql`rollout_id::text AS rollout_id, seq::text AS seq, state, patch, reason, aborted, selector,
   settings, first_wave_count, first_wave_percent, growth_factor, max_per_minute, success_share, abort_share,
   deadline_s, targets, waves, current_wave, created_at, updated_at`;
 
