@@ -19,12 +19,13 @@ enterprise OWNER <migrator> ACL <migrator>:CREATE,<migrator>:USAGE,enterprise_ap
 enterprise_api OWNER <migrator> ACL <migrator>:CREATE,<migrator>:USAGE,enterprise_api_role:USAGE,enterprise_authz:USAGE,enterprise_media_ingest:USAGE,enterprise_portal_role:USAGE COMMENT Read surface served by PostgREST (views, security_invoker) and the access functions shared with the workflow service.
 postgrest OWNER <migrator> ACL <migrator>:CREATE,<migrator>:USAGE,authenticator:USAGE,enterprise_portal_role:USAGE COMMENT Functions PostgREST calls around requests (db-pre-request, db-pre-config); not exposed as an API schema.
 
--- tables and views (22)
+-- tables and views (23)
 r enterprise.assets RLS true FORCE true OWNER <migrator> OPTIONS - ACL <migrator>:DELETE,<migrator>:INSERT,<migrator>:MAINTAIN,<migrator>:REFERENCES,<migrator>:SELECT,<migrator>:TRIGGER,<migrator>:TRUNCATE,<migrator>:UPDATE,enterprise_api_role:SELECT,enterprise_portal_role:SELECT COMMENT Property equipment at a site (chillers, panels, lifts ...).
 r enterprise.companies RLS true FORCE true OWNER <migrator> OPTIONS - ACL <migrator>:DELETE,<migrator>:INSERT,<migrator>:MAINTAIN,<migrator>:REFERENCES,<migrator>:SELECT,<migrator>:TRIGGER,<migrator>:TRUNCATE,<migrator>:UPDATE,enterprise_portal_role:SELECT COMMENT Client organisations (tenants) whose facilities are managed.
 r enterprise.decision_idempotency_keys RLS true FORCE true OWNER <migrator> OPTIONS - ACL <migrator>:DELETE,<migrator>:INSERT,<migrator>:MAINTAIN,<migrator>:REFERENCES,<migrator>:SELECT,<migrator>:TRIGGER,<migrator>:TRUNCATE,<migrator>:UPDATE,enterprise_api_role:DELETE,enterprise_api_role:SELECT COMMENT Idempotency-Key replay store for decisions: a retried request with the same key from the same caller gets the stored response.
 r enterprise.maintenance_schedules RLS true FORCE true OWNER <migrator> OPTIONS - ACL <migrator>:DELETE,<migrator>:INSERT,<migrator>:MAINTAIN,<migrator>:REFERENCES,<migrator>:SELECT,<migrator>:TRIGGER,<migrator>:TRUNCATE,<migrator>:UPDATE,enterprise_portal_role:SELECT COMMENT Planned preventive maintenance at a site.
 r enterprise.media_items RLS true FORCE true OWNER <migrator> OPTIONS - ACL <migrator>:DELETE,<migrator>:INSERT,<migrator>:MAINTAIN,<migrator>:REFERENCES,<migrator>:SELECT,<migrator>:TRIGGER,<migrator>:TRUNCATE,<migrator>:UPDATE,enterprise_api_role:SELECT COMMENT Photos and videos uploaded from site visits, stored in object storage.
+r enterprise.multipart_gates RLS true FORCE true OWNER <migrator> OPTIONS - ACL <migrator>:DELETE,<migrator>:INSERT,<migrator>:MAINTAIN,<migrator>:REFERENCES,<migrator>:SELECT,<migrator>:TRIGGER,<migrator>:TRUNCATE,<migrator>:UPDATE,enterprise_api_role:INSERT,enterprise_api_role:SELECT COMMENT One row per uploader (uploader:<sub>) and per site (site:<id>); an intent in parts locks its two rows (INSERT ... ON CONFLICT DO UPDATE) while it counts the open uploads it is capped by. Only the workflow may write or lock them.
 r enterprise.postgrest_settings RLS true FORCE true OWNER <migrator> OPTIONS - ACL <migrator>:DELETE,<migrator>:INSERT,<migrator>:MAINTAIN,<migrator>:REFERENCES,<migrator>:SELECT,<migrator>:TRIGGER,<migrator>:TRUNCATE,<migrator>:UPDATE,enterprise_authz:SELECT COMMENT PostgREST authentication settings (one row): the expected issuer and client, and the identity provider's JWKS served to PostgREST by postgrest.pre_config(). Empty means every token is refused.
 r enterprise.principal_sites RLS true FORCE true OWNER <migrator> OPTIONS - ACL <migrator>:DELETE,<migrator>:INSERT,<migrator>:MAINTAIN,<migrator>:REFERENCES,<migrator>:SELECT,<migrator>:TRIGGER,<migrator>:TRUNCATE,<migrator>:UPDATE,enterprise_authz:SELECT COMMENT Access map, part 2: single sites granted to a principal; the composite keys keep every granted site inside the principal's company.
 r enterprise.principals RLS true FORCE true OWNER <migrator> OPTIONS - ACL <migrator>:DELETE,<migrator>:INSERT,<migrator>:MAINTAIN,<migrator>:REFERENCES,<migrator>:SELECT,<migrator>:TRIGGER,<migrator>:TRUNCATE,<migrator>:UPDATE,enterprise_authz:SELECT COMMENT Access map, part 1: a portal user (identity provider subject) belongs to exactly one company and sees either all its sites or the sites listed in principal_sites.
@@ -43,7 +44,7 @@ v enterprise_api.walkthrough_logs RLS false FORCE false OWNER <migrator> OPTIONS
 v enterprise_api.work_item_decisions RLS false FORCE false OWNER <migrator> OPTIONS {security_invoker=true} ACL <migrator>:DELETE,<migrator>:INSERT,<migrator>:MAINTAIN,<migrator>:REFERENCES,<migrator>:SELECT,<migrator>:TRIGGER,<migrator>:TRUNCATE,<migrator>:UPDATE,enterprise_portal_role:SELECT COMMENT Decision history of the work items at the caller's sites: who decided what and when; decide through the workflow service.
 v enterprise_api.work_items RLS false FORCE false OWNER <migrator> OPTIONS {security_invoker=true} ACL <migrator>:DELETE,<migrator>:INSERT,<migrator>:MAINTAIN,<migrator>:REFERENCES,<migrator>:SELECT,<migrator>:TRIGGER,<migrator>:TRUNCATE,<migrator>:UPDATE,enterprise_portal_role:SELECT COMMENT Recommended repairs at the caller's sites; decide them through the workflow service.
 
--- columns (258)
+-- columns (259)
 enterprise.assets.category text NOT NULL COMMENT Trade category.
 enterprise.assets.company_id uuid NOT NULL COMMENT Tenant; always the site's company (set by trigger, enforced by foreign key).
 enterprise.assets.condition text NOT NULL DEFAULT 'good'::text COMMENT Condition from the latest inspection.
@@ -109,6 +110,7 @@ enterprise.media_items.uploaded_at timestamp with time zone ACL enterprise_media
 enterprise.media_items.uploaded_by text NOT NULL ACL enterprise_api_role:INSERT,enterprise_portal_role:SELECT COMMENT JWT "sub" of the user who created the upload intent.
 enterprise.media_items.walkthrough_id uuid ACL enterprise_api_role:INSERT,enterprise_portal_role:SELECT COMMENT Linked walkthrough, if any (same site).
 enterprise.media_items.work_item_id uuid ACL enterprise_api_role:INSERT,enterprise_portal_role:SELECT COMMENT Linked work item, if any (same site).
+enterprise.multipart_gates.gate text NOT NULL ACL enterprise_api_role:UPDATE COMMENT -
 enterprise.postgrest_settings.jwks jsonb NOT NULL COMMENT JSON Web Key Set of the issuer (public keys only).
 enterprise.postgrest_settings.jwt_client_id text NOT NULL COMMENT Expected "azp" (Keycloak client id), e.g. platform-enterprise-web.
 enterprise.postgrest_settings.jwt_issuer text NOT NULL COMMENT Expected "iss", e.g. https://keycloak.example/realms/platform.
@@ -303,7 +305,7 @@ enterprise_api.work_items.title text COMMENT -
 enterprise_api.work_items.updated_at timestamp with time zone COMMENT -
 enterprise_api.work_items.walkthrough_id uuid COMMENT -
 
--- constraints (205)
+-- constraints (208)
 enterprise.assets assets_category_check CHECK ((category = ANY (ARRAY['hvac'::text, 'electrical'::text, 'plumbing'::text, 'fire_safety'::text, 'elevator'::text, 'roofing'::text, 'security'::text, 'lighting'::text, 'structural'::text, 'other'::text])))
 enterprise.assets assets_category_not_null NOT NULL category
 enterprise.assets assets_company_id_not_null NOT NULL company_id
@@ -386,6 +388,9 @@ enterprise.media_items media_items_updated_at_not_null NOT NULL updated_at
 enterprise.media_items media_items_uploaded_by_not_null NOT NULL uploaded_by
 enterprise.media_items media_items_walkthrough_id_site_id_fkey FOREIGN KEY (walkthrough_id, site_id) REFERENCES enterprise.walkthrough_logs(id, site_id)
 enterprise.media_items media_items_work_item_id_site_id_fkey FOREIGN KEY (work_item_id, site_id) REFERENCES enterprise.work_items(id, site_id)
+enterprise.multipart_gates multipart_gates_gate_check CHECK (((gate ~ '^(uploader|site):'::text) AND (octet_length(gate) <= 300)))
+enterprise.multipart_gates multipart_gates_gate_not_null NOT NULL gate
+enterprise.multipart_gates multipart_gates_pkey PRIMARY KEY (gate)
 enterprise.postgrest_settings postgrest_settings_jwks_check CHECK ((jsonb_typeof((jwks -> 'keys'::text)) = 'array'::text))
 enterprise.postgrest_settings postgrest_settings_jwks_not_null NOT NULL jwks
 enterprise.postgrest_settings postgrest_settings_jwt_client_id_not_null NOT NULL jwt_client_id
@@ -510,7 +515,7 @@ enterprise.work_items work_items_title_not_null NOT NULL title
 enterprise.work_items work_items_updated_at_not_null NOT NULL updated_at
 enterprise.work_items work_items_walkthrough_id_site_id_fkey FOREIGN KEY (walkthrough_id, site_id) REFERENCES enterprise.walkthrough_logs(id, site_id)
 
--- indexes (50)
+-- indexes (51)
 CREATE INDEX assets_tenant_idx ON enterprise.assets USING btree (company_id, site_id, name)
 CREATE INDEX decision_idempotency_keys_created_idx ON enterprise.decision_idempotency_keys USING btree (created_at)
 CREATE INDEX decision_idempotency_keys_item_idx ON enterprise.decision_idempotency_keys USING btree (work_item_id)
@@ -548,6 +553,7 @@ CREATE UNIQUE INDEX decision_idempotency_keys_pkey ON enterprise.decision_idempo
 CREATE UNIQUE INDEX maintenance_schedules_pkey ON enterprise.maintenance_schedules USING btree (id)
 CREATE UNIQUE INDEX media_items_object_key_key ON enterprise.media_items USING btree (object_key)
 CREATE UNIQUE INDEX media_items_pkey ON enterprise.media_items USING btree (id)
+CREATE UNIQUE INDEX multipart_gates_pkey ON enterprise.multipart_gates USING btree (gate)
 CREATE UNIQUE INDEX postgrest_settings_pkey ON enterprise.postgrest_settings USING btree (singleton)
 CREATE UNIQUE INDEX principal_sites_pkey ON enterprise.principal_sites USING btree (sub, site_id)
 CREATE UNIQUE INDEX principals_pkey ON enterprise.principals USING btree (sub)
@@ -574,7 +580,7 @@ CREATE TRIGGER walkthrough_logs_company BEFORE INSERT OR UPDATE OF site_id, comp
 CREATE TRIGGER work_item_decisions_company BEFORE INSERT OR UPDATE OF site_id, company_id ON enterprise.work_item_decisions FOR EACH ROW EXECUTE FUNCTION enterprise.set_company_from_site()
 CREATE TRIGGER work_items_company BEFORE INSERT OR UPDATE OF site_id, company_id ON enterprise.work_items FOR EACH ROW EXECUTE FUNCTION enterprise.set_company_from_site()
 
--- row-level security policies (33)
+-- row-level security policies (34)
 enterprise.assets api_reads_assets PERMISSIVE SELECT TO enterprise_api_role USING ((company_id = ( SELECT COALESCE((NULLIF(current_setting('enterprise.company_hint'::text, true), ''::text))::uuid, enterprise_api.authorized_company_id()) AS "coalesce")) AND (site_id = ANY (( SELECT
         CASE
             WHEN (current_setting('enterprise.company_hint'::text, true) = '00000000-0000-0000-0000-000000000000'::text) THEN '{}'::uuid[]
@@ -662,6 +668,8 @@ enterprise.media_items portal_reads_media_items PERMISSIVE SELECT TO enterprise_
             WHEN (current_setting('enterprise.company_hint'::text, true) = '00000000-0000-0000-0000-000000000000'::text) THEN '{}'::uuid[]
             ELSE enterprise_api.authorized_site_ids()
         END AS authorized_site_ids)::uuid[]))) WITH CHECK -
+
+enterprise.multipart_gates api_locks_gates PERMISSIVE ALL TO enterprise_api_role USING true WITH CHECK true
 
 enterprise.postgrest_settings authz_reads_postgrest_settings PERMISSIVE SELECT TO enterprise_authz USING true WITH CHECK -
 

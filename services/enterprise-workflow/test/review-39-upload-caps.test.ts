@@ -2,8 +2,10 @@
 // in about a second (each holds parts in the store and an entry in the listing the sweep reads). Now a user and a
 // site may each have only so many open (pending, intent not expired; design §4.4): a further intent in parts is
 // 409 `too_many_open_uploads` as problem+json, documented in the API document. Real PostgreSQL and s3rver.
-import { demoSites } from '@platform/enterprise-db';
+import { demoSites, devRolePasswords } from '@platform/enterprise-db';
+import { decodeJwt } from 'jose';
 import { sql } from 'kysely';
+import pg from 'pg';
 import request from 'supertest';
 import { startHarness } from './support/harness.js';
 import type { Harness } from './support/harness.js';
@@ -98,4 +100,46 @@ it('holds the cap against concurrent intents', async () => {
     SELECT count(*)::int AS n FROM enterprise.media_items
     WHERE site_id = ${tower}::uuid AND status = 'pending_upload' AND part_count IS NOT NULL`.execute(h.admin);
   expect(rows[0]?.n).toBe(3);
+});
+
+it('serialises intents on rows no other login can lock (it used advisory keys any login could hold)', async () => {
+  // PostgREST's login has CONNECT on the platform's database. Before enterprise migration 0016 it could hold the
+  // advisory key an intent in parts of Bob waited for, and every such intent of his waited for the deadline.
+  // The tests above left the caps full: their intents expire.
+  await sql`UPDATE enterprise.media_items SET upload_expires_at = now() - interval '1 second'
+    WHERE status = 'pending_upload'`.execute(h.admin);
+  const { sub } = decodeJwt(bob) as { sub: string };
+  const url = new URL(h.database.url);
+  url.username = 'authenticator';
+  url.password = devRolePasswords.authenticator;
+  const stranger = new pg.Client({ connectionString: url.toString() });
+  await stranger.connect();
+  try {
+    await stranger.query(`SELECT pg_advisory_lock(hashtextextended($1, 0))`, [
+      `multipart-open-uploader:${sub}`,
+    ]);
+    await stranger.query(`SELECT pg_advisory_lock(hashtextextended($1, 0))`, [
+      `multipart-open-site:${tower}`,
+    ]);
+    let timer: NodeJS.Timeout | undefined;
+    const stalled = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => reject(new Error('the intent waited for the stranger')), 5000);
+    });
+    try {
+      const res = await Promise.race([intent(bob, hq), stalled]);
+      expect(res.status).toBe(201);
+    } finally {
+      clearTimeout(timer);
+    }
+    // And the rows themselves are out of its reach.
+    await stranger.query('BEGIN');
+    await expect(
+      stranger.query(`SELECT gate FROM enterprise.multipart_gates WHERE gate = $1 FOR UPDATE`, [
+        `uploader:${sub}`,
+      ]),
+    ).rejects.toThrow(/permission denied/);
+    await stranger.query('ROLLBACK');
+  } finally {
+    await stranger.end();
+  }
 });

@@ -15,6 +15,7 @@ import { multipartOwnershipMigration } from './0011-multipart-ownership-in-the-d
 import { connectGrantsMigration } from './0012-connect-grants.js';
 import { sweepProgressMigration } from './0013-sweep-progress.js';
 import { connectionLimitsMigration } from './0014-connection-limits.js';
+import { multipartGatesMigration } from './0016-multipart-gates.js';
 
 /**
  * The enterprise schema, roles, RLS and read surface; its own migration table. The logins' passwords
@@ -40,6 +41,7 @@ export function enterpriseMigrationsWith(passwords: RolePasswords): MigrationSet
       '0012_connect_grants': connectGrantsMigration,
       '0013_sweep_progress': sweepProgressMigration,
       '0014_connection_limits': connectionLimitsMigration,
+      '0016_multipart_gates': multipartGatesMigration,
     },
   };
 }

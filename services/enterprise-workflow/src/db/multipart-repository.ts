@@ -196,20 +196,20 @@ export async function unclaimedUploads(
  * How many uploads in parts are open (pending, planned or started, intent not expired) for `uploadedBy` (at the
  * sites the caller may see) and at `siteId`, after taking the transaction-scoped locks that serialise intents in
  * parts of one uploader and of one site: the count is then the one this transaction's insert adds to, so racing
- * intents cannot all pass a cap at once. Locks are taken uploader first, then site, in every transaction, so two
- * intents never wait on each other in a cycle. Counted on the partial indexes of migration 0013.
+ * intents cannot all pass a cap at once. The locks are the uploader's and the site's rows of
+ * `enterprise.multipart_gates`, taken uploader first, then site, in every transaction, so two intents never wait on
+ * each other in a cycle; unlike advisory locks, no other login can hold them. Counted on the partial indexes of migration 0013.
  */
 export async function lockAndCountOpenUploads(
   db: Executor,
   uploadedBy: string,
   siteId: string,
 ): Promise<{ byUploader: number; atSite: number }> {
-  await sql`SELECT pg_advisory_xact_lock(hashtextextended(${`multipart-open-uploader:${uploadedBy}`}, 0))`.execute(
-    db,
-  );
-  await sql`SELECT pg_advisory_xact_lock(hashtextextended(${`multipart-open-site:${siteId}`}, 0))`.execute(
-    db,
-  );
+  // Row locks on the workflow's own table (enterprise migration 0016), which no other login may write or lock.
+  for (const gate of [`uploader:${uploadedBy}`, `site:${siteId}`]) {
+    await sql`INSERT INTO enterprise.multipart_gates AS g (gate) VALUES (${gate})
+      ON CONFLICT (gate) DO UPDATE SET gate = g.gate`.execute(db);
+  }
   const { rows } = await sql<{ by_uploader: number; at_site: number }>`
     SELECT
       (SELECT count(*)::integer FROM enterprise.media_items
