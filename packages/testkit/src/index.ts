@@ -13,13 +13,15 @@ export { OBJECT_STORE_KINDS, startObjectStore } from './object-store.js';
 export type { ObjectStoreKind, StartObjectStoreOptions } from './object-store.js';
 export { isPresigned, signedHeaders, verifyPresigned } from './sigv4.js';
 export type { PresignedRequest, SigningCredentials, UrlVerdict } from './sigv4.js';
-export { demoUsers, openDevSigner, startIssuer } from './issuer.js';
+export { demoUsers, OPERATIONS_CLIENT, openDevSigner, opsClaims, opsUsers, startIssuer } from './issuer.js';
 export type {
   Claims,
   DemoUser,
   DevSigner,
   DemoUserProfile,
   Issuer,
+  OpsUser,
+  OpsUserProfile,
   SigningAlg,
   SignOptions,
   StartIssuerOptions,

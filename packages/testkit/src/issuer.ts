@@ -5,7 +5,7 @@ import { chmod, mkdir, readFile, writeFile } from 'node:fs/promises';
 import { dirname } from 'node:path';
 import { exportJWK, exportSPKI, generateKeyPair, importJWK, SignJWT, UnsecuredJWT } from 'jose';
 import type { CryptoKey, JWK } from 'jose';
-import { demoUserSubs } from '@platform/enterprise-db';
+import { demoCompanies, demoSites, demoUserSubs } from '@platform/enterprise-db';
 import type { DemoUser } from '@platform/enterprise-db';
 
 export type { DemoUser } from '@platform/enterprise-db';
@@ -26,6 +26,69 @@ export const demoUsers: Readonly<Record<DemoUser, DemoUserProfile>> = Object.fre
   carol: { sub: demoUserSubs.carol, username: 'carol', email: 'carol@borealis.example', name: 'Carol Chen' },
   dave: { sub: demoUserSubs.dave, username: 'dave', email: 'dave@example.com', name: 'Dave Doe' },
 });
+
+/** The operations client of the platform realm: the device gateway accepts its tokens on /api (issue 42 §2). */
+export const OPERATIONS_CLIENT = 'platform-operations';
+
+export interface OpsUserProfile {
+  sub: string;
+  username: string;
+  name: string;
+  /** The operations client's role (`resource_access.platform-operations.roles`). */
+  role: 'viewer' | 'operator' | 'admin';
+  /** `fleet_sites` (null: not limited by site). */
+  sites: readonly string[] | null;
+  /** `fleet_companies` (null: not limited by company). */
+  companies: readonly string[] | null;
+}
+
+/**
+ * The realm's demo operations people (deploy/keycloak/platform-realm.json has the same): an unscoped admin, an
+ * operator of Acme HQ only (a contractor), and a viewer of Borealis Estates' sites.
+ */
+export const opsUsers = Object.freeze({
+  olga: {
+    sub: '0b0a11ce-0000-4000-8000-0000000001a0',
+    username: 'olga',
+    name: 'Olga Ops',
+    role: 'admin',
+    sites: null,
+    companies: null,
+  },
+  oscar: {
+    sub: '0b0a11ce-0000-4000-8000-0000000005ca',
+    username: 'oscar',
+    name: 'Oscar Contractor',
+    role: 'operator',
+    sites: [demoSites.acmeHq.id],
+    companies: null,
+  },
+  vera: {
+    sub: '0b0a11ce-0000-4000-8000-00000000fe4a',
+    username: 'vera',
+    name: 'Vera Viewer',
+    role: 'viewer',
+    sites: null,
+    companies: [demoCompanies.borealis.id],
+  },
+} as const satisfies Record<string, OpsUserProfile>);
+
+export type OpsUser = keyof typeof opsUsers;
+
+/** The claims of an operations token: the client's role and the fleet scope, as the realm's mappers write them. */
+export function opsClaims(profile: OpsUserProfile): Claims {
+  return {
+    sub: profile.sub,
+    preferred_username: profile.username,
+    name: profile.name,
+    aud: OPERATIONS_CLIENT,
+    azp: OPERATIONS_CLIENT,
+    role: undefined,
+    resource_access: { [OPERATIONS_CLIENT]: { roles: [profile.role] } },
+    ...(profile.sites === null ? {} : { fleet_sites: [...profile.sites] }),
+    ...(profile.companies === null ? {} : { fleet_companies: [...profile.companies] }),
+  };
+}
 
 export interface StartIssuerOptions {
   /** TCP port on `host`. Default: any free port. */
@@ -83,6 +146,8 @@ export interface Issuer {
   signUnsafe(kind: UnsafeKind, claims?: Claims): Promise<string>;
   /** A token for a seeded demo user (sub, preferred_username, email, name) plus `extra` claims. */
   demoToken(user: DemoUser, extra?: Claims, options?: SignOptions): Promise<string>;
+  /** An operations token (client platform-operations) for a demo operations user, plus `extra` claims. */
+  opsToken(user: OpsUser, extra?: Claims, options?: SignOptions): Promise<string>;
   /** Publishes a new key (key rotation); returns its kid. */
   addKey(alg?: SigningAlg): Promise<string>;
   /** Withdraws a key from the JWKS; tokens it signed no longer verify after a refresh. */
@@ -196,12 +261,15 @@ function tokenSigner(keys: SigningKey[], issuerUrl: string, clientId: string) {
       signOptions,
     );
   };
-  return { payloadFor, keyFor, signWith, sign, demoToken };
+  const opsToken = (user: OpsUser, extra: Claims = {}, signOptions: SignOptions = {}): Promise<string> =>
+    sign({ ...opsClaims(opsUsers[user]), ...extra }, signOptions);
+  return { payloadFor, keyFor, signWith, sign, demoToken, opsToken };
 }
 
 export interface DevSigner {
   sign(claims?: Claims, options?: SignOptions): Promise<string>;
   demoToken(user: DemoUser, extra?: Claims, options?: SignOptions): Promise<string>;
+  opsToken(user: OpsUser, extra?: Claims, options?: SignOptions): Promise<string>;
 }
 
 /**
@@ -213,12 +281,12 @@ export async function openDevSigner(options: {
   issuerUrl: string;
   clientId?: string;
 }): Promise<DevSigner> {
-  const { sign, demoToken } = tokenSigner(
+  const { sign, demoToken, opsToken } = tokenSigner(
     await initialKeys(options.keyStore),
     options.issuerUrl,
     options.clientId ?? 'platform-enterprise-web',
   );
-  return { sign, demoToken };
+  return { sign, demoToken, opsToken };
 }
 
 /**
@@ -277,7 +345,7 @@ export async function startIssuer(options: StartIssuerOptions = {}): Promise<Iss
   const { port } = server.address() as AddressInfo;
   issuerUrl = `http://${host}:${port}/realms/${realm}`;
 
-  const { payloadFor, keyFor, signWith, sign, demoToken } = tokenSigner(keys, issuerUrl, clientId);
+  const { payloadFor, keyFor, signWith, sign, demoToken, opsToken } = tokenSigner(keys, issuerUrl, clientId);
 
   return {
     issuerUrl,
@@ -310,6 +378,7 @@ export async function startIssuer(options: StartIssuerOptions = {}): Promise<Iss
       }
     },
     demoToken,
+    opsToken,
     async addKey(alg = 'RS256') {
       const key = await createSigningKey(alg);
       keys.push(key);

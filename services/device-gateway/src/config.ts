@@ -53,6 +53,8 @@ export const gatewayConfigSchema = {
     GATEWAY_OIDC_MAX_TOKEN_LIFETIME_S: { type: 'integer', minimum: 60, maximum: 86400, default: 3600 },
     /** Deadline of one JWKS fetch (ms); a request waiting on it gets 503 past it. */
     GATEWAY_OIDC_JWKS_TIMEOUT_MS: { type: 'integer', minimum: 100, maximum: 60000, default: 5000 },
+    /** A token under an unknown `kid` refetches the JWKS (a rotation) at most this often (ms). */
+    GATEWAY_OIDC_JWKS_COOLDOWN_MS: { type: 'integer', minimum: 0, maximum: 600000, default: 30000 },
     LOG_LEVEL: { type: 'string', enum: LOG_LEVELS, default: 'info' },
     DB_POOL_MAX: { type: 'integer', minimum: 1, maximum: 50, default: 4 },
     /** Server-side bound on one statement (`statement_timeout`), ms. A 100,000-device reload reads in ~0.5 s. */
@@ -218,6 +220,7 @@ export function loadGatewayConfig(env: Record<string, string | undefined> = proc
             clockToleranceS: raw.GATEWAY_OIDC_CLOCK_TOLERANCE_S,
             maxTokenLifetimeS: raw.GATEWAY_OIDC_MAX_TOKEN_LIFETIME_S,
             jwksTimeoutMs: raw.GATEWAY_OIDC_JWKS_TIMEOUT_MS,
+            jwksCooldownMs: raw.GATEWAY_OIDC_JWKS_COOLDOWN_MS,
           },
     database: { url: raw.DATABASE_URL, poolMax: raw.DB_POOL_MAX, ...databaseDeadlines(raw) },
     coap: {

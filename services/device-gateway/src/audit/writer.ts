@@ -78,7 +78,12 @@ export const audit = {
   rolloutCreated: (
     db: Db,
     o: AuditOrigin,
-    what: { rolloutId: string; siteIds: readonly string[]; targets: number; selector: Record<string, unknown> },
+    what: {
+      rolloutId: string;
+      siteIds: readonly string[];
+      targets: number;
+      selector: Record<string, unknown>;
+    },
   ) =>
     recordAudit(
       db,

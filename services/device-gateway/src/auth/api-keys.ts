@@ -6,7 +6,14 @@
 //   3f9c…
 //   name=ci-deployer role=operator sites=5e000000-0000-4000-8000-000000000a01 key=8a1d…
 //   name=borealis-bms role=viewer companies=c0000000-0000-4000-8000-0000000b0ea1 key=77e0…
-import { createHash, createHmac, createSecretKey, randomBytes, timingSafeEqual, type KeyObject } from 'node:crypto';
+import {
+  createHash,
+  createHmac,
+  createSecretKey,
+  randomBytes,
+  timingSafeEqual,
+  type KeyObject,
+} from 'node:crypto';
 import { countNonBearerSecrets, SecretSet } from '@platform/service-kit';
 import { ANONYMOUS_KEY, isRole, Principal, ROLES, type Role } from './principal.js';
 
@@ -81,9 +88,12 @@ function namedLine(text: string, line: number): NamedKeySpec {
   }
   const name = fields.get('name') ?? '';
   if (!KEY_NAME.test(name))
-    throw new KeyFileError(`line ${line}: name must be 1-64 of a-z 0-9 . _ - (starting with a letter or digit)`);
+    throw new KeyFileError(
+      `line ${line}: name must be 1-64 of a-z 0-9 . _ - (starting with a letter or digit)`,
+    );
   const role = fields.get('role');
-  if (!isRole(role)) throw new KeyFileError(`line ${line} (${name}): role must be one of ${ROLES.join(', ')}`);
+  if (!isRole(role))
+    throw new KeyFileError(`line ${line} (${name}): role must be one of ${ROLES.join(', ')}`);
   const key = fields.get('key');
   if (key === undefined || key === '') throw new KeyFileError(`line ${line} (${name}): key= is missing`);
   if (countNonBearerSecrets([key]) > 0)

@@ -112,7 +112,7 @@ export class Principal {
    * `<column> = ANY(<its site ids>::uuid[])` (an index condition; an empty list matches nothing). `column` is
    * the caller's SQL (e.g. sql.ref('r.site_id')), never text from a request.
    */
-  siteCondition(column: RawBuilder<unknown> | ReturnType<typeof sql.ref>, catalogue: SiteCatalogue) {
+  siteCondition(column: RawBuilder<unknown>, catalogue: SiteCatalogue) {
     const ids = this.siteIds(catalogue);
     return ids === null ? sql<boolean>`TRUE` : sql<boolean>`${column} = ANY(${ids}::uuid[])`;
   }

@@ -5,7 +5,12 @@
 //   operator, admin; none of them is 403;
 // - the scope: `fleet_sites` and `fleet_companies` (user attributes the realm's mappers put in the token, arrays of
 //   uuids); neither present is the whole fleet. A malformed scope is 401: the token is refused, never widened.
-import { createJwtVerifier, keycloakJwksUrl, type JwtVerifier, type VerifiedClaims } from '@platform/service-kit';
+import {
+  createJwtVerifier,
+  keycloakJwksUrl,
+  type JwtVerifier,
+  type VerifiedClaims,
+} from '@platform/service-kit';
 import { isUuid } from '@platform/contracts';
 import { Principal, ROLES, type Role } from './principal.js';
 
@@ -30,7 +35,7 @@ function scopeClaim(value: unknown): string[] | null | 'invalid' {
   if (value === undefined || value === null) return null;
   const list = typeof value === 'string' ? [value] : value;
   if (!Array.isArray(list) || list.length > MAX_SCOPE_ENTRIES || !list.every(isUuid)) return 'invalid';
-  return (list as string[]).map((id) => id.toLowerCase());
+  return (list).map((id) => id.toLowerCase());
 }
 
 /** The highest fleet role among the operations client's roles, or undefined. */

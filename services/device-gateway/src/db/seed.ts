@@ -2,13 +2,15 @@ import type { Kysely } from 'kysely';
 import type { GatewayDatabase } from './tables.js';
 
 /**
- * Site ids of the demo data set. They are fixed so the enterprise seed can use the same ids for its
- * Acme Facilities and Borealis Estates sites (the gateway does not import the enterprise schema).
+ * Site ids of the demo data set: the portal's (packages/enterprise-db demo.ts `demoSites`), so one set of ids
+ * works across the README, the banner, the portal and the gateway (issue 42 §1). Written out rather than
+ * imported: the gateway does not depend on the enterprise schema's package; test/people-sites.test.ts checks
+ * that they are the portal's. On a platform database a device at any other site is refused at load.
  */
 export const demoSites = {
-  acmeHq: 'a1000000-0000-4000-8000-000000000001',
-  acmeWarehouse: 'a1000000-0000-4000-8000-000000000002',
-  borealisTower: 'b2000000-0000-4000-8000-000000000001',
+  acmeHq: '5e000000-0000-4000-8000-000000000a01',
+  acmeWarehouse: '5e000000-0000-4000-8000-000000000a02',
+  borealisTower: '5e000000-0000-4000-8000-000000000b01',
 } as const;
 
 const demoDevices = [

@@ -25,7 +25,9 @@ const PRINCIPAL = 'principal';
 function challenge(error?: 'invalid_token'): Record<string, string> {
   return {
     'WWW-Authenticate':
-      error === undefined ? 'Bearer realm="device-gateway"' : 'Bearer realm="device-gateway", error="invalid_token"',
+      error === undefined
+        ? 'Bearer realm="device-gateway"'
+        : 'Bearer realm="device-gateway", error="invalid_token"',
   };
 }
 
@@ -47,7 +49,8 @@ async function authenticate(req: Request, deps: AuthDeps): Promise<Principal> {
   const byKey =
     keys instanceof GatewayKeys ? keys.identify(presented) : keys.has(presented) ? ANONYMOUS_KEY : undefined;
   if (byKey !== undefined) return byKey;
-  if (deps.tokens === undefined || !looksLikeJwt(presented)) throw unauthorized('The API key is not valid.', 'invalid_token');
+  if (deps.tokens === undefined || !looksLikeJwt(presented))
+    throw unauthorized('The API key is not valid.', 'invalid_token');
   const result = await deps.tokens.verify(presented);
   if (result.ok) return result.user;
   switch (result.reason) {

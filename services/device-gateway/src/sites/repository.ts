@@ -4,7 +4,8 @@ import { SiteCatalogue } from './catalogue.js';
 
 /**
  * The platform's sites (migration 0028), read in the registry reload's transaction so the registry is checked
- * against the sites of the same snapshot. `platform` is whether the enterprise schema exists in this database.
+ * against the sites of the same snapshot. `platform` is whether enterprise.sites exists in this database, read from
+ * the catalog (to_regclass would need USAGE on the enterprise schema, which the login does not have).
  */
 export async function loadSites(
   db: Kysely<GatewayDatabase>,
@@ -16,7 +17,9 @@ export async function loadSites(
     name: string | null;
     timezone: string | null;
   }>`
-    SELECT to_regclass('enterprise.sites') IS NOT NULL AS platform, s.site_id, s.company_id, s.name, s.timezone
+    SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+                   WHERE n.nspname = 'enterprise' AND c.relname = 'sites') AS platform,
+           s.site_id, s.company_id, s.name, s.timezone
     FROM (SELECT 1) AS one LEFT JOIN device_gateway.platform_sites() s ON true`.execute(db);
   const platform = rows[0]?.platform ?? false;
   const sites = rows.flatMap((r) =>

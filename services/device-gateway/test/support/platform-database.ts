@@ -2,7 +2,7 @@
 // gateway's alone, the devices seeded, logins of no standing (a stranger with CONNECT only, a nobody with no
 // grant at all), and the NOTIFY queue filler that pins the cluster's one queue full.
 import { randomBytes } from 'node:crypto';
-import { enterpriseMigrations } from '@platform/enterprise-db';
+import { enterpriseMigrations, seedEnterprise } from '@platform/enterprise-db';
 import { createDb } from '@platform/service-kit';
 import { createTestDatabase, startPostgres, type PostgresServer, type TestDatabase } from '@platform/testkit';
 import { sql, type Kysely } from 'kysely';
@@ -70,6 +70,8 @@ export async function startPlatformDatabase(
     adminUrl: server.url,
   });
   const owner = createDb<GatewayDatabase>(database.url, { max: 2, logger: { warn: () => undefined } });
+  // The portal's sites first: on a platform database a device at a site it does not know is refused at load.
+  if (!options.gatewayOnly) await seedEnterprise(owner);
   await seedDevices(owner);
   if (options.stranger)
     await sql
