@@ -23,11 +23,10 @@ import { deliveryDatabaseClockMigration } from './delivery-database-clock-migrat
 import { rolloutLeaseSessionMigration } from './rollout-lease-session-migration.js';
 import { rolloutCreateBoundMigration } from './rollout-create-bound-migration.js';
 import { notifyAfterCommitMigration } from './notify-after-commit-migration.js';
+import { overridesAndPatchesMigration } from './overrides-patches-migration.js';
 import { auditMigration } from './audit-migration.js';
 import { platformSitesMigration } from './platform-sites-migration.js';
-import { overridesAndPatchesMigration } from './overrides-patches-migration.js';
 import { connectionReserveMigration } from './connection-reserve-migration.js';
-import { deviceReportsMigration } from './device-reports-migration.js';
 
 /** The read-only login the running gateway uses (design §4.2): SELECT on its registry, nothing else. */
 export const GATEWAY_LOGIN_ROLE = 'device_gateway_login';
@@ -151,11 +150,10 @@ export function gatewayMigrationsWith(loginPassword: string): MigrationSet {
       '0019_rollout_lease_session': rolloutLeaseSessionMigration,
       '0020_delivery_database_clock': deliveryDatabaseClockMigration,
       '0021_notify_after_commit': notifyAfterCommitMigration,
-      '0022_connection_reserve': connectionReserveMigration,
-      '0023_device_reports': deviceReportsMigration,
-      '0024_overrides_and_patches': overridesAndPatchesMigration,
       '0025_audit': auditMigration,
       '0028_platform_sites': platformSitesMigration,
+      '0022_connection_reserve': connectionReserveMigration,
+      '0024_overrides_and_patches': overridesAndPatchesMigration,
     },
   };
 }
