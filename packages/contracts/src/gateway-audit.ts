@@ -69,7 +69,7 @@ export const auditEventSchema = {
     site_ids: {
       type: 'array',
       items: uuid,
-      description: "the sites the change touched (for a caller limited to sites: those of its sites only)",
+      description: 'the sites the change touched (for a caller limited to sites: those of its sites only)',
     },
     detail: {
       type: 'object',
