@@ -9,7 +9,11 @@ import { createTestDatabase } from '@platform/testkit';
 import type pg from 'pg';
 import { connectionReserveGap, readConnectionReserve } from '../src/db/connection-reserve.js';
 import { DEV_GATEWAY_LOGIN_PASSWORD, GATEWAY_LOGIN_ROLE, gatewayLoginUrl } from '../src/db/migrations.js';
-import { NOBODY_PASSWORD, startPlatformDatabase, type PlatformDatabase } from './support/platform-database.js';
+import {
+  NOBODY_PASSWORD,
+  startPlatformDatabase,
+  type PlatformDatabase,
+} from './support/platform-database.js';
 
 jest.setTimeout(120_000);
 
