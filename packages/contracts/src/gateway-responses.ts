@@ -4,6 +4,7 @@
 import { deviceSettingsSchema } from './device-settings.js';
 import { deviceIdSchema, rolloutPlanProperty } from './gateway.js';
 import { settingsLayersSchema } from './gateway-overrides.js';
+import { UUID_PATTERN } from './media-schemas.js';
 import { settingsPatchSchema } from './settings-patch.js';
 
 const timestamp = { type: 'string', format: 'date-time' } as const;
@@ -27,11 +28,34 @@ export const gatewayUnusedBodySchema = {
   type: ['object', 'array'],
 } as const;
 
-/** GET /api/config: the effective configuration, secrets redacted. */
+/** An API key's keyed fingerprint, as /api/config and the reload's log line show it. */
+const keyFingerprint = {
+  type: 'string',
+  pattern: '^hmac-sha256:[0-9a-f]{12}$',
+  description:
+    "The key's HMAC-SHA-256 under a key the process draws at start (first 12 hex digits): names a key within one replica's life, and cannot be computed or checked outside it.",
+} as const;
+/** A scope of a named key: uuids, or null (not limited that way). */
+const scopeList = {
+  oneOf: [
+    { type: 'null' },
+    {
+      type: 'array',
+      minItems: 1,
+      uniqueItems: true,
+      items: { type: 'string', pattern: UUID_PATTERN, patternMessage: 'must be a UUID' },
+    },
+  ],
+} as const;
+
+/**
+ * GET /api/config: the effective configuration, secrets redacted. The key file may hold only named keys
+ * (design §3.1), so the anonymous keys' count may be 0; the gateway refuses to start with no key of either kind.
+ */
 export const gatewayPublicConfigSchema = {
   $id: 'https://platform.example/schemas/gateway-public-config.json',
   type: 'object',
-  required: ['http_port', 'coap_port', 'database_url', 'api_keys', 'coap'],
+  required: ['http_port', 'coap_port', 'database_url', 'api_keys', 'named_api_keys', 'oidc', 'coap'],
   properties: {
     http_port: { type: 'integer' },
     coap_port: { type: 'integer' },
@@ -39,19 +63,57 @@ export const gatewayPublicConfigSchema = {
     database_url: { type: 'string', description: 'password replaced by ***' },
     api_keys: {
       type: 'object',
+      description: "The specification's anonymous keys (each an unscoped admin, audited as `api-key`).",
       additionalProperties: false,
       required: ['count', 'fingerprints'],
       properties: {
-        count: { type: 'integer', minimum: 1 },
-        fingerprints: {
-          type: 'array',
-          description:
-            "Each key's HMAC-SHA-256 under a key the process draws at start (first 12 hex digits): names a key within one replica's life, and cannot be computed or checked outside it.",
-          items: { type: 'string', pattern: '^hmac-sha256:[0-9a-f]{12}$' },
+        count: { type: 'integer', minimum: 0 },
+        fingerprints: { type: 'array', items: keyFingerprint },
+      },
+    },
+    named_api_keys: {
+      type: 'array',
+      description:
+        'The named keys of the key file (design §3.1): name, role, scope and fingerprint, never the key.',
+      items: {
+        type: 'object',
+        additionalProperties: false,
+        required: ['name', 'role', 'sites', 'companies', 'fingerprint'],
+        properties: {
+          name: {
+            type: 'string',
+            pattern: '^[a-z0-9][a-z0-9._-]{0,63}$',
+            description: 'audited as `key:<name>`',
+          },
+          role: { enum: ['viewer', 'operator', 'admin'] },
+          sites: { ...scopeList, description: 'limited to these sites (null: not limited by site)' },
+          companies: {
+            ...scopeList,
+            description: "limited to these companies' sites (null: not limited by company)",
+          },
+          fingerprint: keyFingerprint,
         },
       },
     },
     api_keys_file: { type: ['string', 'null'] },
+    oidc: {
+      description: "People's access tokens (GATEWAY_OIDC_*); null: API keys only.",
+      oneOf: [
+        { type: 'null' },
+        {
+          type: 'object',
+          additionalProperties: false,
+          required: ['issuer_url', 'client_id'],
+          properties: {
+            issuer_url: { type: 'string', description: "the platform realm's issuer (the tokens' iss)" },
+            client_id: {
+              type: 'string',
+              description: 'the operations client the tokens are issued to (azp)',
+            },
+          },
+        },
+      ],
+    },
     coap: { type: 'object' },
   },
 } as const;

@@ -88,11 +88,26 @@ export const gatewayReloadedResponseSchema = statusResponseSchema(
   'https://platform.example/schemas/gateway-reloaded-response.json',
   'reloaded',
 );
-/** `{"status":"updated"}` */
-export const gatewayUpdatedResponseSchema = statusResponseSchema(
-  'https://platform.example/schemas/gateway-updated-response.json',
-  'updated',
-);
+/**
+ * `{"status":"updated", "version": …, "relations_notified": …}`: the version the replica that took the call serves
+ * the device now, and how many of its relations to the device's settings were notified (0 when nobody observes
+ * the device there: another replica may hold its relations; the device view says).
+ */
+export const gatewayUpdatedResponseSchema = {
+  $id: 'https://platform.example/schemas/gateway-updated-response.json',
+  type: 'object',
+  additionalProperties: false,
+  required: ['status', 'version', 'relations_notified'],
+  properties: {
+    status: { type: 'string', const: 'updated' },
+    version: { type: 'integer', description: "the settings document's version this replica serves now" },
+    relations_notified: {
+      type: 'integer',
+      minimum: 0,
+      description: "relations to the device's settings on the replica that took the call that were notified",
+    },
+  },
+} as const;
 
 export type GatewayOkResponse = FromSchema<typeof gatewayOkResponseSchema>;
 export type GatewayReloadedResponse = FromSchema<typeof gatewayReloadedResponseSchema>;
