@@ -9,7 +9,8 @@ device_gateway_login LOGIN NOINHERIT
 -- schemas (1)
 device_gateway OWNER <migrator> ACL <migrator>:CREATE,<migrator>:USAGE,device_gateway_login:USAGE COMMENT -
 
--- tables and views (13)
+-- tables and views (14)
+r device_gateway.audit_events RLS false FORCE false OWNER <migrator> OPTIONS - ACL <migrator>:DELETE,<migrator>:INSERT,<migrator>:MAINTAIN,<migrator>:REFERENCES,<migrator>:SELECT,<migrator>:TRIGGER,<migrator>:TRUNCATE,<migrator>:UPDATE,device_gateway_login:SELECT COMMENT -
 r device_gateway.bus_overrides RLS false FORCE false OWNER <migrator> OPTIONS - ACL <migrator>:DELETE,<migrator>:INSERT,<migrator>:MAINTAIN,<migrator>:REFERENCES,<migrator>:SELECT,<migrator>:TRIGGER,<migrator>:TRUNCATE,<migrator>:UPDATE,device_gateway_login:SELECT COMMENT -
 r device_gateway.bus_reload RLS false FORCE false OWNER <migrator> OPTIONS - ACL <migrator>:DELETE,<migrator>:INSERT,<migrator>:MAINTAIN,<migrator>:REFERENCES,<migrator>:SELECT,<migrator>:TRIGGER,<migrator>:TRUNCATE,<migrator>:UPDATE,device_gateway_login:SELECT COMMENT -
 r device_gateway.delivery_progress RLS false FORCE false OWNER <migrator> OPTIONS - ACL <migrator>:DELETE,<migrator>:INSERT,<migrator>:MAINTAIN,<migrator>:REFERENCES,<migrator>:SELECT,<migrator>:TRIGGER,<migrator>:TRUNCATE,<migrator>:UPDATE,device_gateway_login:SELECT COMMENT -
@@ -24,7 +25,33 @@ r device_gateway.rollout_events RLS false FORCE false OWNER <migrator> OPTIONS -
 r device_gateway.rollout_targets RLS false FORCE false OWNER <migrator> OPTIONS - ACL <migrator>:DELETE,<migrator>:INSERT,<migrator>:MAINTAIN,<migrator>:REFERENCES,<migrator>:SELECT,<migrator>:TRIGGER,<migrator>:TRUNCATE,<migrator>:UPDATE,device_gateway_login:SELECT COMMENT -
 r device_gateway.rollouts RLS false FORCE false OWNER <migrator> OPTIONS - ACL <migrator>:DELETE,<migrator>:INSERT,<migrator>:MAINTAIN,<migrator>:REFERENCES,<migrator>:SELECT,<migrator>:TRIGGER,<migrator>:TRUNCATE,<migrator>:UPDATE,device_gateway_login:SELECT COMMENT -
 
--- columns (117)
+-- columns (134)
+device_gateway.audit_events.action text NOT NULL ACL device_gateway_login:INSERT COMMENT -
+
+device_gateway.audit_events.at timestamp with time zone NOT NULL DEFAULT clock_timestamp() COMMENT -
+
+device_gateway.audit_events.detail jsonb NOT NULL DEFAULT '{}'::jsonb ACL device_gateway_login:INSERT COMMENT -
+
+device_gateway.audit_events.device_id text ACL device_gateway_login:INSERT COMMENT -
+
+device_gateway.audit_events.id bigint NOT NULL IDENTITY a COMMENT -
+
+device_gateway.audit_events.principal text NOT NULL ACL device_gateway_login:INSERT COMMENT -
+
+device_gateway.audit_events.principal_kind text NOT NULL ACL device_gateway_login:INSERT COMMENT -
+
+device_gateway.audit_events.principal_name text ACL device_gateway_login:INSERT COMMENT -
+
+device_gateway.audit_events.request_id text ACL device_gateway_login:INSERT COMMENT -
+
+device_gateway.audit_events.role text ACL device_gateway_login:INSERT COMMENT -
+
+device_gateway.audit_events.rollout_id uuid ACL device_gateway_login:INSERT COMMENT -
+
+device_gateway.audit_events.site_ids uuid[] NOT NULL DEFAULT '{}'::uuid[] ACL device_gateway_login:INSERT COMMENT -
+
+device_gateway.audit_events.source_address text ACL device_gateway_login:INSERT COMMENT -
+
 device_gateway.bus_overrides.device_id text NOT NULL COMMENT -
 
 device_gateway.bus_overrides.origin text NOT NULL COLLATE "C" COMMENT -
@@ -33,7 +60,7 @@ device_gateway.bus_overrides.published_at timestamp with time zone NOT NULL DEFA
 
 device_gateway.bus_overrides.seq bigint NOT NULL COMMENT -
 
-device_gateway.bus_overrides.settings jsonb NOT NULL COMMENT -
+device_gateway.bus_overrides.settings jsonb COMMENT -
 
 device_gateway.bus_overrides.version bigint NOT NULL COMMENT -
 
@@ -200,6 +227,8 @@ device_gateway.rollout_events.rollout_id uuid NOT NULL COMMENT -
 
 device_gateway.rollout_events.wave integer COMMENT -
 
+device_gateway.rollout_targets.content text COMMENT -
+
 device_gateway.rollout_targets.device_id text NOT NULL COMMENT -
 
 device_gateway.rollout_targets.notified_at timestamp with time zone COMMENT -
@@ -207,6 +236,8 @@ device_gateway.rollout_targets.notified_at timestamp with time zone COMMENT -
 device_gateway.rollout_targets.outcome text COMMENT -
 
 device_gateway.rollout_targets.outcome_at timestamp with time zone COMMENT -
+
+device_gateway.rollout_targets.outcome_detail text COMMENT -
 
 device_gateway.rollout_targets.outcome_reason text COMMENT -
 
@@ -217,6 +248,8 @@ device_gateway.rollout_targets.prev_rollout_id uuid COMMENT -
 device_gateway.rollout_targets.prev_settings jsonb NOT NULL COMMENT -
 
 device_gateway.rollout_targets.rollout_id uuid NOT NULL COMMENT -
+
+device_gateway.rollout_targets.settings jsonb COMMENT -
 
 device_gateway.rollout_targets.wave integer NOT NULL COMMENT -
 
@@ -244,6 +277,8 @@ device_gateway.rollouts.halted_wave integer COMMENT -
 
 device_gateway.rollouts.max_per_minute integer COMMENT -
 
+device_gateway.rollouts.patch boolean NOT NULL DEFAULT false COMMENT -
+
 device_gateway.rollouts.reason text COMMENT -
 
 device_gateway.rollouts.rollout_id uuid NOT NULL DEFAULT gen_random_uuid() COMMENT -
@@ -268,7 +303,25 @@ device_gateway.rollouts.updated_at timestamp with time zone NOT NULL DEFAULT now
 
 device_gateway.rollouts.waves integer NOT NULL COMMENT -
 
--- constraints (141)
+-- constraints (162)
+device_gateway.audit_events audit_events_action_check CHECK ((action ~ '^[a-z][a-z_.]{0,63}$'::text))
+device_gateway.audit_events audit_events_action_not_null NOT NULL action
+device_gateway.audit_events audit_events_at_not_null NOT NULL at
+device_gateway.audit_events audit_events_detail_check CHECK (((jsonb_typeof(detail) = 'object'::text) AND (octet_length((detail)::text) <= 4096)))
+device_gateway.audit_events audit_events_detail_not_null NOT NULL detail
+device_gateway.audit_events audit_events_device_id_check CHECK ((device_id ~ '^[A-Za-z0-9._:-]{1,128}$'::text))
+device_gateway.audit_events audit_events_id_not_null NOT NULL id
+device_gateway.audit_events audit_events_pkey PRIMARY KEY (id)
+device_gateway.audit_events audit_events_principal_check CHECK (((char_length(principal) >= 1) AND (char_length(principal) <= 300)))
+device_gateway.audit_events audit_events_principal_kind_check CHECK ((principal_kind = ANY (ARRAY['user'::text, 'api_key'::text, 'anonymous_key'::text, 'driver'::text, 'command'::text])))
+device_gateway.audit_events audit_events_principal_kind_not_null NOT NULL principal_kind
+device_gateway.audit_events audit_events_principal_name_check CHECK ((char_length(principal_name) <= 200))
+device_gateway.audit_events audit_events_principal_not_null NOT NULL principal
+device_gateway.audit_events audit_events_request_id_check CHECK ((request_id ~ '^[A-Za-z0-9._:-]{1,128}$'::text))
+device_gateway.audit_events audit_events_role_check CHECK ((role = ANY (ARRAY['viewer'::text, 'operator'::text, 'admin'::text])))
+device_gateway.audit_events audit_events_site_ids_check CHECK ((cardinality(site_ids) <= 10000))
+device_gateway.audit_events audit_events_site_ids_not_null NOT NULL site_ids
+device_gateway.audit_events audit_events_source_address_check CHECK ((char_length(source_address) <= 64))
 device_gateway.bus_overrides bus_overrides_device_id_check CHECK ((device_id ~ '^[A-Za-z0-9._:-]{1,128}$'::text))
 device_gateway.bus_overrides bus_overrides_device_id_not_null NOT NULL device_id
 device_gateway.bus_overrides bus_overrides_origin_check CHECK ((origin ~ '^[A-Za-z0-9._:-]{1,64}$'::text))
@@ -277,7 +330,6 @@ device_gateway.bus_overrides bus_overrides_pkey PRIMARY KEY (device_id)
 device_gateway.bus_overrides bus_overrides_published_at_not_null NOT NULL published_at
 device_gateway.bus_overrides bus_overrides_seq_not_null NOT NULL seq
 device_gateway.bus_overrides bus_overrides_settings_check CHECK ((jsonb_typeof(settings) = 'object'::text))
-device_gateway.bus_overrides bus_overrides_settings_not_null NOT NULL settings
 device_gateway.bus_overrides bus_overrides_version_check CHECK ((version > 0))
 device_gateway.bus_overrides bus_overrides_version_not_null NOT NULL version
 device_gateway.bus_overrides bus_overrides_version_safe CHECK ((version <= '9007199254740991'::bigint))
@@ -364,18 +416,21 @@ device_gateway.rollout_driver rollout_driver_term_not_null NOT NULL term
 device_gateway.rollout_events rollout_events_actor_not_null NOT NULL actor
 device_gateway.rollout_events rollout_events_at_not_null NOT NULL at
 device_gateway.rollout_events rollout_events_event_id_not_null NOT NULL event_id
-device_gateway.rollout_events rollout_events_kind_check CHECK ((kind = ANY (ARRAY['created'::text, 'wave_started'::text, 'wave_completed'::text, 'paused'::text, 'aborted'::text, 'resumed'::text, 'cancelled'::text, 'rolled_back'::text, 'completed'::text])))
+device_gateway.rollout_events rollout_events_kind_check CHECK ((kind = ANY (ARRAY['created'::text, 'wave_started'::text, 'wave_completed'::text, 'paused'::text, 'aborted'::text, 'resumed'::text, 'cancelled'::text, 'rolled_back'::text, 'completed'::text, 'overrides_ended'::text, 'patch_skipped'::text])))
 device_gateway.rollout_events rollout_events_kind_not_null NOT NULL kind
 device_gateway.rollout_events rollout_events_pkey PRIMARY KEY (event_id)
 device_gateway.rollout_events rollout_events_rollout_id_fkey FOREIGN KEY (rollout_id) REFERENCES device_gateway.rollouts(rollout_id) ON DELETE CASCADE
 device_gateway.rollout_events rollout_events_rollout_id_not_null NOT NULL rollout_id
+device_gateway.rollout_targets rollout_targets_content_check CHECK ((content ~ '^[0-9a-f]{16}$'::text))
 device_gateway.rollout_targets rollout_targets_device_id_not_null NOT NULL device_id
 device_gateway.rollout_targets rollout_targets_outcome_check CHECK ((outcome = ANY (ARRAY['acknowledged'::text, 'failed'::text, 'skipped'::text])))
-device_gateway.rollout_targets rollout_targets_outcome_reason_check CHECK ((outcome_reason = ANY (ARRAY['acknowledged'::text, 'no_relation'::text, 'not_acknowledged'::text, 'not_sent'::text, 'left_registry'::text, 'disabled'::text])))
+device_gateway.rollout_targets rollout_targets_outcome_detail_check CHECK ((char_length(outcome_detail) <= 500))
+device_gateway.rollout_targets rollout_targets_outcome_reason_check CHECK ((outcome_reason = ANY (ARRAY['acknowledged'::text, 'no_relation'::text, 'not_acknowledged'::text, 'not_sent'::text, 'left_registry'::text, 'disabled'::text, 'patch_invalid'::text])))
 device_gateway.rollout_targets rollout_targets_pkey PRIMARY KEY (rollout_id, device_id)
 device_gateway.rollout_targets rollout_targets_position_not_null NOT NULL "position"
 device_gateway.rollout_targets rollout_targets_prev_settings_not_null NOT NULL prev_settings
 device_gateway.rollout_targets rollout_targets_rollout_id_not_null NOT NULL rollout_id
+device_gateway.rollout_targets rollout_targets_settings_check CHECK (((jsonb_typeof(settings) = 'object'::text) AND (octet_length((settings)::text) <= 65536)))
 device_gateway.rollout_targets rollout_targets_wave_not_null NOT NULL wave
 device_gateway.rollouts rollouts_abort_share_check CHECK (((abort_share > (0)::double precision) AND (abort_share <= (1)::double precision)))
 device_gateway.rollouts rollouts_abort_share_not_null NOT NULL abort_share
@@ -392,6 +447,7 @@ device_gateway.rollouts rollouts_first_wave_percent_check CHECK (((first_wave_pe
 device_gateway.rollouts rollouts_growth_factor_check CHECK (((growth_factor >= (1)::double precision) AND (growth_factor <= (100)::double precision)))
 device_gateway.rollouts rollouts_growth_factor_not_null NOT NULL growth_factor
 device_gateway.rollouts rollouts_max_per_minute_check CHECK (((max_per_minute >= 1) AND (max_per_minute <= 100000000)))
+device_gateway.rollouts rollouts_patch_not_null NOT NULL patch
 device_gateway.rollouts rollouts_pkey PRIMARY KEY (rollout_id)
 device_gateway.rollouts rollouts_reason_check CHECK ((char_length(reason) <= 500))
 device_gateway.rollouts rollouts_rollout_id_not_null NOT NULL rollout_id
@@ -411,7 +467,12 @@ device_gateway.rollouts rollouts_updated_at_not_null NOT NULL updated_at
 device_gateway.rollouts rollouts_waves_check CHECK (((waves >= 1) AND (waves <= 1000)))
 device_gateway.rollouts rollouts_waves_not_null NOT NULL waves
 
--- indexes (32)
+-- indexes (38)
+CREATE INDEX audit_events_at_idx ON device_gateway.audit_events USING btree (at)
+CREATE INDEX audit_events_device_idx ON device_gateway.audit_events USING btree (device_id, id) WHERE (device_id IS NOT NULL)
+CREATE INDEX audit_events_principal_idx ON device_gateway.audit_events USING btree (principal, id)
+CREATE INDEX audit_events_rollout_idx ON device_gateway.audit_events USING btree (rollout_id, id) WHERE (rollout_id IS NOT NULL)
+CREATE INDEX audit_events_sites_idx ON device_gateway.audit_events USING gin (site_ids)
 CREATE INDEX delivery_progress_valid_idx ON device_gateway.delivery_progress USING btree (valid_until)
 CREATE INDEX device_credentials_device_idx ON device_gateway.device_credentials USING btree (device_id)
 CREATE INDEX device_credentials_live_idx ON device_gateway.device_credentials USING btree (not_after) WHERE (revoked_at IS NULL)
@@ -428,6 +489,7 @@ CREATE INDEX rollout_targets_device_idx ON device_gateway.rollout_targets USING 
 CREATE INDEX rollout_targets_next_idx ON device_gateway.rollout_targets USING btree (rollout_id, wave, "position") WHERE ((outcome IS NULL) AND (notified_at IS NULL))
 CREATE INDEX rollout_targets_open_idx ON device_gateway.rollout_targets USING btree (rollout_id, wave, "position") WHERE (outcome IS NULL)
 CREATE INDEX rollouts_open_idx ON device_gateway.rollouts USING btree (seq) WHERE (state = ANY (ARRAY['active'::text, 'paused'::text]))
+CREATE UNIQUE INDEX audit_events_pkey ON device_gateway.audit_events USING btree (id)
 CREATE UNIQUE INDEX bus_overrides_pkey ON device_gateway.bus_overrides USING btree (device_id)
 CREATE UNIQUE INDEX bus_overrides_seq_idx ON device_gateway.bus_overrides USING btree (seq)
 CREATE UNIQUE INDEX bus_reload_pkey ON device_gateway.bus_reload USING btree (singleton)
@@ -445,7 +507,9 @@ CREATE UNIQUE INDEX rollout_targets_pkey ON device_gateway.rollout_targets USING
 CREATE UNIQUE INDEX rollouts_pkey ON device_gateway.rollouts USING btree (rollout_id)
 CREATE UNIQUE INDEX rollouts_seq_key ON device_gateway.rollouts USING btree (seq)
 
--- triggers (3)
+-- triggers (5)
+CREATE TRIGGER audit_events_no_change BEFORE DELETE OR UPDATE ON device_gateway.audit_events FOR EACH ROW EXECUTE FUNCTION device_gateway.audit_events_append_only()
+CREATE TRIGGER audit_events_no_truncate BEFORE TRUNCATE ON device_gateway.audit_events FOR EACH STATEMENT EXECUTE FUNCTION device_gateway.audit_events_append_only()
 CREATE TRIGGER device_registry_rollout_assignment_end AFTER DELETE ON device_gateway.device_registry REFERENCING OLD TABLE AS gone FOR EACH STATEMENT EXECUTE FUNCTION device_gateway.rollout_registry_deleted()
 CREATE TRIGGER device_registry_rollout_assignments_end AFTER TRUNCATE ON device_gateway.device_registry FOR EACH STATEMENT EXECUTE FUNCTION device_gateway.rollout_registry_truncated()
 CREATE TRIGGER device_registry_touch BEFORE UPDATE ON device_gateway.device_registry FOR EACH ROW EXECUTE FUNCTION device_gateway.touch_updated_at()
@@ -456,7 +520,18 @@ CREATE TRIGGER device_registry_touch BEFORE UPDATE ON device_gateway.device_regi
 -- view definitions (0)
 
 
--- functions (28)
+-- functions (32)
+CREATE OR REPLACE FUNCTION device_gateway.audit_events_append_only()
+ RETURNS trigger
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+  RAISE EXCEPTION 'device_gateway.audit_events is append-only (% refused)', TG_OP
+    USING ERRCODE = 'insufficient_privilege';
+END $function$
+OWNER <migrator> ACL - COMMENT -
+
 CREATE OR REPLACE FUNCTION device_gateway.bus_checked_version(p_version text)
  RETURNS bigint
  LANGUAGE plpgsql
@@ -480,6 +555,39 @@ BEGIN
   RETURN v;
 END $function$
 OWNER <migrator> ACL <migrator>:EXECUTE COMMENT -
+
+CREATE OR REPLACE FUNCTION device_gateway.bus_clear_override(p_device text, p_version text, p_origin text)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+  v bigint;
+  b device_gateway.bus_overrides%ROWTYPE;
+BEGIN
+  v := device_gateway.bus_checked_version(p_version);
+  IF p_device IS NULL OR p_device !~ '^[A-Za-z0-9._:-]{1,128}$' THEN
+    RAISE EXCEPTION 'not a device id' USING ERRCODE = '22023';
+  END IF;
+  IF p_origin IS NULL OR p_origin !~ '^[A-Za-z0-9._:-]{1,64}$' THEN
+    RAISE EXCEPTION 'not a replica id' USING ERRCODE = '22023';
+  END IF;
+  -- Change numbers become visible in their order (0017).
+  LOCK TABLE device_gateway.bus_reload IN SHARE ROW EXCLUSIVE MODE;
+  SELECT * INTO b FROM device_gateway.bus_overrides WHERE device_id = p_device;
+  -- Above the override's version, so every replica's last-writer-wins rule takes the tombstone.
+  IF FOUND THEN
+    v := greatest(v, b.version + 1);
+  END IF;
+  INSERT INTO device_gateway.bus_overrides AS o (device_id, version, origin, settings, seq)
+  VALUES (p_device, v, p_origin, NULL, pg_catalog.nextval('device_gateway.bus_seq'))
+  ON CONFLICT (device_id) DO UPDATE
+    SET version = excluded.version, origin = excluded.origin, settings = NULL, published_at = now(),
+        seq = excluded.seq;
+  RETURN jsonb_build_object('cleared', FOUND AND b.settings IS NOT NULL, 'version', v);
+END $function$
+OWNER <migrator> ACL <migrator>:EXECUTE,device_gateway_login:EXECUTE COMMENT -
 
 CREATE OR REPLACE FUNCTION device_gateway.bus_join(OUT cleared integer, OUT top_version bigint)
  RETURNS record
@@ -1101,6 +1209,20 @@ BEGIN
 END $function$
 OWNER <migrator> ACL <migrator>:EXECUTE,device_gateway_login:EXECUTE COMMENT -
 
+CREATE OR REPLACE FUNCTION device_gateway.platform_sites()
+ RETURNS TABLE(site_id uuid, company_id uuid, name text, timezone text)
+ LANGUAGE plpgsql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+  IF to_regclass('enterprise.sites') IS NULL THEN
+    RETURN;
+  END IF;
+  RETURN QUERY SELECT s.id, s.company_id, s.name, s.timezone FROM enterprise.sites s;
+END $function$
+OWNER <migrator> ACL <migrator>:EXECUTE,device_gateway_login:EXECUTE COMMENT -
+
 CREATE OR REPLACE FUNCTION device_gateway.rollout_control(p_rollout uuid, p_action text)
  RETURNS jsonb
  LANGUAGE plpgsql
@@ -1346,6 +1468,55 @@ BEGIN
 END $function$
 OWNER <migrator> ACL <migrator>:EXECUTE COMMENT -
 
+CREATE OR REPLACE FUNCTION device_gateway.rollout_create_patch(p_selector jsonb, p_patch jsonb, p_plan jsonb, p_max_targets integer, p_devices text[], p_doc integer[], p_docs jsonb)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+  v_result jsonb;
+  v_id uuid;
+  v_matched integer;
+  v_skipped integer;
+BEGIN
+  IF p_devices IS NULL OR p_doc IS NULL OR cardinality(p_devices) <> cardinality(p_doc)
+      OR jsonb_typeof(p_docs) IS DISTINCT FROM 'array' THEN
+    RAISE EXCEPTION 'devices and documents do not match' USING ERRCODE = '22023';
+  END IF;
+  -- The patch is stored as the rollout's settings; the content is never compared (each target has its own).
+  v_result := device_gateway.rollout_create(p_selector, p_patch, '0000000000000000', p_plan, p_max_targets);
+  IF NOT v_result ? 'rollout_id' THEN
+    RETURN v_result;
+  END IF;
+  v_id := (v_result->>'rollout_id')::uuid;
+  UPDATE device_gateway.rollouts SET patch = true WHERE rollout_id = v_id;
+  UPDATE device_gateway.rollout_targets t
+  SET settings = CASE WHEN g.doc ? 'settings' THEN g.doc->'settings' END,
+      content = g.doc->>'content',
+      outcome = CASE WHEN g.doc ? 'reason' THEN 'skipped' END,
+      outcome_reason = g.doc->>'reason',
+      outcome_detail = left(g.doc->>'detail', 500),
+      outcome_at = CASE WHEN g.doc ? 'reason' THEN now() END
+  FROM (SELECT d.device_id, p_docs->d.i AS doc FROM unnest(p_devices, p_doc) AS d(device_id, i)) g
+  WHERE t.rollout_id = v_id AND t.device_id = g.device_id
+    AND md5(t.prev_settings::text) = g.doc->>'base_md5'
+    AND (g.doc ? 'reason' OR (jsonb_typeof(g.doc->'settings') = 'object' AND g.doc->>'content' IS NOT NULL));
+  GET DIAGNOSTICS v_matched = ROW_COUNT;
+  IF v_matched <> (v_result->>'targets')::integer THEN
+    RAISE EXCEPTION 'devices changed while the patch was merged' USING ERRCODE = '40001';
+  END IF;
+  SELECT count(*) INTO v_skipped FROM device_gateway.rollout_targets
+  WHERE rollout_id = v_id AND outcome_reason = 'patch_invalid';
+  IF v_skipped > 0 THEN
+    INSERT INTO device_gateway.rollout_events (rollout_id, kind, wave, actor, detail)
+    VALUES (v_id, 'patch_skipped', NULL, 'api',
+            v_skipped || ' devices skipped: the patch makes their settings invalid');
+  END IF;
+  RETURN v_result || jsonb_build_object('skipped', v_skipped);
+END $function$
+OWNER <migrator> ACL <migrator>:EXECUTE,device_gateway_login:EXECUTE COMMENT -
+
 CREATE OR REPLACE FUNCTION device_gateway.rollout_lease(p_replica text, p_ttl_ms integer)
  RETURNS boolean
  LANGUAGE plpgsql
@@ -1488,6 +1659,8 @@ DECLARE
   v_left integer;
   v_timed_out integer;
   v_actor text;
+  v_ids text[];
+  v_ended integer;
 BEGIN
   SELECT * INTO d FROM device_gateway.rollout_driver FOR UPDATE;
   IF d.holder IS DISTINCT FROM p_replica OR d.expires_at < clock_timestamp() THEN
@@ -1512,7 +1685,7 @@ BEGIN
       SET outcome = 'acknowledged', outcome_reason = 'acknowledged', outcome_at = now()
       FROM device_gateway.device_delivery dd
       WHERE t.rollout_id = r.rollout_id AND t.wave = r.current_wave AND t.outcome IS NULL
-        AND t.notified_at IS NOT NULL AND dd.device_id = t.device_id AND dd.acked_content = r.content
+        AND t.notified_at IS NOT NULL AND dd.device_id = t.device_id AND dd.acked_content = coalesce(t.content, r.content)
         AND dd.acked_at <= t.notified_at + r.deadline_s * interval '1 second';
       -- Not acknowledged within the deadline, once the record has had time to say so (p_lag_ms): skipped when
       -- the device left the registry or was disabled since, else failed, with why as far as the record tells.
@@ -1523,7 +1696,7 @@ BEGIN
             WHEN reg.device_id IS NULL THEN 'left_registry'
             WHEN NOT reg.enabled THEN 'disabled'
             WHEN dd.device_id IS NULL OR cardinality(dd.observed_by) = 0 THEN 'no_relation'
-            WHEN dd.sent_content = r.content THEN 'not_acknowledged'
+            WHEN dd.sent_content = coalesce(x.content, r.content) THEN 'not_acknowledged'
             ELSE 'not_sent' END
       FROM device_gateway.rollout_targets x
       LEFT JOIN device_gateway.device_delivery dd ON dd.device_id = x.device_id
@@ -1618,14 +1791,34 @@ BEGIN
             outcome_reason = CASE WHEN next.ok THEN NULL ELSE next.why END,
             outcome_at = CASE WHEN next.ok THEN NULL ELSE now() END
         FROM next WHERE t.rollout_id = r.rollout_id AND t.device_id = next.device_id
-        RETURNING t.device_id, next.ok
+        RETURNING t.device_id, next.ok, t.settings
+      ), assigned AS (
+        -- A patch rollout's targets carry their own document (merged at the creation); a whole document's, none.
+        INSERT INTO device_gateway.rollout_assignments AS a (device_id, rollout_id, settings, seq, assigned_at)
+        SELECT m.device_id, r.rollout_id, CASE WHEN r.patch THEN m.settings ELSE r.settings END,
+               nextval('device_gateway.rollout_assignment_seq'), now()
+        FROM marked m WHERE m.ok AND (NOT r.patch OR m.settings IS NOT NULL)
+        ON CONFLICT (device_id) DO UPDATE SET rollout_id = excluded.rollout_id, settings = excluded.settings,
+          seq = excluded.seq, assigned_at = excluded.assigned_at
+        RETURNING a.device_id
       )
-      INSERT INTO device_gateway.rollout_assignments AS a (device_id, rollout_id, settings, seq, assigned_at)
-      SELECT m.device_id, r.rollout_id, r.settings, nextval('device_gateway.rollout_assignment_seq'), now()
-      FROM marked m WHERE m.ok
-      ON CONFLICT (device_id) DO UPDATE SET rollout_id = excluded.rollout_id, settings = excluded.settings,
-        seq = excluded.seq, assigned_at = excluded.assigned_at;
-      GET DIAGNOSTICS v_assigned = ROW_COUNT;
+      SELECT array_agg(device_id) INTO v_ids FROM assigned;
+      v_assigned := coalesce(cardinality(v_ids), 0);
+      -- The assignment is newer than any development override the device holds: it ends it (design §3.3), through
+      -- the bus's rows as bus_clear_override does, so every replica drops it and serves the assignment.
+      IF v_assigned > 0 AND EXISTS (SELECT 1 FROM device_gateway.bus_overrides b
+                                    WHERE b.device_id = ANY (v_ids) AND b.settings IS NOT NULL) THEN
+        LOCK TABLE device_gateway.bus_reload IN SHARE ROW EXCLUSIVE MODE;
+        UPDATE device_gateway.bus_overrides b
+        SET settings = NULL, origin = 'rollout', published_at = now(),
+            version = greatest(b.version + 1, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint),
+            seq = pg_catalog.nextval('device_gateway.bus_seq')
+        WHERE b.device_id = ANY (v_ids) AND b.settings IS NOT NULL;
+        GET DIAGNOSTICS v_ended = ROW_COUNT;
+        INSERT INTO device_gateway.rollout_events (rollout_id, kind, wave, actor, detail)
+        VALUES (r.rollout_id, 'overrides_ended', r.current_wave, v_actor,
+                v_ended || ' development overrides ended by the assignment');
+      END IF;
     END IF;
     IF r.max_per_minute IS NOT NULL THEN
       UPDATE device_gateway.rollouts SET tokens = v_tokens - v_assigned, tokens_at = now()

@@ -37,6 +37,7 @@ import {
 } from './metrics.js';
 import { DeliveryRecorder, type DeliveryWriter } from './delivery/recorder.js';
 import { DatabaseClock } from './delivery/db-clock.js';
+import { ReportWriter, reportBatchWriter } from './delivery/reports.js';
 import { deliveryWriter, inspectStore } from './delivery/sql.js';
 import { relationsResync } from './delivery/resync.js';
 import { RegistryLoader } from './registry-loader.js';
@@ -221,6 +222,23 @@ export function buildApp(deps: GatewayDeps): GatewayApp {
     coap.delivery = delivery;
     state.onSettings((record, doc, ref) => delivery.desired(record, doc, ref));
   }
+  // Devices' reports (design §3.4, §3.8): written to the record as they come, answered once written.
+  const reports = config.delivery.enabled
+    ? new ReportWriter({
+        write: reportBatchWriter(deps.db, replicaId, config.rollouts.recordLagMs),
+        local: (deviceId) => {
+          const doc = state.settingsDocument(deviceId);
+          return doc === undefined ? null : { version: doc.version, content: doc.contentDigest };
+        },
+        logger: logger.child({ component: 'reports' }),
+        writers: config.delivery.writers,
+      })
+    : undefined;
+  coap.reports = {
+    sink: reports,
+    trusts: (deviceId, transport) => transport === 'dtls' || !dtlsOnly(deviceId),
+    known: (deviceId) => state.settingsDocument(deviceId) !== undefined,
+  };
   // Rollouts (design §3.9): every replica serves the assignments from the database; one drives.
   const assignments = new AssignmentSync({
     db: deps.db,
@@ -321,6 +339,7 @@ export function buildApp(deps: GatewayDeps): GatewayApp {
       inspector === undefined ? [ownPart(replicaId, local, deviceId)] : inspector.gather(deviceId),
     // One at a time: a read takes about a millisecond, and views never hold more than one pooled connection.
     recordReads: new Turns(1),
+    speaks: (deviceId, transport) => transport === 'dtls' || !dtlsOnly(deviceId),
   });
   // Keys and people's tokens (design §3.1, issue 42 §2); the route's role is checked in the same step.
   const apiKey = requirePrincipal({

@@ -89,6 +89,13 @@ export function registerGatewayMetrics(
   );
   counterFrom(
     registry,
+    'gateway_coap_reports_total',
+    "Devices' reports (/devices/{id}/reported) by answer: recorded and older (2.04), not_issued (4.09), malformed (4.00), too_large (4.13), content_format (4.15), forbidden (4.01), not_found and unknown_device (4.04), unknown and unavailable (5.03, retry), disabled (5.01)",
+    'result',
+    () => ({ ...coap.stats.reportsByResult }),
+  );
+  counterFrom(
+    registry,
     'gateway_coap_registrations_refused_total',
     'Observe registrations refused, by cap: endpoint_cap (answered as a plain GET), address_cap and total_cap (answered 5.03 with Max-Age)',
     'reason',

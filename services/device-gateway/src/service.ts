@@ -45,6 +45,8 @@ export class GatewayService {
       replicas: (deviceId: string) => Promise<ReplicaPart[]>;
       /** The device view's reads of the delivery record, one at a time (delivery/device-view.ts). */
       recordReads: Turns;
+      /** Whether a relation over `transport` speaks for the device (design §3.8). */
+      speaks: (deviceId: string, transport: string) => boolean;
     },
   ) {}
 
@@ -91,7 +93,7 @@ export class GatewayService {
   deviceList(
     query: DeviceListQuery,
   ): Promise<{ items: Record<string, unknown>[]; next_cursor: string | null }> {
-    return deviceList(this.deps.db, query);
+    return deviceList(this.deps.db, query, (deviceId) => this.deps.state.settingsDocument(deviceId));
   }
 
   /** Staged rollouts (design §3.9): create, read, list, pause, resume, cancel, roll back. */

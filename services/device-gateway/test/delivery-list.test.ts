@@ -15,12 +15,12 @@ jest.setTimeout(120_000);
 
 const auth = { Authorization: `Bearer ${API_KEYS[0]!}` };
 const SITES = [randomUUID(), randomUUID(), randomUUID()];
-const KINDS = ['acknowledged', 'pending', 'unobserved', 'stale'] as const;
+const KINDS = ['acknowledged', 'pending', 'unobserved', 'stale', 'sent_unconfirmed'] as const;
 const DEVICES = 300;
 
 let gw: GatewayFixture;
 const id = (i: number): string => `fleet-${String(i).padStart(4, '0')}`;
-const kindOf = (i: number): (typeof KINDS)[number] => KINDS[(i * 7) % 4]!;
+const kindOf = (i: number): (typeof KINDS)[number] => KINDS[(i * 7) % 5]!;
 const siteOf = (i: number): string => SITES[i % 3]!;
 
 beforeAll(async () => {
@@ -56,7 +56,10 @@ beforeAll(async () => {
         aa: row.da,
         at: 'plain',
       });
-    if (kind === 'pending') Object.assign(row, { sv: 100, sc: row.dc, sa: row.da, st: 'dtls', sk: false });
+    if (kind === 'pending') Object.assign(row, { sv: 100, sc: row.dc, sa: row.da, st: 'dtls', sk: true });
+    // A NON notification (or a registration's answer) of the desired content: sent, unconfirmed (0023).
+    if (kind === 'sent_unconfirmed')
+      Object.assign(row, { sv: 100, sc: row.dc, sa: row.da, st: 'plain', sk: false });
     if (kind === 'stale')
       Object.assign(row, {
         sv: 90,
@@ -111,12 +114,19 @@ describe('GET /api/devices', () => {
     [{ delivery: 'stale' }],
     [{ site_id: SITES[1]! }],
     [{ site_id: SITES[2]!, delivery: 'pending' }],
+    [{ delivery: 'sent_unconfirmed' }],
+    [{ delivery: 'pending,stale' }],
+    [{ delivery: 'stale,pending,stale' }],
+    [{ site_id: SITES[0]!, delivery: 'unobserved,acknowledged' }],
+    [{ delivery: 'not_applied' }],
   ])(
     '%j returns exactly its devices, oldest desired change first, each once',
     async (params: Record<string, string>) => {
       const expected: { id: string; at: number }[] = [];
+      // Several states separated by commas; not_applied: every state but applied (none here is applied).
+      const wanted = params.delivery?.split(',');
       for (let i = 0; i < DEVICES; i++) {
-        if (params.delivery !== undefined && kindOf(i) !== params.delivery) continue;
+        if (wanted !== undefined && !wanted.includes('not_applied') && !wanted.includes(kindOf(i))) continue;
         if (params.site_id !== undefined && siteOf(i) !== params.site_id) continue;
         expected.push({ id: id(i), at: (i * 37) % DEVICES });
       }
@@ -144,6 +154,9 @@ describe('GET /api/devices', () => {
       '?limit=1.5',
       '?site_id=x',
       '?delivery=all',
+      '?delivery=pending,',
+      '?delivery=pending,all',
+      '?acknowledged_for_s=1.5',
       '?limit=1&limit=2',
     ]) {
       const res = await request(gw.app.http).get(`/api/devices${q}`).set(auth);
@@ -155,7 +168,7 @@ describe('GET /api/devices', () => {
 });
 
 describe('delivery_record keeps the newest of each part, whatever order replicas report in', () => {
-  const device = id(12); // acknowledged (kindOf)
+  const device = id(10); // acknowledged (kindOf)
   const other = 'feedfacefeedface';
 
   it("an older version never overwrites; the same content under another replica's version keeps desired_at", async () => {
@@ -204,17 +217,17 @@ describe('delivery_record keeps the newest of each part, whatever order replicas
     });
     await bus.connect();
     try {
-      await recordRows(writer, other, [{ d: id(11), r: 2 }]);
-      expect((await readDelivery(gw.reader, id(11)))!.observed_by).toEqual([gw.app.replicaId, other]);
+      await recordRows(writer, other, [{ d: id(13), r: 2 }]);
+      expect((await readDelivery(gw.reader, id(13)))!.observed_by).toEqual([gw.app.replicaId, other]);
       await writer.reap(gw.app.replicaId);
     } finally {
       await bus.end();
     }
-    const after = (await readDelivery(gw.reader, id(11)))!;
+    const after = (await readDelivery(gw.reader, id(13)))!;
     expect(after.observed_by).not.toContain(other);
     expect(after.observed_by).toContain(gw.app.replicaId);
     await writer.reap(null);
-    expect((await readDelivery(gw.reader, id(11)))!.observed_by).toEqual([]);
+    expect((await readDelivery(gw.reader, id(13)))!.observed_by).toEqual([]);
   });
 
   it('the login cannot write the table directly, and the function refuses a malformed batch', async () => {
@@ -244,10 +257,10 @@ describe('at 100,000 devices every filter walks an index in order (no sort, no s
       FROM generate_series(1, 100000) AS i`.execute(gw.owner);
     await sql`
       INSERT INTO device_gateway.device_delivery (device_id, site_id, desired_version, desired_source, desired_content,
-        desired_at, sent_content, acked_content, observed_by)
+        desired_at, sent_content, sent_confirmable, acked_content, observed_by)
       SELECT 'big-' || i, (${sql.val(SITES)}::uuid[])[CASE WHEN i % 50 IN (0, 3) THEN 1 ELSE i % 2 + 2 END], i,
         'registry', 'c' || (i % 5), now() - (i || ' seconds')::interval,
-        CASE WHEN i % 100 NOT IN (2, 3) THEN 'c' || (i % 5) END,
+        CASE WHEN i % 100 NOT IN (2, 3) THEN 'c' || (i % 5) END, true,
         CASE WHEN i % 100 NOT IN (1, 2, 3) THEN 'c' || (i % 5) END,
         CASE WHEN i % 100 = 3 THEN '{}'::text[] ELSE ARRAY['aaaaaaaaaaaaaaaa'] END
       FROM generate_series(1, 100000) AS i`.execute(gw.owner);
@@ -257,15 +270,17 @@ describe('at 100,000 devices every filter walks an index in order (no sort, no s
 
   it.each([
     [{}, 'device_delivery_page_idx'],
-    [{ state: 'pending' as const }, 'device_delivery_open_idx'],
-    [{ state: 'stale' as const }, 'device_delivery_open_idx'],
+    [{ states: ['pending' as const] }, 'device_delivery_state_idx'],
+    [{ states: ['stale' as const] }, 'device_delivery_state_idx'],
     [{ siteId: SITES[0]! }, 'device_delivery_site_idx'],
-    [{ siteId: SITES[0]!, state: 'unobserved' as const }, 'device_delivery_site_open_idx'],
-    [{ state: 'acknowledged' as const }, 'device_delivery_page_idx'],
+    [{ siteId: SITES[0]!, states: ['unobserved' as const] }, 'device_delivery_site_state_idx'],
+    [{ states: ['acknowledged' as const] }, 'device_delivery_page_idx'],
     [
-      { state: 'pending' as const, after: { atMicros: '1700000000000000', deviceId: 'big-5' } },
-      'device_delivery_open_idx',
+      { states: ['pending' as const], after: { atMicros: '1700000000000000', deviceId: 'big-5' } },
+      'device_delivery_state_idx',
     ],
+    // Several states: each walks the state index in order, stopped at a page; the walks are merged in order.
+    [{ states: ['pending' as const, 'stale' as const, 'unobserved' as const] }, 'device_delivery_state_idx'],
   ])('%j uses %s', async (filter, index) => {
     const compiled = listDeliveryQuery(gw.reader, { limit: 100, ...filter }).compile();
     const { rows } = await sql<{

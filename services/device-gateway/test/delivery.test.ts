@@ -132,7 +132,7 @@ async function notify(replica: Replica, deviceId: string, interval: number): Pro
     settings: { reporting_interval_s: interval },
   });
   expect(res.status).toBe(200);
-  expect(res.body).toEqual({ status: 'updated' });
+  expect(res.body).toMatchObject({ status: 'updated', version: expect.any(Number) });
   expect(res.headers.get('location')).toBe(`/api/devices/${deviceId}`);
   return interval;
 }
@@ -241,7 +241,7 @@ describe('where a setting went, across two replicas', () => {
     expect(overDtls.credentials.valid_keys).toBe(1);
   });
 
-  it('a NON observer shows sent, unconfirmed (pending)', async () => {
+  it('a NON observer shows sent, unconfirmed (sent_unconfirmed, not pending)', async () => {
     const non = libcoap(['-N', `coap://127.0.0.1:${a.coapPort}/devices/${NON}/settings`]);
     await waitFor(() => versions(non.output()).length >= 1, 20_000, 'first NON document');
     await notify(b, NON, 335);
@@ -252,7 +252,7 @@ describe('where a setting went, across two replicas', () => {
       (x) => x.delivery?.sent?.type === 'NON' && x.delivery.sent.version === x.delivery.desired.version,
       'NON sent',
     );
-    expect(v.delivery!.state).toBe('pending');
+    expect(v.delivery!.state).toBe('sent_unconfirmed');
     expect(v.delivery!.sent).toMatchObject({ type: 'NON', acknowledged: false });
     expect(v.delivery!.acknowledged).toBeNull();
   });
@@ -307,7 +307,8 @@ describe('where a setting went, across two replicas', () => {
       return (res.body.items as { device_id: string }[]).map((i) => i.device_id).sort();
     };
     expect(await states('acknowledged')).toEqual(expect.arrayContaining([CON, DTLS]));
-    expect(await states('pending')).toEqual([NON]);
+    expect(await states('sent_unconfirmed')).toEqual([NON]);
+    expect(await states('pending')).toEqual([]);
     expect(await states('unobserved')).toEqual(expect.arrayContaining([SILENT, UNOBSERVED]));
     expect(await states('unobserved')).not.toContain(CON);
     const bad = await get(b, '/api/devices?delivery=maybe&limit=0&x=1');

@@ -160,7 +160,8 @@ describe('management HTTP API on a real PostgreSQL registry', () => {
         .set(auth)
         .send({ device_id: 'acme-wh-door-01', settings: { maintenance_mode: i === 0 } });
       expect(res.status).toBe(200);
-      expect(res.body).toEqual({ status: 'updated' });
+      // The version served now and the relations notified here: this client's.
+      expect(res.body).toEqual({ status: 'updated', version: expect.any(Number), relations_notified: 1 });
       const note = json((await client.waitFor((p) => p.token.toString() === 'ns', 2000, mark)).packet);
       expect(note).toMatchObject({
         device_id: 'acme-wh-door-01',

@@ -18,14 +18,23 @@ export type MessageType = typeof CON | typeof NON | typeof ACK | typeof RST;
 export const code = (cls: number, detail: number): number => (cls << 5) | detail;
 export const EMPTY = 0;
 export const GET = 1;
+export const POST = 2;
+export const PUT = 3;
 export const CONTENT = code(2, 5);
 export const VALID = code(2, 3);
+export const CHANGED = code(2, 4);
 export const BAD_REQUEST = code(4, 0);
+export const UNAUTHORIZED = code(4, 1);
 export const BAD_OPTION = code(4, 2);
 export const NOT_FOUND = code(4, 4);
 export const METHOD_NOT_ALLOWED = code(4, 5);
 export const NOT_ACCEPTABLE = code(4, 6);
+/** 4.09 Conflict (registered by RFC 8132): the request conflicts with the state of the resource. */
+export const CONFLICT = code(4, 9);
+export const REQUEST_ENTITY_TOO_LARGE = code(4, 13);
+export const UNSUPPORTED_CONTENT_FORMAT = code(4, 15);
 export const INTERNAL_SERVER_ERROR = code(5, 0);
+export const NOT_IMPLEMENTED = code(5, 1);
 export const SERVICE_UNAVAILABLE = code(5, 3);
 export const PROXYING_NOT_SUPPORTED = code(5, 5);
 

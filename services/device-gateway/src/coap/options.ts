@@ -101,6 +101,8 @@ export interface CoapStats {
   sendErrors: number;
   /** Times a fan-out paused because the in-flight window was full. */
   windowFull: number;
+  /** Devices' reports (`/devices/{id}/reported`) by what was answered (report-resource.ts's results). */
+  reportsByResult: Record<string, number>;
 }
 
 export function newCoapStats(): CoapStats {
@@ -127,6 +129,7 @@ export function newCoapStats(): CoapStats {
     internalErrors: 0,
     sendErrors: 0,
     windowFull: 0,
+    reportsByResult: {},
   };
 }
 

@@ -8,7 +8,9 @@ import {
   NOT_ACCEPTABLE,
   NOT_FOUND,
   Opt,
+  POST,
   PROXYING_NOT_SUPPORTED,
+  PUT,
   SERVICE_UNAVAILABLE,
   VALID,
   encodeWithParts,
@@ -21,6 +23,7 @@ import { linkFormat } from './link-format.js';
 import type { InboundRequest, MessageLayer, RequestHandler } from './messages.js';
 import type { DocumentLookup, ObserveLayer, Relation, ResourceKind } from './observe.js';
 import type { CoapServerOptions } from './options.js';
+import type { ReportResource } from './report-resource.js';
 import {
   buildForm,
   contentEtag,
@@ -49,6 +52,9 @@ interface ParsedRequest {
 }
 
 export class Resources implements RequestHandler {
+  /** `/devices/{id}/reported` (report-resource.ts); undefined: answered 4.05 like any other POST or PUT. */
+  reports: ReportResource | undefined;
+
   constructor(
     private readonly state: GatewayState,
     private readonly messages: MessageLayer<Relation>,
@@ -60,6 +66,12 @@ export class Resources implements RequestHandler {
   handleRequest(req: InboundRequest): void {
     const msg = req.msg;
     if (msg.code !== GET) {
+      const deviceId = msg.code === POST || msg.code === PUT ? reportPath(msg) : undefined;
+      if (deviceId !== undefined && this.reports !== undefined) {
+        if (deviceId === null) this.messages.respond(req, BAD_OPTION, [], DIAG_BAD_OPTION);
+        else this.reports.handle(req, deviceId);
+        return;
+      }
       this.messages.respond(req, METHOD_NOT_ALLOWED);
       return;
     }
@@ -85,6 +97,11 @@ export class Resources implements RequestHandler {
     let kind: ResourceKind | undefined;
     if (path.length === 2 && path[0] === 'devices') kind = 'record';
     else if (path.length === 3 && path[0] === 'devices' && path[2] === 'settings') kind = 'settings';
+    if (kind === undefined && path.length === 3 && path[0] === 'devices' && path[2] === 'reported') {
+      // Written by POST or PUT, never read back over CoAP (the device view shows it).
+      this.messages.respond(req, METHOD_NOT_ALLOWED);
+      return;
+    }
     if (kind === undefined) {
       this.messages.respond(req, NOT_FOUND);
       return;
@@ -168,6 +185,29 @@ export class Resources implements RequestHandler {
       ),
     );
   }
+}
+
+/**
+ * The device id of a `/devices/{id}/reported` request; undefined for any other path; null when it carries a
+ * critical option the report resource does not understand (4.02, RFC 7252 §5.4.1). Block1 is left to the
+ * resource, which answers it 4.13 (one datagram only, RFC 7959 §2.9.3).
+ */
+function reportPath(msg: CoapMessage): string | null | undefined {
+  const path: string[] = [];
+  let bad = false;
+  for (const o of msg.options) {
+    if (o.number === Opt.UriPath) path.push(o.value.toString('utf8'));
+    else if (
+      (o.number & 1) === 1 &&
+      o.number !== Opt.UriHost &&
+      o.number !== Opt.UriPort &&
+      o.number !== Opt.UriQuery &&
+      o.number !== Opt.Block1
+    )
+      bad = true;
+  }
+  if (path.length !== 3 || path[0] !== 'devices' || path[2] !== 'reported') return undefined;
+  return bad ? null : path[1]!;
 }
 
 function readOptions(msg: CoapMessage): ParsedRequest | 'bad_option' | 'proxy' {

@@ -4,6 +4,7 @@ import { MessageLayer } from './messages.js';
 import type { DeliveryEvents } from '../delivery/recorder.js';
 import { ObserveLayer, type DocumentLookup, type Relation, type RelationView } from './observe.js';
 import { newCoapStats, now, type CoapServerOptions, type CoapStats } from './options.js';
+import { ReportResource, type ReportDeps } from './report-resource.js';
 import { Resources } from './resources.js';
 import type { Transport } from './transport.js';
 import { UdpTransport } from './udp-transport.js';
@@ -47,6 +48,7 @@ export class CoapServer {
   readonly stats: CoapStats = newCoapStats();
   private readonly messages: MessageLayer<Relation>;
   private readonly observe: ObserveLayer;
+  private readonly resources: Resources;
   private readonly plain: UdpTransport | undefined;
   private readonly extra: CoapTransportBinding[] = [];
   private listening = false;
@@ -58,6 +60,7 @@ export class CoapServer {
     this.messages = new MessageLayer<Relation>(options, this.stats);
     this.observe = new ObserveLayer(this.messages, options, this.stats, lookup);
     const resources = new Resources(state, this.messages, this.observe, options, lookup);
+    this.resources = resources;
     this.messages.bind(resources, this.observe);
     if (transports.plain !== false) {
       this.plain = new UdpTransport({
@@ -100,6 +103,17 @@ export class CoapServer {
   /** Where the delivery record hears of sends, acknowledgements and relations (design §3.8). */
   set delivery(events: DeliveryEvents | undefined) {
     this.observe.delivery = events;
+  }
+
+  /** Serves `/devices/{id}/reported` (design §3.4): where devices' reports go and who may speak for whom. */
+  set reports(deps: ReportDeps) {
+    const counts = this.stats.reportsByResult;
+    this.resources.reports = new ReportResource(this.messages, {
+      ...deps,
+      count: (result) => {
+        counts[result] = (counts[result] ?? 0) + 1;
+      },
+    });
   }
 
   /** Relations to the device's settings resource on this server. */

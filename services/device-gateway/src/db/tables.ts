@@ -54,12 +54,28 @@ export interface DeviceDeliveryTable {
   acked_transport: 'plain' | 'dtls' | null;
   heard_at: Date | null;
   observed_by: string[];
+  /** The device's own word (migration 0023): what it did with `reported_version`. */
+  reported_version: string | null;
+  reported_content: string | null;
+  reported_outcome: 'applied' | 'rejected' | null;
+  reported_reason: string | null;
+  reported_settings: Record<string, unknown> | null;
+  reported_at: Date | null;
+  reported_by: string | null;
+  reported_transport: 'plain' | 'dtls' | null;
   state: DeliveryState;
   updated_at: Date;
 }
 
-/** Where a device's delivery stands (migration 0005 derives it in the row). */
-export type DeliveryState = 'acknowledged' | 'pending' | 'unobserved' | 'stale';
+/** Where a device's delivery stands (migration 0023 derives it in the row; design §3.8). */
+export type DeliveryState =
+  | 'applied'
+  | 'rejected'
+  | 'acknowledged'
+  | 'pending'
+  | 'sent_unconfirmed'
+  | 'unobserved'
+  | 'stale';
 
 export interface GatewayDatabase {
   'device_gateway.device_delivery': DeviceDeliveryTable;

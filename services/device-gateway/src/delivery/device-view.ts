@@ -8,6 +8,7 @@ import type { ReplicaPart } from '../cluster/inspect.js';
 import { READ_GRACE_MS, withDeadline, type Turns } from '../deadline.js';
 import type { DeliveryState, GatewayDatabase } from '../db/tables.js';
 import type { CredentialSummary } from '../domain/credentials.js';
+import type { VisibleDocument } from '../domain/documents.js';
 import { UnknownDeviceError, type GatewayState } from '../domain/gateway-state.js';
 import { listDelivery, readDelivery, type DeliveryCursor, type DeliveryRecordRow } from './sql.js';
 
@@ -21,24 +22,38 @@ export interface DeviceViewDeps {
   config: { delivery: { viewDeadlineMs: number } };
   /** Views' reads of the delivery record, one at a time (recordWithin). */
   recordReads: Turns;
+  /** Whether a relation over `transport` speaks for the device (plain CoAP not for a keyed one, §3.8). */
+  speaks: (deviceId: string, transport: string) => boolean;
 }
 
 const iso = (d: Date | null): string | null => (d === null ? null : d.toISOString());
 const num = (v: string | null): number | null => (v === null ? null : Number(v));
 
-/** The delivery record as the API shows it (never replica-internal content hashes). */
-export function deliveryOf(row: DeliveryRecordRow | undefined): Record<string, unknown> | null {
+/**
+ * The delivery record as the API shows it (design §3.8). `desired`: this replica's settings document, when it is
+ * what the record says the device should have (its content's digest is the record's desired one): the reported
+ * document's `delta` is taken against it.
+ */
+export function deliveryOf(
+  row: DeliveryRecordRow | undefined,
+  desired?: VisibleDocument,
+): Record<string, unknown> | null {
   if (row === undefined) return null;
   const sentAcknowledged =
     row.sent_content !== null &&
     row.acked_content === row.sent_content &&
     Number(row.acked_version) >= Number(row.sent_version);
+  const desiredSettings =
+    desired !== undefined && desired.contentDigest === row.desired_content
+      ? ((desired.body as { settings?: Record<string, unknown> }).settings ?? null)
+      : null;
   return {
     state: row.state,
     desired: {
       version: num(row.desired_version),
       source: row.desired_source,
       since: iso(row.desired_at),
+      digest: row.desired_content,
     },
     sent:
       row.sent_version === null
@@ -62,10 +77,80 @@ export function deliveryOf(row: DeliveryRecordRow | undefined): Record<string, u
             transport: row.acked_transport,
             is_desired: row.acked_content === row.desired_content,
           },
+    reported:
+      row.reported_version === null
+        ? null
+        : {
+            version: num(row.reported_version),
+            outcome: row.reported_outcome,
+            reason: row.reported_reason,
+            at: iso(row.reported_at),
+            replica: row.reported_by,
+            transport: row.reported_transport,
+            is_desired: row.reported_content !== null && row.reported_content === row.desired_content,
+            settings: row.reported_settings,
+            delta:
+              row.reported_settings === null || desiredSettings === null
+                ? null
+                : mergeDelta(row.reported_settings, desiredSettings),
+          },
     heard_at: iso(row.heard_at),
     observed_by: row.observed_by,
     updated_at: iso(row.updated_at),
   };
+}
+
+const isObject = (v: unknown): v is Record<string, unknown> =>
+  typeof v === 'object' && v !== null && !Array.isArray(v);
+
+/**
+ * What the device would have to change to run `desired`, as an RFC 7396 JSON Merge Patch of `reported`: each
+ * member of `desired` that `reported` lacks or holds otherwise, objects compared member by member (§2), and
+ * null for a member `reported` holds and `desired` does not. `{}` when they are equal (AWS IoT's `delta` is the
+ * same idea, without the nulls).
+ */
+export function mergeDelta(reported: Record<string, unknown>, desired: Record<string, unknown>): Record<string, unknown> {
+  const delta: Record<string, unknown> = {};
+  for (const [key, want] of Object.entries(desired)) {
+    const have = reported[key];
+    if (isObject(want) && isObject(have)) {
+      const inner = mergeDelta(have, want);
+      if (Object.keys(inner).length > 0) delta[key] = inner;
+    } else if (JSON.stringify(have) !== JSON.stringify(want)) delta[key] = want;
+  }
+  for (const key of Object.keys(reported)) if (!Object.hasOwn(desired, key)) delta[key] = null;
+  return delta;
+}
+
+/**
+ * Whether each relation speaks for the device (design §3.8): over DTLS always; over plain CoAP only for a device
+ * without a key on a gateway that serves coaps. A relation that does not is listed, marked, and moves nothing in
+ * the record.
+ */
+function markRelations(replicas: ReplicaPart[], speaks: (transport: string) => boolean): ReplicaPart[] {
+  return replicas.map((part) => {
+    const relations = (part as { relations?: { transport: string }[] }).relations;
+    if (relations === undefined) return part;
+    return {
+      ...part,
+      relations: relations.map((rel) => ({ ...rel, speaks_for_device: speaks(rel.transport) })),
+    } as ReplicaPart;
+  });
+}
+
+/**
+ * The record's state, or `observed_unauthenticated` where the record says `unobserved` (no relation that speaks
+ * for the device) and a replica lists a relation that cannot (plain CoAP for a keyed device): the device is
+ * watched, but by a peer whose word does not count.
+ */
+function viewState(record: string | undefined, replicas: ReplicaPart[]): string | undefined {
+  if (record !== 'unobserved') return record;
+  const unverified = replicas.some((part) =>
+    ((part as { relations?: { speaks_for_device?: boolean }[] }).relations ?? []).some(
+      (rel) => rel.speaks_for_device === false,
+    ),
+  );
+  return unverified ? 'observed_unauthenticated' : record;
 }
 
 /**
@@ -99,10 +184,13 @@ export async function deviceView(deps: DeviceViewDeps, deviceId: string): Promis
   const record = deps.state.deviceRecord(deviceId);
   const settings = deps.state.settingsDocument(deviceId);
   if (record === undefined || settings === undefined) throw new UnknownDeviceError(deviceId);
-  const [row, replicas] = await Promise.all([
+  const [row, parts] = await Promise.all([
     recordWithin(deps, deviceId, deps.config.delivery.viewDeadlineMs),
     deps.replicas(deviceId),
   ]);
+  const replicas = markRelations(parts, (transport) => deps.speaks(deviceId, transport));
+  const delivery = deliveryOf(row, settings);
+  if (delivery !== null) delivery.state = viewState(row?.state, replicas);
   return {
     device: {
       device_id: record.deviceId,
@@ -112,7 +200,7 @@ export async function deviceView(deps: DeviceViewDeps, deviceId: string): Promis
       enabled: record.enabled,
     },
     settings: settings.body,
-    delivery: deliveryOf(row),
+    delivery,
     replicas,
     credentials: deps.credentials(deviceId),
   };
@@ -120,7 +208,10 @@ export async function deviceView(deps: DeviceViewDeps, deviceId: string): Promis
 
 export interface DeviceListQuery {
   siteId?: string;
-  delivery?: DeliveryState;
+  /** Devices in any of these states (none: all). */
+  delivery?: readonly DeliveryState[];
+  /** Of the acknowledged ones, only those acknowledged at least this long ago (s): acknowledged, not applied. */
+  acknowledgedForS?: number;
   limit: number;
   /** Where the page starts (decodeCursor of the previous page's next_cursor). */
   after?: DeliveryCursor;
@@ -149,11 +240,13 @@ export function decodeCursor(text: string): DeliveryCursor | undefined {
 export async function deviceList(
   db: Kysely<GatewayDatabase>,
   q: DeviceListQuery,
+  desired?: (deviceId: string) => VisibleDocument | undefined,
 ): Promise<{ items: Record<string, unknown>[]; next_cursor: string | null }> {
   const rows = await listDelivery(db, {
     limit: q.limit,
     ...(q.siteId === undefined ? {} : { siteId: q.siteId }),
-    ...(q.delivery === undefined ? {} : { state: q.delivery }),
+    ...(q.delivery === undefined ? {} : { states: q.delivery }),
+    ...(q.acknowledgedForS === undefined ? {} : { acknowledgedForS: q.acknowledgedForS }),
     ...(q.after === undefined ? {} : { after: q.after }),
   });
   const more = rows.length > q.limit;
@@ -165,7 +258,7 @@ export async function deviceList(
       site_id: row.site_id,
       name: row.name,
       model: row.model,
-      ...deliveryOf(row),
+      ...deliveryOf(row, desired?.(row.device_id)),
     })),
     next_cursor:
       more && last !== undefined

@@ -88,7 +88,10 @@ export interface DeliveryCursor {
 
 export interface DeliveryListQuery {
   siteId?: string;
-  state?: DeliveryState;
+  /** The states to list (any of them); none: every state. */
+  states?: readonly DeliveryState[];
+  /** Only devices acknowledged at least this many seconds ago, of those in state `acknowledged`. */
+  acknowledgedForS?: number;
   limit: number;
   after?: DeliveryCursor;
 }
@@ -102,30 +105,46 @@ export interface DeliveryListRow extends DeliveryRecordRow {
 
 /**
  * One page of the fleet list: devices of the registry (enabled) with their delivery record, oldest desired
- * change first, then by device id; `limit + 1` rows, so the caller knows whether a next page exists. Each
- * filter combination walks one of migration 0005's indexes in order and stops after the page (the test
- * checks the plans).
+ * change first, then by device id; `limit + 1` rows, so the caller knows whether a next page exists. With no
+ * state or one, the page walks one of migration 0023's indexes (or 0005's page and site indexes) in order and
+ * stops. With several states each state's walk is its own part, stopped at the page's size, and the parts are
+ * merged in order (a Merge Append of at most one page per state; the test checks the plans).
  */
 export function listDeliveryQuery(db: Kysely<GatewayDatabase>, q: DeliveryListQuery) {
-  let query = db
-    .selectFrom('device_gateway.device_delivery as d')
-    .innerJoin('device_gateway.device_registry as r', 'r.device_id', 'd.device_id')
-    .selectAll('d')
-    .select(['r.name', 'r.model'])
-    .select(sql<string>`(extract(epoch FROM d.desired_at) * 1000000)::bigint::text`.as('at_micros'))
-    .where('r.enabled', '=', true);
-  if (q.siteId !== undefined) query = query.where('d.site_id', '=', q.siteId);
-  if (q.state !== undefined) query = query.where('d.state', '=', q.state);
-  // Spelled out so the partial indexes of the open states (migration 0005) match whatever the plan's parameters.
-  if (q.state !== undefined && q.state !== 'acknowledged')
-    query = query.where(sql<boolean>`d.state <> 'acknowledged'`);
-  if (q.after !== undefined) {
-    const at = sql`(timestamptz 'epoch' + ${q.after.atMicros}::bigint * interval '1 microsecond')`;
-    query = query.where(sql<boolean>`(d.desired_at, d.device_id) > (${at}, ${q.after.deviceId})`);
-  }
-  return query
-    .orderBy('d.desired_at')
-    .orderBy('d.device_id')
+  const states = q.states ?? [];
+  const part = (state: DeliveryState | undefined) => {
+    let query = db
+      .selectFrom('device_gateway.device_delivery as d')
+      .innerJoin('device_gateway.device_registry as r', 'r.device_id', 'd.device_id')
+      .selectAll('d')
+      .select(['r.name', 'r.model'])
+      .select(sql<string>`(extract(epoch FROM d.desired_at) * 1000000)::bigint::text`.as('at_micros'))
+      .where('r.enabled', '=', true);
+    if (q.siteId !== undefined) query = query.where('d.site_id', '=', q.siteId);
+    if (state !== undefined) query = query.where('d.state', '=', state);
+    if (q.acknowledgedForS !== undefined && (state === undefined || state === 'acknowledged')) {
+      const since = sql`now() - ${q.acknowledgedForS}::integer * interval '1 second'`;
+      query =
+        state === undefined
+          ? query.where(sql<boolean>`(d.state <> 'acknowledged' OR d.acked_at <= ${since})`)
+          : query.where(sql<boolean>`d.acked_at <= ${since}`);
+    }
+    if (q.after !== undefined) {
+      const at = sql`(timestamptz 'epoch' + ${q.after.atMicros}::bigint * interval '1 microsecond')`;
+      query = query.where(sql<boolean>`(d.desired_at, d.device_id) > (${at}, ${q.after.deviceId})`);
+    }
+    return query
+      .orderBy('d.desired_at')
+      .orderBy('d.device_id')
+      .limit(q.limit + 1);
+  };
+  if (states.length <= 1) return part(states[0]);
+  const parts = states.map((state) => sql`(${part(state)})`);
+  return db
+    .selectFrom(sql<DeliveryListRow>`(${sql.join(parts, sql` UNION ALL `)})`.as('u'))
+    .selectAll()
+    .orderBy('u.desired_at')
+    .orderBy('u.device_id')
     .limit(q.limit + 1);
 }
 

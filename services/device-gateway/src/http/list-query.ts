@@ -13,8 +13,8 @@ const RFC3339 = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,9})?(Z|[+-]\d{2}:\d
 interface QueryParameterSchema {
   readonly type?: string;
   readonly format?: string;
-  readonly pattern?: string;
   readonly enum?: readonly string[];
+  readonly pattern?: string;
   readonly minimum?: number;
   readonly maximum?: number;
   readonly default?: number;
@@ -61,26 +61,27 @@ export function readListQuery<Cursor>(
       const cursor = decodeCursor(value);
       if (cursor === undefined) errors.push({ path, message: 'is not a cursor this API issued' });
       else query.cursor = cursor;
-    } else if (name === 'limit') {
+    } else if (rule.type === 'integer') {
       const min = rule.minimum ?? 1;
       const max = rule.maximum ?? 1;
-      const limit = Number(value);
-      if (DIGITS.test(value) && value.length <= String(max).length && limit >= min && limit <= max)
-        query.limit = limit;
-      else errors.push({ path, message: `must be an integer from ${min} to ${max}` });
+      const n = Number(value);
+      if (DIGITS.test(value) && value.length <= String(max).length && n >= min && n <= max) {
+        if (name === 'limit') query.limit = n;
+        else query.filters[name] = value;
+      } else errors.push({ path, message: `must be an integer from ${min} to ${max}` });
     } else if (rule.enum !== undefined) {
       if (rule.enum.includes(value)) query.filters[name] = value;
       else errors.push({ path, message: `must be one of ${rule.enum.join(', ')}` });
+    } else if (rule.pattern !== undefined) {
+      // The schema's own pattern (ECMAScript, as ajv reads it); its description says it in words.
+      if (value.length <= 400 && new RegExp(rule.pattern).test(value)) query.filters[name] = value;
+      else errors.push({ path, message: `must be ${rule.description ?? `like ${rule.pattern}`}` });
     } else if (rule.format === 'uuid') {
       if (isUuid(value)) query.filters[name] = value.toLowerCase();
       else errors.push({ path, message: 'must be a UUID' });
     } else if (rule.format === 'date-time') {
       if (RFC3339.test(value) && Number.isFinite(Date.parse(value))) query.filters[name] = value;
       else errors.push({ path, message: 'must be an RFC 3339 date-time with an offset' });
-    } else if (rule.pattern !== undefined) {
-      // The schema's own pattern (ECMAScript, as ajv reads it).
-      if (value.length <= 400 && new RegExp(rule.pattern).test(value)) query.filters[name] = value;
-      else errors.push({ path, message: `must match ${rule.pattern}` });
     } else {
       throw new Error(`query parameter ${name}: no rule to read it by`);
     }

@@ -3,6 +3,7 @@
 // The probes, the configuration, the registry and settings routes and on-call's reads are here; the staged
 // rollouts' routes in rollout-routes.ts.
 import {
+  deliveryStates,
   deviceIdSchema,
   deviceListQuerySchema,
   deviceListResponseSchema,
@@ -75,8 +76,9 @@ export function gatewayRoutes(service: GatewayService, auth: RequestHandler): Ro
   const notify: RequestHandler = async (req, res) => {
     // The one validation of the request (Device Settings included); below this nothing checks it again.
     const body = requireValid(validateNotifySettingsRequest(req.body));
+    let outcome: { version: number; relations: number };
     try {
-      const outcome = await service.notifySettings(body.device_id, body.settings);
+      outcome = await service.notifySettings(body.device_id, body.settings);
       // On-call's trail (design §3.8): which device, which version, how many relations here were told.
       req.log.info('settings notified', {
         device_id: body.device_id,
@@ -91,7 +93,8 @@ export function gatewayRoutes(service: GatewayService, auth: RequestHandler): Ro
       asProblem(err);
     }
     res.setHeader('Location', `/api/devices/${encodeURIComponent(body.device_id)}`);
-    res.json({ status: 'updated' });
+    // What was done, so a push to a device nobody observes here is visible (relations_notified 0).
+    res.json({ status: 'updated', version: outcome.version, relations_notified: outcome.relations });
   };
   const device: RequestHandler = async (req, res) => {
     const raw: unknown = req.params.device_id;
@@ -238,11 +241,16 @@ database cannot be reached the answer is 503 with Retry-After and nothing was ap
         operationId: 'listDevices',
         summary: 'The fleet\'s delivery, "which devices have not acknowledged their desired settings?"',
         description: `Devices of the registry (enabled) with their delivery record (design §3.8), oldest desired change first
-(then by device id), paged by an opaque keyset cursor. Each device is in exactly one delivery state:
-acknowledged (it acknowledged the desired settings), unobserved (not acknowledged, and no relation on any
-replica), pending (the desired settings were sent and not acknowledged; a NON notification stays pending,
-"sent, unconfirmed"), stale (observed, and the desired settings have not been sent: it holds older ones).
-The record is written in batches; it lags the devices by up to two GATEWAY_DELIVERY_FLUSH_MS plus one write.
+(then by device id), paged by an opaque keyset cursor. Each device is in exactly one delivery state, the first
+that holds: applied or rejected (the device reported so for the desired settings, over CoAP), acknowledged (its
+CoAP stack acknowledged a confirmable notification of them; it has not reported), unobserved (no relation that
+speaks for it on any replica), pending (sent in a confirmable notification, no ACK yet), sent_unconfirmed (sent
+in a NON notification or in the answer to its registration: it holds them unless the datagram was lost),
+stale (observed, and the desired settings have not been sent: it holds older ones). \`delivery\` takes several
+states (\`delivery=pending,stale\`) or not_applied (every state but applied); \`acknowledged_for_s=N\` keeps
+only the acknowledged devices acknowledged at least N s ago ("acknowledged but not applied after N s").
+The record is written in batches; it lags the devices by up to two GATEWAY_DELIVERY_FLUSH_MS plus one write
+(reports are written as they arrive).
 `,
         ...listDoc(deviceListQuerySchema, deviceListResponseSchema),
       },
@@ -275,9 +283,23 @@ function deviceListQuery(req: Request): DeviceListQuery {
   return {
     limit,
     ...(filters.site_id === undefined ? {} : { siteId: filters.site_id }),
-    ...(filters.delivery === undefined ? {} : { delivery: filters.delivery as DeliveryState }),
+    ...(filters.delivery === undefined ? {} : { delivery: deliveryFilter(filters.delivery) }),
+    ...(filters.acknowledged_for_s === undefined
+      ? {}
+      : { acknowledgedForS: Number(filters.acknowledged_for_s) }),
     ...(cursor === undefined ? {} : { after: cursor }),
   };
+}
+
+/** `delivery=a,b`: the states named (the schema's pattern checked them), `not_applied` as every state but applied. */
+function deliveryFilter(text: string): DeliveryState[] {
+  const states = new Set<DeliveryState>();
+  for (const name of text.split(',')) {
+    if (name !== 'not_applied') states.add(name as DeliveryState);
+    else for (const s of deliveryStates) if (s !== 'applied') states.add(s);
+  }
+  // In the schema's order, so the same filter compiles to the same query whatever order it was written in.
+  return deliveryStates.filter((s) => states.has(s));
 }
 
 function unknownDevice(deviceId: string): DomainError {
