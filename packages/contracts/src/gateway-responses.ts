@@ -14,7 +14,20 @@ const transport = { enum: ['plain', 'dtls'] } as const;
 const nextCursor = { type: ['string', 'null'] } as const;
 
 /** The delivery states of design §3.8, as GET /api/devices filters them. */
-export const deliveryStates = ['acknowledged', 'pending', 'unobserved', 'stale'] as const;
+export const deliveryStates = [
+  'applied',
+  'rejected',
+  'acknowledged',
+  'pending',
+  'sent_unconfirmed',
+  'unobserved',
+  'stale',
+] as const;
+/**
+ * What GET /api/devices's `delivery` takes: one or more states separated by commas, or `not_applied` (every state
+ * but `applied`) among them.
+ */
+export const deliveryFilterPattern = `^(${[...deliveryStates, 'not_applied'].join('|')})(,(${[...deliveryStates, 'not_applied'].join('|')}))*$`;
 /** The rollout states of design §3.9. */
 export const rolloutStates = ['active', 'paused', 'completed', 'cancelled', 'rolled_back'] as const;
 
@@ -124,17 +137,25 @@ export const deviceDeliverySchema = {
   description: 'The delivery record (design §3.8); versions are document versions (settings `version`).',
   type: 'object',
   additionalProperties: false,
-  required: ['state', 'desired', 'sent', 'acknowledged', 'heard_at', 'observed_by', 'updated_at'],
+  required: ['state', 'desired', 'sent', 'acknowledged', 'reported', 'heard_at', 'observed_by', 'updated_at'],
   properties: {
-    state: { enum: deliveryStates },
+    state: {
+      enum: [...deliveryStates, 'observed_unauthenticated'],
+      description:
+        "design §3.8; the device view says observed_unauthenticated where the record says unobserved and a replica holds a relation that cannot speak for the device (plain CoAP for a keyed device)",
+    },
     desired: {
       type: 'object',
       additionalProperties: false,
-      required: ['version', 'source', 'since'],
+      required: ['version', 'source', 'since', 'digest'],
       properties: {
         version: { type: ['integer', 'null'] },
         source: { enum: ['registry', 'override', 'rollout', null] },
         since: timestamp,
+        digest: {
+          type: ['string', 'null'],
+          description: "the desired content's 64-bit digest (16 hex digits), the same on every replica",
+        },
       },
     },
     sent: {
@@ -169,6 +190,32 @@ export const deviceDeliverySchema = {
             replica: { type: 'string' },
             transport,
             is_desired: { type: 'boolean' },
+          },
+        },
+      ],
+    },
+    reported: {
+      description: "the device's own word (POST /devices/{id}/reported over CoAP): the newest version it reported on",
+      oneOf: [
+        { type: 'null' },
+        {
+          type: 'object',
+          additionalProperties: false,
+          required: ['version', 'outcome', 'reason', 'at', 'replica', 'transport', 'is_desired', 'settings', 'delta'],
+          properties: {
+            version: { type: 'integer' },
+            outcome: { enum: ['applied', 'rejected'] },
+            reason: { type: ['string', 'null'], description: 'why it rejected the version' },
+            at: timestamp,
+            replica: { type: 'string', description: 'the replica the report reached' },
+            transport,
+            is_desired: { type: 'boolean', description: 'the reported version carries the desired content' },
+            settings: { type: ['object', 'null'], description: 'the settings the device says it runs' },
+            delta: {
+              type: ['object', 'null'],
+              description:
+                'what the device would change to run the desired settings: an RFC 7396 merge patch of `settings` ({} when equal; null when unknown here)',
+            },
           },
         },
       ],
@@ -262,6 +309,11 @@ export const deviceViewResponseSchema = {
                 since: timestamp,
                 last_version: { type: ['integer', 'null'] },
                 con_in_flight: { type: 'boolean' },
+                speaks_for_device: {
+                  type: 'boolean',
+                  description:
+                    'false for plain CoAP to a device with a DTLS key: listed, but it moves nothing in the record',
+                },
                 last_confirmed_at: timestamp,
               },
             },
@@ -484,7 +536,18 @@ export const deviceListQuerySchema = {
   additionalProperties: false,
   properties: {
     site_id: uuid,
-    delivery: { enum: deliveryStates },
+    delivery: {
+      type: 'string',
+      pattern: deliveryFilterPattern,
+      description: `one or more of ${deliveryStates.join(', ')} separated by commas; not_applied: every state but applied`,
+    },
+    acknowledged_for_s: {
+      type: 'integer',
+      minimum: 0,
+      maximum: 31536000,
+      description:
+        'of the devices in state acknowledged, only those acknowledged at least this many seconds ago (acknowledged, not applied after N s)',
+    },
     limit: { type: 'integer', minimum: 1, maximum: 500, default: 100 },
     cursor: cursorParameter,
   },
