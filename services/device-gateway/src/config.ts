@@ -1,3 +1,4 @@
+import { userInfo } from 'node:os';
 import {
   countNonBearerSecrets,
   databaseDeadlines,
@@ -297,11 +298,29 @@ export function loadGatewayConfig(env: Record<string, string | undefined> = proc
 /** What `npm run device-key` needs: the owner login of the platform database (checked by the command). */
 export interface DeviceKeyConfig {
   databaseUrl: string | undefined;
+  /**
+   * Who runs the command, for the audit (design §3.1): the user who ran `sudo` (SUDO_USER) if any, else the
+   * process's OS user; undefined when neither can be read (a uid without a passwd entry in a container).
+   */
+  osUser: string | undefined;
+}
+
+function currentOsUser(): string | undefined {
+  try {
+    return userInfo().username;
+  } catch {
+    // SystemError: the uid has no passwd entry.
+    return undefined;
+  }
 }
 
 /** The device-key command's configuration from the environment (design §5.1: read here, passed in). */
 export function deviceKeyConfig(env: Record<string, string | undefined> = process.env): DeviceKeyConfig {
-  return { databaseUrl: env.DATABASE_URL };
+  const sudoUser = env.SUDO_USER;
+  return {
+    databaseUrl: env.DATABASE_URL,
+    osUser: sudoUser !== undefined && sudoUser !== '' ? sudoUser : currentOsUser(),
+  };
 }
 
 /** The validated configuration (see loadGatewayConfig). */

@@ -1,6 +1,10 @@
 import { execFile } from 'node:child_process';
+import { userInfo } from 'node:os';
 import { fileURLToPath } from 'node:url';
-import { loginUrl, startGateway, type GatewayFixture } from './support/gateway.js';
+import { sql } from 'kysely';
+import request from 'supertest';
+import type { AuditDatabase } from '../src/audit/table.js';
+import { API_KEYS, loginUrl, startGateway, type GatewayFixture } from './support/gateway.js';
 
 // The command as `npm run device-key` runs it: the compiled entry point in a process of its own.
 const cliJs = fileURLToPath(new URL('../dist/cli/device-key.js', import.meta.url));
@@ -165,6 +169,8 @@ describe('npm run device-key (a real process against a real PostgreSQL)', () => 
     [['issue'], 2, /exactly one device id/],
     [['issue', DEVICE, '--bogus'], 2, /Unknown option '--bogus'/],
     [['rotate', DEVICE], 2, /unknown command "rotate"/],
+    [['issue', DEVICE, '--by', 'has space'], 2, /--by takes a name/],
+    [['revoke', '--device', DEVICE, '--by', ''], 2, /--by takes a name/],
     [[], 2, /no command given/],
   ])('%j exits %i with a clear message and no stack', async (args, code, message) => {
     const run = await deviceKey(args, env);
@@ -202,5 +208,146 @@ describe('npm run device-key (a real process against a real PostgreSQL)', () => 
     expect(down.code).toBe(1);
     expect(down.stderr).toMatch(/cannot reach the database/);
     expect(down.stderr).not.toContain('s3cret-pw');
+  });
+
+  describe('the audit of device keys (design §3.1, issue 42 §4)', () => {
+    const AUDITED = 'acme-wh-freezer-02';
+    /** The device-key rows of one device, oldest first. */
+    const rowsOf = (deviceId: string) =>
+      gw.owner
+        .withTables<AuditDatabase>()
+        .selectFrom('device_gateway.audit_events')
+        .select(['principal', 'principal_kind', 'principal_name', 'role', 'action', 'site_ids', 'detail'])
+        .where('device_id', '=', deviceId)
+        .where('action', 'like', 'device_key.%')
+        .orderBy('id')
+        .execute();
+    const siteOf = async (deviceId: string) =>
+      (
+        await gw.owner
+          .selectFrom('device_gateway.device_registry')
+          .select('site_id')
+          .where('device_id', '=', deviceId)
+          .executeTakeFirstOrThrow()
+      ).site_id;
+
+    it('issue and revoke write one row each, naming --by, the device, its site and the identities', async () => {
+      const site = await siteOf(AUDITED);
+      const before = (await rowsOf(AUDITED)).length;
+      const issued = issuedFrom((await deviceKey(['issue', AUDITED, '--by', 'ops.ticket-42'], env)).stdout);
+      expect((await deviceKey(['revoke', issued.identity, '--by', 'ops.ticket-42'], env)).code).toBe(0);
+      // Revoked before: nothing changes, nothing is audited.
+      expect((await deviceKey(['revoke', issued.identity, '--by', 'ops.ticket-42'], env)).code).toBe(0);
+      const rows = (await rowsOf(AUDITED)).slice(before);
+      const osUser = userInfo().username;
+      const common = {
+        principal: 'command:ops.ticket-42',
+        principal_kind: 'command',
+        principal_name: 'ops.ticket-42',
+        role: 'admin',
+        site_ids: [site],
+      };
+      expect(rows).toEqual([
+        {
+          ...common,
+          action: 'device_key.issued',
+          detail: { count: 1, identities: [issued.identity], os_user: osUser },
+        },
+        {
+          ...common,
+          action: 'device_key.revoked',
+          detail: { count: 1, identities: [issued.identity], os_user: osUser },
+        },
+      ]);
+      // The key never reaches the audit, in any form.
+      const text = JSON.stringify(rows);
+      expect(text).not.toContain(issued.key);
+      expect(text).not.toContain(issued.hex);
+      // GET /api/audit finds them by the command's principal.
+      const listed = await request(gw.app.http)
+        .get('/api/audit')
+        .query({ principal: 'command:ops.ticket-42', device_id: AUDITED })
+        .set('Authorization', `Bearer ${API_KEYS[0]}`);
+      expect(listed.status).toBe(200);
+      expect((listed.body as { items: { action: string }[] }).items.map((i) => i.action)).toEqual([
+        'device_key.revoked',
+        'device_key.issued',
+      ]);
+    });
+
+    it('without --by the OS user is the principal; revoke --device is one row with every identity', async () => {
+      const osUser = userInfo().username;
+      const before = (await rowsOf(AUDITED)).length;
+      const a = issuedFrom((await deviceKey(['issue', AUDITED], env)).stdout);
+      const b = issuedFrom((await deviceKey(['issue', AUDITED], env)).stdout);
+      expect((await deviceKey(['revoke', '--device', AUDITED], env)).code).toBe(0);
+      const rows = (await rowsOf(AUDITED)).slice(before);
+      expect(rows.map((r) => [r.principal, r.action])).toEqual([
+        [`command:${osUser}`, 'device_key.issued'],
+        [`command:${osUser}`, 'device_key.issued'],
+        [`command:${osUser}`, 'device_key.revoked'],
+      ]);
+      // The OS user is the principal: it is not repeated in the detail.
+      expect(rows[2]!.detail).toEqual({ count: 2, identities: [a.identity, b.identity].sort() });
+    });
+
+    it('under sudo the user who ran sudo (SUDO_USER) is the principal', async () => {
+      const before = (await rowsOf(AUDITED)).length;
+      expect((await deviceKey(['issue', AUDITED], { ...env, SUDO_USER: 'olga' })).code).toBe(0);
+      const rows = (await rowsOf(AUDITED)).slice(before);
+      expect(rows.map((r) => r.principal)).toEqual(['command:olga']);
+    });
+
+    it('a refused change writes no row; a row that cannot be written undoes the change', async () => {
+      const before = (await rowsOf(AUDITED)).length;
+      expect((await deviceKey(['issue', AUDITED, '--by', 'bad name'], env)).code).toBe(2);
+      expect((await deviceKey(['issue', AUDITED, '--identity', AUDITED], env)).code).toBe(1);
+      expect(await rowsOf(AUDITED)).toHaveLength(before);
+
+      const keysBefore = await gw.owner
+        .selectFrom('device_gateway.device_credentials')
+        .select((eb) => eb.fn.countAll<string>().as('n'))
+        .where('device_id', '=', AUDITED)
+        .executeTakeFirstOrThrow();
+      // The database refuses this principal's audit rows (a trigger of this test only): the key must not stay.
+      await sql
+        .raw(
+          `CREATE FUNCTION device_gateway.refuse_test_audit() RETURNS trigger LANGUAGE plpgsql AS $$
+           BEGIN
+             IF NEW.principal = 'command:audit-refused' THEN RAISE EXCEPTION 'audit refused by the test'; END IF;
+             RETURN NEW;
+           END $$;
+           CREATE TRIGGER refuse_test_audit BEFORE INSERT ON device_gateway.audit_events
+           FOR EACH ROW EXECUTE FUNCTION device_gateway.refuse_test_audit();`,
+        )
+        .execute(gw.owner);
+      try {
+        const run = await deviceKey(['issue', AUDITED, '--by', 'audit-refused'], env);
+        expect(run.code).toBe(1);
+        expect(run.stdout).toBe('');
+        const issued = await deviceKey(['issue', AUDITED, '--by', 'someone-else', '--json'], env);
+        const { identity } = JSON.parse(issued.stdout) as { identity: string };
+        const revoke = await deviceKey(['revoke', identity, '--by', 'audit-refused'], env);
+        expect(revoke.code).toBe(1);
+        const listed = JSON.parse((await deviceKey(['list', AUDITED, '--json'], env)).stdout) as {
+          identity: string;
+          status: string;
+        }[];
+        expect(listed.find((r) => r.identity === identity)?.status).toBe('valid');
+        const keysAfter = await gw.owner
+          .selectFrom('device_gateway.device_credentials')
+          .select((eb) => eb.fn.countAll<string>().as('n'))
+          .where('device_id', '=', AUDITED)
+          .executeTakeFirstOrThrow();
+        expect(Number(keysAfter.n)).toBe(Number(keysBefore.n) + 1);
+      } finally {
+        await sql
+          .raw(
+            `DROP TRIGGER refuse_test_audit ON device_gateway.audit_events;
+             DROP FUNCTION device_gateway.refuse_test_audit();`,
+          )
+          .execute(gw.owner);
+      }
+    });
   });
 });

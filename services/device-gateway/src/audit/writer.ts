@@ -23,6 +23,12 @@ export interface AuditScope {
 
 type Db = Kysely<GatewayDatabase> | Transaction<GatewayDatabase>;
 
+/**
+ * Identities named in one device-key row: 20 of at most 128 characters fit the 4 KiB detail; a device with more
+ * keys revoked at once is recorded with its count (the rest are in device_credentials' revoked_at).
+ */
+const MAX_AUDITED_IDENTITIES = 20;
+
 /** Longest client address kept (an IPv6 address with a zone fits). */
 const MAX_ADDRESS = 64;
 
@@ -119,6 +125,8 @@ export const audit = {
       siteId: string | undefined;
       change: 'issued' | 'revoked';
       identities: readonly string[];
+      /** The OS user that ran the command, when the principal names someone else (`--by`). */
+      osUser?: string;
     },
   ) =>
     recordAudit(
@@ -126,6 +134,10 @@ export const audit = {
       o,
       `device_key.${what.change}`,
       { deviceId: what.deviceId, siteIds: what.siteId === undefined ? [] : [what.siteId] },
-      { identities: what.identities },
+      {
+        count: what.identities.length,
+        identities: what.identities.slice(0, MAX_AUDITED_IDENTITIES),
+        ...(what.osUser === undefined ? {} : { os_user: what.osUser }),
+      },
     ),
 };

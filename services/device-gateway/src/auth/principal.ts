@@ -151,3 +151,17 @@ export const ANONYMOUS_KEY = new Principal({
 
 /** The rollout driver's own decisions (waves advanced, rollouts halted by their rules). */
 export const DRIVER = new Principal({ kind: 'driver', id: 'driver', name: 'rollout driver', role: 'admin' });
+
+/** What an operator command's principal may be called: audit ids stay filterable (GET /api/audit's `principal`). */
+export const COMMAND_OPERATOR_PATTERN = /^[A-Za-z0-9._@-]{1,100}$/;
+
+/**
+ * An operator command run on a host with the owner login (`npm run device-key`): `command:<operator>`, the
+ * operator being its `--by` or the OS user (cli/device-key-command.ts). An unscoped admin: the owner login can
+ * change anything, so the command's principal claims nothing beyond what the login already may.
+ */
+export function commandPrincipal(operator: string): Principal {
+  if (!COMMAND_OPERATOR_PATTERN.test(operator))
+    throw new Error('an operator name must match COMMAND_OPERATOR_PATTERN');
+  return new Principal({ kind: 'command', id: `command:${operator}`, name: operator, role: 'admin' });
+}

@@ -4,6 +4,8 @@
 import { parseArgs } from 'node:util';
 import { createDb, errorMessage, isConnectionError, redactString, sqlState } from '@platform/service-kit';
 import type { Kysely } from 'kysely';
+import { audit } from '../audit/writer.js';
+import { COMMAND_OPERATOR_PATTERN, commandPrincipal, type Principal } from '../auth/principal.js';
 import {
   CredentialCommandError,
   deviceExists,
@@ -36,13 +38,15 @@ export const LOCAL_STACK_DATABASE_URL = 'postgres://postgres:postgres@127.0.0.1:
 export const DEFAULT_VALID_DAYS = 365;
 
 export const USAGE = `usage:
-  npm run device-key -- issue <device_id> [--valid-days N | --no-expiry] [--identity NAME] [--json]
-  npm run device-key -- revoke <identity>
-  npm run device-key -- revoke --device <device_id>
+  npm run device-key -- issue <device_id> [--valid-days N | --no-expiry] [--identity NAME] [--by NAME] [--json]
+  npm run device-key -- revoke <identity> [--by NAME]
+  npm run device-key -- revoke --device <device_id> [--by NAME]
   npm run device-key -- list [device_id] [--json]
 
 DATABASE_URL: a login that may write device_gateway.device_credentials (the owner that runs migrations).
 issue prints the new key once; it cannot be read back. --valid-days defaults to ${DEFAULT_VALID_DAYS} (1..${MAX_VALID_DAYS}).
+Every issue and revoke is audited (GET /api/audit) as command:<NAME>: --by, else the OS user (under sudo, SUDO_USER);
+NAME is 1-100 of A-Z a-z 0-9 . _ @ -.
 Changes reach a running gateway at its next registry reload (POST /api/reload-registry).`;
 
 export interface CommandIo {
@@ -157,7 +161,36 @@ function printList(io: CommandIo, rows: CredentialListing[], json: boolean): voi
   );
 }
 
-async function run(db: Kysely<GatewayDatabase>, argv: readonly string[], io: CommandIo): Promise<number> {
+/**
+ * Who the audit names for a change (design §3.1): `--by` if given (the person or ticket the operator acts for),
+ * else the OS user. The OS user is kept in the row's detail when `--by` names someone else, since anyone with
+ * the owner login can write any `--by`.
+ */
+function operatorOf(
+  by: string | undefined,
+  osUser: string | undefined,
+): { principal: Principal; osUser?: string } {
+  if (by !== undefined) {
+    if (!COMMAND_OPERATOR_PATTERN.test(by))
+      throw new UsageError('--by takes a name of 1-100 characters of A-Z a-z 0-9 . _ @ -');
+    return {
+      principal: commandPrincipal(by),
+      ...(osUser === undefined || osUser === by ? {} : { osUser }),
+    };
+  }
+  if (osUser === undefined || !COMMAND_OPERATOR_PATTERN.test(osUser))
+    throw new UsageError(
+      'the OS user cannot name who made this change in the audit: give --by NAME (1-100 of A-Z a-z 0-9 . _ @ -)',
+    );
+  return { principal: commandPrincipal(osUser) };
+}
+
+async function run(
+  db: Kysely<GatewayDatabase>,
+  argv: readonly string[],
+  config: DeviceKeyConfig,
+  io: CommandIo,
+): Promise<number> {
   const { values, positionals } = parseArgs({
     args: [...argv],
     allowPositionals: true,
@@ -167,6 +200,7 @@ async function run(db: Kysely<GatewayDatabase>, argv: readonly string[], io: Com
       'no-expiry': { type: 'boolean' },
       identity: { type: 'string' },
       device: { type: 'string' },
+      by: { type: 'string' },
       json: { type: 'boolean' },
     },
   });
@@ -184,7 +218,23 @@ async function run(db: Kysely<GatewayDatabase>, argv: readonly string[], io: Com
           : values['valid-days'] === undefined
             ? DEFAULT_VALID_DAYS
             : parseValidDays(values['valid-days']);
-      const issued = await issueCredential(db, rest[0]!, { validDays, identity: values.identity });
+      const operator = operatorOf(values.by, config.osUser);
+      // The key and its audit row commit together, or neither does.
+      const issued = await db.transaction().execute(async (trx) => {
+        const created = await issueCredential(trx, rest[0]!, { validDays, identity: values.identity });
+        await audit.deviceKeyChanged(
+          trx,
+          { principal: operator.principal },
+          {
+            deviceId: created.deviceId,
+            siteId: created.siteId,
+            change: 'issued',
+            identities: [created.identity],
+            ...(operator.osUser === undefined ? {} : { osUser: operator.osUser }),
+          },
+        );
+        return created;
+      });
       printIssued(io, issued, json);
       if (!issued.deviceEnabled)
         io.err(`note: device ${issued.deviceId} is disabled; its keys work only once it is enabled again`);
@@ -193,15 +243,31 @@ async function run(db: Kysely<GatewayDatabase>, argv: readonly string[], io: Com
     case 'revoke': {
       if (values.identity !== undefined || values['valid-days'] !== undefined || values['no-expiry'] === true)
         throw new UsageError('revoke takes an identity or --device <device_id>');
-      if (values.device !== undefined) {
-        if (rest.length !== 0)
-          throw new UsageError('revoke takes an identity or --device <device_id>, not both');
-        printRevoked(io, await revokeDevice(db, values.device), `device ${values.device}`);
-        return EXIT_OK;
-      }
-      if (rest.length !== 1)
+      const device = values.device;
+      if (device !== undefined && rest.length !== 0)
+        throw new UsageError('revoke takes an identity or --device <device_id>, not both');
+      if (device === undefined && rest.length !== 1)
         throw new UsageError('revoke takes exactly one identity (or --device <device_id>)');
-      printRevoked(io, await revokeIdentity(db, rest[0]!), rest[0]!);
+      const operator = operatorOf(values.by, config.osUser);
+      const result = await db.transaction().execute(async (trx) => {
+        const revoked =
+          device === undefined ? await revokeIdentity(trx, rest[0]!) : await revokeDevice(trx, device);
+        // Only a change is audited: a key revoked before, or a device without keys, changes nothing.
+        if (revoked.revoked.length > 0)
+          await audit.deviceKeyChanged(
+            trx,
+            { principal: operator.principal },
+            {
+              deviceId: revoked.deviceId,
+              siteId: revoked.siteId,
+              change: 'revoked',
+              identities: revoked.revoked,
+              ...(operator.osUser === undefined ? {} : { osUser: operator.osUser }),
+            },
+          );
+        return revoked;
+      });
+      printRevoked(io, result, device === undefined ? rest[0]! : `device ${device}`);
       return EXIT_OK;
     }
     case 'list': {
@@ -230,7 +296,7 @@ function describeFailure(err: unknown): string {
   if (state === '42501')
     return 'permission denied: the login in DATABASE_URL may not change device keys (use the owner login that runs `npm run migrate`)';
   if (state === '42P01' || state === '3F000')
-    return 'the device credentials table does not exist in this database: run `npm run migrate` first';
+    return "the gateway's tables (device keys, audit) do not exist in this database: run `npm run migrate` first";
   const message = errorMessage(err);
   if (isConnectionError(err)) return `cannot reach the database: ${redactString(message)}`;
   return `failed: ${redactString(message)}`;
@@ -267,7 +333,7 @@ export async function runDeviceKey(
     logger: { warn: () => undefined },
   });
   try {
-    return await run(db, argv, io);
+    return await run(db, argv, config, io);
   } catch (err) {
     if (
       err instanceof UsageError ||

@@ -76,6 +76,8 @@ export interface IssuedCredential {
   /** The printable key; shown once, never stored anywhere but the table. */
   keyText: string;
   deviceId: string;
+  /** The device's site (the audit's scope). */
+  siteId: string;
   deviceEnabled: boolean;
   notBefore: Date;
   notAfter: Date | null;
@@ -88,14 +90,14 @@ export interface IssueOptions {
   identity?: string | undefined;
 }
 
-const UNIQUE_VIOLATION = '23505';
 const FOREIGN_KEY_VIOLATION = '23503';
 
 /**
  * Stores a new key for `deviceId` (valid from now; several keys per device may be valid at once). The times
  * come from the database's clock, the one the gateway's load compares with. A generated identity that
  * collides with an existing one (96 random bits: practically never; the UNIQUE constraint decides) is drawn
- * again.
+ * again. A collision is `ON CONFLICT DO NOTHING` rather than a caught unique violation, so `db` may be a
+ * transaction (the command writes the audit row in the same one): an error would abort it.
  */
 export async function issueCredential(
   db: Kysely<GatewayDatabase>,
@@ -117,7 +119,7 @@ export async function issueCredential(
   }
   const device = await db
     .selectFrom('device_gateway.device_registry')
-    .select(['device_id', 'enabled'])
+    .select(['device_id', 'site_id', 'enabled'])
     .where('device_id', '=', deviceId)
     .executeTakeFirst();
   if (device === undefined)
@@ -129,8 +131,9 @@ export async function issueCredential(
       : sql<Date>`now() + make_interval(days => ${options.validDays}::int)`;
   for (let attempt = 0; ; attempt++) {
     const identity = given ?? generateIdentity();
+    let row;
     try {
-      const row = await db
+      row = await db
         .insertInto('device_gateway.device_credentials')
         .values({
           psk_identity: identity,
@@ -138,32 +141,36 @@ export async function issueCredential(
           device_id: deviceId,
           not_after: notAfter,
         })
+        .onConflict((oc) => oc.column('psk_identity').doNothing())
         .returning(['credential_id', 'not_before', 'not_after'])
-        .executeTakeFirstOrThrow();
+        .executeTakeFirst();
+    } catch (err) {
+      // The device was deleted since it was read.
+      if (sqlState(err) === FOREIGN_KEY_VIOLATION)
+        throw new CredentialCommandError('unknown_device', `device ${deviceId} is not in the registry`);
+      throw err;
+    }
+    if (row !== undefined)
       return {
         credentialId: row.credential_id,
         identity,
         keyText,
         deviceId,
+        siteId: device.site_id,
         deviceEnabled: device.enabled,
         notBefore: row.not_before,
         notAfter: row.not_after,
       };
-    } catch (err) {
-      const state = sqlState(err);
-      if (state === FOREIGN_KEY_VIOLATION)
-        throw new CredentialCommandError('unknown_device', `device ${deviceId} is not in the registry`);
-      if (state === UNIQUE_VIOLATION) {
-        if (given !== undefined)
-          throw new CredentialCommandError('identity_taken', `the identity ${given} is already in use`);
-        if (attempt < 3) continue;
-      }
-      throw err;
-    }
+    if (given !== undefined)
+      throw new CredentialCommandError('identity_taken', `the identity ${given} is already in use`);
+    if (attempt >= 3) throw new Error('four generated identities in a row were taken');
   }
 }
 
 export interface RevokeResult {
+  /** The device whose keys these are, and its site (the audit's scope). */
+  deviceId: string;
+  siteId: string;
   /** Identities revoked by this call. */
   revoked: string[];
   /** Identities that were revoked before (nothing changed for them). */
@@ -173,13 +180,15 @@ export interface RevokeResult {
 /** Revokes the key with this identity (idempotent: a key revoked before keeps its first `revoked_at`). */
 export async function revokeIdentity(db: Kysely<GatewayDatabase>, identity: string): Promise<RevokeResult> {
   const row = await db
-    .selectFrom('device_gateway.device_credentials')
-    .select(['psk_identity', 'revoked_at'])
-    .where('psk_identity', '=', identity)
+    .selectFrom('device_gateway.device_credentials as c')
+    .innerJoin('device_gateway.device_registry as r', 'r.device_id', 'c.device_id')
+    .select(['c.psk_identity', 'c.revoked_at', 'c.device_id', 'r.site_id'])
+    .where('c.psk_identity', '=', identity)
     .executeTakeFirst();
   if (row === undefined)
     throw new CredentialCommandError('unknown_identity', `no key has the identity ${identity}`);
-  if (row.revoked_at !== null) return { revoked: [], alreadyRevoked: [identity] };
+  const of = { deviceId: row.device_id, siteId: row.site_id };
+  if (row.revoked_at !== null) return { ...of, revoked: [], alreadyRevoked: [identity] };
   const updated = await db
     .updateTable('device_gateway.device_credentials')
     .set({ revoked_at: sql<Date>`now()` })
@@ -189,15 +198,15 @@ export async function revokeIdentity(db: Kysely<GatewayDatabase>, identity: stri
     .execute();
   // Empty: a concurrent revoke won between the two statements; the key is revoked either way.
   return updated.length === 1
-    ? { revoked: [identity], alreadyRevoked: [] }
-    : { revoked: [], alreadyRevoked: [identity] };
+    ? { ...of, revoked: [identity], alreadyRevoked: [] }
+    : { ...of, revoked: [], alreadyRevoked: [identity] };
 }
 
 /** Revokes every key of `deviceId` not revoked yet (a lost or compromised device). */
 export async function revokeDevice(db: Kysely<GatewayDatabase>, deviceId: string): Promise<RevokeResult> {
   const device = await db
     .selectFrom('device_gateway.device_registry')
-    .select('device_id')
+    .select(['device_id', 'site_id'])
     .where('device_id', '=', deviceId)
     .executeTakeFirst();
   if (device === undefined)
@@ -209,7 +218,12 @@ export async function revokeDevice(db: Kysely<GatewayDatabase>, deviceId: string
     .where('revoked_at', 'is', null)
     .returning('psk_identity')
     .execute();
-  return { revoked: updated.map((r) => r.psk_identity).sort(), alreadyRevoked: [] };
+  return {
+    deviceId,
+    siteId: device.site_id,
+    revoked: updated.map((r) => r.psk_identity).sort(),
+    alreadyRevoked: [],
+  };
 }
 
 export type CredentialStatus = 'valid' | 'not_yet_valid' | 'expired' | 'revoked' | 'device_disabled';
