@@ -14,6 +14,7 @@ export const errorCodes = [
   'not_found',
   'unknown_device',
   'unknown_rollout',
+  'unknown_site',
   'method_not_allowed',
   'conflict',
   'rollout_conflict',
@@ -59,6 +60,9 @@ export const errorCatalogue = {
   not_found: { status: 404, title: 'Not found' },
   unknown_device: { status: 404, title: 'Unknown device' },
   unknown_rollout: { status: 404, title: 'Unknown rollout' },
+  // 404: a site the platform does not know, or one outside the caller's scope: the two read the same, so an answer
+  // never tells a caller that another tenant's site exists (the fleet list's site_id, design §3.2).
+  unknown_site: { status: 404, title: 'Unknown site' },
   // 405: known path, other method; the response carries Allow.
   method_not_allowed: { status: 405, title: 'Method not allowed' },
   // 409: the request conflicts with a stored record (a unique or exclusion constraint); retrying it the same

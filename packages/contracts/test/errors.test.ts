@@ -22,6 +22,7 @@ describe('error catalogue', () => {
     ['forbidden', 403],
     ['not_found', 404],
     ['unknown_device', 404],
+    ['unknown_site', 404],
     ['method_not_allowed', 405],
     ['conflict', 409],
     ['concurrent_change', 409],

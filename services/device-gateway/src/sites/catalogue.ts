@@ -78,9 +78,10 @@ export class SiteCatalogue {
 }
 
 /**
- * The one answer for a site the caller may not name (issue 42 §1, design §2): unknown to the platform and outside
- * the caller's scope read the same, so an answer never tells a caller that another tenant's site exists.
+ * The one answer for a site the caller may not name (issue 42 §1, design §2): 404 `unknown_site`. Unknown to the
+ * platform and outside the caller's scope read the same (code, detail, and no site id echoed), so an answer never
+ * tells a caller that another tenant's site exists.
  */
 export function unknownSite(): DomainError {
-  return new DomainError('not_found', 'The site is unknown.');
+  return new DomainError('unknown_site', 'The site is unknown.');
 }
