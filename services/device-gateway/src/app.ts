@@ -28,6 +28,7 @@ import { auditRoutes } from './http/audit-routes.js';
 import { apiKeyStep } from './http/route-parts.js';
 import { createOperationsTokenVerifier } from './auth/tokens.js';
 import { gatewayRoutes } from './http/routes.js';
+import { overrideRoutes } from './http/override-routes.js';
 import {
   createReloadMetrics,
   registerDeliveryMetrics,
@@ -354,6 +355,7 @@ export function buildApp(deps: GatewayDeps): GatewayApp {
   });
   addRoutes(http, gatewayRoutes(service, apiKey));
   addRoutes(http, auditRoutes({ db: deps.db, sites: () => registry.sites }, apiKeyStep(apiKey)));
+  addRoutes(http, overrideRoutes({ state, bus, db: deps.db }, apiKeyStep(apiKey)));
   if (deps.metrics !== undefined) {
     registerGatewayMetrics(deps.metrics, state, coap, { maxRelations: config.coap.maxRelations });
     if (dtls !== undefined)

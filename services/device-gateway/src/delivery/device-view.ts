@@ -5,6 +5,7 @@ import { isDeviceId } from '@platform/contracts';
 import { COMMON_ERRORS } from '@platform/service-kit';
 import type { Kysely } from 'kysely';
 import type { ReplicaPart } from '../cluster/inspect.js';
+import { settingsLayers } from '../cluster/overrides.js';
 import { READ_GRACE_MS, withDeadline, type Turns } from '../deadline.js';
 import type { DeliveryState, GatewayDatabase } from '../db/tables.js';
 import type { CredentialSummary } from '../domain/credentials.js';
@@ -200,6 +201,7 @@ export async function deviceView(deps: DeviceViewDeps, deviceId: string): Promis
       enabled: record.enabled,
     },
     settings: settings.body,
+    settings_layers: settingsLayers(deps.state, deviceId),
     delivery,
     replicas,
     credentials: deps.credentials(deviceId),

@@ -2,7 +2,10 @@
 // writes it to openapi.yaml, and test/openapi.test.ts fails when the committed file differs.
 import { gatewayReferencedSchemas } from '@platform/contracts';
 import { openApiDocument, type OpenApiInfo } from '@platform/service-kit';
+import type { RequestHandler } from 'express';
 import { gatewayRoutes } from './routes.js';
+import { overrideRoutes } from './override-routes.js';
+import { apiKeyStep } from './route-parts.js';
 
 const info: OpenApiInfo = {
   title: 'Device gateway management API',
@@ -37,8 +40,12 @@ Generated from the gateway's routes and @platform/contracts' schemas (\`npm run 
 
 /** The document of every route the gateway registers. Building the routes touches no dependency. */
 export function gatewayApiDocument(): Record<string, unknown> {
-  const routes = gatewayRoutes({} as never, (_req, _res, next) => {
+  const pass: RequestHandler = (_req, _res, next) => {
     next();
-  });
+  };
+  const routes = [
+    ...gatewayRoutes({} as never, pass),
+    ...overrideRoutes({} as never, apiKeyStep(pass)),
+  ];
   return openApiDocument(info, routes, gatewayReferencedSchemas);
 }
