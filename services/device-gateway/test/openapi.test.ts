@@ -11,6 +11,8 @@ import { loadRegistry } from '../src/db/registry-repository.js';
 import type { GatewayDatabase } from '../src/db/tables.js';
 import { gatewayApiDocument } from '../src/http/api-document.js';
 import { gatewayRoutes } from '../src/http/routes.js';
+import { overrideRoutes } from '../src/http/override-routes.js';
+import { apiKeyStep } from '../src/http/route-parts.js';
 import { API_KEYS, startGateway, type GatewayFixture } from './support/gateway.js';
 
 interface ResponseObject {
@@ -108,7 +110,10 @@ describe('openapi.yaml describes the management API exactly', () => {
   });
 
   it('documents every route the app registers, and nothing else', () => {
-    const routes = gatewayRoutes({} as never, (_req, _res, next) => next());
+    const routes = [
+      ...gatewayRoutes({} as never, (_req, _res, next) => next()),
+      ...overrideRoutes({} as never, apiKeyStep((_req, _res, next) => next())),
+    ];
     const registered = routes.map((r) => `${r.method.toLowerCase()} ${r.path}`).sort();
     const documented = Object.entries(doc.paths)
       .flatMap(([path, ops]) => Object.keys(ops).map((m) => `${m} ${path.replace(/\{(\w+)\}/g, ':$1')}`))
@@ -242,6 +247,18 @@ describe('openapi.yaml describes the management API exactly', () => {
         ];
       }),
     ) as Record<string, Scenario>),
+    'get /api/overrides 200': (p) => request(gw.app.http).get(`${p}?limit=5`).set('Authorization', key),
+    'get /api/overrides 400': (p) => request(gw.app.http).get(`${p}?limit=0`).set('Authorization', key),
+    'get /api/overrides 401': (p) => request(gw.app.http).get(p),
+    'get /api/overrides 503': (p) => request(offline.http).get(p).set('Authorization', key),
+    'delete /api/devices/{device_id}/override 200': () =>
+      request(gw.app.http).delete('/api/devices/acme-hq-hvac-01/override').set('Authorization', key),
+    'delete /api/devices/{device_id}/override 401': () =>
+      request(gw.app.http).delete('/api/devices/acme-hq-hvac-01/override'),
+    'delete /api/devices/{device_id}/override 404': () =>
+      request(gw.app.http).delete('/api/devices/acme-hq-meter-02/override').set('Authorization', key),
+    'delete /api/devices/{device_id}/override 503': () =>
+      request(offline.http).delete('/api/devices/acme-hq-hvac-01/override').set('Authorization', key),
     'post notify 415': (p) =>
       request(gw.app.http).post(p).set('Authorization', key).set('Content-Type', 'text/plain').send('x'),
   };

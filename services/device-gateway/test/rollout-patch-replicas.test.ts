@@ -99,8 +99,7 @@ describe('a rollout of a merge patch', () => {
     owner = createDb<GatewayDatabase>(database.url, { max: 2, logger: { warn: () => undefined } });
     await seedDevices(owner);
     await owner
-      .withSchema('device_gateway')
-      .insertInto('device_registry')
+      .insertInto('device_gateway.device_registry')
       .values(
         [SHORT, LONG].map((id) => ({
           device_id: id,
