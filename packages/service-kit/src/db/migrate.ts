@@ -1,7 +1,14 @@
 import { errorMessage } from '../errors.js';
 import { Migrator } from 'kysely';
-import { TableLockPostgresAdapter } from './migration-lock.js';
-import type { Kysely, Migration, MigrationResult } from 'kysely';
+import { sqlState } from './errors.js';
+import { MIGRATION_STATEMENT_LOCK_TIMEOUT_MS, TableLockPostgresAdapter } from './migration-lock.js';
+
+/**
+ * Runs again after a migration's statement waited MIGRATION_STATEMENT_LOCK_TIMEOUT_MS for a lock (another session
+ * holds a lock on a table it changes): after 2, 4 and 8 s, then the run fails naming the migration.
+ */
+export const MIGRATION_LOCK_RETRIES = 3;
+import type { Kysely, Migration, MigrationResult, MigrationResultSet } from 'kysely';
 
 /**
  * One owner's migrations. Each set keeps its own migration and lock tables, so the gateway's
@@ -71,14 +78,38 @@ export async function migrateToLatest<DB>(
       migrationTableName: set.table,
       migrationLockTableName: `${set.table}_lock`,
     });
-    const { error, results } = await migrator.migrateToLatest();
+    let outcome = await migrator.migrateToLatest();
+    for (let retry = 1; retry <= MIGRATION_LOCK_RETRIES && waitedForLock(outcome); retry++) {
+      await new Promise((resolve) => setTimeout(resolve, 1000 * 2 ** retry));
+      outcome = await migrator.migrateToLatest();
+    }
+    const { error, results } = outcome;
     if (error !== undefined) {
       const failed = results?.find((r: MigrationResult) => r.status === 'Error');
-      throw new MigrationError(set.name, failed?.migrationName, error);
+      throw new MigrationError(
+        set.name,
+        failed?.migrationName,
+        waitedForLock(outcome)
+          ? new Error(
+              `${errorMessage(error)}: another session held a lock on a table the migration changes for ` +
+                `${MIGRATION_STATEMENT_LOCK_TIMEOUT_MS} ms, ${MIGRATION_LOCK_RETRIES + 1} times (pg_locks shows who)`,
+              { cause: error },
+            )
+          : error,
+      );
     }
     for (const r of results ?? []) {
       if (r.status === 'Success') applied.push({ set: set.name, migration: r.migrationName });
     }
   }
   return applied;
+}
+
+/** A migration (not the wait for the runners' lock row) failed on its statement lock timeout. */
+function waitedForLock(outcome: MigrationResultSet): boolean {
+  return (
+    outcome.error !== undefined &&
+    sqlState(outcome.error) === '55P03' &&
+    outcome.results?.some((r) => r.status === 'Error') === true
+  );
 }

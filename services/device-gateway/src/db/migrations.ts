@@ -27,6 +27,7 @@ import { overridesAndPatchesMigration } from './overrides-patches-migration.js';
 import { auditMigration } from './audit-migration.js';
 import { platformSitesMigration } from './platform-sites-migration.js';
 import { connectionReserveMigration } from './connection-reserve-migration.js';
+import { rowTurnsMigration } from './row-turns-migration.js';
 import { deviceReportsMigration } from './device-reports-migration.js';
 
 /** The read-only login the running gateway uses (design §4.2): SELECT on its registry, nothing else. */
@@ -156,6 +157,7 @@ export function gatewayMigrationsWith(loginPassword: string): MigrationSet {
       '0022_connection_reserve': connectionReserveMigration,
       '0023_device_reports': deviceReportsMigration,
       '0024_overrides_and_patches': overridesAndPatchesMigration,
+      '0029_row_turns': rowTurnsMigration,
     },
   };
 }
