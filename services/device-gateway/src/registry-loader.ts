@@ -20,6 +20,9 @@ export interface GatewayReloadSummary extends ReloadSummary {
 /** Called with the ids (`PskCredential.credentialId`) of credentials whose sessions must end now. */
 export type CredentialsChangedListener = (invalidatedIds: string[]) => void;
 
+/** Device ids named in one log line about refused rows (the count says how many there were). */
+const MAX_LOGGED_IDS = 20;
+
 /**
  * Longest wait between two expiry checks, in ms. The check is scheduled for the next `not_after`; the cap
  * bounds how late it runs after a wall-clock step (timers run on the monotonic clock, `not_after` is wall
@@ -97,7 +100,7 @@ export class RegistryLoader {
   private async readAndSwap(): Promise<GatewayReloadSummary> {
     const timer = this.deps.reloadMetrics?.duration.startTimer();
     let records;
-    let snapshot;
+    let credentials;
     let sites;
     try {
       const loaded = await this.deps.db
@@ -111,21 +114,36 @@ export class RegistryLoader {
         }));
       records = loaded.records;
       sites = loaded.sites;
-      snapshot = CredentialSnapshot.from(loaded.credentials);
+      credentials = loaded.credentials;
     } catch (err) {
       timer?.({ outcome: 'failed' });
       throw mapDbError(err);
     }
     // A device must be at one of the platform's sites (issue 42 §1): checked here, at load, rather than by a
     // foreign key, because the gateway's migrations also run without the enterprise schema (design §3.2).
+    // Its keys are refused with it: a device the registry does not serve must not hold a DTLS session either.
     const { catalogue } = sites;
     const unplaced = records.filter((r) => !catalogue.knows(r.siteId));
-    if (unplaced.length > 0) records = records.filter((r) => catalogue.knows(r.siteId));
-    if (unplaced.length > 0 || sites.badZones > 0)
+    if (unplaced.length > 0) {
+      const refused = new Set(unplaced.map((r) => r.deviceId));
+      records = records.filter((r) => !refused.has(r.deviceId));
+      credentials = credentials.filter((c) => !refused.has(c.deviceId));
+    }
+    let snapshot;
+    try {
+      snapshot = CredentialSnapshot.from(credentials);
+    } catch (err) {
+      timer?.({ outcome: 'failed' });
+      throw mapDbError(err);
+    }
+    if (unplaced.length > 0)
       this.deps.logger?.warn('registry rows refused: site unknown to the platform', {
         devices: unplaced.length,
-        sites_without_iana_zone: sites.badZones,
+        device_ids: unplaced.slice(0, MAX_LOGGED_IDS).map((r) => r.deviceId),
       });
+    // The portal's column is free text (enterprise 0001): a zone no IANA name is read as none (design §3.2).
+    if (sites.badZones > 0)
+      this.deps.logger?.warn('platform sites without an IANA time zone', { sites: sites.badZones });
     this.sites = catalogue;
     const loadedSummary = this.deps.state.replaceRegistry(records);
     const summary = {
