@@ -29,6 +29,11 @@ export const realmExpectations: RealmExpectations = {
   clientId: CLIENT_ID,
   roleClaim: PORTAL_ROLE_CLAIM,
   users: { ...demoUserSubs },
+  operations: {
+    clientId: 'platform-operations',
+    roles: ['viewer', 'operator', 'admin'],
+    scopeClaims: ['fleet_sites', 'fleet_companies'],
+  },
 };
 
 /** Each image, the workspaces it may copy and what it must compile. */
