@@ -81,13 +81,6 @@ export {
 } from './gateway-overrides.js';
 export { settingsPatchSchema, type SettingsPatch } from './settings-patch.js';
 export {
-  overrideClearedResponseSchema,
-  overrideListQuerySchema,
-  overrideListResponseSchema,
-  settingsLayersSchema,
-} from './gateway-overrides.js';
-export { settingsPatchSchema, type SettingsPatch } from './settings-patch.js';
-export {
   FILENAME_PATTERN,
   UUID_PATTERN,
   downloadResponseSchema,
