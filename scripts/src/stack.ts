@@ -171,6 +171,8 @@ async function main(): Promise<void> {
     // Both: coaps as in production, and plain CoAP for tools without DTLS.
     GATEWAY_COAP_SECURITY: env.GATEWAY_COAP_SECURITY ?? 'both',
     GATEWAY_API_KEYS: apiKeys,
+    // People on /api (design §3.1): the same issuer's tokens for the operations client (npm run -s token -- olga).
+    GATEWAY_OIDC_ISSUER_URL: issuerUrl,
   });
   spawnService('enterprise-workflow', `${repoRoot}services/enterprise-workflow/dist/main.js`, {
     ...common,
@@ -248,6 +250,7 @@ async function main(): Promise<void> {
         : [`  PostgREST            http://${localHost}:${ports.postgrest}`]),
     '',
     '  a token:             npm run -s token -- alice   (prints the bare token; alice, bob, carol, dave)',
+    `  fleet API as a person: curl -H "Authorization: Bearer $(npm run -s token -- olga)" ${gatewayUrl}/api/devices   (olga admin, oscar operator of Acme HQ, vera viewer of Borealis)`,
     `  demo ids:            site ${demoExamples.site.id} (${demoExamples.site.name}: alice, bob)`,
     `                       proposed work item ${demoExamples.proposedWorkItemId}, media item ready to download ${demoExamples.readyMediaId}`,
     `  try:                 ${calls.token}`,

@@ -329,6 +329,19 @@ describe('npm start (local stack)', () => {
     expect(printed).toMatch(/^[\w-]+\.[\w-]+\.[\w-]+\n$/);
     expect((await workflowApi(env, download.slice(workflowUrl.length), printed.trim())).status).toBe(200);
 
+    // The gateway takes the same issuer's operations tokens (design §3.1): olga lists the fleet; vera, a
+    // viewer, may not reload (403); a portal token is not for the operations client (401).
+    const fleet = (token: string, method = 'GET', path = '/api/devices') =>
+      fetch(`http://127.0.0.1:${env.GATEWAY_HTTP_PORT}${path}`, {
+        method,
+        headers: { authorization: `Bearer ${token}` },
+      });
+    expect(first.output()).toContain('npm run -s token -- olga');
+    const [olga, vera] = await Promise.all([devToken(env, 'olga'), devToken(env, 'vera')]);
+    expect((await fleet(olga)).status).toBe(200);
+    expect((await fleet(vera, 'POST', '/api/reload-registry')).status).toBe(403);
+    expect((await fleet(alice)).status).toBe(401);
+
     first.child.kill('SIGINT');
     await expect(first.exited).resolves.toBe(0);
     expect(processesUsing(dataDir)).toEqual([]);
