@@ -250,7 +250,7 @@ async function main(): Promise<void> {
         : [`  PostgREST            http://${localHost}:${ports.postgrest}`]),
     '',
     '  a token:             npm run -s token -- alice   (prints the bare token; alice, bob, carol, dave)',
-    `  fleet API as a person: curl -H "Authorization: Bearer $(npm run -s token -- olga)" ${gatewayUrl}/api/devices   (olga admin, oscar operator of Acme HQ, vera viewer of Borealis)`,
+    `  fleet API, a person: curl -H "Authorization: Bearer $(npm run -s token -- olga)" ${gatewayUrl}/api/devices   (olga admin, oscar operator of Acme HQ, vera viewer of Borealis)`,
     `  demo ids:            site ${demoExamples.site.id} (${demoExamples.site.name}: alice, bob)`,
     `                       proposed work item ${demoExamples.proposedWorkItemId}, media item ready to download ${demoExamples.readyMediaId}`,
     `  try:                 ${calls.token}`,
