@@ -74,6 +74,12 @@ export {
   rolloutWaveCountsSchema,
 } from './gateway-responses.js';
 export {
+  AUDIT_PRINCIPAL_PATTERN,
+  auditEventSchema,
+  auditListQuerySchema,
+  auditListResponseSchema,
+} from './gateway-audit.js';
+export {
   overrideClearedResponseSchema,
   overrideListQuerySchema,
   overrideListResponseSchema,
