@@ -107,6 +107,12 @@ skipped (left the registry or was disabled). As soon as the failed share of a wa
 \`abort_share\` the rollout pauses itself (aborted, with the reason); a finished wave whose acknowledged
 share is below \`success_share\` pauses it too. A device belongs to at most one open (active or paused)
 rollout: an overlap is 409 (\`rollout_conflict\`) naming the open rollout in \`detail\`.
+
+\`settings\` is the whole document every target gets; \`settings_patch\` instead is an RFC 7396 JSON Merge Patch merged
+into each target's settings as the rollout records them (its earlier rollout's assignment, else its registry
+settings: what a rollback gives back). A target whose merged settings are not valid Device Settings or do not fit
+one datagram is skipped, counted in \`skipped\` and named in \`skipped_devices\`. \`overridden\` names the targets
+holding a development override now: with the replica bus, their assignment ends it (design §3.3).
 `,
         requestBody: {
           schema: rolloutCreateRequestSchema,
