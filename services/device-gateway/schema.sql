@@ -9,10 +9,11 @@ device_gateway_login LOGIN NOINHERIT
 -- schemas (1)
 device_gateway OWNER <migrator> ACL <migrator>:CREATE,<migrator>:USAGE,device_gateway_login:USAGE COMMENT -
 
--- tables and views (14)
+-- tables and views (15)
 r device_gateway.audit_events RLS false FORCE false OWNER <migrator> OPTIONS - ACL <migrator>:DELETE,<migrator>:INSERT,<migrator>:MAINTAIN,<migrator>:REFERENCES,<migrator>:SELECT,<migrator>:TRIGGER,<migrator>:TRUNCATE,<migrator>:UPDATE,device_gateway_login:SELECT COMMENT -
 r device_gateway.bus_overrides RLS false FORCE false OWNER <migrator> OPTIONS - ACL <migrator>:DELETE,<migrator>:INSERT,<migrator>:MAINTAIN,<migrator>:REFERENCES,<migrator>:SELECT,<migrator>:TRIGGER,<migrator>:TRUNCATE,<migrator>:UPDATE,device_gateway_login:SELECT COMMENT -
 r device_gateway.bus_reload RLS false FORCE false OWNER <migrator> OPTIONS - ACL <migrator>:DELETE,<migrator>:INSERT,<migrator>:MAINTAIN,<migrator>:REFERENCES,<migrator>:SELECT,<migrator>:TRIGGER,<migrator>:TRUNCATE,<migrator>:UPDATE,device_gateway_login:SELECT COMMENT -
+r device_gateway.bus_turn RLS false FORCE false OWNER <migrator> OPTIONS - ACL - COMMENT One row: the replica bus's publishers and bus_join lock it (FOR UPDATE) in turn, so change numbers become visible in their order. No login has any right on it.
 r device_gateway.delivery_progress RLS false FORCE false OWNER <migrator> OPTIONS - ACL <migrator>:DELETE,<migrator>:INSERT,<migrator>:MAINTAIN,<migrator>:REFERENCES,<migrator>:SELECT,<migrator>:TRIGGER,<migrator>:TRUNCATE,<migrator>:UPDATE,device_gateway_login:SELECT COMMENT -
 r device_gateway.device_credentials RLS false FORCE false OWNER <migrator> OPTIONS - ACL <migrator>:DELETE,<migrator>:INSERT,<migrator>:MAINTAIN,<migrator>:REFERENCES,<migrator>:SELECT,<migrator>:TRIGGER,<migrator>:TRUNCATE,<migrator>:UPDATE,device_gateway_login:SELECT COMMENT -
 r device_gateway.device_delivery RLS false FORCE false OWNER <migrator> OPTIONS {fillfactor=60} ACL <migrator>:DELETE,<migrator>:INSERT,<migrator>:MAINTAIN,<migrator>:REFERENCES,<migrator>:SELECT,<migrator>:TRIGGER,<migrator>:TRUNCATE,<migrator>:UPDATE,device_gateway_login:SELECT COMMENT -
@@ -25,7 +26,7 @@ r device_gateway.rollout_events RLS false FORCE false OWNER <migrator> OPTIONS -
 r device_gateway.rollout_targets RLS false FORCE false OWNER <migrator> OPTIONS - ACL <migrator>:DELETE,<migrator>:INSERT,<migrator>:MAINTAIN,<migrator>:REFERENCES,<migrator>:SELECT,<migrator>:TRIGGER,<migrator>:TRUNCATE,<migrator>:UPDATE,device_gateway_login:SELECT COMMENT -
 r device_gateway.rollouts RLS false FORCE false OWNER <migrator> OPTIONS - ACL <migrator>:DELETE,<migrator>:INSERT,<migrator>:MAINTAIN,<migrator>:REFERENCES,<migrator>:SELECT,<migrator>:TRIGGER,<migrator>:TRUNCATE,<migrator>:UPDATE,device_gateway_login:SELECT COMMENT -
 
--- columns (134)
+-- columns (135)
 device_gateway.audit_events.action text NOT NULL ACL device_gateway_login:INSERT COMMENT -
 
 device_gateway.audit_events.at timestamp with time zone NOT NULL DEFAULT clock_timestamp() COMMENT -
@@ -73,6 +74,8 @@ device_gateway.bus_reload.seq bigint NOT NULL COMMENT -
 device_gateway.bus_reload.singleton boolean NOT NULL DEFAULT true COMMENT -
 
 device_gateway.bus_reload.version bigint NOT NULL COMMENT -
+
+device_gateway.bus_turn.singleton boolean NOT NULL DEFAULT true COMMENT -
 
 device_gateway.delivery_progress.replica text NOT NULL COMMENT -
 
@@ -303,7 +306,7 @@ device_gateway.rollouts.updated_at timestamp with time zone NOT NULL DEFAULT now
 
 device_gateway.rollouts.waves integer NOT NULL COMMENT -
 
--- constraints (162)
+-- constraints (165)
 device_gateway.audit_events audit_events_action_check CHECK ((action ~ '^[a-z][a-z_.]{0,63}$'::text))
 device_gateway.audit_events audit_events_action_not_null NOT NULL action
 device_gateway.audit_events audit_events_at_not_null NOT NULL at
@@ -342,6 +345,9 @@ device_gateway.bus_reload bus_reload_singleton_check CHECK (singleton)
 device_gateway.bus_reload bus_reload_singleton_not_null NOT NULL singleton
 device_gateway.bus_reload bus_reload_version_check CHECK (((version > 0) AND (version <= '9007199254740991'::bigint)))
 device_gateway.bus_reload bus_reload_version_not_null NOT NULL version
+device_gateway.bus_turn bus_turn_pkey PRIMARY KEY (singleton)
+device_gateway.bus_turn bus_turn_singleton_check CHECK (singleton)
+device_gateway.bus_turn bus_turn_singleton_not_null NOT NULL singleton
 device_gateway.delivery_progress delivery_progress_pkey PRIMARY KEY (replica)
 device_gateway.delivery_progress delivery_progress_replica_check CHECK ((replica ~ '^[0-9a-f]{16}$'::text))
 device_gateway.delivery_progress delivery_progress_replica_not_null NOT NULL replica
@@ -467,7 +473,7 @@ device_gateway.rollouts rollouts_updated_at_not_null NOT NULL updated_at
 device_gateway.rollouts rollouts_waves_check CHECK (((waves >= 1) AND (waves <= 1000)))
 device_gateway.rollouts rollouts_waves_not_null NOT NULL waves
 
--- indexes (38)
+-- indexes (39)
 CREATE INDEX audit_events_at_idx ON device_gateway.audit_events USING btree (at)
 CREATE INDEX audit_events_device_idx ON device_gateway.audit_events USING btree (device_id, id) WHERE (device_id IS NOT NULL)
 CREATE INDEX audit_events_principal_idx ON device_gateway.audit_events USING btree (principal, id)
@@ -493,6 +499,7 @@ CREATE UNIQUE INDEX audit_events_pkey ON device_gateway.audit_events USING btree
 CREATE UNIQUE INDEX bus_overrides_pkey ON device_gateway.bus_overrides USING btree (device_id)
 CREATE UNIQUE INDEX bus_overrides_seq_idx ON device_gateway.bus_overrides USING btree (seq)
 CREATE UNIQUE INDEX bus_reload_pkey ON device_gateway.bus_reload USING btree (singleton)
+CREATE UNIQUE INDEX bus_turn_pkey ON device_gateway.bus_turn USING btree (singleton)
 CREATE UNIQUE INDEX delivery_progress_pkey ON device_gateway.delivery_progress USING btree (replica)
 CREATE UNIQUE INDEX device_credentials_pkey ON device_gateway.device_credentials USING btree (credential_id)
 CREATE UNIQUE INDEX device_credentials_psk_identity_key ON device_gateway.device_credentials USING btree (psk_identity)
@@ -574,7 +581,7 @@ BEGIN
     RAISE EXCEPTION 'not a replica id' USING ERRCODE = '22023';
   END IF;
   -- Change numbers become visible in their order (0017).
-  LOCK TABLE device_gateway.bus_reload IN SHARE ROW EXCLUSIVE MODE;
+  PERFORM 1 FROM device_gateway.bus_turn FOR UPDATE;
   SELECT * INTO b FROM device_gateway.bus_overrides WHERE device_id = p_device;
   -- Above the override's version, so every replica's last-writer-wins rule takes the tombstone.
   IF FOUND THEN
@@ -597,7 +604,7 @@ CREATE OR REPLACE FUNCTION device_gateway.bus_join(OUT cleared integer, OUT top_
 AS $function$
 BEGIN
   cleared := 0;
-  LOCK TABLE device_gateway.bus_reload IN SHARE ROW EXCLUSIVE MODE;
+  PERFORM 1 FROM device_gateway.bus_turn FOR UPDATE;
   IF EXISTS (
     SELECT 1 FROM pg_catalog.pg_stat_activity a
     WHERE a.datname = pg_catalog.current_database()
@@ -627,11 +634,16 @@ DECLARE
   written boolean[] := '{}';
 BEGIN
   -- Change numbers become visible in their order (see the migration's comment).
-  LOCK TABLE device_gateway.bus_reload IN SHARE ROW EXCLUSIVE MODE;
+  PERFORM 1 FROM device_gateway.bus_turn FOR UPDATE;
   FOREACH p IN ARRAY p_payloads LOOP
     m := p::jsonb;
     IF m->>'k' IS DISTINCT FROM 'override' OR jsonb_typeof(m->'s') IS DISTINCT FROM 'object' THEN
       RAISE EXCEPTION 'not an override message' USING ERRCODE = '22023';
+    END IF;
+    -- A device's settings fit one CoAP datagram (1 KiB of compact JSON); jsonb's text spaces them out.
+    IF octet_length((m->'s')::text) > 4096 THEN
+      RAISE EXCEPTION 'override settings of % bytes are larger than a device takes', octet_length((m->'s')::text)
+        USING ERRCODE = '22023';
     END IF;
     v := device_gateway.bus_checked_version(m->>'v');
     IF NOT EXISTS (
@@ -666,7 +678,7 @@ BEGIN
     RAISE EXCEPTION 'not a reload message' USING ERRCODE = '22023';
   END IF;
   v := device_gateway.bus_checked_version(m->>'v');
-  LOCK TABLE device_gateway.bus_reload IN SHARE ROW EXCLUSIVE MODE;
+  PERFORM 1 FROM device_gateway.bus_turn FOR UPDATE;
   -- A device that left the registry (deleted or disabled) loses its override, as in one process.
   DELETE FROM device_gateway.bus_overrides b
   WHERE NOT EXISTS (
@@ -728,7 +740,7 @@ BEGIN
   GET DIAGNOSTICS reaped = ROW_COUNT;
   RETURN reaped;
 END $function$
-OWNER <migrator> ACL <migrator>:EXECUTE,device_gateway_login:EXECUTE COMMENT -
+OWNER <migrator> ACL <migrator>:EXECUTE COMMENT -
 
 CREATE OR REPLACE FUNCTION device_gateway.delivery_reap(p_self text, p_after text, p_limit integer, OUT reaped integer, OUT last_device text)
  RETURNS record
@@ -886,7 +898,7 @@ BEGIN
     AND (b.r > 0) IS DISTINCT FROM (p_replica = ANY (t.observed_by));
   RETURN written;
 END $function$
-OWNER <migrator> ACL <migrator>:EXECUTE,device_gateway_login:EXECUTE COMMENT -
+OWNER <migrator> ACL <migrator>:EXECUTE COMMENT -
 
 CREATE OR REPLACE FUNCTION device_gateway.delivery_record_arrays(p_replica text, p_d text[], p_dv bigint[], p_ds text[], p_dc text[], p_da double precision[], p_sv bigint[], p_sc text[], p_sa double precision[], p_st text[], p_sk boolean[], p_av bigint[], p_ac text[], p_aa double precision[], p_at text[], p_h double precision[], p_r integer[])
  RETURNS integer
@@ -1336,7 +1348,7 @@ BEGIN
   END IF;
   RETURN device_gateway.rollout_create_body(p_selector, p_settings, p_content, p_plan);
 END $function$
-OWNER <migrator> ACL <migrator>:EXECUTE,device_gateway_login:EXECUTE COMMENT -
+OWNER <migrator> ACL <migrator>:EXECUTE COMMENT -
 
 CREATE OR REPLACE FUNCTION device_gateway.rollout_create(p_selector jsonb, p_settings jsonb, p_content text, p_plan jsonb, p_max_targets integer)
  RETURNS jsonb
@@ -1394,8 +1406,8 @@ DECLARE
   v_resolved text[];
   v_starts integer[] := '{}';
 BEGIN
+  -- One creation at a time, and no assignment written meanwhile: the writers' lock alone (0029; see above).
   PERFORM 1 FROM device_gateway.rollout_driver FOR UPDATE;
-  LOCK TABLE device_gateway.rollouts IN SHARE ROW EXCLUSIVE MODE;
   IF p_selector ? 'site_ids' THEN
     v_sites := ARRAY(SELECT jsonb_array_elements_text(p_selector->'site_ids'))::uuid[];
   END IF;
@@ -1805,16 +1817,14 @@ BEGIN
       SELECT array_agg(device_id) INTO v_ids FROM assigned;
       v_assigned := coalesce(cardinality(v_ids), 0);
       -- The assignment is newer than any development override the device holds: it ends it (design §3.3), through
-      -- the bus's rows as bus_clear_override does, so every replica drops it and serves the assignment.
-      IF v_assigned > 0 AND EXISTS (SELECT 1 FROM device_gateway.bus_overrides b
-                                    WHERE b.device_id = ANY (v_ids) AND b.settings IS NOT NULL) THEN
-        LOCK TABLE device_gateway.bus_reload IN SHARE ROW EXCLUSIVE MODE;
-        UPDATE device_gateway.bus_overrides b
-        SET settings = NULL, origin = 'rollout', published_at = now(),
-            version = greatest(b.version + 1, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint),
-            seq = pg_catalog.nextval('device_gateway.bus_seq')
-        WHERE b.device_id = ANY (v_ids) AND b.settings IS NOT NULL;
-        GET DIAGNOSTICS v_ended = ROW_COUNT;
+      -- bus_clear_override, which takes the bus's turn as every publisher does, so every replica drops it and
+      -- serves the assignment.
+      SELECT count(device_gateway.bus_clear_override(b.device_id,
+               ((extract(epoch FROM clock_timestamp()) * 1000000)::bigint)::text, 'rollout'))
+      INTO v_ended
+      FROM (SELECT device_id FROM device_gateway.bus_overrides
+            WHERE device_id = ANY (v_ids) AND settings IS NOT NULL ORDER BY device_id) b;
+      IF v_ended > 0 THEN
         INSERT INTO device_gateway.rollout_events (rollout_id, kind, wave, actor, detail)
         VALUES (r.rollout_id, 'overrides_ended', r.current_wave, v_actor,
                 v_ended || ' development overrides ended by the assignment');
@@ -1852,4 +1862,4 @@ BEGIN
   NEW.updated_at := now();
   RETURN NEW;
 END $function$
-OWNER <migrator> ACL - COMMENT -
+OWNER <migrator> ACL <migrator>:EXECUTE COMMENT -

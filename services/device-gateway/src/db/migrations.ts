@@ -24,6 +24,7 @@ import { rolloutLeaseSessionMigration } from './rollout-lease-session-migration.
 import { rolloutCreateBoundMigration } from './rollout-create-bound-migration.js';
 import { notifyAfterCommitMigration } from './notify-after-commit-migration.js';
 import { overridesAndPatchesMigration } from './overrides-patches-migration.js';
+import { stepClearsOverridesMigration } from './step-clears-overrides-migration.js';
 import { auditMigration } from './audit-migration.js';
 import { platformSitesMigration } from './platform-sites-migration.js';
 import { connectionReserveMigration } from './connection-reserve-migration.js';
@@ -157,6 +158,7 @@ export function gatewayMigrationsWith(loginPassword: string): MigrationSet {
       '0022_connection_reserve': connectionReserveMigration,
       '0023_device_reports': deviceReportsMigration,
       '0024_overrides_and_patches': overridesAndPatchesMigration,
+      '0027_step_clears_overrides': stepClearsOverridesMigration,
       '0029_row_turns': rowTurnsMigration,
     },
   };
