@@ -112,7 +112,10 @@ describe('openapi.yaml describes the management API exactly', () => {
   it('documents every route the app registers, and nothing else', () => {
     const routes = [
       ...gatewayRoutes({} as never, (_req, _res, next) => next()),
-      ...overrideRoutes({} as never, apiKeyStep((_req, _res, next) => next())),
+      ...overrideRoutes(
+        {} as never,
+        apiKeyStep((_req, _res, next) => next()),
+      ),
     ];
     const registered = routes.map((r) => `${r.method.toLowerCase()} ${r.path}`).sort();
     const documented = Object.entries(doc.paths)

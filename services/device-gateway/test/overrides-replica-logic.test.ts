@@ -13,7 +13,11 @@ const quiet = { warn: () => undefined, error: () => undefined };
 
 function setup() {
   const clock = new VersionClock(() => 1_000);
-  const state = new GatewayState({ clock, maxDocumentBytes: 1024, validateSettings: validateDesiredSettings });
+  const state = new GatewayState({
+    clock,
+    maxDocumentBytes: 1024,
+    validateSettings: validateDesiredSettings,
+  });
   state.replaceRegistry([device('d1', { desiredSettings: { reporting_interval_s: 300 } })]);
   const replica = new Replica({
     origin: 'self',

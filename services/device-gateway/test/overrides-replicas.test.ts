@@ -44,7 +44,8 @@ async function until<T>(read: () => Promise<T>, ok: (v: T) => boolean, timeoutMs
   for (;;) {
     const v = await read();
     if (ok(v)) return v;
-    if (Date.now() > deadline) throw new Error(`condition not met within ${timeoutMs} ms: ${JSON.stringify(v)}`);
+    if (Date.now() > deadline)
+      throw new Error(`condition not met within ${timeoutMs} ms: ${JSON.stringify(v)}`);
     await new Promise((r) => setTimeout(r, 100));
   }
 }
@@ -82,7 +83,14 @@ describe('overrides in the open, across two replicas', () => {
     const registry = doc(observer.inbox[0]!);
     expect(registry.source).toBe('registry');
 
-    expect((await call(a, 'POST', '/api/notify-settings', { device_id: HVAC, settings: { reporting_interval_s: 45 } })).status).toBe(200);
+    expect(
+      (
+        await call(a, 'POST', '/api/notify-settings', {
+          device_id: HVAC,
+          settings: { reporting_interval_s: 45 },
+        })
+      ).status,
+    ).toBe(200);
     const overridden = doc(
       await observer.waitFor((p) => p.code === '2.05' && (json(p) as unknown as Doc).source === 'override'),
     );
@@ -155,7 +163,10 @@ describe('overrides in the open, across two replicas', () => {
 
     // Clearing again changes nothing; an unknown device is 404.
     const again = await call(b, 'DELETE', `/api/devices/${HVAC}/override`);
-    expect(again.body).toMatchObject({ cleared: false, settings: { source: 'registry', version: clearedVersion } });
+    expect(again.body).toMatchObject({
+      cleared: false,
+      settings: { source: 'registry', version: clearedVersion },
+    });
     expect((await call(b, 'DELETE', '/api/devices/no-such-device/override')).status).toBe(404);
   }, 60_000);
 
@@ -165,15 +176,23 @@ describe('overrides in the open, across two replicas', () => {
       [HVAC, 62],
       ['acme-hq-lobby-sensor-03', 63],
     ] as const)
-      expect((await call(a, 'POST', '/api/notify-settings', { device_id: id, settings: { reporting_interval_s: s } })).status).toBe(200);
+      expect(
+        (
+          await call(a, 'POST', '/api/notify-settings', {
+            device_id: id,
+            settings: { reporting_interval_s: s },
+          })
+        ).status,
+      ).toBe(200);
     const first = await until(
       () => call(b, 'GET', '/api/overrides?limit=2'),
       (l) => (l.body.items as unknown[]).length === 2 && l.body.next_cursor !== null,
     );
     const second = await call(b, 'GET', `/api/overrides?limit=2&cursor=${String(first.body.next_cursor)}`);
-    const ids = [...(first.body.items as { device_id: string }[]), ...(second.body.items as { device_id: string }[])].map(
-      (i) => i.device_id,
-    );
+    const ids = [
+      ...(first.body.items as { device_id: string }[]),
+      ...(second.body.items as { device_id: string }[]),
+    ].map((i) => i.device_id);
     expect(ids).toEqual([HVAC, 'acme-hq-lobby-sensor-03', CHILLER]);
     expect(second.body.next_cursor).toBeNull();
     expect((await call(b, 'GET', '/api/overrides?cursor=nonsense')).status).toBe(400);
@@ -183,7 +202,14 @@ describe('overrides in the open, across two replicas', () => {
   it("a rollout's assignment ends an older override; an override set after it wins again", async () => {
     const observer = await RawCoapClient.observeSettings(a.coapPort, CHILLER, 'm1');
     observers.push(observer);
-    expect((await call(b, 'POST', '/api/notify-settings', { device_id: CHILLER, settings: { reporting_interval_s: 33 } })).status).toBe(200);
+    expect(
+      (
+        await call(b, 'POST', '/api/notify-settings', {
+          device_id: CHILLER,
+          settings: { reporting_interval_s: 33 },
+        })
+      ).status,
+    ).toBe(200);
     await observer.waitFor((p) => p.code === '2.05' && (json(p) as unknown as Doc).source === 'override');
 
     const created = await call(a, 'POST', '/api/rollouts', {
@@ -197,7 +223,10 @@ describe('overrides in the open, across two replicas', () => {
 
     // The device gets the rollout's settings (not hidden by the override), on the replica it observes.
     const assigned = doc(
-      await observer.waitFor((p) => p.code === '2.05' && (json(p) as unknown as Doc).source === 'rollout', 10_000),
+      await observer.waitFor(
+        (p) => p.code === '2.05' && (json(p) as unknown as Doc).source === 'rollout',
+        10_000,
+      ),
     );
     expect(assigned.settings).toEqual({ reporting_interval_s: 600 });
     for (const r of [a, b]) {
@@ -219,7 +248,14 @@ describe('overrides in the open, across two replicas', () => {
     expect((rollout.body.events as { kind: string }[]).map((e) => e.kind)).toContain('overrides_ended');
 
     // A development override set after the assignment wins over it, and the view says what it hides.
-    expect((await call(b, 'POST', '/api/notify-settings', { device_id: CHILLER, settings: { reporting_interval_s: 34 } })).status).toBe(200);
+    expect(
+      (
+        await call(b, 'POST', '/api/notify-settings', {
+          device_id: CHILLER,
+          settings: { reporting_interval_s: 34 },
+        })
+      ).status,
+    ).toBe(200);
     const view = await until(
       () => call(a, 'GET', `/api/devices/${CHILLER}`),
       (v) => (v.body.settings_layers as { effective: string }).effective === 'override',

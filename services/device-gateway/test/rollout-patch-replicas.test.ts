@@ -36,7 +36,8 @@ async function until<T>(read: () => Promise<T>, ok: (v: T) => boolean, timeoutMs
   for (;;) {
     const v = await read();
     if (ok(v)) return v;
-    if (Date.now() > deadline) throw new Error(`condition not met within ${timeoutMs} ms: ${JSON.stringify(v)}`);
+    if (Date.now() > deadline)
+      throw new Error(`condition not met within ${timeoutMs} ms: ${JSON.stringify(v)}`);
     await new Promise((r) => setTimeout(r, 100));
   }
 }
@@ -67,16 +68,13 @@ function nearTheLimit(): Settings {
     for (let len = 1; len <= 32; len++) {
       const thresholds: Record<string, unknown> = {};
       for (let i = 0; i < count; i++) {
-        const name = i === count - 1 ? `z${'k'.repeat(len - 1)}` : `t${String(i).padStart(2, '0')}${'x'.repeat(29)}`;
+        const name =
+          i === count - 1 ? `z${'k'.repeat(len - 1)}` : `t${String(i).padStart(2, '0')}${'x'.repeat(29)}`;
         thresholds[name] = { min: -1000.5, max: 1000.5 };
       }
       const base = { reporting_interval_s: 60, thresholds };
       const patched = { ...base, ...PATCH };
-      if (
-        widest(LONG, base) <= limit &&
-        widest(LONG, patched) > limit &&
-        widest(SHORT, patched) <= limit
-      )
+      if (widest(LONG, base) <= limit && widest(LONG, patched) > limit && widest(SHORT, patched) <= limit)
         return base;
     }
   }
@@ -240,7 +238,10 @@ describe('a rollout of a merge patch', () => {
           await o.waitFor(
             (p) => p.code === '2.05' && (json(p) as unknown as Doc).settings.timezone !== ZONE,
             10_000,
-            o.inbox.findIndex((r) => r.packet.code === '2.05' && (json(r.packet) as unknown as Doc).settings.timezone === ZONE),
+            o.inbox.findIndex(
+              (r) =>
+                r.packet.code === '2.05' && (json(r.packet) as unknown as Doc).settings.timezone === ZONE,
+            ),
           )
         ).packet,
       ) as unknown as Doc;

@@ -43,7 +43,10 @@ export function settingsLayers(
     layers.push({ source: 'rollout', rollout_id: assignment.rolloutId, settings: assignment.settings.value });
   layers.push({ source: 'registry', settings: record.desiredSettings });
   const top = layers[0]!;
-  const effective: LayerRef = top.rollout_id === undefined ? { source: top.source } : { source: top.source, rollout_id: top.rollout_id };
+  const effective: LayerRef =
+    top.rollout_id === undefined
+      ? { source: top.source }
+      : { source: top.source, rollout_id: top.rollout_id };
   return {
     effective: top.source,
     layers: layers.map((layer, i) => ({
@@ -82,7 +85,13 @@ export class Overrides {
     next_cursor: string | null;
   }> {
     const { state, bus, db } = this.options;
-    let page: { device_id: string; settings: unknown; version: number; origin: string | null; set_at: string | null }[];
+    let page: {
+      device_id: string;
+      settings: unknown;
+      version: number;
+      origin: string | null;
+      set_at: string | null;
+    }[];
     if (bus !== undefined) {
       const rows = await listOverrides(db, q.after, q.limit + 1);
       page = rows.map((r) => ({

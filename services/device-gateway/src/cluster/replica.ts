@@ -115,7 +115,8 @@ export class Replica {
       return 'none';
     }
     if (message.k === 'override') return this.offer(message);
-    if (message.k === 'clear') return this.outdated(message) ? 'none' : this.hold({ message, override: undefined });
+    if (message.k === 'clear')
+      return this.outdated(message) ? 'none' : this.hold({ message, override: undefined });
     // The sender reloaded itself before publishing.
     if (message.o === this.options.origin) return 'none';
     this.stats.remoteReloads++;

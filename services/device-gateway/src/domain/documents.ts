@@ -289,7 +289,12 @@ export function mergePatch(target: unknown, patch: unknown): unknown {
     if (value === null) delete result[name];
     else {
       const merged = mergePatch(Object.hasOwn(result, name) ? result[name] : undefined, value);
-      Object.defineProperty(result, name, { value: merged, enumerable: true, writable: true, configurable: true });
+      Object.defineProperty(result, name, {
+        value: merged,
+        enumerable: true,
+        writable: true,
+        configurable: true,
+      });
     }
   }
   return result;

@@ -43,9 +43,6 @@ export function gatewayApiDocument(): Record<string, unknown> {
   const pass: RequestHandler = (_req, _res, next) => {
     next();
   };
-  const routes = [
-    ...gatewayRoutes({} as never, pass),
-    ...overrideRoutes({} as never, apiKeyStep(pass)),
-  ];
+  const routes = [...gatewayRoutes({} as never, pass), ...overrideRoutes({} as never, apiKeyStep(pass))];
   return openApiDocument(info, routes, gatewayReferencedSchemas);
 }

@@ -12,7 +12,12 @@ import { DomainError, mapDbError, type RouteDefinition } from '@platform/service
 import type { Kysely } from 'kysely';
 import type { RequestHandler } from 'express';
 import { BusPublishError } from '../cluster/bus.js';
-import { decodeOverrideCursor, Overrides, type LayerState, type OverridesOptions } from '../cluster/overrides.js';
+import {
+  decodeOverrideCursor,
+  Overrides,
+  type LayerState,
+  type OverridesOptions,
+} from '../cluster/overrides.js';
 import type { GatewayDatabase } from '../db/tables.js';
 import { UnknownDeviceError } from '../domain/gateway-state.js';
 import { readListQuery } from './list-query.js';
@@ -89,7 +94,9 @@ version on every replica, also on one that starts later (design §3.6). \`cleare
 its settings are unchanged. Answers after the clear committed.
 `,
         parameters: { device_id: { in: 'path', schema: deviceIdSchema } },
-        responses: { 200: { description: 'Cleared (or there was none).', schema: overrideClearedResponseSchema } },
+        responses: {
+          200: { description: 'Cleared (or there was none).', schema: overrideClearedResponseSchema },
+        },
         errors: ['unknown_device', 'backend_unavailable'],
       },
     }),

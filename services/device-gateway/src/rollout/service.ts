@@ -337,7 +337,12 @@ function mergeEach(
 } {
   const byBase = new Map<string, { settings: Settings; content: string } | { invalid: string }>();
   const index = new Map<string, number>();
-  const out = { devices: [] as string[], doc: [] as number[], docs: [] as PatchDocument[], skipped: [] as { device_id: string; reason: string }[] };
+  const out = {
+    devices: [] as string[],
+    doc: [] as number[],
+    docs: [] as PatchDocument[],
+    skipped: [] as { device_id: string; reason: string }[],
+  };
   for (const { device_id: deviceId, base, base_md5: baseMd5 } of bases) {
     let result = byBase.get(baseMd5);
     if (result === undefined) {
