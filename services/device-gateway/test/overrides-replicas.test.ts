@@ -4,7 +4,7 @@
 // device view shows the layers, and a rollout's assignment ends an older override while a newer override wins.
 import { createDb } from '@platform/service-kit';
 import { createTestDatabase, startPostgres, type PostgresServer, type TestDatabase } from '@platform/testkit';
-import type { Kysely } from 'kysely';
+import { sql, type Kysely } from 'kysely';
 import { gatewayMigrations } from '../src/db/migrations.js';
 import { seedDevices } from '../src/db/seed.js';
 import type { GatewayDatabase } from '../src/db/tables.js';
@@ -197,6 +197,31 @@ describe('overrides in the open, across two replicas', () => {
     expect(second.body.next_cursor).toBeNull();
     expect((await call(b, 'GET', '/api/overrides?cursor=nonsense')).status).toBe(400);
     for (const id of ids) expect((await call(a, 'DELETE', `/api/devices/${id}/override`)).status).toBe(200);
+  }, 30_000);
+
+  it("a notify right after a clear stamped ahead of this replica's clock is applied, not lost", async () => {
+    const device = 'acme-hq-lobby-sensor-03';
+    // A clear whose version is 30 s ahead (a rollout's step stamps by the database's clock; another replica's clock
+    // may run ahead), not read by the replicas yet: written by the owner, so no wake-up goes out.
+    const ahead = String((Date.now() + 30_000) * 1000);
+    await sql`SELECT device_gateway.bus_clear_override(${device}, ${ahead}, 'zz-ahead')`.execute(owner);
+    const res = await call(a, 'POST', '/api/notify-settings', {
+      device_id: device,
+      settings: { reporting_interval_s: 77 },
+    });
+    expect(res.status).toBe(200);
+    // Answered `updated`: the override is the last one written, on every replica.
+    for (const r of [a, b]) {
+      const list = await until(
+        () => call(r, 'GET', '/api/overrides'),
+        (l) => (l.body.items as { device_id: string }[]).some((i) => i.device_id === device),
+        4000,
+      );
+      expect(list.body.items).toMatchObject([{ device_id: device, settings: { reporting_interval_s: 77 } }]);
+    }
+    expect((await call(a, 'DELETE', `/api/devices/${device}/override`)).body).toMatchObject({
+      cleared: true,
+    });
   }, 30_000);
 
   it("a rollout's assignment ends an older override; an override set after it wins again", async () => {

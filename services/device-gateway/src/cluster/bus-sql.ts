@@ -93,6 +93,18 @@ export async function clearOverride(
   return { cleared: r.cleared, version: Number(r.version) };
 }
 
+/** The version of the device's retained row (override or clear), if it has one. */
+export async function retainedVersion(
+  db: Kysely<GatewayDatabase>,
+  deviceId: string,
+): Promise<number | undefined> {
+  const { rows } = await sql<{ version: string }>`
+    SELECT version::text AS version FROM device_gateway.bus_overrides WHERE device_id = ${deviceId}`.execute(
+    db,
+  );
+  return rows[0] === undefined ? undefined : Number(rows[0].version);
+}
+
 /** A live retained override, as GET /api/overrides lists them. */
 export interface RetainedOverride {
   device_id: string;

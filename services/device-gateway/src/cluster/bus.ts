@@ -244,16 +244,27 @@ export class ClusterBus {
    * longer has the device, BusPublishError when the database fails.
    */
   async publishOverride(override: Override): Promise<void> {
-    const message: OverrideMessage = {
+    let message: OverrideMessage = {
       k: 'override',
       d: override.deviceId,
       v: this.options.clock.next(),
       o: this.origin,
       s: override.settings.value,
     };
-    const written = await this.enqueue(checkedPayload(message)).catch((err: unknown) => {
-      throw new BusPublishError(err);
-    });
+    let written = await this.publishOnce(message);
+    if (written === 'lost') {
+      // The retained row (an override or a clear) has a version this clock had not seen yet: stamped by a clock
+      // ahead of ours (another replica's, or the database's for a rollout's clear) and not read here yet. The
+      // caller, answered `updated`, expects its override to be the last one written: observe that version and
+      // publish once more above it. A row that wins again is newer still, a concurrent override: last writer wins.
+      const top = await busSql.retainedVersion(this.options.db, override.deviceId).catch((err: unknown) => {
+        throw new BusPublishError(err);
+      });
+      if (top !== undefined && top >= message.v && this.options.clock.observe(top)) {
+        message = { ...message, v: this.options.clock.next() };
+        written = await this.publishOnce(message);
+      }
+    }
     // This replica's copy of the registry is a reload behind: nothing was retained or sent, so the caller
     // hears what a current replica would say.
     if (written === 'not_in_registry') throw new UnknownDeviceError(override.deviceId);
@@ -261,6 +272,12 @@ export class ClusterBus {
     // Lost: a concurrent override with a higher (version, origin) is already retained and on its way;
     // applying ours now would only flash an older value to the observers.
     if (written === 'written') this.follow(this.replica.accepted(message, override));
+  }
+
+  private publishOnce(message: OverrideMessage): Promise<busSql.Written> {
+    return this.enqueue(checkedPayload(message)).catch((err: unknown) => {
+      throw new BusPublishError(err);
+    });
   }
 
   /**
