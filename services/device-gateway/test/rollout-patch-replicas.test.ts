@@ -250,4 +250,34 @@ describe('a rollout of a merge patch', () => {
       expect(back.version).toBeGreaterThan(had.version);
     }
   }, 90_000);
+
+  it('skips a device whose merged settings are not valid Device Settings, with the reason, and sends it nothing', async () => {
+    // The HVAC unit's registry threshold is 12..18: a minimum of 20 would put it above its maximum. The freezer's
+    // threshold of that name does not exist, so it gets one with a minimum only.
+    const created = await call(a, 'POST', '/api/rollouts', {
+      selector: { device_ids: [HVAC, FREEZER] },
+      settings_patch: { thresholds: { supply_temp_c: { min: 20 } } },
+      plan,
+    });
+    expect(created.status).toBe(201);
+    expect(created.body).toMatchObject({ targets: 2, skipped: 1 });
+    const skipped = created.body.skipped_devices as { device_id: string; reason: string }[];
+    expect(skipped.map((s) => s.device_id)).toEqual([HVAC]);
+    expect(skipped[0]!.reason).toMatch(/not valid Device Settings: \/thresholds\/supply_temp_c\/min/);
+    const rollout = await until(
+      () => call(a, 'GET', `/api/rollouts/${String(created.body.rollout_id)}`),
+      (r) => r.body.state === 'completed',
+    );
+    expect(rollout.body).toMatchObject({ totals: { skipped: 1, acknowledged: 1 } });
+    const layers = await call(b, 'GET', `/api/devices/${FREEZER}`);
+    expect(layers.body.settings).toMatchObject({
+      source: 'rollout',
+      settings: {
+        reporting_interval_s: 120,
+        thresholds: { temp_c: { min: -30, max: -10 }, supply_temp_c: { min: 20 } },
+      },
+    });
+    const hvac = await call(b, 'GET', `/api/devices/${HVAC}`);
+    expect(hvac.body.settings).toMatchObject({ source: 'registry' });
+  }, 60_000);
 });
