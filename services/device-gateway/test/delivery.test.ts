@@ -254,7 +254,8 @@ describe('where a setting went, across two replicas', () => {
     );
     expect(v.delivery!.state).toBe('sent_unconfirmed');
     expect(v.delivery!.sent).toMatchObject({ type: 'NON', acknowledged: false });
-    expect(v.delivery!.acknowledged).toBeNull();
+    // Only the registration's answer was confirmed (design §3.8: a confirmable notification after it), not 335.
+    expect(v.delivery!.acknowledged?.is_desired ?? false).toBe(false);
   });
 
   it('a device that never acknowledges stays pending, then loses its relation at the confirmable timeout', async () => {
@@ -336,14 +337,25 @@ describe('where a setting went, across two replicas', () => {
     await notify(b, DTLS, 445);
     await impostor.waitFor((p) => p.code === '2.05' && p.payload.toString().includes('445'));
     // The killed DTLS observer's relation ends at its confirmable timeout; the impostor's relation and ACKs
-    // do not count: not observed, and not acknowledged.
-    const v = await until(b, DTLS, (x) => x.delivery?.state === 'unobserved', 'DTLS device unobserved');
+    // do not count: not observed (by anyone who speaks for it), and not acknowledged. The view says what
+    // watches it (issue 40 §2): not `unobserved`.
+    const v = await until(
+      b,
+      DTLS,
+      (x) => x.delivery?.state === 'observed_unauthenticated',
+      'DTLS device observed only by a plain relation',
+    );
     expect(v.delivery!.acknowledged).toMatchObject({ transport: 'dtls', is_desired: false });
     expect(v.delivery!.sent).toMatchObject({ transport: 'dtls' });
     expect(v.delivery!.observed_by).toEqual([]);
     // The live view still shows the plain relation, for what it is.
     const partA = v.replicas.find((r) => r.replica === originA)!;
-    expect(partA.relations).toEqual([expect.objectContaining({ transport: 'plain' })]);
+    expect(partA.relations).toEqual([
+      expect.objectContaining({ transport: 'plain', speaks_for_device: false }),
+    ]);
+    // The fleet list reads the record, where only relations that speak for the device count.
+    const listed = await get(b, '/api/devices?delivery=unobserved');
+    expect((listed.body.items as { device_id: string }[]).map((i) => i.device_id)).toContain(DTLS);
     await impostor.close();
   });
 

@@ -9,11 +9,12 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it, jest } from '@jest/globals';
 import { encode } from 'cbor-x';
 import { generate, parse, type ParsedPacket } from 'coap-packet';
+import { sql } from 'kysely';
 import request from 'supertest';
 import { issueCredential, type IssuedCredential } from '../src/db/credential-repository.js';
 import { readDelivery } from '../src/delivery/sql.js';
 import { API_KEYS, startGateway, type GatewayFixture } from './support/gateway.js';
-import { RawCoapClient, observe0, pathOptions } from './support/coap-client.js';
+import { RawCoapClient, observe0, option, pathOptions } from './support/coap-client.js';
 import { connectNodeClient, runTool, sleep, waitFor, type NodeClient } from './support/dtls.js';
 
 jest.setTimeout(90_000);
@@ -23,6 +24,8 @@ const KEYED_OTHER = 'acme-hq-lobby-sensor-03';
 const KEYLESS = 'borealis-tower-chiller-01';
 const ACKER = 'acme-wh-door-01';
 const NON_DEVICE = 'acme-wh-freezer-02';
+const LATE_CON = 'late-con-01';
+const LATE_NON = 'late-non-01';
 const auth = { Authorization: `Bearer ${API_KEYS[0]!}` };
 
 let gw: GatewayFixture;
@@ -43,6 +46,10 @@ beforeAll(async () => {
     },
     load: false,
   });
+  // Two more devices on a seeded device's site, for the late registrations.
+  await sql`INSERT INTO device_gateway.device_registry (device_id, site_id, name, model)
+    SELECT d, site_id, 'Late ' || d, 'door-ctl-7' FROM device_gateway.device_registry,
+      unnest(ARRAY[${LATE_CON}, ${LATE_NON}]) AS d WHERE device_id = ${ACKER}`.execute(gw.owner);
   keyA = await issueCredential(gw.owner, KEYED);
   keyOther = await issueCredential(gw.owner, KEYED_OTHER);
   await gw.app.service.reload();
@@ -337,6 +344,51 @@ describe('states that mean what they say', () => {
     await notify(KEYED_OTHER, { reporting_interval_s: 600 + (Date.now() % 100) });
     const d = await waitState(KEYED_OTHER, 'observed_unauthenticated');
     expect(d.reported!.is_desired).toBe(false);
+  });
+
+  it('a device that registers after its notification counts as delivered: the confirmation after the answer is acknowledged', async () => {
+    // Issue 41's first defect: the settings in a registration's answer were "sent, unconfirmed" for ever.
+    for (const [device, confirmable] of [
+      [LATE_CON, true],
+      [LATE_NON, false],
+    ] as const) {
+      const { version } = await notify(device, { reporting_interval_s: 700 + (confirmable ? 1 : 2) });
+      await sleep(300);
+      expect((await view(device)).delivery.state).toBe('unobserved');
+      const client = await RawCoapClient.connect(gw.coapPort);
+      raws.push(client);
+      client.send({
+        confirmable,
+        code: 'GET',
+        token: Buffer.from(`late${confirmable ? 'c' : 'n'}`),
+        options: [observe0, ...pathOptions(`/devices/${device}/settings`)],
+      });
+      // The answer, then the same settings once more in a confirmable notification, which the client ACKs.
+      await client.waitFor((p) => p.code === '2.05' && p.confirmable);
+      const d = await waitState(device, 'acknowledged');
+      expect(d.acknowledged!.version).toBe(version);
+    }
+  });
+
+  it('a registration naming the current ETag is evidence itself (2.03, no confirmation sent)', async () => {
+    const device = LATE_CON;
+    await notify(device, { reporting_interval_s: 800 });
+    const first = await RawCoapClient.connect(gw.coapPort);
+    raws.push(first);
+    first.send({ confirmable: true, code: 'GET', token: Buffer.from('e1'), options: pathOptions(`/devices/${device}/settings`) });
+    const etag = option((await first.waitFor((p) => p.code === '2.05')).packet, 'ETag')!;
+    const client = await RawCoapClient.connect(gw.coapPort);
+    raws.push(client);
+    client.send({
+      confirmable: true,
+      code: 'GET',
+      token: Buffer.from('e2'),
+      options: [observe0, { name: 'ETag', value: etag } as never, ...pathOptions(`/devices/${device}/settings`)],
+    });
+    await client.waitFor((p) => p.code === '2.03');
+    await waitState(device, 'acknowledged');
+    await sleep(300);
+    expect(client.inbox.filter((r) => r.packet.confirmable)).toHaveLength(0);
   });
 
   it('the fleet list refuses a state it does not know, and reads several', async () => {

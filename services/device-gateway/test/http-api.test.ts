@@ -162,7 +162,17 @@ describe('management HTTP API on a real PostgreSQL registry', () => {
       expect(res.status).toBe(200);
       // The version served now and the relations notified here: this client's.
       expect(res.body).toEqual({ status: 'updated', version: expect.any(Number), relations_notified: 1 });
-      const note = json((await client.waitFor((p) => p.token.toString() === 'ns', 2000, mark)).packet);
+      // The first notification after the call that carries the override (a confirmation of the registration's
+      // answer, design §3.8, may come first).
+      const note = json(
+        (
+          await client.waitFor(
+            (p) => p.token.toString() === 'ns' && p.payload.toString().includes('"override"'),
+            2000,
+            mark,
+          )
+        ).packet,
+      );
       expect(note).toMatchObject({
         device_id: 'acme-wh-door-01',
         source: 'override',

@@ -334,7 +334,10 @@ export class ObserveLayer implements ExchangeHandler<Relation> {
     this.relations++;
     rel.lastDoc = doc;
     this.event('registered', rel);
-    this.delivery?.registered(deviceId, kind === 'settings' ? doc : null, transportOf(rel), resource);
+    // Whether the answer's settings need a confirmable notification after it (design §3.8): the ACK of that one
+    // is the evidence that a device registering after its notification (or after a restart) holds them.
+    const confirm =
+      this.delivery?.registered(deviceId, kind === 'settings' ? doc : null, transportOf(rel), resource) === true;
     // Piggybacked in the ACK of a CON registration; a NON registration gets a NON response (RFC 7252 5.2),
     // whose RST cancels the relation like a notification's.
     const mid = this.messages.replyMid(msg);
@@ -348,9 +351,17 @@ export class ObserveLayer implements ExchangeHandler<Relation> {
       );
       const validForm = Buffer.concat([form.subarray(0, OBSERVE_FORM_SPLIT), validTail]);
       this.messages.sendReply(req, this.encode(rel, type, VALID, mid, validForm));
+      // The device named this version's ETag: it holds these settings (the evidence design §3.8 states).
+      if (kind === 'settings') this.delivery?.acknowledged(deviceId, doc, transportOf(rel), resource);
       return 'registered';
     }
     this.messages.sendReply(req, this.encode(rel, type, CONTENT, mid, form));
+    if (confirm) {
+      // Once more, confirmable, through the fan-out's queue and in-flight window (as a refresh, RFC 7641 4.5).
+      rel.refreshDue = true;
+      this.enqueue(rel);
+      this.schedulePump();
+    }
     return 'registered';
   }
 

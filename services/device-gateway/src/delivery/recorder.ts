@@ -78,13 +78,16 @@ export interface DeliveryEvents {
   /**
    * A relation was registered: the device was heard from, and for its settings (`settings`, the document the
    * response carried) the relations changed and the document was sent, unconfirmed. One event, one lookup.
+   * True when the answer's settings need a confirmation (design §3.8): the device may speak for itself over this
+   * transport and has not acknowledged that content here; the observe layer then sends it once more,
+   * confirmable, so its ACK is the evidence that the device holds them.
    */
   registered(
     deviceId: string,
     settings: VisibleDocument | null,
     transport: DeliveryTransport,
     ref?: DeliveryRef,
-  ): void;
+  ): boolean;
   /** The device's relations to its settings on this replica changed (count read at the flush). */
   relationsChanged(deviceId: string, ref?: DeliveryRef): void;
 }
@@ -274,6 +277,13 @@ class FactTable {
     this.nums = nums;
     this.digests = digests;
     this.capacity = capacity;
+  }
+
+  /** Whether the content digest at `d` (digests) of slot `s` is `doc`'s. */
+  holdsDigest(s: number, d: number, doc: VisibleDocument): boolean {
+    const h = doc.contentDigest;
+    const i = s * D_STRIDE + d;
+    return this.digests[i] === hex32(h, 0) && this.digests[i + 1] === hex32(h, 8);
   }
 
   /** Stores a document's version and content digest at `n` (nums) and `d` (digests) of slot `s`. */
@@ -614,19 +624,24 @@ export class DeliveryRecorder implements DeliveryEvents {
     settings: VisibleDocument | null,
     transport: DeliveryTransport,
     ref?: DeliveryRef,
-  ): void {
+  ): boolean {
     const now = monoNow();
     const trusted = this.options.trusts?.(deviceId, transport) !== false;
     const part =
       (settings !== null ? RELATIONS : 0) | (trusted ? HEARD : 0) | (trusted && settings !== null ? SENT : 0);
-    if (part === 0) return;
+    if (part === 0) return false;
     const s = this.mark(deviceId, part, now, ref);
-    if (!trusted) return;
+    if (!trusted) return false;
     this.table.nums[s * N_STRIDE + N_HEARD_AT] = now;
-    if (settings === null) return;
+    if (settings === null) return false;
     // The response to a registration is never confirmable (piggybacked in the ACK of a CON request, or NON):
-    // the device has it, but has not acknowledged it.
+    // the device has it, but has not acknowledged it. Unless it acknowledged this content here before (a device
+    // registering again on the same replica), the caller confirms it with a confirmable notification.
+    const t = this.table;
+    const acked =
+      (t.bytes[s * B_STRIDE + B_FLAGS]! & HAVE_ACKED) !== 0 && t.holdsDigest(s, D_ACKED, settings);
     this.setSent(s, settings, now, transport, false);
+    return !acked;
   }
 
   relationsChanged(deviceId: string, ref?: DeliveryRef): void {
