@@ -257,7 +257,11 @@ async function main(): Promise<void> {
     `                       ${calls.download}`,
     `                       ${calls.decide}`,
     `  observe a device:    coap-client-openssl -m get -s 60 -u '${deviceKey.identity}' -k '${deviceKey.keyText}' coaps://${localHost}:${ports.gatewayCoaps}/devices/acme-hq-hvac-01/settings`,
-    `    (no DTLS client:   coap-client-notls -m get -s 60 coap://${localHost}:${ports.gatewayCoap}/devices/acme-hq-hvac-01/settings)`,
+    `    (no DTLS client:   coap-client-notls -m get -s 60 coap://${localHost}:${ports.gatewayCoap}/devices/acme-hq-hvac-01/settings`,
+    '                       reads the settings, but this device has a key: a plain observer does not count as delivered',
+    "                       (the device view says observed_unauthenticated) and cannot report for it; design §3.8)",
+    `  report it applied:   coap-client-openssl -m post -t json -e '{"version":<the settings' version>,"outcome":"applied"}' -u '${deviceKey.identity}' -k '${deviceKey.keyText}' coaps://${localHost}:${ports.gatewayCoaps}/devices/acme-hq-hvac-01/reported`,
+    `  where it stands:     curl -H 'Authorization: Bearer ${apiKeyFromEnv ? '<a key of GATEWAY_API_KEYS>' : devSecrets.gatewayApiKey}' ${gatewayUrl}/api/devices/acme-hq-hvac-01   (delivery.state; runbook §13)`,
     databaseFromEnv
       ? '  device keys:         npm run device-key -- issue|revoke|list   (with the DATABASE_URL this stack was given)'
       : `  device keys:         DATABASE_URL=${ownerUrl} npm run device-key -- list   (or issue, revoke)`,
