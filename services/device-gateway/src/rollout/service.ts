@@ -207,7 +207,8 @@ export class RolloutService {
   }> {
     const max = this.options.maxTargets;
     for (let attempt = 1; ; attempt++) {
-      const bases = await readPatchBases(this.options.db, selector, max + 1);
+      // On the creation's connection: a read of up to maxTargets rows, bounded by its timeout, not the pool's.
+      const bases = await readPatchBases(this.options.createDb ?? this.options.db, selector, max + 1);
       if (bases.length === 0) throw new NoTargetsError();
       if (bases.length > max)
         throw new RolloutInvalidError(
