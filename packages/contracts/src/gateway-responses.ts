@@ -463,6 +463,16 @@ export const rolloutResponseSchema = {
     selector: { type: 'object' },
     settings: { $ref: deviceSettingsSchema.$id },
     settings_patch: settingsPatchSchema,
+    skipped_devices: {
+      type: 'array',
+      description: 'a patch rollout: the first 100 targets (by device id) it skipped at its creation, with why',
+      items: {
+        type: 'object',
+        additionalProperties: false,
+        required: ['device_id', 'reason'],
+        properties: { device_id: { type: 'string' }, reason: { type: 'string' } },
+      },
+    },
     plan: { $ref: rolloutPlanSchema.$id },
     totals: { $ref: rolloutWaveCountsSchema.$id },
     wave_counts: { type: 'array', items: { $ref: rolloutWaveCountsSchema.$id } },

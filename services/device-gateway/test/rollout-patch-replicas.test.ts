@@ -220,6 +220,8 @@ describe('a rollout of a merge patch', () => {
       totals: { targeted: 4, acknowledged: 3, skipped: 1, failed: 0 },
     });
     expect(done.body.settings).toBeUndefined();
+    // The rollout names what it skipped, also after the creation's answer.
+    expect(done.body.skipped_devices).toEqual([{ device_id: LONG, reason: skipped[0]!.reason }]);
     expect((done.body.events as { kind: string }[]).map((e) => e.kind)).toContain('patch_skipped');
     // The skipped device was never sent anything new.
     expect(lastDoc(long)).toEqual(before.get(LONG));

@@ -17,6 +17,7 @@ import {
   type PatchDocument,
   type RolloutPlan,
   listRollouts,
+  patchSkipped,
   readRollout,
   rolloutEvents,
   waveCounts,
@@ -256,16 +257,19 @@ export class RolloutService {
   async get(rolloutId: string): Promise<Record<string, unknown>> {
     const row = await readRollout(this.options.db, rolloutId);
     if (row === undefined) throw new UnknownRolloutError(rolloutId);
-    const [waves, events] = await Promise.all([
+    const [waves, events, skipped] = await Promise.all([
       waveCounts(this.options.db, rolloutId),
       rolloutEvents(this.options.db, rolloutId, EVENTS_SHOWN),
+      row.patch ? patchSkipped(this.options.db, rolloutId, NAMED) : [],
     ]);
     const totals = { targeted: 0, notified: 0, acknowledged: 0, failed: 0, skipped: 0, pending: 0 };
     for (const w of waves) for (const k of Object.keys(totals) as (keyof typeof totals)[]) totals[k] += w[k];
     return {
       ...summary(row),
       selector: row.selector,
-      ...(row.patch ? { settings_patch: row.settings } : { settings: row.settings }),
+      ...(row.patch
+        ? { settings_patch: row.settings, skipped_devices: skipped }
+        : { settings: row.settings }),
       plan: plan(row),
       totals,
       wave_counts: waves,

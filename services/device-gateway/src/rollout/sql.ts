@@ -97,6 +97,19 @@ export async function readPatchBases(
   return rows;
 }
 
+/** The first `limit` targets (by device id) a patch rollout skipped at its creation, with why. */
+export async function patchSkipped(
+  db: Db,
+  rolloutId: string,
+  limit: number,
+): Promise<{ device_id: string; reason: string }[]> {
+  const { rows } = await sql<{ device_id: string; reason: string }>`
+    SELECT device_id, coalesce(outcome_detail, outcome_reason) AS reason FROM device_gateway.rollout_targets
+    WHERE rollout_id = ${rolloutId}::uuid AND outcome_reason = 'patch_invalid'
+    ORDER BY device_id COLLATE "C" LIMIT ${limit}`.execute(db);
+  return rows;
+}
+
 /** Which of `deviceIds` the rollout targets. */
 export async function targetsAmong(db: Db, rolloutId: string, deviceIds: string[]): Promise<string[]> {
   if (deviceIds.length === 0) return [];
