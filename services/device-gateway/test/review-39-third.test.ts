@@ -433,6 +433,14 @@ describe('attacks that held', () => {
     );
   });
 
+  it('no function of the gateway takes a table lock, which any session could block (0029)', async () => {
+    const { rows } = await sql<{ name: string }>`
+      SELECT p.oid::regprocedure::text AS name FROM pg_catalog.pg_proc p
+      WHERE p.pronamespace = 'device_gateway'::regnamespace AND p.prosrc ~* '\\mLOCK\\s+(TABLE\\s+)?device_gateway\\.'
+      ORDER BY 1`.execute(owner);
+    expect(rows.map((r) => r.name)).toEqual([]);
+  });
+
   it('the gateway’s login: every SECURITY DEFINER function pins search_path (pg_temp last); it can create nothing', async () => {
     const { rows } = await sql<{ fn: string; config: string[] | null }>`
       SELECT p.oid::regprocedure::text AS fn, p.proconfig AS config FROM pg_proc p
