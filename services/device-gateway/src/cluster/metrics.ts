@@ -13,7 +13,7 @@ export function registerBusMetrics(registry: Registry, bus: ClusterBus): void {
   });
   new Gauge({
     name: 'gateway_bus_events',
-    help: 'Replica bus counters since start (received, published, applied, stale, malformed, reconnects, resyncs, remoteReloads)',
+    help: 'Replica bus counters since start (received, published, applied, cleared, stale, malformed, refused, reconnects, resyncs, remoteReloads)',
     labelNames: ['event'],
     registers: [registry],
     collect() {
