@@ -12,6 +12,7 @@ import { dtlsFanout, dtlsLatency, issueBenchKeys, openDtlsObserver } from './ben
 import { runDtlsBench } from './bench-dtls.js';
 import { benchDeviceReads } from './bench-gateway-devices.js';
 import { benchRollout } from './bench-gateway-rollout.js';
+import { REPORT_DTLS, REPORT_PLAIN, benchReports } from './bench-gateway-reports.js';
 import { allowedCpus, cpuList, pinTree } from './lib/cpu-pinning.js';
 import { benchDeviceId as deviceId, seedBenchRegistry } from './lib/bench-registry.js';
 import { benchNodeArgs } from './lib/node-args.js';
@@ -29,6 +30,10 @@ const ONLY_DELIVERY = process.env.BENCH_ONLY === 'delivery';
 // BENCH_ONLY=rollout: staged rollouts (design §3.9, bench-gateway-rollout.ts): the largest size's reload fan-out,
 // a rollout to the same observers at an unlimited rate, and notify p99 with and without a running rollout.
 const ONLY_ROLLOUT = process.env.BENCH_ONLY === 'rollout';
+// BENCH_ONLY=reports: devices' reports (issue 40; bench-gateway-reports.ts): BENCH_REPORT_DTLS (10,000) DTLS and
+// BENCH_REPORT_PLAIN (100,000) plain devices, a reload without reports and one after which every device reports,
+// BENCH_ROUNDS times (ABBA): CPU per report against per notification, fan-out with and without, the record's lag.
+const ONLY_REPORTS = process.env.BENCH_ONLY === 'reports';
 // BENCH_ONLY=dtls: only the DTLS capacity figures (design §3.5): per round, the plain fan-out to
 // BENCH_DTLS_OBSERVERS (10,000) observers and the DTLS fan-out to as many, with each of the two DTLS clients
 // (bench-gateway-dtls.ts), each on a fresh gateway child, in an order that alternates from round to round;
@@ -45,7 +50,7 @@ const SEQUENTIAL_LATENCY = process.env.BENCH_DTLS_LATENCY === 'sequential';
 // 1, the first scavenge inside the window, 10-33 ms, still carried the start-up garbage of both children).
 const WARM_S = Number(process.env.BENCH_WARM_S ?? 4);
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 1);
-const ROWS = ONLY_NOTIFY ? 1000 : Math.max(...SIZES);
+const ROWS = ONLY_NOTIFY ? 1000 : ONLY_REPORTS ? REPORT_DTLS + REPORT_PLAIN : Math.max(...SIZES);
 // Many sockets: real devices are one endpoint each, and the gateway caps relations per endpoint (256).
 const CLIENT_SOCKETS = Number(process.env.BENCH_CLIENT_SOCKETS ?? 1024);
 const serverJs = fileURLToPath(new URL('./bench-gateway-server.js', import.meta.url));
@@ -1022,6 +1027,17 @@ async function main(): Promise<void> {
         startChild,
         stopChild,
         observers: (port, n) => new Observers(port, n),
+      });
+      await owner.destroy();
+      return;
+    }
+    if (ONLY_REPORTS) {
+      await benchReports({
+        url,
+        owner,
+        rounds: ROUNDS,
+        startChild: (env) => startChild('gateway', url, env),
+        stopChild: (child) => stopChild(child as Child),
       });
       await owner.destroy();
       return;
