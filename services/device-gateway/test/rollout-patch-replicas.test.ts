@@ -124,7 +124,7 @@ describe('a rollout of a merge patch', () => {
 
   const plan = { first_wave_count: 10, success_share: 1, abort_share: 1, deadline_s: 30 };
 
-  it('refuses a patch that is not a settings patch, and a body with both forms', async () => {
+  it('refuses a patch that is not a settings patch, a body with both forms, and a patch no target can take', async () => {
     for (const body of [
       { selector: { device_ids: [FREEZER] }, settings_patch: { reporting_interval_s: 5 }, plan },
       { selector: { device_ids: [FREEZER] }, settings_patch: { colour: 'red' }, plan },
@@ -140,6 +140,18 @@ describe('a rollout of a merge patch', () => {
       expect(res.status).toBe(400);
       expect(res.body.code).toBe('invalid_body');
     }
+    // Every target's patched document would be too large: nothing to roll out, nothing written.
+    const none = await call(a, 'POST', '/api/rollouts', {
+      selector: { device_ids: [LONG] },
+      settings_patch: PATCH,
+      plan,
+    });
+    expect(none.status).toBe(400);
+    expect(none.body).toMatchObject({ code: 'invalid_body', errors: [{ path: '/settings_patch' }] });
+    expect(String(none.body.detail)).toMatch(
+      /every target invalid \(1\); the first: the patched settings do not fit/,
+    );
+    expect((await call(a, 'GET', '/api/rollouts')).body.items).toEqual([]);
   });
 
   it("keeps each device's other settings, skips the device it would make too large, and its rollback restores exactly", async () => {

@@ -217,6 +217,12 @@ export class RolloutService {
           `matches more than ${max} enabled devices; a rollout here targets at most ${max}`,
         );
       const merged = mergeEach(bases, patch, this.options.state);
+      // A rollout that could send nothing is the caller's mistake, not a rollout.
+      if (merged.skipped.length === bases.length)
+        throw new RolloutInvalidError(
+          '/settings_patch',
+          `makes the settings of every target invalid (${bases.length}); the first: ${merged.skipped[0]!.reason}`,
+        );
       try {
         const result = await createPatchRollout(
           this.options.createDb ?? this.options.db,
