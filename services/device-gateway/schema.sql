@@ -527,7 +527,7 @@ CREATE TRIGGER device_registry_touch BEFORE UPDATE ON device_gateway.device_regi
 -- view definitions (0)
 
 
--- functions (32)
+-- functions (33)
 CREATE OR REPLACE FUNCTION device_gateway.audit_events_append_only()
  RETURNS trigger
  LANGUAGE plpgsql
@@ -1174,6 +1174,92 @@ BEGIN
     result := 'recorded';
     RETURN NEXT;
   END LOOP;
+END $function$
+OWNER <migrator> ACL <migrator>:EXECUTE,device_gateway_login:EXECUTE COMMENT -
+
+CREATE OR REPLACE FUNCTION device_gateway.device_reports_batch(p_replica text, p_d text[], p_v bigint[], p_o text[], p_r text[], p_s jsonb[], p_t text[], p_lv bigint[], p_lc text[], p_recent_ms integer)
+ RETURNS TABLE(device_id text, result text)
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+ SET lock_timeout TO '1s'
+AS $function$
+#variable_conflict use_column
+DECLARE
+  n integer := cardinality(p_d);
+  v_now_us double precision := extract(epoch FROM now()) * 1000000;
+BEGIN
+  IF p_replica IS NULL OR p_replica !~ '^[0-9a-f]{16}$' OR n IS NULL OR n > 5000
+     OR cardinality(p_v) <> n OR cardinality(p_o) <> n OR cardinality(p_r) <> n OR cardinality(p_s) <> n
+     OR cardinality(p_t) <> n OR cardinality(p_lv) <> n OR cardinality(p_lc) <> n
+     OR p_recent_ms IS NULL OR p_recent_ms NOT BETWEEN 0 AND 600000 THEN
+    RAISE EXCEPTION 'invalid report batch' USING ERRCODE = '22023';
+  END IF;
+  -- What the replica checked, checked again: the login may call this with anything.
+  IF EXISTS (
+    SELECT 1 FROM unnest(p_v, p_o, p_r, p_s, p_t, p_lc) AS x(v, o, r, s, t, lc)
+    WHERE x.v IS NULL OR x.v < 1 OR x.v > 9007199254740991 OR x.o IS NULL OR x.o NOT IN ('applied', 'rejected')
+       OR (x.r IS NOT NULL AND x.r !~ '^[a-z][a-z0-9_]{0,63}$') OR x.t IS NULL OR x.t NOT IN ('plain', 'dtls')
+       OR (x.s IS NOT NULL AND (jsonb_typeof(x.s) <> 'object' OR octet_length(x.s::text) > 2048))
+       OR (x.lc IS NOT NULL AND (octet_length(x.lc) <> 16 OR x.lc !~ '^[0-9a-f]+$'))) THEN
+    RAISE EXCEPTION 'invalid report' USING ERRCODE = '22023';
+  END IF;
+  -- The rows the batch may write, locked in device order (0009's rule: writers of the record wait for each other
+  -- instead of deadlocking).
+  PERFORM 1 FROM device_gateway.device_delivery t WHERE t.device_id = ANY (p_d) ORDER BY t.device_id FOR UPDATE;
+  RETURN QUERY
+  WITH b AS (
+    SELECT x.d, x.v, x.o, x.r, x.s, x.t, x.lv, x.lc, x.i, reg.site_id AS site,
+           reg.device_id IS NOT NULL AS registered, t.device_id IS NOT NULL AS found,
+           t.desired_version AS tdv, t.desired_content AS tdc, t.sent_version AS tsv, t.sent_content AS tsc,
+           t.acked_version AS tav, t.acked_content AS tac, t.reported_version AS trv, t.reported_content AS trc
+    FROM unnest(p_d, p_v, p_o, p_r, p_s, p_t, p_lv, p_lc) WITH ORDINALITY AS x(d, v, o, r, s, t, lv, lc, i)
+    LEFT JOIN device_gateway.device_registry reg ON reg.device_id = x.d
+    LEFT JOIN device_gateway.device_delivery t ON t.device_id = x.d
+  ), judged AS (
+    SELECT b.*,
+      CASE
+        WHEN NOT b.registered THEN 'unknown_device'
+        WHEN b.v > greatest(coalesce(b.lv, 0), coalesce(b.tdv, 0), coalesce(b.tsv, 0), coalesce(b.tav, 0),
+                            coalesce(b.trv, 0))
+          THEN CASE WHEN b.v >= v_now_us - p_recent_ms * 1000.0 AND b.v <= v_now_us + 60000000
+            THEN 'unknown' ELSE 'not_issued' END
+        WHEN b.trv IS NOT NULL AND b.v < b.trv THEN 'older'
+        ELSE 'recorded' END AS verdict,
+      CASE WHEN b.v = b.lv THEN b.lc WHEN b.v = b.tdv THEN b.tdc WHEN b.v = b.tsv THEN b.tsc
+           WHEN b.v = b.tav THEN b.tac WHEN b.v = b.trv THEN b.trc END AS content
+    FROM b
+  ), ranked AS (
+    SELECT j.*, row_number() OVER (PARTITION BY j.d ORDER BY (j.verdict = 'recorded') DESC, j.v DESC, j.i DESC) AS rk
+    FROM judged j
+  ), updated AS (
+    UPDATE device_gateway.device_delivery t
+    SET reported_version = w.v, reported_content = w.content, reported_outcome = w.o, reported_reason = w.r,
+        reported_settings = w.s, reported_at = now(), reported_by = p_replica, reported_transport = w.t,
+        heard_at = greatest(t.heard_at, now()), updated_at = now()
+    FROM ranked w
+    WHERE w.verdict = 'recorded' AND w.rk = 1 AND w.found AND t.device_id = w.d
+    RETURNING t.device_id
+  ), inserted AS (
+    -- No row yet (the recorder has not written this device's desired part): the report starts it. A row another
+    -- session inserted meanwhile takes the report if it is not older than the one it holds.
+    INSERT INTO device_gateway.device_delivery AS t (device_id, site_id, desired_at, reported_version,
+      reported_content, reported_outcome, reported_reason, reported_settings, reported_at, reported_by,
+      reported_transport, heard_at)
+    SELECT w.d, w.site, now(), w.v, w.content, w.o, w.r, w.s, now(), p_replica, w.t, now()
+    FROM ranked w WHERE w.verdict = 'recorded' AND w.rk = 1 AND NOT w.found
+    ORDER BY w.d
+    ON CONFLICT (device_id) DO UPDATE
+    SET reported_version = excluded.reported_version, reported_content = excluded.reported_content,
+        reported_outcome = excluded.reported_outcome, reported_reason = excluded.reported_reason,
+        reported_settings = excluded.reported_settings, reported_at = excluded.reported_at,
+        reported_by = excluded.reported_by, reported_transport = excluded.reported_transport,
+        heard_at = greatest(t.heard_at, excluded.heard_at), updated_at = now()
+    WHERE excluded.reported_version >= coalesce(t.reported_version, -1)
+    RETURNING t.device_id
+  )
+  SELECT w.d, CASE WHEN w.verdict = 'recorded' AND w.rk > 1 THEN 'older' ELSE w.verdict END
+  FROM ranked w ORDER BY w.d, w.i;
 END $function$
 OWNER <migrator> ACL <migrator>:EXECUTE,device_gateway_login:EXECUTE COMMENT -
 

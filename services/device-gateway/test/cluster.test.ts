@@ -49,10 +49,15 @@ class Observer {
     return observer;
   }
 
+  /**
+   * Every 2.05 it got, in order, without the confirmation of the registration's answer: the same version once
+   * more, confirmable (design §3.8).
+   */
   get docs(): Doc[] {
-    return this.client.inbox
+    const all = this.client.inbox
       .filter((r: Received) => r.packet.code === '2.05' && r.packet.token.equals(this.token))
       .map((r) => json(r.packet) as unknown as Doc);
+    return all.filter((d, i) => i === 0 || d.version !== all[i - 1]!.version);
   }
 
   get last(): Doc {

@@ -13,6 +13,7 @@ import { sql } from 'kysely';
 import request from 'supertest';
 import { issueCredential, type IssuedCredential } from '../src/db/credential-repository.js';
 import { readDelivery } from '../src/delivery/sql.js';
+import { reportBatchWriter, type ReportRow } from '../src/delivery/reports.js';
 import { API_KEYS, startGateway, type GatewayFixture } from './support/gateway.js';
 import { RawCoapClient, observe0, option, pathOptions } from './support/coap-client.js';
 import { connectNodeClient, runTool, sleep, waitFor, type NodeClient } from './support/dtls.js';
@@ -398,5 +399,50 @@ describe('states that mean what they say', () => {
     const neg = await request(gw.app.http).get('/api/devices?acknowledged_for_s=-1').set(auth);
     expect(neg.status).toBe(400);
     await request(gw.app.http).get(`/api/devices?delivery=stale,unobserved&site_id=${randomUUID()}`).set(auth).expect(200);
+  });
+});
+
+describe('device_reports_batch (0026): one call for a batch, the same rules', () => {
+  const row = (deviceId: string, version: number, extra: Partial<ReportRow['report']> = {}): ReportRow => ({
+    deviceId,
+    report: { version, outcome: 'applied', reason: null, settings: null, ...extra },
+    transport: 'plain',
+    localVersion: null,
+    localContent: null,
+  });
+
+  it("answers each report in order; of one device's several, the newest is written and the others are older", async () => {
+    const write = reportBatchWriter(gw.reader, gw.app.replicaId, 3000);
+    const { version } = await notify(LATE_NON, { reporting_interval_s: 900 });
+    const local = gw.app.state.settingsDocument(LATE_NON)!;
+    const mine = (v: number, extra: Partial<ReportRow['report']> = {}): ReportRow => ({
+      ...row(LATE_NON, v, extra),
+      localVersion: local.version,
+      localContent: local.contentDigest,
+    });
+    const results = await write([
+      mine(version - 1),
+      row('no-such-device', 5),
+      mine(version, { outcome: 'rejected', reason: 'not_now' }),
+      mine(version + 3_600_000_000),
+      mine(version - 2),
+    ]);
+    expect(results).toEqual(['older', 'unknown_device', 'recorded', 'not_issued', 'older']);
+    const after = await readDelivery(gw.reader, LATE_NON);
+    expect(after).toMatchObject({
+      reported_version: String(version),
+      reported_outcome: 'rejected',
+      reported_reason: 'not_now',
+      reported_content: local.contentDigest,
+    });
+  });
+
+  it('refuses a batch with a report the replica should not have passed, writing none of it', async () => {
+    const write = reportBatchWriter(gw.reader, gw.app.replicaId, 3000);
+    const before = await readDelivery(gw.reader, LATE_NON);
+    await expect(
+      write([row(LATE_NON, Number(before!.reported_version) + 1), row(LATE_NON, 1, { outcome: 'rejected', reason: 'Bad' })]),
+    ).rejects.toThrow(/invalid report/);
+    expect((await readDelivery(gw.reader, LATE_NON))!.reported_at).toEqual(before!.reported_at);
   });
 });

@@ -30,6 +30,7 @@ import { platformSitesMigration } from './platform-sites-migration.js';
 import { connectionReserveMigration } from './connection-reserve-migration.js';
 import { rowTurnsMigration } from './row-turns-migration.js';
 import { deviceReportsMigration } from './device-reports-migration.js';
+import { deviceReportsBatchMigration } from './device-reports-batch-migration.js';
 
 /** The read-only login the running gateway uses (design §4.2): SELECT on its registry, nothing else. */
 export const GATEWAY_LOGIN_ROLE = 'device_gateway_login';
@@ -158,6 +159,7 @@ export function gatewayMigrationsWith(loginPassword: string): MigrationSet {
       '0022_connection_reserve': connectionReserveMigration,
       '0023_device_reports': deviceReportsMigration,
       '0024_overrides_and_patches': overridesAndPatchesMigration,
+      '0026_device_reports_batch': deviceReportsBatchMigration,
       '0027_step_clears_overrides': stepClearsOverridesMigration,
       '0029_row_turns': rowTurnsMigration,
     },

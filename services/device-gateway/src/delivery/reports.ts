@@ -20,7 +20,7 @@ export interface ReportRow {
   localContent: string | null;
 }
 
-/** Writes one batch and answers each row, in the batch's order (`device_reports`). */
+/** Writes one batch and answers each row, in the batch's order (`device_reports_batch`, migration 0026). */
 export type ReportBatchWriter = (rows: readonly ReportRow[]) => Promise<ReportResult[]>;
 
 export function reportBatchWriter(
@@ -30,7 +30,7 @@ export function reportBatchWriter(
 ): ReportBatchWriter {
   return async (rows) => {
     const { rows: out } = await sql<{ device_id: string; result: ReportResult }>`
-      SELECT device_id, result FROM device_gateway.device_reports(${replica},
+      SELECT device_id, result FROM device_gateway.device_reports_batch(${replica},
         ${rows.map((r) => r.deviceId)}::text[], ${rows.map((r) => String(r.report.version))}::bigint[],
         ${rows.map((r) => r.report.outcome)}::text[], ${rows.map((r) => r.report.reason)}::text[],
         ${rows.map((r) => (r.report.settings === null ? null : JSON.stringify(r.report.settings)))}::jsonb[],
@@ -66,12 +66,17 @@ export interface ReportWriterOptions {
   maxBatch?: number;
   /** A report not written within this long is answered `unavailable` (ms). */
   deadlineMs?: number;
-  /** Reports waiting at most; past it a report is answered `unavailable` at once (a flood cannot queue memory). */
+  /**
+   * Reports waiting at most (default 20,000, about 4 MB); past it a report is answered `unavailable` at once (5.03,
+   * retry), so a flood cannot queue memory.
+   */
   maxQueued?: number;
 }
 
 export class ReportWriter implements ReportSink {
-  private readonly queue: Pending[] = [];
+  /** Reports waiting for a call, from `head` on (taken by index: a splice would move the rest each time). */
+  private queue: Pending[] = [];
+  private head = 0;
   private running = 0;
   private stopped = false;
   private readonly writers: number;
@@ -81,13 +86,13 @@ export class ReportWriter implements ReportSink {
 
   constructor(private readonly options: ReportWriterOptions) {
     this.writers = Math.max(1, options.writers ?? 1);
-    this.maxBatch = options.maxBatch ?? 500;
+    this.maxBatch = options.maxBatch ?? 2000;
     this.deadlineMs = options.deadlineMs ?? 1500;
-    this.maxQueued = options.maxQueued ?? 10_000;
+    this.maxQueued = options.maxQueued ?? 20_000;
   }
 
   report(deviceId: string, report: DeviceReport, transport: DeliveryTransport): Promise<ReportResult> {
-    if (this.stopped || this.queue.length >= this.maxQueued) return Promise.resolve('unavailable');
+    if (this.stopped || this.queue.length - this.head >= this.maxQueued) return Promise.resolve('unavailable');
     const local = this.options.local(deviceId);
     return new Promise<ReportResult>((resolve) => {
       const pending: Pending = {
@@ -111,7 +116,9 @@ export class ReportWriter implements ReportSink {
   /** Answers what waits `unavailable` and takes no more. */
   stop(): void {
     this.stopped = true;
-    for (const p of this.queue.splice(0)) this.settle(p, 'unavailable');
+    for (let i = this.head; i < this.queue.length; i++) this.settle(this.queue[i]!, 'unavailable');
+    this.queue = [];
+    this.head = 0;
   }
 
   private settle(p: Pending, result: ReportResult): void {
@@ -122,9 +129,16 @@ export class ReportWriter implements ReportSink {
   }
 
   private pump(): void {
-    while (this.running < this.writers && this.queue.length > 0) {
+    while (this.running < this.writers && this.head < this.queue.length) {
       // Reports already answered (their deadline passed while they waited) are not written.
-      const batch = this.queue.splice(0, this.maxBatch).filter((p) => !p.settled);
+      const end = Math.min(this.queue.length, this.head + this.maxBatch);
+      const batch: Pending[] = [];
+      for (let i = this.head; i < end; i++) if (!this.queue[i]!.settled) batch.push(this.queue[i]!);
+      this.head = end;
+      if (this.head === this.queue.length) {
+        this.queue = [];
+        this.head = 0;
+      }
       if (batch.length === 0) continue;
       this.running++;
       this.options
