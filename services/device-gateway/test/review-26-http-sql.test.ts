@@ -89,6 +89,7 @@ describe('HTTP: query and cursor parsing', () => {
   });
 });
 
+// delivery_record(text, json) is no longer granted to the login (0029): its checks are exercised as the owner.
 describe("delivery_record / delivery_reap as the gateway's login", () => {
   it('one call with the largest bigint versions freezes a device record: later true events are ignored', async () => {
     const before = (await readDelivery(gw.reader, DEVICE))!;
@@ -106,7 +107,7 @@ describe("delivery_record / delivery_reap as the gateway's login", () => {
         aa: Date.now(),
         at: 'dtls',
       },
-    ]).replaceAll('"9223372036854775807"', '9223372036854775807')}::json)`.execute(gw.reader);
+    ]).replaceAll('"9223372036854775807"', '9223372036854775807')}::json)`.execute(gw.owner);
     // The gateway then really sends a new setting (an override) and nothing acknowledges it.
     await gw.app.service.notifySettings(DEVICE, { reporting_interval_s: 777 });
     const doc = gw.app.state.settingsDocument(DEVICE)!;
@@ -146,7 +147,7 @@ describe("delivery_record / delivery_reap as the gateway's login", () => {
     const { rows: r0 } = await sql<{ n: number }>`
       SELECT device_gateway.delivery_record('feedfacefeedface',
         '[{"d":"acme-wh-door-01","dv":5000000000000000,"ds":"registry","dc":"0123456789abcdef","da":9224300000000000}]'::json)
-        AS n`.execute(gw.reader);
+        AS n`.execute(gw.owner);
     console.log('rows written:', r0[0]!.n);
     const res = await request(gw.app.http).get('/api/devices?limit=500').set(auth);
     console.log('GET /api/devices ->', res.status, JSON.stringify(res.body).slice(0, 200));

@@ -227,7 +227,7 @@ describe('review 27: the criteria', () => {
       .values(ids.map((device_id) => ({ device_id, site_id: SITE, name: device_id, model: 'r27f' })))
       .execute();
     const { rows } = await login.query<{ r: { rollout_id: string } }>(
-      `SELECT device_gateway.rollout_create($1::jsonb, '{"reporting_interval_s": 300}'::jsonb, $2, $3::jsonb) AS r`,
+      `SELECT device_gateway.rollout_create($1::jsonb, '{"reporting_interval_s": 300}'::jsonb, $2, $3::jsonb, 100000) AS r`,
       [
         JSON.stringify({ device_ids: ids }),
         CONTENT,
@@ -247,7 +247,9 @@ describe('review 27: the criteria', () => {
     const acks = ids
       .slice(0, 18)
       .map((d) => ({ d, av: now * 1000, ac: CONTENT, aa: now, at: 'plain', h: now, r: 1 }));
-    await login.query(`SELECT device_gateway.delivery_record($1, $2::json)`, [HOLDER, JSON.stringify(acks)]);
+    await sql`SELECT device_gateway.delivery_record(${HOLDER}, ${JSON.stringify(acks)}::json)`.execute(
+      gw.owner,
+    );
     await new Promise((r) => setTimeout(r, 1200));
     await step();
     const state = await sql<{ state: string; aborted: boolean; failed: number }>`

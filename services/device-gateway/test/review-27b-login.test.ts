@@ -25,7 +25,7 @@ const PLAN = { first_wave_count: 10, growth_factor: 2, success_share: 0, abort_s
 
 async function createAs(c: pg.Client, deviceIds: string[]): Promise<Record<string, unknown>> {
   const { rows } = await c.query<{ r: Record<string, unknown> }>(
-    `SELECT device_gateway.rollout_create($1::jsonb, '{"reporting_interval_s": 300}'::jsonb, $2, $3::jsonb) AS r`,
+    `SELECT device_gateway.rollout_create($1::jsonb, '{"reporting_interval_s": 300}'::jsonb, $2, $3::jsonb, 100000) AS r`,
     [JSON.stringify({ device_ids: deviceIds }), CONTENT, JSON.stringify(PLAN)],
   );
   return rows[0]!.r;

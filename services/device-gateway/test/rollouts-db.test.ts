@@ -33,7 +33,7 @@ const plan = (extra: Record<string, unknown> = {}) => ({
 async function create(selector: unknown, p: unknown): Promise<Record<string, unknown>> {
   const { rows } = await sql<{ r: Record<string, unknown> }>`
     SELECT device_gateway.rollout_create(${JSON.stringify(selector)}::jsonb, '{"reporting_interval_s": 300}'::jsonb,
-      ${CONTENT}, ${JSON.stringify(p)}::jsonb) AS r`.execute(login);
+      ${CONTENT}, ${JSON.stringify(p)}::jsonb, 100000) AS r`.execute(login);
   return rows[0]!.r;
 }
 
@@ -65,7 +65,7 @@ async function targets(id: unknown) {
 async function acknowledge(deviceIds: string[]): Promise<void> {
   const now = Date.now();
   const rows = deviceIds.map((d) => ({ d, av: now * 1000, ac: CONTENT, aa: now, at: 'plain', h: now, r: 1 }));
-  await sql`SELECT device_gateway.delivery_record(${A}, ${JSON.stringify(rows)}::json)`.execute(login);
+  await sql`SELECT device_gateway.delivery_record(${A}, ${JSON.stringify(rows)}::json)`.execute(owner);
 }
 
 beforeAll(async () => {
@@ -118,7 +118,7 @@ describe('migration 0006: the login and the rollout tables', () => {
   it('the delivery record may say a desired version came from a rollout', async () => {
     const now = Date.now();
     const row = [{ d: 'ro-11', dv: now * 1000, ds: 'rollout', dc: CONTENT, da: now }];
-    await sql`SELECT device_gateway.delivery_record(${A}, ${JSON.stringify(row)}::json)`.execute(login);
+    await sql`SELECT device_gateway.delivery_record(${A}, ${JSON.stringify(row)}::json)`.execute(owner);
     const { rows } = await sql<{ desired_source: string }>`
       SELECT desired_source FROM device_gateway.device_delivery WHERE device_id = 'ro-11'`.execute(owner);
     expect(rows[0]!.desired_source).toBe('rollout');
