@@ -355,7 +355,10 @@ export function buildApp(deps: GatewayDeps): GatewayApp {
   });
   addRoutes(http, gatewayRoutes(service, apiKey));
   addRoutes(http, auditRoutes({ db: deps.db, sites: () => registry.sites }, apiKeyStep(apiKey)));
-  addRoutes(http, overrideRoutes({ state, bus, db: deps.db }, apiKeyStep(apiKey)));
+  addRoutes(
+    http,
+    overrideRoutes({ state, bus, db: deps.db, sites: () => registry.sites }, apiKeyStep(apiKey)),
+  );
   if (deps.metrics !== undefined) {
     registerGatewayMetrics(deps.metrics, state, coap, { maxRelations: config.coap.maxRelations });
     if (dtls !== undefined)

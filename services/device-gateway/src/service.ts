@@ -10,6 +10,7 @@ import type { Settings } from './domain/documents.js';
 import { UnknownDeviceError, type GatewayState, type Override } from './domain/gateway-state.js';
 import type { GatewayReloadSummary, RegistryLoader } from './registry-loader.js';
 import type { RolloutService } from './rollout/service.js';
+import type { SiteCatalogue } from './sites/catalogue.js';
 import type { Turns } from './deadline.js';
 
 /** The replica bus as the service uses it (design §3.6; implemented by cluster/bus.ts). */
@@ -94,6 +95,21 @@ export class GatewayService {
     query: DeviceListQuery,
   ): Promise<{ items: Record<string, unknown>[]; next_cursor: string | null }> {
     return deviceList(this.deps.db, query, (deviceId) => this.deps.state.settingsDocument(deviceId));
+  }
+
+  /** The platform's sites as of the last reload (design §3.2): what the routes' site scopes read. */
+  get sites(): SiteCatalogue {
+    return this.deps.registry.sites;
+  }
+
+  /** The site of a device of this replica's registry (undefined: not in it). */
+  siteOf(deviceId: string): string | undefined {
+    return this.deps.state.deviceRecord(deviceId)?.siteId;
+  }
+
+  /** Where the routes' audit rows are written. */
+  get db(): Kysely<GatewayDatabase> {
+    return this.deps.db;
   }
 
   /** Staged rollouts (design §3.9): create, read, list, pause, resume, cancel, roll back. */

@@ -11,7 +11,13 @@ import type { DeliveryState, GatewayDatabase } from '../db/tables.js';
 import type { CredentialSummary } from '../domain/credentials.js';
 import type { VisibleDocument } from '../domain/documents.js';
 import { UnknownDeviceError, type GatewayState } from '../domain/gateway-state.js';
-import { listDelivery, readDelivery, type DeliveryCursor, type DeliveryRecordRow } from './sql.js';
+import {
+  listDelivery,
+  readDelivery,
+  type DeliveryCursor,
+  type DeliveryListQuery,
+  type DeliveryRecordRow,
+} from './sql.js';
 
 export interface DeviceViewDeps {
   db: Kysely<GatewayDatabase>;
@@ -210,6 +216,8 @@ export async function deviceView(deps: DeviceViewDeps, deviceId: string): Promis
 
 export interface DeviceListQuery {
   siteId?: string;
+  /** The caller's site scope (DeliveryListQuery.siteScope). */
+  siteScope?: DeliveryListQuery['siteScope'];
   /** Devices in any of these states (none: all). */
   delivery?: readonly DeliveryState[];
   /** Of the acknowledged ones, only those acknowledged at least this long ago (s): acknowledged, not applied. */
@@ -247,6 +255,7 @@ export async function deviceList(
   const rows = await listDelivery(db, {
     limit: q.limit,
     ...(q.siteId === undefined ? {} : { siteId: q.siteId }),
+    ...(q.siteScope === undefined ? {} : { siteScope: q.siteScope }),
     ...(q.delivery === undefined ? {} : { states: q.delivery }),
     ...(q.acknowledgedForS === undefined ? {} : { acknowledgedForS: q.acknowledgedForS }),
     ...(q.after === undefined ? {} : { after: q.after }),

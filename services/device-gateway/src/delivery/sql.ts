@@ -1,7 +1,7 @@
 // The delivery record's SQL (migrations 0005 and 0011, design §3.8): the batch writer, one device's row, the
 // fleet list.
 import { errorMessage, type Logger } from '@platform/service-kit';
-import { sql, type Kysely } from 'kysely';
+import { sql, type Kysely, type RawBuilder } from 'kysely';
 import { INSPECT_CHANNEL } from '../cluster/messages.js';
 import type { DeliveryState, DeviceDeliveryTable, GatewayDatabase } from '../db/tables.js';
 import type { InspectStore } from '../cluster/inspect.js';
@@ -88,6 +88,8 @@ export interface DeliveryCursor {
 
 export interface DeliveryListQuery {
   siteId?: string;
+  /** The caller's site scope as a condition on the site column (Principal.siteCondition); absent: every site. */
+  siteScope?: (column: RawBuilder<unknown>) => RawBuilder<boolean>;
   /** The states to list (any of them); none: every state. */
   states?: readonly DeliveryState[];
   /** Only devices acknowledged at least this many seconds ago, of those in state `acknowledged`. */
@@ -121,6 +123,7 @@ export function listDeliveryQuery(db: Kysely<GatewayDatabase>, q: DeliveryListQu
       .select(sql<string>`(extract(epoch FROM d.desired_at) * 1000000)::bigint::text`.as('at_micros'))
       .where('r.enabled', '=', true);
     if (q.siteId !== undefined) query = query.where('d.site_id', '=', q.siteId);
+    if (q.siteScope !== undefined) query = query.where(q.siteScope(sql.ref('d.site_id')));
     if (state !== undefined) query = query.where('d.state', '=', state);
     if (q.acknowledgedForS !== undefined && (state === undefined || state === 'acknowledged')) {
       const since = sql`now() - ${q.acknowledgedForS}::integer * interval '1 second'`;

@@ -14,11 +14,16 @@ import type { RequestHandler } from 'express';
 import { BusPublishError } from '../cluster/bus.js';
 import {
   decodeOverrideCursor,
+  encodeOverrideCursor,
   Overrides,
   type LayerState,
   type OverridesOptions,
 } from '../cluster/overrides.js';
 import type { GatewayDatabase } from '../db/tables.js';
+import { audit } from '../audit/writer.js';
+import type { Principal } from '../auth/principal.js';
+import type { SiteCatalogue } from '../sites/catalogue.js';
+import { auditOrigin, principalOf } from './auth.js';
 import { UnknownDeviceError } from '../domain/gateway-state.js';
 import { readListQuery } from './list-query.js';
 import { listDoc, type DocumentedRoute } from './route-parts.js';
@@ -27,7 +32,11 @@ export interface OverrideRouteDeps {
   state: LayerState;
   bus: OverridesOptions['bus'];
   db: Kysely<GatewayDatabase>;
+  /** The platform's sites as of the last reload (the caller's site scope). */
+  sites: () => SiteCatalogue;
 }
+
+type OverridePage = Awaited<ReturnType<Overrides['list']>>;
 
 /** The two routes, each behind `withAuth` (route-parts apiKeyStep). `deps` is read only when a request comes. */
 export function overrideRoutes(
@@ -39,17 +48,24 @@ export function overrideRoutes(
 
   const list: RequestHandler = async (req, res) => {
     const { limit, cursor } = readListQuery(req, overrideListQuerySchema, decodeOverrideCursor);
-    const page = await service()
-      .list({ limit, ...(cursor === undefined ? {} : { after: cursor }) })
-      .catch((err: unknown) => {
-        throw mapDbError(err);
-      });
+    const principal = principalOf(res);
+    const page = await (
+      principal.unscoped
+        ? service().list({ limit, ...(cursor === undefined ? {} : { after: cursor }) })
+        : scopedPage(service(), limit, cursor, (id) => seenSite(deps, principal, id) !== undefined)
+    ).catch((err: unknown) => {
+      throw mapDbError(err);
+    });
     res.json(page);
   };
   const clear: RequestHandler = async (req, res) => {
     const raw: unknown = req.params.device_id;
     // Anything but a device id is as unknown as an absent device (and never echoed).
     if (!isDeviceId(raw)) throw new DomainError('unknown_device', 'The device is unknown or disabled.');
+    // Outside the caller's sites: the same bytes as an absent device (issue 42 §3).
+    const siteId = seenSite(deps, principalOf(res), raw);
+    if (siteId === undefined)
+      throw new DomainError('unknown_device', `Device ${raw} is unknown or disabled.`);
     const answer = await service()
       .clear(raw)
       .catch((err: unknown) => {
@@ -63,6 +79,14 @@ export function overrideRoutes(
       cleared: answer.cleared,
       version: (answer.settings as { version: number }).version,
     });
+    // A clear that changed something is audited once it committed (cleared false changed nothing); a failed row
+    // is logged, the clear stands.
+    if (answer.cleared === true)
+      await audit
+        .overrideCleared(deps.db, auditOrigin(req, res), { deviceId: raw, siteId })
+        .catch((err: unknown) => {
+          req.log.error('audit row not written', { action: 'override.cleared', error: String(err) });
+        });
     res.json(answer);
   };
 
@@ -101,4 +125,42 @@ its settings are unchanged. Answers after the clear committed.
       },
     }),
   ];
+}
+
+/** The site of a device of this replica's registry that `principal` sees; undefined: absent or outside its scope. */
+function seenSite(deps: OverrideRouteDeps, principal: Principal, deviceId: string): string | undefined {
+  const siteId = deps.state.deviceRecord(deviceId)?.siteId;
+  return siteId !== undefined && principal.seesSite(siteId, deps.sites()) ? siteId : undefined;
+}
+
+/** Overrides read per page of a scoped caller's list: enough that a few out-of-scope ones cost one read. */
+const SCOPED_READ = 200;
+
+/**
+ * A scoped caller's page: the overrides of devices it sees, by device id, read through the whole list in pages of
+ * SCOPED_READ until `limit` of them (and one more, for the cursor) are found. Development overrides are few (design
+ * §3.3), so this reads at most all of them once; the cursor is the last listed device, never an unseen one.
+ */
+async function scopedPage(
+  overrides: Overrides,
+  limit: number,
+  after: string | undefined,
+  visible: (deviceId: string) => boolean,
+): Promise<OverridePage> {
+  const items: OverridePage['items'] = [];
+  let from = after;
+  for (;;) {
+    const page = await overrides.list({ limit: SCOPED_READ, ...(from === undefined ? {} : { after: from }) });
+    for (const item of page.items) {
+      if (!visible(item.device_id as string)) continue;
+      if (items.length === limit) {
+        const last = items.at(-1)!.device_id as string;
+        return { items, next_cursor: encodeOverrideCursor(last) };
+      }
+      items.push(item);
+    }
+    const last = page.items.at(-1);
+    if (page.next_cursor === null || last === undefined) return { items, next_cursor: null };
+    from = last.device_id as string;
+  }
 }

@@ -26,9 +26,13 @@ import {
 import type { Request, RequestHandler } from 'express';
 import type { DeliveryState } from '../db/tables.js';
 import { decodeCursor, type DeviceListQuery } from '../delivery/device-view.js';
+import { audit } from '../audit/writer.js';
+import type { Principal } from '../auth/principal.js';
+import { unknownSite } from '../sites/catalogue.js';
 import { BusMessageTooLargeError, BusPublishError } from '../cluster/bus.js';
 import { DocumentTooLargeError, UnknownDeviceError } from '../domain/gateway-state.js';
 import type { GatewayService } from '../service.js';
+import { auditOrigin, principalOf } from './auth.js';
 import { readListQuery } from './list-query.js';
 import { rolloutRoutes } from './rollout-routes.js';
 import { apiKeyStep, listDoc, settingsTooLarge, UNUSED_BODY } from './route-parts.js';
@@ -76,6 +80,8 @@ export function gatewayRoutes(service: GatewayService, auth: RequestHandler): Ro
   const notify: RequestHandler = async (req, res) => {
     // The one validation of the request (Device Settings included); below this nothing checks it again.
     const body = requireValid(validateNotifySettingsRequest(req.body));
+    // A device outside the caller's sites is as unknown as an absent one (issue 42 §3).
+    const siteId = seenSiteOf(service, principalOf(res), body.device_id);
     let outcome: { version: number; relations: number };
     try {
       outcome = await service.notifySettings(body.device_id, body.settings);
@@ -95,6 +101,17 @@ export function gatewayRoutes(service: GatewayService, auth: RequestHandler): Ro
       if (err instanceof DocumentTooLargeError) throw settingsTooLarge(err);
       asProblem(err);
     }
+    // After the change answered: a failed audit row is logged, the override stands (it is published already).
+    await audit
+      .settingsNotified(service.db, auditOrigin(req, res), {
+        deviceId: body.device_id,
+        siteId,
+        version: outcome.version,
+        settings: body.settings,
+      })
+      .catch((err: unknown) => {
+        req.log.error('audit row not written', { action: 'settings.notified', error: String(err) });
+      });
     res.setHeader('Location', `/api/devices/${encodeURIComponent(body.device_id)}`);
     // What was done, so a push to a device nobody observes here is visible (relations_notified 0).
     res.json({ status: 'updated', version: outcome.version, relations_notified: outcome.relations });
@@ -104,6 +121,7 @@ export function gatewayRoutes(service: GatewayService, auth: RequestHandler): Ro
     const deviceId = typeof raw === 'string' ? raw : '';
     // Not echoed when it is not a device id at all (markup, control characters).
     if (!isDeviceId(deviceId)) throw new DomainError('unknown_device', 'The device is unknown or disabled.');
+    seenSiteOf(service, principalOf(res), deviceId);
     try {
       res.json(await service.deviceView(deviceId));
     } catch (err) {
@@ -112,7 +130,13 @@ export function gatewayRoutes(service: GatewayService, auth: RequestHandler): Ro
     }
   };
   const devices: RequestHandler = async (req, res) => {
+    const principal = principalOf(res);
+    const sites = service.sites;
     const query = deviceListQuery(req);
+    // A site the platform does not know, or one outside the caller's scope: 404, the same answer (issue 42 §1).
+    if (query.siteId !== undefined && !(sites.knows(query.siteId) && principal.seesSite(query.siteId, sites)))
+      throw unknownSite();
+    if (!principal.unscoped) query.siteScope = (column) => principal.siteCondition(column, sites);
     res.json(
       await service.deviceList(query).catch((err: unknown) => {
         throw mapDbError(err);
@@ -314,6 +338,17 @@ function infoEnabled(log: Request['log']): boolean {
     gateInfo = log.isLevelEnabled('info');
   }
   return gateInfo;
+}
+
+/**
+ * The site of a device the caller may see; a device absent from this replica's registry, or at a site outside the
+ * caller's scope, is 404 `unknown_device` with the same bytes (nothing tells the caller it exists).
+ */
+function seenSiteOf(service: GatewayService, principal: Principal, deviceId: string): string {
+  const siteId = service.siteOf(deviceId);
+  if (siteId === undefined) throw unknownDevice(deviceId);
+  if (!principal.seesSite(siteId, service.sites)) throw unknownDevice(deviceId);
+  return siteId;
 }
 
 function unknownDevice(deviceId: string): DomainError {
