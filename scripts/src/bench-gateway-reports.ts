@@ -155,7 +155,10 @@ class Fleet {
   private sendReport(i: number, version: number): void {
     if (this.pending[i] !== 1) return;
     this.mid = (this.mid + 1) & 0xffff;
-    this.send(i, request(this.mid, (REPORT_BIT | i) >>> 0, this.idOf(i), `{"version":${version},"outcome":"applied"}`));
+    this.send(
+      i,
+      request(this.mid, (REPORT_BIT | i) >>> 0, this.idOf(i), `{"version":${version},"outcome":"applied"}`),
+    );
   }
 }
 
@@ -217,7 +220,12 @@ async function openPlain(port: number, fleet: { onMessage: Fleet['onMessage'] },
 }
 
 /** DTLS devices (the testkit's PSK client), 100 handshakes at a time; device i holds bench key i. */
-async function openDtls(port: number, fleet: { onMessage: Fleet['onMessage'] }, n: number, idOf: (i: number) => string) {
+async function openDtls(
+  port: number,
+  fleet: { onMessage: Fleet['onMessage'] },
+  n: number,
+  idOf: (i: number) => string,
+) {
   const clients = new Array<PskClient>(n);
   let next = 0;
   await Promise.all(
@@ -236,7 +244,12 @@ async function openDtls(port: number, fleet: { onMessage: Fleet['onMessage'] }, 
           const type = (coap[0]! >> 4) & 3;
           if (type === 0) client.sendApp(Buffer.from([0x60, 0x00, coap[2]!, coap[3]!]));
           const token = coap.readUInt32BE(4);
-          fleet.onMessage(token & ~REPORT_BIT, coap, performance.now(), (token & REPORT_BIT) !== 0 && type === 2);
+          fleet.onMessage(
+            token & ~REPORT_BIT,
+            coap,
+            performance.now(),
+            (token & REPORT_BIT) !== 0 && type === 2,
+          );
         };
       }
     }),
@@ -269,7 +282,11 @@ export async function benchReports(deps: Deps): Promise<void> {
   await issueBenchKeys(deps.owner, dtlsIds);
   const child = await deps.startChild({ BENCH_COAP_SECURITY: 'both' });
   const plainFleet = new Fleet(plainN, plainId, (i, b) => plain.send(i, b));
-  const dtlsFleet = new Fleet(dtlsN, (i) => dtlsIds[i]!, (i, b) => dtls.send(i, b));
+  const dtlsFleet = new Fleet(
+    dtlsN,
+    (i) => dtlsIds[i]!,
+    (i, b) => dtls.send(i, b),
+  );
   const t0 = performance.now();
   const plain = await openPlain(child.coapPort, plainFleet, plainN);
   await plain.registerAll(plainId);
@@ -345,8 +362,15 @@ export async function benchReports(deps: Deps): Promise<void> {
   const on = results.filter((x) => x.report);
   const off = results.filter((x) => !x.report);
   const perNotifyUs = (1000 * sum(off, (x) => x.cpuMs)) / sum(off, (x) => x.notified);
-  const extraMs = sum(on, (x) => x.cpuMs) - (sum(off, (x) => x.cpuMs) * sum(on, (x) => x.notified)) / sum(off, (x) => x.notified);
-  const perReportUs = (1000 * extraMs) / Math.max(1, sum(on, (x) => x.reported));
+  const extraMs =
+    sum(on, (x) => x.cpuMs) -
+    (sum(off, (x) => x.cpuMs) * sum(on, (x) => x.notified)) / sum(off, (x) => x.notified);
+  const perReportUs =
+    (1000 * extraMs) /
+    Math.max(
+      1,
+      sum(on, (x) => x.reported),
+    );
   const fanOn = sum(on, (x) => x.fanoutPerS) / on.length;
   const fanOff = sum(off, (x) => x.fanoutPerS) / off.length;
   console.log(

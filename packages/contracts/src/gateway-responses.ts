@@ -142,7 +142,7 @@ export const deviceDeliverySchema = {
     state: {
       enum: [...deliveryStates, 'observed_unauthenticated'],
       description:
-        "design §3.8; the device view says observed_unauthenticated where the record says unobserved and a replica holds a relation that cannot speak for the device (plain CoAP for a keyed device)",
+        'design §3.8; the device view says observed_unauthenticated where the record says unobserved and a replica holds a relation that cannot speak for the device (plain CoAP for a keyed device)',
     },
     desired: {
       type: 'object',
@@ -195,13 +195,24 @@ export const deviceDeliverySchema = {
       ],
     },
     reported: {
-      description: "the device's own word (POST /devices/{id}/reported over CoAP): the newest version it reported on",
+      description:
+        "the device's own word (POST /devices/{id}/reported over CoAP): the newest version it reported on",
       oneOf: [
         { type: 'null' },
         {
           type: 'object',
           additionalProperties: false,
-          required: ['version', 'outcome', 'reason', 'at', 'replica', 'transport', 'is_desired', 'settings', 'delta'],
+          required: [
+            'version',
+            'outcome',
+            'reason',
+            'at',
+            'replica',
+            'transport',
+            'is_desired',
+            'settings',
+            'delta',
+          ],
           properties: {
             version: { type: 'integer' },
             outcome: { enum: ['applied', 'rejected'] },
@@ -465,7 +476,8 @@ export const rolloutResponseSchema = {
     settings_patch: settingsPatchSchema,
     skipped_devices: {
       type: 'array',
-      description: 'a patch rollout: the first 100 targets (by device id) it skipped at its creation, with why',
+      description:
+        'a patch rollout: the first 100 targets (by device id) it skipped at its creation, with why',
       items: {
         type: 'object',
         additionalProperties: false,

@@ -80,7 +80,10 @@ async function report(
     code: 'POST',
     messageId: mid++,
     token: Buffer.from([7]),
-    options: [...pathOptions(`/devices/${device}/reported`), { name: 'Content-Format', value: Buffer.from([50]) }],
+    options: [
+      ...pathOptions(`/devices/${device}/reported`),
+      { name: 'Content-Format', value: Buffer.from([50]) },
+    ],
     payload: Buffer.from(JSON.stringify(body)),
   });
   const reply = (await client.waitFor((p) => p.ack)).packet;
@@ -92,7 +95,10 @@ describe('a device that observes on A and reports to B', () => {
     const observer = await RawCoapClient.observeSettings(a.coapPort, DEVICE);
     clients.push(observer);
     const originB = (await b.cluster()).origin as string;
-    const notified = await a.post('/api/notify-settings', { device_id: DEVICE, settings: { reporting_interval_s: 420 } });
+    const notified = await a.post('/api/notify-settings', {
+      device_id: DEVICE,
+      settings: { reporting_interval_s: 420 },
+    });
     expect(notified.status).toBe(200);
     const version = notified.body.version as number;
     expect(notified.body.relations_notified).toBe(1);

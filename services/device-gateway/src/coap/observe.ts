@@ -337,7 +337,8 @@ export class ObserveLayer implements ExchangeHandler<Relation> {
     // Whether the answer's settings need a confirmable notification after it (design §3.8): the ACK of that one
     // is the evidence that a device registering after its notification (or after a restart) holds them.
     const confirm =
-      this.delivery?.registered(deviceId, kind === 'settings' ? doc : null, transportOf(rel), resource) === true;
+      this.delivery?.registered(deviceId, kind === 'settings' ? doc : null, transportOf(rel), resource) ===
+      true;
     // Piggybacked in the ACK of a CON registration; a NON registration gets a NON response (RFC 7252 5.2),
     // whose RST cancels the relation like a notification's.
     const mid = this.messages.replyMid(msg);

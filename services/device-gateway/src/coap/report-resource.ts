@@ -67,7 +67,8 @@ export interface ReportDeps {
 }
 
 /** Why a report was refused before it reached the record. */
-export type ReportRefusal = 'malformed' | 'too_large' | 'content_format' | 'forbidden' | 'not_found' | 'disabled';
+export type ReportRefusal =
+  'malformed' | 'too_large' | 'content_format' | 'forbidden' | 'not_found' | 'disabled';
 
 /** Max-Age (s) of a 5.03 for a report to try again (RFC 7252 §5.9.3.4). */
 const RETRY_AFTER_S = 1;
@@ -98,7 +99,9 @@ export function parseReport(payload: Buffer, format: number): DeviceReport | str
     try {
       body = decodeCbor(payload);
     } catch (err) {
-      return err instanceof CborError ? `body is not CBOR this gateway reads: ${err.message}` : 'body is not CBOR';
+      return err instanceof CborError
+        ? `body is not CBOR this gateway reads: ${err.message}`
+        : 'body is not CBOR';
     }
   }
   if (typeof body !== 'object' || body === null || Array.isArray(body)) return 'body must be an object';
@@ -120,7 +123,7 @@ export function parseReport(payload: Buffer, format: number): DeviceReport | str
       const first = checked.errors[0]!;
       return `settings${first.path} ${first.message}`.slice(0, 120);
     }
-    reported = checked.value as Record<string, unknown>;
+    reported = checked.value;
   }
   return { version, outcome, reason: outcome === 'rejected' ? (reason as string) : null, settings: reported };
 }
@@ -203,10 +206,20 @@ export class ReportResource {
         this.messages.respond(req, NOT_FOUND);
         return;
       case 'unknown':
-        this.messages.respond(req, SERVICE_UNAVAILABLE, [{ number: Opt.MaxAge, value: uintBytes(RETRY_AFTER_S) }], DIAG.unknown);
+        this.messages.respond(
+          req,
+          SERVICE_UNAVAILABLE,
+          [{ number: Opt.MaxAge, value: uintBytes(RETRY_AFTER_S) }],
+          DIAG.unknown,
+        );
         return;
       case 'unavailable':
-        this.messages.respond(req, SERVICE_UNAVAILABLE, [{ number: Opt.MaxAge, value: uintBytes(RETRY_AFTER_S) }], DIAG.unavailable);
+        this.messages.respond(
+          req,
+          SERVICE_UNAVAILABLE,
+          [{ number: Opt.MaxAge, value: uintBytes(RETRY_AFTER_S) }],
+          DIAG.unavailable,
+        );
         return;
     }
   }

@@ -116,7 +116,10 @@ const isObject = (v: unknown): v is Record<string, unknown> =>
  * null for a member `reported` holds and `desired` does not. `{}` when they are equal (AWS IoT's `delta` is the
  * same idea, without the nulls).
  */
-export function mergeDelta(reported: Record<string, unknown>, desired: Record<string, unknown>): Record<string, unknown> {
+export function mergeDelta(
+  reported: Record<string, unknown>,
+  desired: Record<string, unknown>,
+): Record<string, unknown> {
   const delta: Record<string, unknown> = {};
   for (const [key, want] of Object.entries(desired)) {
     const have = reported[key];
@@ -141,7 +144,7 @@ function markRelations(replicas: ReplicaPart[], speaks: (transport: string) => b
     return {
       ...part,
       relations: relations.map((rel) => ({ ...rel, speaks_for_device: speaks(rel.transport) })),
-    } as ReplicaPart;
+    };
   });
 }
 

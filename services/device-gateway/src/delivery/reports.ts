@@ -92,7 +92,8 @@ export class ReportWriter implements ReportSink {
   }
 
   report(deviceId: string, report: DeviceReport, transport: DeliveryTransport): Promise<ReportResult> {
-    if (this.stopped || this.queue.length - this.head >= this.maxQueued) return Promise.resolve('unavailable');
+    if (this.stopped || this.queue.length - this.head >= this.maxQueued)
+      return Promise.resolve('unavailable');
     const local = this.options.local(deviceId);
     return new Promise<ReportResult>((resolve) => {
       const pending: Pending = {
