@@ -527,7 +527,7 @@ CREATE TRIGGER device_registry_touch BEFORE UPDATE ON device_gateway.device_regi
 -- view definitions (0)
 
 
--- functions (33)
+-- functions (34)
 CREATE OR REPLACE FUNCTION device_gateway.audit_events_append_only()
  RETURNS trigger
  LANGUAGE plpgsql
@@ -1321,6 +1321,17 @@ BEGIN
 END $function$
 OWNER <migrator> ACL <migrator>:EXECUTE,device_gateway_login:EXECUTE COMMENT -
 
+CREATE OR REPLACE FUNCTION device_gateway.rollout_actor()
+ RETURNS text
+ LANGUAGE sql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  SELECT CASE WHEN s.actor ~ '^[A-Za-z0-9._:@-]{1,300}$' THEN s.actor ELSE 'api' END
+  FROM (SELECT current_setting('device_gateway.actor', true) AS actor) s
+$function$
+OWNER <migrator> ACL <migrator>:EXECUTE COMMENT -
+
 CREATE OR REPLACE FUNCTION device_gateway.rollout_control(p_rollout uuid, p_action text)
  RETURNS jsonb
  LANGUAGE plpgsql
@@ -1414,7 +1425,7 @@ BEGIN
   END IF;
   INSERT INTO device_gateway.rollout_events (rollout_id, kind, wave, actor, detail)
   VALUES (p_rollout, CASE p_action WHEN 'pause' THEN 'paused' WHEN 'resume' THEN 'resumed'
-    WHEN 'cancel' THEN 'cancelled' ELSE 'rolled_back' END, r.current_wave, 'api',
+    WHEN 'cancel' THEN 'cancelled' ELSE 'rolled_back' END, r.current_wave, device_gateway.rollout_actor(),
     CASE WHEN p_action = 'rollback' THEN v_changed || ' devices returned' END);
   RETURN jsonb_build_object('state', v_next, 'returned', v_changed);
 END $function$
@@ -1560,8 +1571,8 @@ BEGIN
   JOIN device_gateway.device_registry r ON r.device_id = x.device_id
   LEFT JOIN device_gateway.rollout_assignments a ON a.device_id = x.device_id AND a.settings IS NOT NULL;
   INSERT INTO device_gateway.rollout_events (rollout_id, kind, wave, actor, detail)
-  VALUES (v_id, 'created', NULL, 'api', v_n || ' targets in ' || v_wave || ' waves'),
-         (v_id, 'wave_started', 1, 'api', NULL);
+  VALUES (v_id, 'created', NULL, device_gateway.rollout_actor(), v_n || ' targets in ' || v_wave || ' waves'),
+         (v_id, 'wave_started', 1, device_gateway.rollout_actor(), NULL);
   RETURN jsonb_build_object('rollout_id', v_id, 'targets', v_n, 'waves', v_wave);
 END $function$
 OWNER <migrator> ACL <migrator>:EXECUTE COMMENT -
@@ -1608,7 +1619,7 @@ BEGIN
   WHERE rollout_id = v_id AND outcome_reason = 'patch_invalid';
   IF v_skipped > 0 THEN
     INSERT INTO device_gateway.rollout_events (rollout_id, kind, wave, actor, detail)
-    VALUES (v_id, 'patch_skipped', NULL, 'api',
+    VALUES (v_id, 'patch_skipped', NULL, device_gateway.rollout_actor(),
             v_skipped || ' devices skipped: the patch makes their settings invalid');
   END IF;
   RETURN v_result || jsonb_build_object('skipped', v_skipped);

@@ -105,8 +105,10 @@ export const audit = {
     what: {
       rolloutId: string;
       siteIds: readonly string[];
-      change: 'paused' | 'resumed' | 'cancelled' | 'rolled_back' | 'promoted' | 'completed';
+      change: 'paused' | 'resumed' | 'cancelled' | 'rolled_back' | 'promoted' | 'completed' | 'aborted';
       reason?: string;
+      /** The driver's own decision: its rollout event (where the driver's audit resumes after a restart). */
+      eventId?: string;
     },
   ) =>
     recordAudit(
@@ -114,7 +116,10 @@ export const audit = {
       o,
       `rollout.${what.change}`,
       { rolloutId: what.rolloutId, siteIds: what.siteIds },
-      what.reason === undefined ? {} : { reason: what.reason },
+      {
+        ...(what.reason === undefined ? {} : { reason: what.reason }),
+        ...(what.eventId === undefined ? {} : { event_id: what.eventId }),
+      },
     ),
   /** A device key issued, rotated or revoked (the device-key command, an owner login). */
   deviceKeyChanged: (

@@ -29,6 +29,7 @@ import { auditMigration } from './audit-migration.js';
 import { platformSitesMigration } from './platform-sites-migration.js';
 import { connectionReserveMigration } from './connection-reserve-migration.js';
 import { rowTurnsMigration } from './row-turns-migration.js';
+import { rolloutActorMigration } from './rollout-actor-migration.js';
 import { deviceReportsMigration } from './device-reports-migration.js';
 import { deviceReportsBatchMigration } from './device-reports-batch-migration.js';
 
@@ -162,6 +163,7 @@ export function gatewayMigrationsWith(loginPassword: string): MigrationSet {
       '0026_device_reports_batch': deviceReportsBatchMigration,
       '0027_step_clears_overrides': stepClearsOverridesMigration,
       '0029_row_turns': rowTurnsMigration,
+      '0030_rollout_actor': rolloutActorMigration,
     },
   };
 }

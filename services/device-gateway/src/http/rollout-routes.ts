@@ -11,7 +11,8 @@ import {
   validateRolloutCreateRequest,
 } from '@platform/contracts';
 import { DomainError, mapDbError, requireValid, sqlState } from '@platform/service-kit';
-import type { Request, RequestHandler } from 'express';
+import type { Request, RequestHandler, Response } from 'express';
+import { demoSites } from '../db/seed.js';
 import { DocumentTooLargeError } from '../domain/gateway-state.js';
 import type { RolloutAction, RolloutState } from '../rollout/sql.js';
 import {
@@ -21,8 +22,10 @@ import {
   RolloutOverlapError,
   RolloutStateError,
   UnknownRolloutError,
+  type RolloutCaller,
 } from '../rollout/service.js';
 import type { GatewayService } from '../service.js';
+import { auditOrigin } from './auth.js';
 import { readListQuery } from './list-query.js';
 import { listDoc, settingsTooLarge, UNUSED_BODY, type DocumentedRoute } from './route-parts.js';
 
@@ -31,11 +34,16 @@ export function rolloutRoutes(
   service: GatewayService,
   withApiKey: (route: DocumentedRoute) => DocumentedRoute,
 ): DocumentedRoute[] {
+  // Who asks: scopes what it sees and changes, and is the audit's and the rollout events' actor (issue 42 §3, §4).
+  const caller = (req: Request, res: Response): RolloutCaller => ({
+    origin: auditOrigin(req, res),
+    sites: service.sites,
+  });
   const createRollout: RequestHandler = async (req, res) => {
     // The settings are validated exactly as a notify body's (the same Device Settings schema).
     const body = requireValid(validateRolloutCreateRequest(req.body));
     try {
-      const created = await service.rollouts.create(body);
+      const created = await service.rollouts.create(body, caller(req, res));
       req.log.info('rollout created', {
         rollout_id: created.rollout_id,
         targets: created.targets,
@@ -74,16 +82,16 @@ export function rolloutRoutes(
   };
   const rollout: RequestHandler = async (req, res) => {
     const id = rolloutId(req);
-    res.json(await service.rollouts.get(id).catch(rolloutProblem));
+    res.json(await service.rollouts.get(id, caller(req, res)).catch(rolloutProblem));
   };
   const rollouts: RequestHandler = async (req, res) => {
-    res.json(await service.rollouts.list(rolloutListQuery(req)).catch(rolloutProblem));
+    res.json(await service.rollouts.list(rolloutListQuery(req), caller(req, res)).catch(rolloutProblem));
   };
   const control =
     (action: RolloutAction): RequestHandler =>
     async (req, res) => {
       const id = rolloutId(req);
-      const outcome = await service.rollouts.control(id, action).catch(rolloutProblem);
+      const outcome = await service.rollouts.control(id, action, caller(req, res)).catch(rolloutProblem);
       req.log.info(`rollout ${action}`, { rollout_id: id, state: outcome.state, returned: outcome.returned });
       res.json({ rollout_id: id, state: outcome.state, devices_returned: outcome.returned });
     };
@@ -113,11 +121,16 @@ into each target's settings as the rollout records them (its earlier rollout's a
 settings: what a rollback gives back). A target whose merged settings are not valid Device Settings or do not fit
 one datagram is skipped, counted in \`skipped\` and named in \`skipped_devices\`. \`overridden\` names the targets
 holding a development override now: with the replica bus, their assignment ends it (design §3.3).
+
+Each of \`selector.site_ids\` must be a site of the platform the caller may see, else 400 at
+\`/selector/site_ids/<i>\`. A caller limited to sites must name its sites (400 at \`/selector/site_ids\` without
+them), so its devices' ids or models never reach another site's devices. The rollout's events and its audit row
+name the caller.
 `,
         requestBody: {
           schema: rolloutCreateRequestSchema,
           example: {
-            selector: { site_ids: ['a1000000-0000-4000-8000-000000000001'], models: ['hvac-rtu-4000'] },
+            selector: { site_ids: [demoSites.acmeHq], models: ['hvac-rtu-4000'] },
             settings: { reporting_interval_s: 300 },
             plan: {
               first_wave_percent: 5,

@@ -5,9 +5,14 @@
 // (targets' outcomes, read from the delivery record), so a new holder goes on where the last one stopped.
 import { errorMessage, type Logger } from '@platform/service-kit';
 import type { Kysely } from 'kysely';
+import { audit } from '../audit/writer.js';
+import { DRIVER } from '../auth/principal.js';
 import type { GatewayDatabase } from '../db/tables.js';
 import {
   deliveryLagMs,
+  driverDecisions,
+  lastAuditedDriverEvent,
+  targetSites,
   releaseLease,
   rolloutCounts,
   step,
@@ -50,6 +55,9 @@ export interface RolloutDriverOptions {
   closeDb?: () => Promise<void>;
 }
 
+/** The driver's decisions audited at most in one tick (a backlog is caught up tick by tick). */
+const DECISIONS_AUDITED = 100;
+
 export interface DriverStats {
   steps: number;
   assigned: number;
@@ -66,6 +74,8 @@ export class RolloutDriver {
   private lastCounts = 0;
   /** The last step assigned a full batch: the next one follows at once. */
   private busy = false;
+  /** The last driver event audited (undefined: not read yet this term; null: none ever). */
+  private audited: string | null | undefined;
   /** What the last judging step found of the record's lag, when it was not usable (warned once a streak). */
   private lagTrouble: 'unreadable' | 'too-far' | undefined;
   readonly stats: DriverStats = { steps: 0, assigned: 0, failures: 0, terms: 0 };
@@ -158,6 +168,38 @@ export class RolloutDriver {
     return max;
   }
 
+  /**
+   * Audits the driver's own halts (paused by the success criterion, aborted by the abort criterion) and
+   * completions since the last audited one (issue 42 §4), as `driver`, each row with its rollout event's id;
+   * at most DECISIONS_AUDITED a tick. A failure is logged and tried again at the next tick; the step stands.
+   */
+  private async auditDecisions(): Promise<void> {
+    const { db, logger } = this.options;
+    try {
+      if (this.audited === undefined) this.audited = await lastAuditedDriverEvent(db);
+      const decisions = await driverDecisions(db, this.audited, DECISIONS_AUDITED);
+      for (const d of decisions) {
+        const reason = d.kind === 'completed' ? undefined : (d.reason ?? d.detail ?? undefined);
+        await audit.rolloutChanged(
+          db,
+          { principal: DRIVER },
+          {
+            rolloutId: d.rollout_id,
+            siteIds: await targetSites(db, d.rollout_id),
+            change: d.kind,
+            eventId: d.event_id,
+            ...(reason === undefined ? {} : { reason }),
+          },
+        );
+        this.audited = d.event_id;
+      }
+    } catch (err) {
+      logger.error('rollout driver: audit of its decisions not written; trying again at the next tick', {
+        error: errorMessage(err),
+      });
+    }
+  }
+
   /** Logs `message` when the lag's trouble changes to `kind` (once a streak). */
   private trouble(kind: 'unreadable' | 'too-far', message: string, fields: Record<string, unknown>): void {
     if (this.lagTrouble !== kind) this.options.logger.warn(`rollout driver: ${message}`, fields);
@@ -171,6 +213,8 @@ export class RolloutDriver {
       if (held !== this.holder) {
         this.holder = held;
         if (held) this.stats.terms++;
+        // A new term reads where the audit of the driver's decisions stopped (another replica may have driven).
+        this.audited = undefined;
         logger.info(held ? 'rollout driver: this replica drives rollouts' : 'rollout driver: lease lost', {
           replica,
         });
@@ -188,6 +232,7 @@ export class RolloutDriver {
       const assigned = result.assigned ?? 0;
       this.stats.assigned += assigned;
       this.busy = assigned >= this.options.maxAssign;
+      await this.auditDecisions();
       if (assigned > 0) {
         // After the step's commit, in a statement of its own (migration 0021); a lost one delays the replicas by
         // their timer's second, never the step.

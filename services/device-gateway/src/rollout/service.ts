@@ -3,8 +3,10 @@
 // what needs every replica's view (the targets, overlaps, states) is decided in one database function each.
 import { validateDeviceSettings, type RolloutCreateRequest } from '@platform/contracts';
 import { sqlState, type Logger } from '@platform/service-kit';
-import type { Kysely } from 'kysely';
+import type { Kysely, Transaction } from 'kysely';
+import { audit, type AuditOrigin } from '../audit/writer.js';
 import type { GatewayDatabase } from '../db/tables.js';
+import type { SiteCatalogue } from '../sites/catalogue.js';
 import { contentHash } from '../delivery/recorder.js';
 import { mergePatch, prepareSettings, settingsDocument, type Settings } from '../domain/documents.js';
 import { DocumentTooLargeError, type GatewayState } from '../domain/gateway-state.js';
@@ -13,7 +15,11 @@ import {
   createPatchRollout,
   createRollout,
   readPatchBases,
+  rolloutWithinScope,
+  setRolloutActor,
+  targetSites,
   targetsAmong,
+  type SiteScope,
   type PatchDocument,
   type RolloutPlan,
   listRollouts,
@@ -81,6 +87,82 @@ export class RolloutStateError extends Error {
   }
 }
 
+/**
+ * Who asks (issue 42 §3, §4): the principal and where from (the audit's origin), and the platform's sites its scope
+ * is read through. A principal limited to sites sees and changes only rollouts whose targets are all at its sites;
+ * its creations must name their sites. Without a caller (the service's own tests): unscoped, not audited.
+ */
+export interface RolloutCaller {
+  origin: AuditOrigin;
+  sites: SiteCatalogue;
+}
+
+/** The caller's scope as a site condition; undefined: it sees every site. */
+function scopeOf(caller: RolloutCaller | undefined): SiteScope | undefined {
+  const principal = caller?.origin.principal;
+  if (caller === undefined || principal === undefined || principal.unscoped) return undefined;
+  return (column) => principal.siteCondition(column, caller.sites);
+}
+
+/**
+ * The actor the rollout events name (migration 0030): the principal's id; nothing for the anonymous key, whose
+ * events say `api` as they did before principals existed.
+ */
+function actorOf(caller: RolloutCaller | undefined): string | undefined {
+  const principal = caller?.origin.principal;
+  return principal === undefined || principal.kind === 'anonymous_key' ? undefined : principal.id;
+}
+
+/**
+ * The selector's sites as the caller may name them (issue 42 §1, §3): each must be a site of the platform and, for
+ * a caller limited to sites, one of its own; such a caller must name its sites (the selector then reaches no device
+ * elsewhere, whatever its device ids or models say). The refusal names only the caller's own input.
+ */
+function checkSelectorSites(
+  selector: RolloutCreateRequest['selector'],
+  caller: RolloutCaller | undefined,
+): void {
+  if (caller === undefined) return;
+  const { principal } = caller.origin;
+  const siteIds = selector.site_ids;
+  if (siteIds === undefined) {
+    if (!principal.unscoped)
+      throw new RolloutInvalidError(
+        '/selector/site_ids',
+        'is required: the caller is limited to sites, and a rollout names the sites it may reach',
+      );
+    return;
+  }
+  siteIds.forEach((siteId, i) => {
+    if (!caller.sites.knows(siteId) || !principal.seesSite(siteId, caller.sites))
+      throw new RolloutInvalidError(`/selector/site_ids/${i}`, 'is not a site known to the caller');
+  });
+}
+
+/**
+ * The selector as its audit row keeps it: each list's first items and, when it had more, its length (the row's
+ * detail holds at most 4 KiB; 20 site ids, 10 models of at most 100 characters and 10 device ids of at most 128
+ * fit with room to spare).
+ */
+const AUDITED_ITEMS = { site_ids: 20, models: 10, device_ids: 10 } as const;
+function auditedSelector(selector: RolloutCreateRequest['selector']): Record<string, unknown> {
+  const out: Record<string, unknown> = {};
+  for (const key of Object.keys(AUDITED_ITEMS) as (keyof typeof AUDITED_ITEMS)[]) {
+    const list = selector[key];
+    if (list === undefined) continue;
+    out[key] = list.slice(0, AUDITED_ITEMS[key]);
+    if (list.length > AUDITED_ITEMS[key]) out[`${key}_count`] = list.length;
+  }
+  return out;
+}
+
+const CHANGE_OF: Readonly<Record<RolloutAction, 'paused' | 'resumed' | 'cancelled' | 'rolled_back'>> = {
+  pause: 'paused',
+  resume: 'resumed',
+  cancel: 'cancelled',
+  rollback: 'rolled_back',
+};
+
 export interface RolloutServiceOptions {
   db: Kysely<GatewayDatabase>;
   /**
@@ -130,7 +212,8 @@ export class RolloutService {
    * `request` is valid (the edge checked it). Throws DocumentTooLargeError, NoTargetsError, RolloutOverlapError,
    * RolloutInvalidError (also for a selector matching more than maxTargets devices).
    */
-  async create(request: RolloutCreateRequest): Promise<RolloutCreated> {
+  async create(request: RolloutCreateRequest, caller?: RolloutCaller): Promise<RolloutCreated> {
+    checkSelectorSites(request.selector, caller);
     const minDeadlineS = Math.ceil(this.options.minDeadlineMs / 1000);
     if (request.plan.deadline_s < minDeadlineS)
       throw new RolloutInvalidError(
@@ -150,10 +233,15 @@ export class RolloutService {
     let created: { rollout_id: string; targets: number; waves: number };
     let skipped: Pick<RolloutCreated, 'skipped' | 'skipped_devices'> = {};
     if (request.settings_patch !== undefined) {
-      ({ created, skipped } = await this.createPatch(request.selector, request.settings_patch, rolloutPlan));
+      ({ created, skipped } = await this.createPatch(
+        request.selector,
+        request.settings_patch,
+        rolloutPlan,
+        caller,
+      ));
     } else {
       // The schema's oneOf: a body without a patch has its settings.
-      created = await this.createWhole(request.selector, request.settings as Settings, rolloutPlan);
+      created = await this.createWhole(request.selector, request.settings as Settings, rolloutPlan, caller);
     }
     // After the commit, in a statement of its own (migration 0021): a full NOTIFY queue cannot fail the creation.
     await wakeRolloutReplicas(this.options.db, 'r', this.options.logger);
@@ -175,20 +263,44 @@ export class RolloutService {
     selector: RolloutCreateRequest['selector'],
     settings: Settings,
     plan: RolloutPlan,
+    caller: RolloutCaller | undefined,
   ): Promise<{ rollout_id: string; targets: number; waves: number }> {
     const assignment = this.options.state.prepareAssignment(LONGEST_DEVICE_ID, 'new', settings);
     const content = contentHash(
       settingsDocument(LONGEST_DEVICE_ID, 0, 'rollout', assignment.settings.value, assignment.settings),
     );
-    const result: CreateResult = await createRollout(
-      this.options.createDb ?? this.options.db,
-      selector,
-      assignment.settings.json,
-      content,
-      plan,
-      this.options.maxTargets,
-    ).catch(checkViolation);
+    const result = await this.creation(selector, caller, (trx) =>
+      createRollout(trx, selector, assignment.settings.json, content, plan, this.options.maxTargets),
+    );
     return this.created(result);
+  }
+
+  /**
+   * One creation in a transaction on the creation's connection: the caller named as the events' actor first, and
+   * a creation that succeeded audited in it with its targets' sites (issue 42 §4), so the rollout and its audit
+   * row commit together.
+   */
+  private async creation<R extends CreateResult>(
+    selector: RolloutCreateRequest['selector'],
+    caller: RolloutCaller | undefined,
+    create: (trx: Transaction<GatewayDatabase>) => Promise<R>,
+  ): Promise<R> {
+    const actor = actorOf(caller);
+    return (this.options.createDb ?? this.options.db)
+      .transaction()
+      .execute(async (trx) => {
+        if (actor !== undefined) await setRolloutActor(trx, actor);
+        const result = await create(trx);
+        if (caller !== undefined && 'rollout_id' in result)
+          await audit.rolloutCreated(trx, caller.origin, {
+            rolloutId: result.rollout_id,
+            siteIds: await targetSites(trx, result.rollout_id),
+            targets: result.targets,
+            selector: auditedSelector(selector),
+          });
+        return result;
+      })
+      .catch(checkViolation);
   }
 
   /**
@@ -202,6 +314,7 @@ export class RolloutService {
     selector: RolloutCreateRequest['selector'],
     patch: Record<string, unknown>,
     plan: RolloutPlan,
+    caller: RolloutCaller | undefined,
   ): Promise<{
     created: { rollout_id: string; targets: number; waves: number };
     skipped: Pick<RolloutCreated, 'skipped' | 'skipped_devices'>;
@@ -224,16 +337,9 @@ export class RolloutService {
           `makes the settings of every target invalid (${bases.length}); the first: ${merged.skipped[0]!.reason}`,
         );
       try {
-        const result = await createPatchRollout(
-          this.options.createDb ?? this.options.db,
-          selector,
-          patch,
-          plan,
-          max,
-          merged.devices,
-          merged.doc,
-          merged.docs,
-        ).catch(checkViolation);
+        const result = await this.creation(selector, caller, (trx) =>
+          createPatchRollout(trx, selector, patch, plan, max, merged.devices, merged.doc, merged.docs),
+        );
         const created = this.created(result);
         return {
           created,
@@ -259,8 +365,16 @@ export class RolloutService {
     return { rollout_id: result.rollout_id, targets: result.targets, waves: result.waves };
   }
 
+  /** A rollout the caller may see, else UnknownRolloutError (outside its scope reads as absent). */
+  private async requireSeen(rolloutId: string, caller: RolloutCaller | undefined): Promise<void> {
+    const scope = scopeOf(caller);
+    if (scope !== undefined && !(await rolloutWithinScope(this.options.db, rolloutId, scope)))
+      throw new UnknownRolloutError(rolloutId);
+  }
+
   /** Throws UnknownRolloutError. */
-  async get(rolloutId: string): Promise<Record<string, unknown>> {
+  async get(rolloutId: string, caller?: RolloutCaller): Promise<Record<string, unknown>> {
+    await this.requireSeen(rolloutId, caller);
     const row = await readRollout(this.options.db, rolloutId);
     if (row === undefined) throw new UnknownRolloutError(rolloutId);
     const [waves, events, skipped] = await Promise.all([
@@ -289,13 +403,18 @@ export class RolloutService {
     };
   }
 
-  async list(q: {
-    limit: number;
-    cursor?: string;
-    state?: RolloutState;
-  }): Promise<{ items: Record<string, unknown>[]; next_cursor: string | null }> {
+  async list(
+    q: {
+      limit: number;
+      cursor?: string;
+      state?: RolloutState;
+    },
+    caller?: RolloutCaller,
+  ): Promise<{ items: Record<string, unknown>[]; next_cursor: string | null }> {
+    const scope = scopeOf(caller);
     const rows = await listRollouts(this.options.db, {
       limit: q.limit,
+      ...(scope === undefined ? {} : { scope }),
       ...(q.cursor === undefined ? {} : { beforeSeq: q.cursor }),
       ...(q.state === undefined ? {} : { state: q.state }),
     });
@@ -311,8 +430,22 @@ export class RolloutService {
   async control(
     rolloutId: string,
     action: RolloutAction,
+    caller?: RolloutCaller,
   ): Promise<{ state: RolloutState; returned: number }> {
-    const result: ControlResult = await controlRollout(this.options.db, rolloutId, action);
+    await this.requireSeen(rolloutId, caller);
+    const actor = actorOf(caller);
+    // The action, its events' actor and its audit row in one transaction (issue 42 §4).
+    const result: ControlResult = await this.options.db.transaction().execute(async (trx) => {
+      if (actor !== undefined) await setRolloutActor(trx, actor);
+      const r = await controlRollout(trx, rolloutId, action);
+      if (caller !== undefined && !('error' in r) && !('conflict' in r))
+        await audit.rolloutChanged(trx, caller.origin, {
+          rolloutId,
+          siteIds: await targetSites(trx, rolloutId),
+          change: CHANGE_OF[action],
+        });
+      return r;
+    });
     if ('conflict' in result)
       throw new RolloutStateError(
         `devices of this rollout now belong to the open rollout ${result.conflict}; finish or cancel it first`,

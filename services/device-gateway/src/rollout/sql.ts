@@ -1,11 +1,49 @@
 // The rollouts' SQL (migration 0006, design §3.9): the SECURITY DEFINER functions the login may call, and the
 // reads of the API and of the replicas. Nothing here knows HTTP.
 import { errorMessage, type Logger } from '@platform/service-kit';
-import { sql, type Kysely } from 'kysely';
+import { sql, type Kysely, type RawBuilder, type Transaction } from 'kysely';
 import { ROLLOUT_CHANNEL } from '../cluster/messages.js';
 import type { GatewayDatabase } from '../db/tables.js';
 
-type Db = Kysely<GatewayDatabase>;
+type Db = Kysely<GatewayDatabase> | Transaction<GatewayDatabase>;
+
+/** A caller's site scope as a condition on a site id column (Principal.siteCondition). */
+export type SiteScope = (column: RawBuilder<unknown>) => RawBuilder<boolean>;
+
+/**
+ * Who the rollout events of this transaction name (migration 0030): `set_config(..., true)` lasts until the
+ * transaction ends; the functions write `device_gateway.rollout_actor()`, this value when it has the audit's
+ * principal shape, else `api`.
+ */
+export async function setRolloutActor(trx: Transaction<GatewayDatabase>, actor: string): Promise<void> {
+  await sql`SELECT pg_catalog.set_config('device_gateway.actor', ${actor}, true)`.execute(trx);
+}
+
+/** The sites of a rollout's targets as the registry places them now, sorted (a target that left it: none). */
+export async function targetSites(db: Db, rolloutId: string): Promise<string[]> {
+  const { rows } = await sql<{ site_id: string }>`
+    SELECT DISTINCT r.site_id::text AS site_id FROM device_gateway.rollout_targets t
+    JOIN device_gateway.device_registry r ON r.device_id = t.device_id
+    WHERE t.rollout_id = ${rolloutId}::uuid ORDER BY 1`.execute(db);
+  return rows.map((r) => r.site_id);
+}
+
+/**
+ * Whether every target of the rollout is at a site of `scope` (issue 42 §3): a target that left the registry has
+ * no site, and counts as outside. Absent rollout: false.
+ */
+function withinScope(rolloutRef: RawBuilder<unknown>, scope: SiteScope): RawBuilder<boolean> {
+  return sql<boolean>`NOT EXISTS (SELECT 1 FROM device_gateway.rollout_targets t
+    LEFT JOIN device_gateway.device_registry r ON r.device_id = t.device_id
+    WHERE t.rollout_id = ${rolloutRef} AND (r.site_id IS NULL OR NOT (${scope(sql.ref('r.site_id'))})))`;
+}
+
+export async function rolloutWithinScope(db: Db, rolloutId: string, scope: SiteScope): Promise<boolean> {
+  const { rows } = await sql<{ ok: boolean }>`
+    SELECT EXISTS (SELECT 1 FROM device_gateway.rollouts ro WHERE ro.rollout_id = ${rolloutId}::uuid
+      AND ${withinScope(sql.ref('ro.rollout_id'), scope)}) AS ok`.execute(db);
+  return rows[0]?.ok === true;
+}
 
 export type RolloutState = 'active' | 'paused' | 'completed' | 'cancelled' | 'rolled_back';
 export type RolloutAction = 'pause' | 'resume' | 'cancel' | 'rollback';
@@ -280,14 +318,53 @@ export async function rolloutEvents(db: Db, rolloutId: string, limit: number): P
  */
 export async function listRollouts(
   db: Db,
-  q: { limit: number; beforeSeq?: string; state?: RolloutState },
+  q: { limit: number; beforeSeq?: string; state?: RolloutState; scope?: SiteScope },
 ): Promise<RolloutRow[]> {
+  const scoped = q.scope === undefined ? sql`TRUE` : withinScope(sql.ref('rollouts.rollout_id'), q.scope);
   const { rows } = await sql<RolloutRow>`
     SELECT ${ROLLOUT_COLUMNS} FROM device_gateway.rollouts
     WHERE (${q.beforeSeq ?? null}::bigint IS NULL OR seq < ${q.beforeSeq ?? null}::bigint)
       AND (${q.state ?? null}::text IS NULL OR state = ${q.state ?? null}::text)
+      AND ${scoped}
     ORDER BY rollouts.seq DESC LIMIT ${q.limit + 1}`.execute(db);
   return rows;
+}
+
+/** A decision of the driver's own that the audit records (issue 42 §4): a halt by a rule, or a completion. */
+export interface DriverDecision {
+  event_id: string;
+  rollout_id: string;
+  kind: 'paused' | 'aborted' | 'completed';
+  detail: string | null;
+  reason: string | null;
+  at: Date;
+}
+
+/**
+ * The driver's halts and completions after event `afterEventId` (null: from the first), oldest first, at most
+ * `limit`, with the rollout's reason (why it paused). Its events' actor is `driver <replica> term <n>` (0006).
+ */
+export async function driverDecisions(
+  db: Db,
+  afterEventId: string | null,
+  limit: number,
+): Promise<DriverDecision[]> {
+  const { rows } = await sql<DriverDecision>`
+    SELECT e.event_id::text AS event_id, e.rollout_id::text AS rollout_id, e.kind, e.detail, ro.reason, e.at
+    FROM device_gateway.rollout_events e JOIN device_gateway.rollouts ro ON ro.rollout_id = e.rollout_id
+    WHERE e.event_id > coalesce(${afterEventId}::bigint, 0) AND e.kind IN ('paused', 'aborted', 'completed')
+      AND e.actor LIKE 'driver %'
+    ORDER BY e.event_id LIMIT ${limit}`.execute(db);
+  return rows;
+}
+
+/** The last driver event the audit holds (its rows' `event_id`), null when none: where the driver's audit resumes. */
+export async function lastAuditedDriverEvent(db: Db): Promise<string | null> {
+  const { rows } = await sql<{ event_id: string | null }>`
+    SELECT detail->>'event_id' AS event_id FROM device_gateway.audit_events
+    WHERE principal = 'driver' AND detail ? 'event_id' ORDER BY id DESC LIMIT 1`.execute(db);
+  const id = rows[0]?.event_id;
+  return id !== undefined && id !== null && /^[0-9]{1,19}$/.test(id) ? id : null;
 }
 
 /** Open rollouts by state, and those paused by their abort criterion: the metrics' gauges. */
