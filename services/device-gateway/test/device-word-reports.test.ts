@@ -474,6 +474,22 @@ describe('states that mean what they say', () => {
     }
   });
 
+  it('a device up to date over DTLS with a NON relation (libcoap -N) is acknowledged, not pending', async () => {
+    // The newcomer's case: the answer to a NON registration was "sent, unconfirmed" for ever.
+    const { version } = await notify(KEYED, { reporting_interval_s: 1200 });
+    const url = `coaps://127.0.0.1:${coapsPort}/devices/${KEYED}/settings`;
+    const observer = runTool(
+      'coap-client-openssl',
+      ['-N', '-m', 'get', '-s', '4', '-u', keyA.identity, '-k', keyA.keyText, url],
+      '',
+      undefined,
+      10_000,
+    );
+    const d = await waitState(KEYED, 'acknowledged');
+    expect(d.acknowledged!.version).toBe(version);
+    await observer;
+  });
+
   it('a registration naming the current ETag is evidence itself (2.03, no confirmation sent)', async () => {
     const device = LATE_CON;
     await notify(device, { reporting_interval_s: 800 });
