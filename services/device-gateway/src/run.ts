@@ -17,23 +17,29 @@ import {
 import type { Kysely } from 'kysely';
 import { buildApp } from './app.js';
 import { loadGatewayConfig, readApiKeys, type GatewayConfig } from './config.js';
-import { connectionReserveGap, readConnectionReserve } from './db/connection-reserve.js';
+import { connectionReserveGap, lockTableGap, readConnectionReserve } from './db/connection-reserve.js';
 import type { GatewayDatabase } from './db/tables.js';
 
 /**
- * Says once, after the first load, when other logins could take every connection slot and lock this gateway's
- * login out (migration 0022, operations §7 "Connections the gateway keeps").
+ * Says once, after the first load, when other logins could take every connection slot or fill the lock table and
+ * lock this gateway's login out (migrations 0022, 0031; operations §7 "Connections the gateway keeps").
  */
 async function reportConnectionReserve(db: Kysely<GatewayDatabase>, logger: Logger): Promise<void> {
   try {
     const reserve = await readConnectionReserve(db as Kysely<unknown>);
     const gap = connectionReserveGap(reserve);
-    if (gap === undefined) return;
-    logger.warn('database: other logins can take every connection slot and lock this gateway out', {
-      reason: gap,
-      databases_open_to_public: reserve.openToPublic,
-      see: 'docs/operations.md section 7, connections the gateway keeps',
-    });
+    if (gap !== undefined)
+      logger.warn('database: other logins can take every connection slot and lock this gateway out', {
+        reason: gap,
+        databases_open_to_public: reserve.openToPublic,
+        see: 'docs/operations.md section 7, connections the gateway keeps',
+      });
+    const locks = lockTableGap(reserve);
+    if (locks !== undefined)
+      logger.warn("database: other logins can fill the cluster's lock table and lock this gateway out", {
+        reason: locks,
+        see: 'docs/operations.md section 7, connections the gateway keeps',
+      });
   } catch (err) {
     logger.warn('database: connection reserve not read', { error: errorMessage(err) });
   }

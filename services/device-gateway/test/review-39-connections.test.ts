@@ -7,7 +7,7 @@ import { createDb } from '@platform/service-kit';
 import { devRolePasswords } from '@platform/enterprise-db';
 import { createTestDatabase } from '@platform/testkit';
 import type pg from 'pg';
-import { connectionReserveGap, readConnectionReserve } from '../src/db/connection-reserve.js';
+import { connectionReserveGap, lockTableGap, readConnectionReserve } from '../src/db/connection-reserve.js';
 import { DEV_GATEWAY_LOGIN_PASSWORD, GATEWAY_LOGIN_ROLE, gatewayLoginUrl } from '../src/db/migrations.js';
 import {
   NOBODY_PASSWORD,
@@ -62,6 +62,8 @@ describe('connection slots the gateway keeps (issue 39)', () => {
         for (const reserve of reserves) {
           expect(reserve).toMatchObject({ reserved: 5, member: true });
           expect(connectionReserveGap(reserve)).toBeUndefined();
+          // 0031 (run as a superuser here) left PUBLIC nothing that fills the lock table.
+          expect(lockTableGap(reserve)).toBeUndefined();
         }
       } finally {
         await gateway.destroy();
@@ -95,16 +97,18 @@ describe('connection slots the gateway keeps (issue 39)', () => {
       expect(reserve.reserved).toBe(0);
       expect(reserve.openToPublic).toEqual(expect.arrayContaining(['postgres', database.name]));
       expect(connectionReserveGap(reserve)).toBe('reserved_connections is 0');
+      // This cluster's databases give PUBLIC CONNECT only (=c), not TEMP, so TEMP is not named here.
+      expect(lockTableGap(reserve)).toBe('PUBLIC still has EXECUTE on nextval, EXECUTE on pg_advisory_lock');
     } finally {
       await db.destroy();
       await database.drop();
     }
-    expect(connectionReserveGap({ reserved: undefined, member: false, openToPublic: [] })).toBe(
-      'PostgreSQL before 16 has no reserved_connections',
-    );
-    expect(connectionReserveGap({ reserved: 5, member: false, openToPublic: [] })).toBe(
-      'the login lacks the privileges of pg_use_reserved_connections',
-    );
+    expect(
+      connectionReserveGap({ reserved: undefined, member: false, openToPublic: [], lockRightsOfPublic: [] }),
+    ).toBe('PostgreSQL before 16 has no reserved_connections');
+    expect(
+      connectionReserveGap({ reserved: 5, member: false, openToPublic: [], lockRightsOfPublic: [] }),
+    ).toBe('the login lacks the privileges of pg_use_reserved_connections');
     expect(GATEWAY_LOGIN_ROLE).toBe('device_gateway_login');
     expect(DEV_GATEWAY_LOGIN_PASSWORD).not.toBe('');
   });

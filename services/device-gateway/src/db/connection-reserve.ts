@@ -10,23 +10,35 @@ export interface ConnectionReserve {
   member: boolean;
   /** Databases of the cluster any login may connect to (CONNECT held by PUBLIC). */
   openToPublic: string[];
+  /**
+   * What lets any login of this database fill the cluster's lock table (migration 0031): EXECUTE for PUBLIC on
+   * nextval or pg_advisory_lock, TEMP for PUBLIC on the database. Empty when 0031 took them.
+   */
+  lockRightsOfPublic: string[];
 }
 
 export async function readConnectionReserve(db: Kysely<unknown>): Promise<ConnectionReserve> {
-  const { rows } = await sql<{ reserved: string | null; member: boolean; open: string[] }>`
+  const { rows } = await sql<{ reserved: string | null; member: boolean; open: string[]; locks: string[] }>`
     SELECT
       (SELECT setting FROM pg_catalog.pg_settings WHERE name = 'reserved_connections') AS reserved,
       EXISTS (SELECT 1 FROM pg_catalog.pg_roles r WHERE r.rolname = 'pg_use_reserved_connections'
               AND pg_catalog.pg_has_role(current_user, r.oid, 'USAGE')) AS member,
       ARRAY(SELECT datname::text FROM pg_catalog.pg_database
             WHERE datallowconn AND pg_catalog.has_database_privilege('public', oid, 'CONNECT')
-            ORDER BY datname) AS open`.execute(db);
+            ORDER BY datname) AS open,
+      ARRAY(SELECT w FROM (VALUES
+              ('EXECUTE on nextval', pg_catalog.has_function_privilege('public', 'pg_catalog.nextval(regclass)', 'EXECUTE')),
+              ('EXECUTE on pg_advisory_lock',
+               pg_catalog.has_function_privilege('public', 'pg_catalog.pg_advisory_lock(bigint)', 'EXECUTE')),
+              ('TEMP on the database', pg_catalog.has_database_privilege('public', pg_catalog.current_database(), 'TEMP'))
+            ) AS x(w, open) WHERE open) AS locks`.execute(db);
   const row = rows[0];
   if (row === undefined) throw new Error('connection reserve: no answer');
   return {
     reserved: row.reserved === null ? undefined : Number(row.reserved),
     member: row.member,
     openToPublic: row.open,
+    lockRightsOfPublic: row.locks,
   };
 }
 
@@ -36,4 +48,11 @@ export function connectionReserveGap(reserve: ConnectionReserve): string | undef
   if (reserve.reserved === 0) return 'reserved_connections is 0';
   if (!reserve.member) return 'the login lacks the privileges of pg_use_reserved_connections';
   return undefined;
+}
+
+/** What lets any login fill the lock table and lock this gateway out, in words for the log; or undefined. */
+export function lockTableGap(reserve: ConnectionReserve): string | undefined {
+  return reserve.lockRightsOfPublic.length === 0
+    ? undefined
+    : `PUBLIC still has ${reserve.lockRightsOfPublic.join(', ')}`;
 }

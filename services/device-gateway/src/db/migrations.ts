@@ -29,6 +29,8 @@ import { auditMigration } from './audit-migration.js';
 import { platformSitesMigration } from './platform-sites-migration.js';
 import { connectionReserveMigration } from './connection-reserve-migration.js';
 import { rowTurnsMigration } from './row-turns-migration.js';
+import { lockFunctionsMigration } from './lock-functions-migration.js';
+import { rolloutSettingsBoundMigration } from './rollout-settings-bound-migration.js';
 import { rolloutActorMigration } from './rollout-actor-migration.js';
 import { deviceReportsMigration } from './device-reports-migration.js';
 import { deviceReportsBatchMigration } from './device-reports-batch-migration.js';
@@ -163,6 +165,8 @@ export function gatewayMigrationsWith(loginPassword: string): MigrationSet {
       '0026_device_reports_batch': deviceReportsBatchMigration,
       '0027_step_clears_overrides': stepClearsOverridesMigration,
       '0029_row_turns': rowTurnsMigration,
+      '0031_lock_functions': lockFunctionsMigration,
+      '0032_rollout_settings_bound': rolloutSettingsBoundMigration,
       '0030_rollout_actor': rolloutActorMigration,
     },
   };

@@ -28,7 +28,9 @@ import { withGeneratedSql } from '@platform/service-kit';
  *   holds it (rollout_step, rollout_control's rollback; pause and resume move between open states, cancel out of
  *   them), so the overlap check and the previous assignments read under it are what the last writer committed.
  *
- * Also from that review, for the gateway's own login (trusted to publish, bounded like everyone):
+ * Also from that review and the next, for the gateway's own login (trusted to publish, bounded like everyone):
+ * - `bus_clear_override` keeps no tombstone for a device that is neither in `bus_overrides` nor in the registry
+ *   (500 invented ids kept 500 rows, read by every replica at every resync; the fourth review).
  * - `bus_publish_overrides` refuses settings whose text is over 4 KiB (a device takes one datagram, 1 KiB of
  *   compact JSON; jsonb's text adds spaces): a 22 MB override was kept and read by every replica at every resync.
  * - Functions the gateway stopped calling are no longer granted to it: `delivery_record(text, json)` (replaced by
@@ -142,6 +144,9 @@ BEGIN
   -- Above the override's version, so every replica's last-writer-wins rule takes the tombstone.
   IF FOUND THEN
     v := greatest(v, b.version + 1);
+  ELSIF NOT EXISTS (SELECT 1 FROM device_gateway.device_registry r WHERE r.device_id = p_device) THEN
+    -- No row to end and no such device: nothing kept (a tombstone per invented id would grow without bound).
+    RETURN jsonb_build_object('cleared', false, 'version', v);
   END IF;
   INSERT INTO device_gateway.bus_overrides AS o (device_id, version, origin, settings, seq)
   VALUES (p_device, v, p_origin, NULL, pg_catalog.nextval('device_gateway.bus_seq'))
