@@ -373,6 +373,22 @@ describe('reports over plain CoAP for a keyless device (coap-client-notls)', () 
     expect(after!.reported_at).toEqual(before!.reported_at);
   });
 
+  it('counts every answer in gateway_coap_reports_total by what it was', async () => {
+    const text = (await request(gw.app.http).get('/metrics').set(auth).expect(200)).text;
+    const count = (result: string): number =>
+      Number(
+        new RegExp(`^gateway_coap_reports_total\\{[^}]*result="${result}"[^}]*\\} (\\d+)`, 'm').exec(
+          text,
+        )?.[1] ?? 0,
+      );
+    expect(count('recorded')).toBeGreaterThanOrEqual(4);
+    expect(count('not_issued')).toBeGreaterThanOrEqual(1);
+    expect(count('malformed')).toBeGreaterThanOrEqual(8);
+    expect(count('too_large')).toBeGreaterThanOrEqual(2);
+    expect(count('content_format')).toBeGreaterThanOrEqual(2);
+    expect(count('forbidden')).toBeGreaterThanOrEqual(1);
+  });
+
   it('GET on the report resource is 4.05; /.well-known/core lists it with its rt', async () => {
     const res = await plain('GET', `/devices/${KEYLESS}/reported`, Buffer.alloc(0), null);
     expect(res.code).toBe('4.05');
