@@ -1327,7 +1327,8 @@ CREATE OR REPLACE FUNCTION device_gateway.rollout_actor()
  STABLE
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
-  SELECT CASE WHEN s.actor ~ '^[A-Za-z0-9._:@-]{1,300}$' THEN s.actor ELSE 'api' END
+  SELECT CASE WHEN char_length(s.actor) BETWEEN 1 AND 300 AND s.actor ~ '^[A-Za-z0-9._:@-]+$' THEN s.actor
+    ELSE 'api' END
   FROM (SELECT current_setting('device_gateway.actor', true) AS actor) s
 $function$
 OWNER <migrator> ACL <migrator>:EXECUTE COMMENT -

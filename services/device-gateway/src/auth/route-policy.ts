@@ -12,6 +12,8 @@ export const ROUTE_ACTIONS: Readonly<Record<string, Action>> = {
   'POST /api/update-settings': 'settings.notify',
   'GET /api/devices': 'fleet.read',
   'GET /api/devices/:device_id': 'fleet.read',
+  'GET /api/overrides': 'fleet.read',
+  'DELETE /api/devices/:device_id/override': 'settings.notify',
   'POST /api/rollouts': 'rollout.change',
   'GET /api/rollouts': 'fleet.read',
   'GET /api/rollouts/:rollout_id': 'fleet.read',

@@ -10,7 +10,8 @@ import { withGeneratedSql } from '@platform/service-kit';
  * `api` whoever called; now they say the principal the gateway authenticated (`user:<sub>`, `key:<name>`), which
  * the gateway sets with `set_config('device_gateway.actor', <principal id>, true)` in the transaction that calls
  * the function (src/rollout/sql.ts). `rollout_actor()` reads it: a value of the audit's principal shape
- * (AUDIT_PRINCIPAL_PATTERN of @platform/contracts), else `api`, what an unset actor (the anonymous key, a caller
+ * (AUDIT_PRINCIPAL_PATTERN of @platform/contracts, its length checked apart: PostgreSQL's regular expressions
+ * count repetitions up to 255), else `api`, what an unset actor (the anonymous key, a caller
  * of the previous release during a rolling upgrade) wrote before. The driver's own events keep `driver <replica>
  * term <n>` (rollout_step_body is not touched).
  *
@@ -23,7 +24,8 @@ import { withGeneratedSql } from '@platform/service-kit';
 const ROLLOUT_ACTOR_UP = `
 CREATE FUNCTION device_gateway.rollout_actor() RETURNS text
 LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
-  SELECT CASE WHEN s.actor ~ '^[A-Za-z0-9._:@-]{1,300}$' THEN s.actor ELSE 'api' END
+  SELECT CASE WHEN char_length(s.actor) BETWEEN 1 AND 300 AND s.actor ~ '^[A-Za-z0-9._:@-]+$' THEN s.actor
+    ELSE 'api' END
   FROM (SELECT current_setting('device_gateway.actor', true) AS actor) s
 $$;
 REVOKE ALL ON FUNCTION device_gateway.rollout_actor() FROM PUBLIC;
