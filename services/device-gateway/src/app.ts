@@ -232,7 +232,9 @@ export function buildApp(deps: GatewayDeps): GatewayApp {
           return doc === undefined ? null : { version: doc.version, content: doc.contentDigest };
         },
         logger: logger.child({ component: 'reports' }),
-        writers: config.delivery.writers,
+        // One call at a time (up to 2,000 reports each): the recorder's writers take up to DB_POOL_MAX - 1
+        // connections, and the HTTP API and the bus must keep one (design §3.8).
+        writers: 1,
       })
     : undefined;
   coap.reports = {
