@@ -592,3 +592,29 @@ describe('device_reports_batch (0026): one call for a batch, the same rules', ()
     expect((await readDelivery(gw.reader, LATE_NON))!.reported_at).toEqual(before!.reported_at);
   });
 });
+
+describe('without the delivery record (GATEWAY_DELIVERY_RECORD=false)', () => {
+  it('answers a report 5.01 with a diagnostic: nothing could keep it', async () => {
+    const off = await startGateway({ env: { GATEWAY_DELIVERY_RECORD: 'false' } });
+    const client = await RawCoapClient.connect(off.coapPort);
+    try {
+      client.send({
+        confirmable: true,
+        code: 'POST',
+        messageId: 77,
+        token: Buffer.from([7, 7]),
+        options: [
+          ...pathOptions(`/devices/${ACKER}/reported`),
+          { name: 'Content-Format', value: Buffer.from([50]) },
+        ],
+        payload: body({ version: 1, outcome: 'applied' }),
+      });
+      const reply = (await client.waitFor((p) => p.messageId === 77)).packet;
+      expect(reply.code).toBe('5.01');
+      expect(reply.payload.toString()).toMatch(/not recorded/);
+    } finally {
+      await client.close();
+      await off.close();
+    }
+  });
+});
