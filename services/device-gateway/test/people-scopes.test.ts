@@ -406,30 +406,25 @@ describe('scopes: rollouts and the audit', () => {
 
   it("the driver's own abort is audited as driver, with the rollout's sites and reason", async () => {
     const deadline = Date.now() + 30_000;
-    for (;;) {
-      await app.rollouts.driver.tick();
-      const rows = (await auditRows()).filter(
-        (r) => r.rollout_id === towerRollout && r.principal === 'driver',
-      );
-      if (rows.length > 0) {
-        expect(rows.map((r) => r.action)).toEqual(['rollout.aborted']);
-        expect(rows[0]!.principal_kind).toBe('driver');
-        expect(rows[0]!.site_ids).toEqual([TOWER]);
-        expect(String(rows[0]!.detail.reason)).toMatch(/fail/);
-        expect(rows[0]!.detail.event_id).toMatch(/^[0-9]+$/);
-        break;
-      }
+    const driverRows = async () =>
+      (await auditRows()).filter((r) => r.rollout_id === towerRollout && r.principal === 'driver');
+    let rows = await driverRows();
+    while (rows.length === 0) {
       if (Date.now() > deadline) throw new Error('the driver did not abort the rollout in 30 s');
-      await new Promise((r) => setTimeout(r, 250));
+      await app.rollouts.driver.tick();
+      rows = await driverRows();
+      if (rows.length === 0) await new Promise((r) => setTimeout(r, 250));
     }
+    expect(rows.map((r) => r.action)).toEqual(['rollout.aborted']);
+    expect(rows[0]!.principal_kind).toBe('driver');
+    expect(rows[0]!.site_ids).toEqual([TOWER]);
+    expect(String(rows[0]!.detail.reason)).toMatch(/fail/);
+    expect(rows[0]!.detail.event_id).toMatch(/^[0-9]+$/);
     const aborted = (await events(towerRollout)).find((e) => e.kind === 'aborted');
     expect(aborted?.actor).toMatch(/^driver /);
     // Later ticks do not audit it again.
     await app.rollouts.driver.tick();
-    const again = (await auditRows()).filter(
-      (r) => r.rollout_id === towerRollout && r.principal === 'driver',
-    );
-    expect(again.length).toBe(1);
+    expect((await driverRows()).length).toBe(1);
   });
 
   it('the anonymous key works as before: the whole fleet, its rollout events say api, its audit rows api-key', async () => {
