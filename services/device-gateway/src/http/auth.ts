@@ -82,18 +82,30 @@ export function requirePrincipal(deps: AuthDeps): RequestHandler {
         next(forbidden(principal, action));
         return;
       }
-      if (action === 'registry.reload' && deps.db !== undefined) auditWhenDone(req, res, deps.db);
+      const db = deps.db;
+      if (action === 'registry.reload' && db !== undefined)
+        auditWhenAnswered(req, res, 'registry.reloaded', (origin) => audit.registryReloaded(db, origin));
       next();
     }, next);
   };
 }
 
-/** Audits a reload once it answered 200; a failed audit write is logged (the reload itself changed no row). */
-function auditWhenDone(req: Request, res: Response, db: Kysely<GatewayDatabase>): void {
+/**
+ * Writes a change's audit row once its answer (200) has gone out: the row costs the caller no database round trip
+ * (the notify path's latency, design §3.1) and a database that cannot be reached delays no answer. A row that
+ * cannot be written is logged at error level with its action; the change stands.
+ */
+export function auditWhenAnswered(
+  req: Request,
+  res: Response,
+  action: string,
+  write: (origin: AuditOrigin) => Promise<void>,
+): void {
+  const origin = auditOrigin(req, res);
   res.once('finish', () => {
     if (res.statusCode !== 200) return;
-    audit.registryReloaded(db, auditOrigin(req, res)).catch((err: unknown) => {
-      req.log.error('audit row not written', { action: 'registry.reloaded', error: String(err) });
+    write(origin).catch((err: unknown) => {
+      req.log.error('audit row not written', { action, error: String(err) });
     });
   });
 }

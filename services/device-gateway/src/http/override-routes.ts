@@ -23,7 +23,7 @@ import type { GatewayDatabase } from '../db/tables.js';
 import { audit } from '../audit/writer.js';
 import type { Principal } from '../auth/principal.js';
 import type { SiteCatalogue } from '../sites/catalogue.js';
-import { auditOrigin, principalOf } from './auth.js';
+import { auditWhenAnswered, principalOf } from './auth.js';
 import { UnknownDeviceError } from '../domain/gateway-state.js';
 import { readListQuery } from './list-query.js';
 import { listDoc, type DocumentedRoute } from './route-parts.js';
@@ -79,14 +79,11 @@ export function overrideRoutes(
       cleared: answer.cleared,
       version: (answer.settings as { version: number }).version,
     });
-    // A clear that changed something is audited once it committed (cleared false changed nothing); a failed row
-    // is logged, the clear stands.
+    // A clear that changed something is audited (cleared false changed nothing).
     if (answer.cleared === true)
-      await audit
-        .overrideCleared(deps.db, auditOrigin(req, res), { deviceId: raw, siteId })
-        .catch((err: unknown) => {
-          req.log.error('audit row not written', { action: 'override.cleared', error: String(err) });
-        });
+      auditWhenAnswered(req, res, 'override.cleared', (origin) =>
+        audit.overrideCleared(deps.db, origin, { deviceId: raw, siteId }),
+      );
     res.json(answer);
   };
 

@@ -32,7 +32,7 @@ import { unknownSite } from '../sites/catalogue.js';
 import { BusMessageTooLargeError, BusPublishError } from '../cluster/bus.js';
 import { DocumentTooLargeError, UnknownDeviceError } from '../domain/gateway-state.js';
 import type { GatewayService } from '../service.js';
-import { auditOrigin, principalOf } from './auth.js';
+import { auditWhenAnswered, principalOf } from './auth.js';
 import { readListQuery } from './list-query.js';
 import { rolloutRoutes } from './rollout-routes.js';
 import { apiKeyStep, listDoc, settingsTooLarge, UNUSED_BODY } from './route-parts.js';
@@ -101,17 +101,15 @@ export function gatewayRoutes(service: GatewayService, auth: RequestHandler): Ro
       if (err instanceof DocumentTooLargeError) throw settingsTooLarge(err);
       asProblem(err);
     }
-    // After the change answered: a failed audit row is logged, the override stands (it is published already).
-    await audit
-      .settingsNotified(service.db, auditOrigin(req, res), {
+    const version = outcome.version;
+    auditWhenAnswered(req, res, 'settings.notified', (origin) =>
+      audit.settingsNotified(service.db, origin, {
         deviceId: body.device_id,
         siteId,
-        version: outcome.version,
+        version,
         settings: body.settings,
-      })
-      .catch((err: unknown) => {
-        req.log.error('audit row not written', { action: 'settings.notified', error: String(err) });
-      });
+      }),
+    );
     res.setHeader('Location', `/api/devices/${encodeURIComponent(body.device_id)}`);
     // What was done, so a push to a device nobody observes here is visible (relations_notified 0).
     res.json({ status: 'updated', version: outcome.version, relations_notified: outcome.relations });
