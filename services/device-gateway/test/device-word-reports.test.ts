@@ -389,6 +389,17 @@ describe('reports over plain CoAP for a keyless device (coap-client-notls)', () 
     expect(count('forbidden')).toBeGreaterThanOrEqual(1);
   });
 
+  it('takes an Accept option (a client that always sends one), and refuses an unknown critical option with 4.02', async () => {
+    const { version } = await notify(KEYLESS, { reporting_interval_s: 95 });
+    const report = body({ version, outcome: 'applied' });
+    const accept = { name: 'Accept', value: Buffer.from([50]) };
+    expect((await plain('PUT', `/devices/${KEYLESS}/reported`, report, 50, [accept])).code).toBe('2.04');
+    const before = await readDelivery(gw.reader, KEYLESS);
+    const ifMatch = { name: 'If-Match', value: Buffer.from([1]) };
+    expect((await plain('PUT', `/devices/${KEYLESS}/reported`, report, 50, [ifMatch])).code).toBe('4.02');
+    expect((await readDelivery(gw.reader, KEYLESS))!.reported_at).toEqual(before!.reported_at);
+  });
+
   it('GET on the report resource is 4.05; /.well-known/core lists it with its rt', async () => {
     const res = await plain('GET', `/devices/${KEYLESS}/reported`, Buffer.alloc(0), null);
     expect(res.code).toBe('4.05');

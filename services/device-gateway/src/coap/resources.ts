@@ -189,8 +189,9 @@ export class Resources implements RequestHandler {
 
 /**
  * The device id of a `/devices/{id}/reported` request; undefined for any other path; null when it carries a
- * critical option the report resource does not understand (4.02, RFC 7252 §5.4.1). Block1 is left to the
- * resource, which answers it 4.13 (one datagram only, RFC 7959 §2.9.3).
+ * critical option the report resource does not understand (4.02, RFC 7252 §5.4.1). Accept is understood (the
+ * answer has no payload to negotiate); Block1 is left to the resource, which answers it 4.13 (one datagram only,
+ * RFC 7959 §2.9.3).
  */
 function reportPath(msg: CoapMessage): string | null | undefined {
   const path: string[] = [];
@@ -202,6 +203,7 @@ function reportPath(msg: CoapMessage): string | null | undefined {
       o.number !== Opt.UriHost &&
       o.number !== Opt.UriPort &&
       o.number !== Opt.UriQuery &&
+      o.number !== Opt.Accept &&
       o.number !== Opt.Block1
     )
       bad = true;
