@@ -669,7 +669,15 @@ enterprise.media_items portal_reads_media_items PERMISSIVE SELECT TO enterprise_
             ELSE enterprise_api.authorized_site_ids()
         END AS authorized_site_ids)::uuid[]))) WITH CHECK -
 
-enterprise.multipart_gates api_locks_gates PERMISSIVE ALL TO enterprise_api_role USING true WITH CHECK true
+enterprise.multipart_gates api_locks_gates PERMISSIVE ALL TO enterprise_api_role USING 
+CASE
+    WHEN (gate ~~ 'site:%'::text) THEN (substr(gate, 6) = ANY ((( SELECT enterprise_api.authorized_site_ids() AS authorized_site_ids))::text[]))
+    ELSE (gate = ('uploader:'::text || ( SELECT enterprise_api.request_sub() AS request_sub)))
+END WITH CHECK 
+CASE
+    WHEN (gate ~~ 'site:%'::text) THEN (substr(gate, 6) = ANY ((( SELECT enterprise_api.authorized_site_ids() AS authorized_site_ids))::text[]))
+    ELSE (gate = ('uploader:'::text || ( SELECT enterprise_api.request_sub() AS request_sub)))
+END
 
 enterprise.postgrest_settings authz_reads_postgrest_settings PERMISSIVE SELECT TO enterprise_authz USING true WITH CHECK -
 

@@ -117,8 +117,8 @@ describe('catalog', () => {
          AND p.tablename NOT IN ('companies', 'principals')`,
       [runtimeRoles],
     );
-    // 0010 added the workflow's two on its own planned uploads (start, abandon).
-    expect(rows).toHaveLength(22);
+    // 0010 added the workflow's two on its own planned uploads (start, abandon); 0016 its gates.
+    expect(rows).toHaveLength(23);
     const missing = rows.flatMap((r) =>
       [r.qual, r.check]
         .filter((e): e is string => e !== null && !e.includes('enterprise_api.authorized_site_ids()'))

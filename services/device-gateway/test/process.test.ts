@@ -192,7 +192,8 @@ describe('the gateway process (dist/main.js)', () => {
       inFlight.write(body.slice(10));
       await answered;
       expect(answer).toMatch(/^HTTP\/1\.1 200 /);
-      expect(answer).toContain('{"status":"updated"}');
+      // The specification's {"status":"updated"}, with the version and the relations notified beside it (issue 40).
+      expect(answer).toContain('{"status":"updated",');
       // CoAP closes after that response: the observer still got the change it caused.
       const note = await client.waitFor(
         (p) => p.token.toString() === 'obs' && p.payload.includes('4242'),

@@ -44,7 +44,7 @@ async function register(deviceId: string): Promise<void> {
 
 async function create(deviceIds: string[], interval: number): Promise<string> {
   const { rows } = await login.query<{ r: { rollout_id: string } }>(
-    `SELECT device_gateway.rollout_create($1::jsonb, $2::jsonb, $3, $4::jsonb) AS r`,
+    `SELECT device_gateway.rollout_create($1::jsonb, $2::jsonb, $3, $4::jsonb, 100000) AS r`,
     [
       JSON.stringify({ device_ids: deviceIds }),
       JSON.stringify({ reporting_interval_s: interval }),

@@ -23,7 +23,10 @@ COMMENT ON TABLE enterprise.multipart_gates IS 'One row per uploader (uploader:<
 ALTER TABLE enterprise.multipart_gates ENABLE ROW LEVEL SECURITY;
 ALTER TABLE enterprise.multipart_gates FORCE ROW LEVEL SECURITY;
 GRANT SELECT, INSERT, UPDATE (gate) ON enterprise.multipart_gates TO enterprise_api_role;
-CREATE POLICY api_locks_gates ON enterprise.multipart_gates TO enterprise_api_role USING (true) WITH CHECK (true);
+-- A caller locks only its own uploader row and the rows of sites it may see (the site list, as every policy).
+CREATE POLICY api_locks_gates ON enterprise.multipart_gates TO enterprise_api_role
+  USING (CASE WHEN gate LIKE 'site:%' THEN substr(gate, 6) = ANY ((SELECT enterprise_api.authorized_site_ids())::text[]) ELSE gate = 'uploader:' || (SELECT enterprise_api.request_sub()) END)
+  WITH CHECK (CASE WHEN gate LIKE 'site:%' THEN substr(gate, 6) = ANY ((SELECT enterprise_api.authorized_site_ids())::text[]) ELSE gate = 'uploader:' || (SELECT enterprise_api.request_sub()) END);
 `;
 
 const DOWN_SQL = `
