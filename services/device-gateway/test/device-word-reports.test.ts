@@ -15,7 +15,7 @@ import { issueCredential, type IssuedCredential } from '../src/db/credential-rep
 import { readDelivery } from '../src/delivery/sql.js';
 import { reportBatchWriter, type ReportRow } from '../src/delivery/reports.js';
 import { API_KEYS, startGateway, type GatewayFixture } from './support/gateway.js';
-import { RawCoapClient, observe0, option, pathOptions } from './support/coap-client.js';
+import { RawCoapClient, observe0, option, pathOptions, uint } from './support/coap-client.js';
 import { connectNodeClient, runTool, sleep, type NodeClient } from './support/dtls.js';
 
 jest.setTimeout(90_000);
@@ -321,6 +321,21 @@ describe('reports over plain CoAP for a keyless device (coap-client-notls)', () 
     d = (await view(KEYLESS)).delivery;
     expect(d.state).toBe('applied');
     expect(d.reported).toMatchObject({ version: second.version, outcome: 'applied', transport: 'plain' });
+  });
+
+  it('a version newer than any known but within the record lag is 5.03 with Max-Age (retry), nothing recorded', async () => {
+    const { version } = await notify(KEYLESS, { reporting_interval_s: 97 });
+    const before = await readDelivery(gw.reader, KEYLESS);
+    // A millisecond after the newest version: another replica may have issued it and not written its row yet.
+    const res = await plain(
+      'POST',
+      `/devices/${KEYLESS}/reported`,
+      body({ version: version + 1000, outcome: 'applied' }),
+    );
+    expect(res.code).toBe('5.03');
+    expect(uint(option(res, 'Max-Age'))).toBe(1);
+    expect(res.payload.toString()).toMatch(/retry/);
+    expect((await readDelivery(gw.reader, KEYLESS))!.reported_at).toEqual(before!.reported_at);
   });
 
   it('a version never issued to the device is 4.09 with a diagnostic; nothing recorded', async () => {
