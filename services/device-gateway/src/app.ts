@@ -25,6 +25,7 @@ import { VersionClock } from './domain/version-clock.js';
 import { DtlsServer } from './dtls/index.js';
 import { requirePrincipal } from './http/auth.js';
 import { auditRoutes } from './http/audit-routes.js';
+import { AuditQueue } from './audit/queue.js';
 import { apiKeyStep } from './http/route-parts.js';
 import { createOperationsTokenVerifier } from './auth/tokens.js';
 import { gatewayRoutes } from './http/routes.js';
@@ -91,6 +92,8 @@ export interface GatewayApp {
    * loop (main.ts starts it unless GATEWAY_ROLLOUT_DRIVER=false).
    */
   rollouts: { assignments: AssignmentSync; driver: RolloutDriver; service: RolloutService };
+  /** The batched audit rows of notifies and clears (flushed at shutdown). */
+  audit: AuditQueue;
 }
 
 /** Wires the gateway without listening: tests drive `http` with supertest and bind `coap` to a free port. */
@@ -327,8 +330,10 @@ export function buildApp(deps: GatewayDeps): GatewayApp {
         heartbeatMs: config.cluster.heartbeatMs,
       })
     : undefined;
+  const auditQueue = new AuditQueue(deps.db, logger.child({ component: 'audit' }));
   const service = new GatewayService({
     config,
+    audit: auditQueue,
     state,
     coap,
     apiKeys: deps.apiKeys,
@@ -359,7 +364,10 @@ export function buildApp(deps: GatewayDeps): GatewayApp {
   addRoutes(http, auditRoutes({ db: deps.db, sites: () => registry.sites }, apiKeyStep(apiKey)));
   addRoutes(
     http,
-    overrideRoutes({ state, bus, db: deps.db, sites: () => registry.sites }, apiKeyStep(apiKey)),
+    overrideRoutes(
+      { state, bus, db: deps.db, sites: () => registry.sites, audit: auditQueue },
+      apiKeyStep(apiKey),
+    ),
   );
   if (deps.metrics !== undefined) {
     registerGatewayMetrics(deps.metrics, state, coap, { maxRelations: config.coap.maxRelations });
@@ -386,5 +394,6 @@ export function buildApp(deps: GatewayDeps): GatewayApp {
     dbClock,
     replicaId,
     rollouts: { assignments, driver, service: rollouts },
+    audit: auditQueue,
   };
 }

@@ -133,6 +133,8 @@ async function main(): Promise<void> {
       { name: 'coap', close: () => app.coap.close(2000) },
       // Gives the driver lease up, so another replica drives at its next tick instead of after the lease.
       { name: 'rollout driver', close: () => app.rollouts.driver.stop() },
+      // The audit rows of the last notifies and clears, before the pool closes.
+      { name: 'audit rows', close: () => app.audit.flush() },
       {
         name: 'rollout assignment reads',
         close: () => {

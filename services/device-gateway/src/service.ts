@@ -11,6 +11,7 @@ import { UnknownDeviceError, type GatewayState, type Override } from './domain/g
 import type { GatewayReloadSummary, RegistryLoader } from './registry-loader.js';
 import type { RolloutService } from './rollout/service.js';
 import type { SiteCatalogue } from './sites/catalogue.js';
+import type { AuditQueue } from './audit/queue.js';
 import type { Turns } from './deadline.js';
 
 /** The replica bus as the service uses it (design §3.6; implemented by cluster/bus.ts). */
@@ -39,6 +40,8 @@ export class GatewayService {
       /** The comparison of this replica's clock with the database's (delivery/db-clock.ts), with the record. */
       clock?: { readinessProblems(): string[] };
       db: Kysely<GatewayDatabase>;
+      /** The batched audit rows of notifies (audit/queue.ts). */
+      audit: AuditQueue;
       credentials: (deviceId: string) => CredentialSummary;
       /** Staged rollouts (design §3.9). */
       rollouts: RolloutService;
@@ -107,9 +110,9 @@ export class GatewayService {
     return this.deps.state.deviceRecord(deviceId)?.siteId;
   }
 
-  /** Where the routes' audit rows are written. */
-  get db(): Kysely<GatewayDatabase> {
-    return this.deps.db;
+  /** Where the notifies' audit rows are queued. */
+  get audit(): AuditQueue {
+    return this.deps.audit;
   }
 
   /** Staged rollouts (design §3.9): create, read, list, pause, resume, cancel, roll back. */

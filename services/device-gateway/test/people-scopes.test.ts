@@ -421,6 +421,26 @@ describe('scopes: rollouts and the audit', () => {
     ]);
   });
 
+  it('a burst of notifies is audited row for row (queued after the answers, written in batches)', async () => {
+    const from = (await auditRows()).length;
+    const answers = await Promise.all(
+      Array.from({ length: 300 }, (_, i) =>
+        request(app.http)
+          .post('/api/notify-settings')
+          .set(bearer(HQ_TOOL))
+          .send({ device_id: MINE, settings: { reporting_interval_s: 1000 + i } }),
+      ),
+    );
+    expect(answers.every((r) => r.status === 200)).toBe(true);
+    const rows = await rowsSoon(from, 300);
+    expect(rows.length).toBe(300);
+    expect(
+      new Set(rows.map((r) => (r.detail.settings as { reporting_interval_s: number }).reporting_interval_s))
+        .size,
+    ).toBe(300);
+    await request(app.http).delete(`/api/devices/${MINE}/override`).set(bearer(HQ_TOOL)).expect(200);
+  });
+
   it("the driver's own abort is audited as driver, with the rollout's sites and reason", async () => {
     const deadline = Date.now() + 30_000;
     const driverRows = async () =>

@@ -2,10 +2,10 @@
 // who (the principal), the request id and source address (when it came over HTTP), what, and the scope it touched;
 // each writes one append-only row of device_gateway.audit_events (migration 0025). A function that is given a
 // transaction writes in it, so the change and its row commit together.
-import type { Kysely, Transaction } from 'kysely';
+import type { Insertable, Kysely, Transaction } from 'kysely';
 import type { GatewayDatabase } from '../db/tables.js';
 import type { Principal } from '../auth/principal.js';
-import type { AuditDatabase } from './table.js';
+import type { AuditDatabase, AuditEventsTable } from './table.js';
 
 /** Where a change came from: the principal, and for HTTP the request id and the client address. */
 export interface AuditOrigin {
@@ -32,6 +32,9 @@ const MAX_AUDITED_IDENTITIES = 20;
 /** Longest client address kept (an IPv6 address with a zone fits). */
 const MAX_ADDRESS = 64;
 
+/** One row as audit_events takes it (the descriptive columns the login may write). */
+export type AuditRow = Insertable<AuditEventsTable>;
+
 /** Writes one row. `action` is a lower-case dotted name (`settings.notified`); `detail` at most 4 KiB of JSON. */
 export async function recordAudit(
   db: Db,
@@ -40,24 +43,59 @@ export async function recordAudit(
   scope: AuditScope,
   detail: Record<string, unknown> = {},
 ): Promise<void> {
-  const p = origin.principal;
+  await insertAuditRows(db, [auditRow(origin, action, scope, detail)]);
+}
+
+/** Writes rows in one statement. */
+export async function insertAuditRows(db: Db, rows: readonly AuditRow[]): Promise<void> {
+  if (rows.length === 0) return;
   await (db as unknown as Kysely<AuditDatabase>)
     .insertInto('device_gateway.audit_events')
-    .values({
-      principal: p.id,
-      principal_kind: p.kind,
-      principal_name: p.name,
-      role: p.role,
-      request_id: origin.requestId ?? null,
-      source_address: origin.sourceAddress?.slice(0, MAX_ADDRESS) ?? null,
-      action,
-      device_id: scope.deviceId ?? null,
-      rollout_id: scope.rolloutId ?? null,
-      site_ids: [...new Set(scope.siteIds ?? [])].sort(),
-      detail: JSON.stringify(detail),
-    })
+    .values([...rows])
     .execute();
 }
+
+/** The row of a change (recordAudit's, without writing it). */
+export function auditRow(
+  origin: AuditOrigin,
+  action: string,
+  scope: AuditScope,
+  detail: Record<string, unknown> = {},
+): AuditRow {
+  const p = origin.principal;
+  return {
+    principal: p.id,
+    principal_kind: p.kind,
+    principal_name: p.name,
+    role: p.role,
+    request_id: origin.requestId ?? null,
+    source_address: origin.sourceAddress?.slice(0, MAX_ADDRESS) ?? null,
+    action,
+    device_id: scope.deviceId ?? null,
+    rollout_id: scope.rolloutId ?? null,
+    site_ids: [...new Set(scope.siteIds ?? [])].sort(),
+    detail: JSON.stringify(detail),
+  };
+}
+
+/**
+ * The rows of the changes audited at a high rate (a notify, a clear), for AuditQueue: written in batches after the
+ * answer, not one INSERT per request.
+ */
+export const auditRows = {
+  settingsNotified: (
+    o: AuditOrigin,
+    what: { deviceId: string; siteId: string; version: number; settings: Record<string, unknown> },
+  ) =>
+    auditRow(
+      o,
+      'settings.notified',
+      { deviceId: what.deviceId, siteIds: [what.siteId] },
+      { version: what.version, settings: what.settings },
+    ),
+  overrideCleared: (o: AuditOrigin, what: { deviceId: string; siteId: string }) =>
+    auditRow(o, 'override.cleared', { deviceId: what.deviceId, siteIds: [what.siteId] }),
+};
 
 /** The kinds of change, one function each (the lead wires the ones in routes.ts and the rollout code). */
 export const audit = {
@@ -69,17 +107,10 @@ export const audit = {
     db: Db,
     o: AuditOrigin,
     what: { deviceId: string; siteId: string; version: number; settings: Record<string, unknown> },
-  ) =>
-    recordAudit(
-      db,
-      o,
-      'settings.notified',
-      { deviceId: what.deviceId, siteIds: [what.siteId] },
-      { version: what.version, settings: what.settings },
-    ),
+  ) => insertAuditRows(db, [auditRows.settingsNotified(o, what)]),
   /** An override cleared (the device falls back to its rollout's or the registry's settings). */
   overrideCleared: (db: Db, o: AuditOrigin, what: { deviceId: string; siteId: string }) =>
-    recordAudit(db, o, 'override.cleared', { deviceId: what.deviceId, siteIds: [what.siteId] }),
+    insertAuditRows(db, [auditRows.overrideCleared(o, what)]),
   /** A rollout's creation, with the sites its targets are at. */
   rolloutCreated: (
     db: Db,

@@ -99,14 +99,16 @@ export function auditWhenAnswered(
   req: Request,
   res: Response,
   action: string,
-  write: (origin: AuditOrigin) => Promise<void>,
+  write: (origin: AuditOrigin) => Promise<void> | void,
 ): void {
   const origin = auditOrigin(req, res);
   res.once('finish', () => {
     if (res.statusCode !== 200) return;
-    write(origin).catch((err: unknown) => {
-      req.log.error('audit row not written', { action, error: String(err) });
-    });
+    Promise.resolve()
+      .then(() => write(origin))
+      .catch((err: unknown) => {
+        req.log.error('audit row not written', { action, error: String(err) });
+      });
   });
 }
 

@@ -20,7 +20,8 @@ import {
   type OverridesOptions,
 } from '../cluster/overrides.js';
 import type { GatewayDatabase } from '../db/tables.js';
-import { audit } from '../audit/writer.js';
+import { auditRows } from '../audit/writer.js';
+import type { AuditQueue } from '../audit/queue.js';
 import type { Principal } from '../auth/principal.js';
 import type { SiteCatalogue } from '../sites/catalogue.js';
 import { auditWhenAnswered, principalOf } from './auth.js';
@@ -34,6 +35,8 @@ export interface OverrideRouteDeps {
   db: Kysely<GatewayDatabase>;
   /** The platform's sites as of the last reload (the caller's site scope). */
   sites: () => SiteCatalogue;
+  /** Where the clears' audit rows are queued. */
+  audit: AuditQueue;
 }
 
 type OverridePage = Awaited<ReturnType<Overrides['list']>>;
@@ -82,7 +85,7 @@ export function overrideRoutes(
     // A clear that changed something is audited (cleared false changed nothing).
     if (answer.cleared === true)
       auditWhenAnswered(req, res, 'override.cleared', (origin) =>
-        audit.overrideCleared(deps.db, origin, { deviceId: raw, siteId }),
+        deps.audit.add(auditRows.overrideCleared(origin, { deviceId: raw, siteId })),
       );
     res.json(answer);
   };

@@ -26,7 +26,7 @@ import {
 import type { Request, RequestHandler } from 'express';
 import type { DeliveryState } from '../db/tables.js';
 import { decodeCursor, type DeviceListQuery } from '../delivery/device-view.js';
-import { audit } from '../audit/writer.js';
+import { auditRows } from '../audit/writer.js';
 import type { Principal } from '../auth/principal.js';
 import { unknownSite } from '../sites/catalogue.js';
 import { BusMessageTooLargeError, BusPublishError } from '../cluster/bus.js';
@@ -103,12 +103,14 @@ export function gatewayRoutes(service: GatewayService, auth: RequestHandler): Ro
     }
     const version = outcome.version;
     auditWhenAnswered(req, res, 'settings.notified', (origin) =>
-      audit.settingsNotified(service.db, origin, {
-        deviceId: body.device_id,
-        siteId,
-        version,
-        settings: body.settings,
-      }),
+      service.audit.add(
+        auditRows.settingsNotified(origin, {
+          deviceId: body.device_id,
+          siteId,
+          version,
+          settings: body.settings,
+        }),
+      ),
     );
     res.setHeader('Location', `/api/devices/${encodeURIComponent(body.device_id)}`);
     // What was done, so a push to a device nobody observes here is visible (relations_notified 0).
