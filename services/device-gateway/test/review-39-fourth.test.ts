@@ -18,7 +18,7 @@
 //   id is a lock), so notify-settings answers 503. It lasts as long as the attacker keeps its transaction (or, for
 //   advisory locks, its session). A login with no grant does the same through `postgres` (advisory locks), where
 //   PUBLIC keeps CONNECT unless operations §7 was followed; not tested here (the migrations cannot close that).
-// - H2 (medium; the gateway's own login; its test joins this file with the fix of device_reports). device_reports bounds a reported version by 2^53 - 1 only and by
+// - H2 (medium; the gateway's own login; 0033). device_reports bounds a reported version by 2^53 - 1 only and by
 //   greatest(p_lv, the record's versions), where p_lv is the caller's word: a report at 2^53 - 1 is recorded, and
 //   from then on every true report of the device is `older` and moves nothing (until the year 2255). The record's
 //   desired version, which delivery_record_arrays accepts up to now + 1 day, opens the same door for a day.
@@ -255,6 +255,84 @@ describe.each(attackers)('H1 (high): $name filling the cluster’s lock table', 
       if (!ended) await c.end().catch(() => undefined);
       // The lock table is free again once the attacker's session is gone; both replicas recover by themselves.
       await Promise.all(replicas.map((r) => r.waitReady(20_000)));
+    }
+  });
+});
+
+describe('H2 (medium): what the gateway’s login reports for a device is bounded like the bus', () => {
+  const device = 'acme-wh-door-01';
+  const FAR = '9007199254740991';
+  async function report(
+    g: pg.Client,
+    version: string,
+    localVersion: string | null,
+    outcome: 'applied' | 'rejected',
+  ): Promise<string> {
+    return g
+      .query<{ result: string }>(
+        `SELECT result FROM device_gateway.device_reports_batch($1, ARRAY[$2]::text[], ARRAY[$3]::bigint[],
+           ARRAY[$4]::text[], ARRAY[NULL]::text[], ARRAY[NULL]::jsonb[], ARRAY['plain'], ARRAY[$5]::bigint[],
+           ARRAY['0123456789abcdef'], 1000)`,
+        ['0123456789abcdef', device, version, outcome, localVersion],
+      )
+      .then(
+        (r) => r.rows[0]?.result ?? 'no row',
+        (err: Error) => `refused: ${err.message}`,
+      );
+  }
+  async function clearReported(): Promise<void> {
+    await sql`UPDATE device_gateway.device_delivery SET reported_version = NULL, reported_content = NULL,
+      reported_outcome = NULL, reported_reason = NULL, reported_settings = NULL, reported_at = NULL,
+      reported_by = NULL, reported_transport = NULL WHERE device_id = ${device}`.execute(owner);
+  }
+
+  it('a report at 2^53 - 1 (p_lv says the replica issued it) does not stop the device’s later reports', async () => {
+    const g = await connectGateway();
+    try {
+      const poisoned = await report(g, FAR, FAR, 'rejected');
+      const now = String(Date.now() * 1000);
+      const inStep = await report(g, now, now, 'applied');
+      const { rows } = await sql<{ v: string | null; outcome: string | null }>`
+        SELECT reported_version::text AS v, reported_outcome AS outcome FROM device_gateway.device_delivery
+        WHERE device_id = ${device}`.execute(owner);
+      console.log(
+        `H2a: report at 2^53-1: ${poisoned}; then an in-step report: ${inStep}; record: ${JSON.stringify(rows[0])}`,
+      );
+      // c7535b2: recorded; then `older`; the record keeps 9007199254740991 / rejected.
+      expect(inStep).toBe('recorded');
+      expect(Number(rows[0]!.v)).toBeLessThanOrEqual(Date.now() * 1000 + 60_000_000);
+    } finally {
+      await clearReported();
+    }
+  });
+
+  it('nor does a report at a desired version the login dated a day ahead (no p_lv needed)', async () => {
+    const g = await connectGateway();
+    const ahead = String((Date.now() + 23 * 3600_000) * 1000);
+    try {
+      const written = await g
+        .query<{ n: number }>(
+          `SELECT device_gateway.delivery_record_arrays($1, ARRAY[$2]::text[], ARRAY[$3]::bigint[],
+             ARRAY['registry'], ARRAY['0123456789abcdef'], ARRAY[$4]::float8[], ARRAY[NULL]::bigint[],
+             ARRAY[NULL]::text[], ARRAY[NULL]::float8[], ARRAY[NULL]::text[], ARRAY[NULL]::boolean[],
+             ARRAY[NULL]::bigint[], ARRAY[NULL]::text[], ARRAY[NULL]::float8[], ARRAY[NULL]::text[],
+             ARRAY[NULL]::float8[], ARRAY[NULL]::integer[]) AS n`,
+          ['0123456789abcdef', device, ahead, Date.now()],
+        )
+        .then(
+          (r) => `written ${r.rows[0]!.n}`,
+          (err: Error) => `refused: ${err.message}`,
+        );
+      const poisoned = await report(g, ahead, null, 'rejected');
+      const now = String(Date.now() * 1000);
+      const inStep = await report(g, now, now, 'applied');
+      console.log(
+        `H2b: desired version 23 h ahead: ${written}; a report at it: ${poisoned}; then an in-step report: ${inStep}`,
+      );
+      // c7535b2: written 1; recorded; then `older` (for 23 hours).
+      expect(inStep).toBe('recorded');
+    } finally {
+      await clearReported();
     }
   });
 });

@@ -31,6 +31,7 @@ import { connectionReserveMigration } from './connection-reserve-migration.js';
 import { rowTurnsMigration } from './row-turns-migration.js';
 import { lockFunctionsMigration } from './lock-functions-migration.js';
 import { rolloutSettingsBoundMigration } from './rollout-settings-bound-migration.js';
+import { reportsBoundMigration } from './reports-bound-migration.js';
 import { rolloutActorMigration } from './rollout-actor-migration.js';
 import { deviceReportsMigration } from './device-reports-migration.js';
 import { deviceReportsBatchMigration } from './device-reports-batch-migration.js';
@@ -167,6 +168,7 @@ export function gatewayMigrationsWith(loginPassword: string): MigrationSet {
       '0029_row_turns': rowTurnsMigration,
       '0031_lock_functions': lockFunctionsMigration,
       '0032_rollout_settings_bound': rolloutSettingsBoundMigration,
+      '0033_reports_bound': reportsBoundMigration,
       '0030_rollout_actor': rolloutActorMigration,
     },
   };
