@@ -94,6 +94,8 @@ export interface GatewayApp {
   rollouts: { assignments: AssignmentSync; driver: RolloutDriver; service: RolloutService };
   /** The batched audit rows of notifies and clears (flushed at shutdown). */
   audit: AuditQueue;
+  /** Devices' reports waiting for the record (design §3.8), unless GATEWAY_DELIVERY_RECORD=false; stopped at shutdown. */
+  reports: ReportWriter | undefined;
 }
 
 /** Wires the gateway without listening: tests drive `http` with supertest and bind `coap` to a free port. */
@@ -395,5 +397,6 @@ export function buildApp(deps: GatewayDeps): GatewayApp {
     replicaId,
     rollouts: { assignments, driver, service: rollouts },
     audit: auditQueue,
+    reports,
   };
 }

@@ -131,6 +131,14 @@ async function main(): Promise<void> {
         },
       },
       { name: 'coap', close: () => app.coap.close(2000) },
+      // After CoAP (no report arrives any more): reports still queued are answered unavailable (the device retries).
+      {
+        name: 'device reports',
+        close: () => {
+          app.reports?.stop();
+          return Promise.resolve();
+        },
+      },
       // Gives the driver lease up, so another replica drives at its next tick instead of after the lease.
       { name: 'rollout driver', close: () => app.rollouts.driver.stop() },
       // The audit rows of the last notifies and clears, before the pool closes.
