@@ -1,7 +1,8 @@
 // The audit rows of changes made at a high rate (a notify, an override's clear; design §3.1): queued when the answer
-// has gone out and written in batches, one INSERT at a time, so a thousand notifies a second cost the pool a few
-// statements a second rather than a connection each (one INSERT per notify timed out waiting for a connection at
-// 1,000/s in the notify benchmark, and took connections the bus and the delivery record need).
+// has gone out and written one INSERT at a time, each taking every row queued while the one before it ran (a group
+// commit), so a burst costs the pool one connection rather than one per row (one INSERT per notify timed out
+// waiting for a connection at 1,000/s in the notify benchmark, and took connections the bus and the delivery record
+// need). An idle queue writes a row at once, in the turn after it was queued.
 import { errorMessage, type Logger } from '@platform/service-kit';
 import type { Kysely } from 'kysely';
 import type { GatewayDatabase } from '../db/tables.js';
@@ -11,13 +12,10 @@ import { insertAuditRows, type AuditRow } from './writer.js';
 const MAX_PENDING = 20_000;
 /** Rows in one INSERT at most (a row is at most 4 KiB of detail: a statement stays under ~4 MB). */
 const MAX_BATCH = 1000;
-/** How long a row waits for companions before its batch is written (ms). */
-const FLUSH_MS = 50;
 
 export class AuditQueue {
   private pending: AuditRow[] = [];
   private flushing: Promise<void> | undefined;
-  private timer: NodeJS.Timeout | undefined;
   private dropped = 0;
 
   constructor(
@@ -25,14 +23,14 @@ export class AuditQueue {
     private readonly logger: Pick<Logger, 'error'>,
   ) {}
 
-  /** Queues a row; it is written within about FLUSH_MS plus the writes before it. */
+  /** Queues a row; it is written by the next INSERT (at once when none runs). */
   add(row: AuditRow): void {
     if (this.pending.length >= MAX_PENDING) {
       this.dropped++;
       return;
     }
     this.pending.push(row);
-    this.timer ??= setTimeout(() => void this.flush(), FLUSH_MS).unref();
+    if (this.flushing === undefined) setImmediate(() => void this.flush());
   }
 
   /** Writes what is queued (and what comes while it writes); resolves when it is written or logged. */
@@ -42,8 +40,6 @@ export class AuditQueue {
   }
 
   private async drain(): Promise<void> {
-    if (this.timer !== undefined) clearTimeout(this.timer);
-    this.timer = undefined;
     while (this.pending.length > 0) {
       const batch = this.pending.splice(0, MAX_BATCH);
       await insertAuditRows(this.db, batch).catch((err: unknown) => {
