@@ -73,7 +73,6 @@ describe('gateway success responses', () => {
   it.each<{ status: string; validate: Validator<{ status: string }> }>([
     { status: 'ok', validate: validateGatewayOkResponse },
     { status: 'reloaded', validate: validateGatewayReloadedResponse },
-    { status: 'updated', validate: validateGatewayUpdatedResponse },
   ])('accept exactly {"status": "$status"}', ({ validate, status }) => {
     expect(validate({ status }).ok).toBe(true);
     expect(errorsOf(validate({ status: 'other' }))).toEqual([
@@ -81,6 +80,29 @@ describe('gateway success responses', () => {
     ]);
     expect(pathsOf(validate({ status, extra: 1 }))).toEqual(['/extra']);
     expect(pathsOf(validate({}))).toEqual(['/status']);
+  });
+});
+
+describe('the notify answer (issue 40 §6)', () => {
+  it('keeps {"status": "updated"} and says the version and the relations notified', () => {
+    expect(validateGatewayUpdatedResponse({ status: 'updated', version: 5, relations_notified: 0 }).ok).toBe(
+      true,
+    );
+    expect(
+      errorsOf(validateGatewayUpdatedResponse({ status: 'other', version: 5, relations_notified: 0 })),
+    ).toEqual([{ path: '/status', message: 'must be "updated"' }]);
+    expect(pathsOf(validateGatewayUpdatedResponse({ status: 'updated' })).sort()).toEqual([
+      '/relations_notified',
+      '/version',
+    ]);
+    expect(
+      pathsOf(validateGatewayUpdatedResponse({ status: 'updated', version: 1, relations_notified: -1 })),
+    ).toEqual(['/relations_notified']);
+    expect(
+      pathsOf(
+        validateGatewayUpdatedResponse({ status: 'updated', version: 1, relations_notified: 0, extra: 1 }),
+      ),
+    ).toEqual(['/extra']);
   });
 });
 
