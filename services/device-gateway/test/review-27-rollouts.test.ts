@@ -80,6 +80,9 @@ describe('review 27: the SECURITY DEFINER functions', () => {
   // function it wrote. rollout_step's `v_actor text := ...` then runs that function as the functions' owner
   // (the migration owner; a superuser in the tests): any SQL, e.g. a write to the registry.
   it('the login cannot run its own SQL as the functions owner through a pg_temp type (rollout_step)', async () => {
+    // Since 0031 PUBLIC has no TEMP on the platform's database; given back here, so the definer functions' own
+    // search_path (0007) is what this checks.
+    await sql.raw(`GRANT TEMP ON DATABASE "${gw.database.name}" TO device_gateway_login`).execute(gw.owner);
     const attacker = new pg.Client({ connectionString: loginUrl(gw.database.url) });
     await attacker.connect();
     try {
@@ -100,6 +103,9 @@ describe('review 27: the SECURITY DEFINER functions', () => {
         .catch(() => undefined);
     } finally {
       await attacker.end();
+      await sql
+        .raw(`REVOKE TEMP ON DATABASE "${gw.database.name}" FROM device_gateway_login`)
+        .execute(gw.owner);
     }
     const { rows } = await sql<{ name: string }>`
       SELECT name FROM device_gateway.device_registry WHERE device_id = 'r27-pwned'`.execute(gw.owner);

@@ -10,7 +10,6 @@ import { API_LOGIN, devRolePasswords } from '@platform/enterprise-db';
 import { sql, type Kysely } from 'kysely';
 import type pg from 'pg';
 import type { GatewayDatabase } from '../src/db/tables.js';
-import { RawCoapClient, json } from './support/coap-client.js';
 import {
   NOBODY_PASSWORD,
   STRANGER_PASSWORD,
@@ -18,6 +17,7 @@ import {
   type PlatformDatabase,
 } from './support/platform-database.js';
 import { startReplica, type Replica } from './support/replicas.js';
+import { documentServedBy, until } from './support/attack.js';
 import { viewOf } from './support/view-cluster.js';
 
 jest.setTimeout(180_000);
@@ -49,15 +49,7 @@ interface Doc {
 }
 
 /** The settings document a fresh observer of DEVICE gets from `r` now. */
-async function servedBy(r: Replica): Promise<Doc> {
-  const client = await RawCoapClient.observeSettings(r.coapPort, DEVICE);
-  try {
-    const first = client.inbox.find((x) => x.packet.code === '2.05')!;
-    return json(first.packet) as unknown as Doc;
-  } finally {
-    await client.close();
-  }
-}
+const servedBy = async (r: Replica): Promise<Doc> => (await documentServedBy(r, DEVICE)) as unknown as Doc;
 
 const bus = async (r: Replica): Promise<Record<string, number>> =>
   (await r.cluster()) as unknown as Record<string, number>;
@@ -219,12 +211,3 @@ describe.each(attackers)('$name against the replica bus', ({ connect }) => {
     ).toEqual([]);
   });
 });
-
-async function until(check: () => Promise<boolean>, what: string, timeoutMs = 10_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (Date.now() < deadline) {
-    if (await check()) return;
-    await new Promise((r) => setTimeout(r, 25));
-  }
-  throw new Error(`timed out waiting for ${what}`);
-}

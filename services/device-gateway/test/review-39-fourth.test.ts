@@ -34,18 +34,19 @@
 //   change), and can stall a migration's DDL with the sequence-function lock until the run gives up (operations §6
 //   documents finding and ending the holder).
 import { afterAll, beforeAll, describe, expect, it, jest } from '@jest/globals';
-import { API_LOGIN, AUTHENTICATOR, PORTAL_ANON, devRolePasswords } from '@platform/enterprise-db';
 import { sql, type Kysely } from 'kysely';
 import type pg from 'pg';
 import type { GatewayDatabase } from '../src/db/tables.js';
-import { RawCoapClient, json } from './support/coap-client.js';
-import { API_KEYS, loginUrl } from './support/gateway.js';
-import {
-  STRANGER_PASSWORD,
-  startPlatformDatabase,
-  type PlatformDatabase,
-} from './support/platform-database.js';
+import { startPlatformDatabase, type PlatformDatabase } from './support/platform-database.js';
 import { startReplica, type Replica } from './support/replicas.js';
+import {
+  attackersOf,
+  connectGatewayLogin,
+  postWithin,
+  servedBy as servedByOf,
+  until,
+  within,
+} from './support/attack.js';
 
 jest.setTimeout(240_000);
 
@@ -57,81 +58,9 @@ let platform: PlatformDatabase;
 let owner: Kysely<GatewayDatabase>;
 let replicas: Replica[] = [];
 
-const connectStranger = (): Promise<pg.Client> => platform.connectAs(platform.stranger, STRANGER_PASSWORD);
-const connectGateway = (): Promise<pg.Client> =>
-  platform.connectAs('device_gateway_login', new URL(loginUrl(platform.database.url)).password);
-
-const attackers: { name: string; connect: () => Promise<pg.Client> }[] = [
-  { name: 'a login with CONNECT only', connect: connectStranger },
-  {
-    name: "the workflow's login",
-    connect: () => platform.connectAs(API_LOGIN, devRolePasswords.enterpriseApi),
-  },
-  {
-    name: 'PostgREST’s authenticator as the anonymous role',
-    connect: async () => {
-      const c = await platform.connectAs(AUTHENTICATOR, devRolePasswords.authenticator);
-      await c.query(`SET ROLE ${PORTAL_ANON}`);
-      return c;
-    },
-  },
-];
-
-/** A POST with a deadline: `status` 0 when no answer came within `ms`. */
-async function postWithin(
-  r: Replica,
-  path: string,
-  body: unknown,
-  ms: number,
-): Promise<{ status: number; body: Record<string, unknown>; ms: number }> {
-  const t0 = Date.now();
-  try {
-    const res = await fetch(`${r.url}${path}`, {
-      method: 'POST',
-      headers: { Authorization: `Bearer ${API_KEYS[0]!}`, 'Content-Type': 'application/json' },
-      body: JSON.stringify(body),
-      signal: AbortSignal.timeout(ms),
-    });
-    const text = await res.text();
-    return {
-      status: res.status,
-      body: text === '' ? {} : (JSON.parse(text) as Record<string, unknown>),
-      ms: Date.now() - t0,
-    };
-  } catch {
-    return { status: 0, body: {}, ms: Date.now() - t0 };
-  }
-}
-
-/** Resolves to `work`'s outcome, or 'pending' when it has not settled within `ms`. */
-async function within<T>(work: Promise<T>, ms: number): Promise<T | 'pending'> {
-  let timer: NodeJS.Timeout | undefined;
-  const result = await Promise.race([
-    work,
-    new Promise<'pending'>((r) => (timer = setTimeout(() => r('pending'), ms))),
-  ]);
-  clearTimeout(timer);
-  return result;
-}
-
-async function servedBy(r: Replica, device = DEVICE): Promise<Record<string, unknown>> {
-  const client = await RawCoapClient.observeSettings(r.coapPort, device);
-  try {
-    const first = client.inbox.find((x) => x.packet.code === '2.05')!;
-    return (json(first.packet) as { settings: Record<string, unknown> }).settings;
-  } finally {
-    await client.close();
-  }
-}
-
-async function until(check: () => Promise<boolean>, what: string, timeoutMs = 10_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (Date.now() < deadline) {
-    if (await check()) return;
-    await new Promise((r) => setTimeout(r, 50));
-  }
-  throw new Error(`timed out waiting for ${what}`);
-}
+const connectGateway = (): Promise<pg.Client> => connectGatewayLogin(platform);
+const attackers = attackersOf(() => platform);
+const servedBy = (r: Replica, device = DEVICE): Promise<Record<string, unknown>> => servedByOf(r, device);
 
 /**
  * The attack of H1: fills the cluster's lock table from `c` with what PUBLIC may do by default, each way tried
