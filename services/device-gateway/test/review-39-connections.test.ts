@@ -98,7 +98,10 @@ describe('connection slots the gateway keeps (issue 39)', () => {
       expect(reserve.openToPublic).toEqual(expect.arrayContaining(['postgres', database.name]));
       expect(connectionReserveGap(reserve)).toBe('reserved_connections is 0');
       // This cluster's databases give PUBLIC CONNECT only (=c), not TEMP, so TEMP is not named here.
-      expect(lockTableGap(reserve)).toBe('PUBLIC still has EXECUTE on nextval, EXECUTE on pg_advisory_lock');
+      expect(lockTableGap(reserve)).toBe(
+        'PUBLIC still has EXECUTE on nextval, EXECUTE on pg_advisory_lock, EXECUTE on pg_get_object_address, ' +
+          'EXECUTE on lo_from_bytea',
+      );
     } finally {
       await db.destroy();
       await database.drop();

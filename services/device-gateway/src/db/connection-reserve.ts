@@ -11,8 +11,9 @@ export interface ConnectionReserve {
   /** Databases of the cluster any login may connect to (CONNECT held by PUBLIC). */
   openToPublic: string[];
   /**
-   * What lets any login of this database fill the cluster's lock table (migration 0031): EXECUTE for PUBLIC on
-   * nextval or pg_advisory_lock, TEMP for PUBLIC on the database. Empty when 0031 took them.
+   * What lets any login of this database fill the cluster's lock table or its disk (migrations 0031, 0034): EXECUTE
+   * for PUBLIC on nextval, pg_advisory_lock, pg_get_object_address or the large-object functions, TEMP for PUBLIC on
+   * the database. Empty when those migrations took them.
    */
   lockRightsOfPublic: string[];
 }
@@ -30,7 +31,11 @@ export async function readConnectionReserve(db: Kysely<unknown>): Promise<Connec
               ('EXECUTE on nextval', pg_catalog.has_function_privilege('public', 'pg_catalog.nextval(regclass)', 'EXECUTE')),
               ('EXECUTE on pg_advisory_lock',
                pg_catalog.has_function_privilege('public', 'pg_catalog.pg_advisory_lock(bigint)', 'EXECUTE')),
-              ('TEMP on the database', pg_catalog.has_database_privilege('public', pg_catalog.current_database(), 'TEMP'))
+              ('TEMP on the database', pg_catalog.has_database_privilege('public', pg_catalog.current_database(), 'TEMP')),
+              ('EXECUTE on pg_get_object_address', pg_catalog.has_function_privilege('public',
+                'pg_catalog.pg_get_object_address(text, text[], text[])', 'EXECUTE')),
+              ('EXECUTE on lo_from_bytea',
+               pg_catalog.has_function_privilege('public', 'pg_catalog.lo_from_bytea(oid, bytea)', 'EXECUTE'))
             ) AS x(w, open) WHERE open) AS locks`.execute(db);
   const row = rows[0];
   if (row === undefined) throw new Error('connection reserve: no answer');

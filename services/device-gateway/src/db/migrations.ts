@@ -32,6 +32,7 @@ import { rowTurnsMigration } from './row-turns-migration.js';
 import { lockFunctionsMigration } from './lock-functions-migration.js';
 import { rolloutSettingsBoundMigration } from './rollout-settings-bound-migration.js';
 import { reportsBoundMigration } from './reports-bound-migration.js';
+import { objectFunctionsMigration } from './object-functions-migration.js';
 import { rolloutActorMigration } from './rollout-actor-migration.js';
 import { deviceReportsMigration } from './device-reports-migration.js';
 import { deviceReportsBatchMigration } from './device-reports-batch-migration.js';
@@ -169,6 +170,7 @@ export function gatewayMigrationsWith(loginPassword: string): MigrationSet {
       '0031_lock_functions': lockFunctionsMigration,
       '0032_rollout_settings_bound': rolloutSettingsBoundMigration,
       '0033_reports_bound': reportsBoundMigration,
+      '0034_object_functions': objectFunctionsMigration,
       '0030_rollout_actor': rolloutActorMigration,
     },
   };
