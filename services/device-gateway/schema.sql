@@ -306,7 +306,7 @@ device_gateway.rollouts.updated_at timestamp with time zone NOT NULL DEFAULT now
 
 device_gateway.rollouts.waves integer NOT NULL COMMENT -
 
--- constraints (165)
+-- constraints (168)
 device_gateway.audit_events audit_events_action_check CHECK ((action ~ '^[a-z][a-z_.]{0,63}$'::text))
 device_gateway.audit_events audit_events_action_not_null NOT NULL action
 device_gateway.audit_events audit_events_at_not_null NOT NULL at
@@ -413,6 +413,7 @@ device_gateway.rollout_assignments rollout_assignments_pkey PRIMARY KEY (device_
 device_gateway.rollout_assignments rollout_assignments_rollout_id_not_null NOT NULL rollout_id
 device_gateway.rollout_assignments rollout_assignments_seq_not_null NOT NULL seq
 device_gateway.rollout_assignments rollout_assignments_settings_check CHECK (((settings IS NULL) OR (jsonb_typeof(settings) = 'object'::text)))
+device_gateway.rollout_assignments rollout_assignments_settings_size CHECK ((octet_length((settings)::text) <= 4096)) NOT VALID
 device_gateway.rollout_driver rollout_driver_holder_check CHECK ((holder ~ '^[0-9a-f]{16}$'::text))
 device_gateway.rollout_driver rollout_driver_id_check CHECK (id)
 device_gateway.rollout_driver rollout_driver_id_not_null NOT NULL id
@@ -437,6 +438,7 @@ device_gateway.rollout_targets rollout_targets_position_not_null NOT NULL "posit
 device_gateway.rollout_targets rollout_targets_prev_settings_not_null NOT NULL prev_settings
 device_gateway.rollout_targets rollout_targets_rollout_id_not_null NOT NULL rollout_id
 device_gateway.rollout_targets rollout_targets_settings_check CHECK (((jsonb_typeof(settings) = 'object'::text) AND (octet_length((settings)::text) <= 65536)))
+device_gateway.rollout_targets rollout_targets_settings_size CHECK ((octet_length((settings)::text) <= 4096)) NOT VALID
 device_gateway.rollout_targets rollout_targets_wave_not_null NOT NULL wave
 device_gateway.rollouts rollouts_abort_share_check CHECK (((abort_share > (0)::double precision) AND (abort_share <= (1)::double precision)))
 device_gateway.rollouts rollouts_abort_share_not_null NOT NULL abort_share
@@ -463,6 +465,7 @@ device_gateway.rollouts rollouts_seq_key UNIQUE (seq)
 device_gateway.rollouts rollouts_seq_not_null NOT NULL seq
 device_gateway.rollouts rollouts_settings_check CHECK (((jsonb_typeof(settings) = 'object'::text) AND (octet_length((settings)::text) <= 65536)))
 device_gateway.rollouts rollouts_settings_not_null NOT NULL settings
+device_gateway.rollouts rollouts_settings_size CHECK ((octet_length((settings)::text) <= 4096)) NOT VALID
 device_gateway.rollouts rollouts_state_check CHECK ((state = ANY (ARRAY['active'::text, 'paused'::text, 'completed'::text, 'cancelled'::text, 'rolled_back'::text])))
 device_gateway.rollouts rollouts_state_not_null NOT NULL state
 device_gateway.rollouts rollouts_success_share_check CHECK (((success_share >= (0)::double precision) AND (success_share <= (1)::double precision)))
@@ -586,6 +589,9 @@ BEGIN
   -- Above the override's version, so every replica's last-writer-wins rule takes the tombstone.
   IF FOUND THEN
     v := greatest(v, b.version + 1);
+  ELSIF NOT EXISTS (SELECT 1 FROM device_gateway.device_registry r WHERE r.device_id = p_device) THEN
+    -- No row to end and no such device: nothing kept (a tombstone per invented id would grow without bound).
+    RETURN jsonb_build_object('cleared', false, 'version', v);
   END IF;
   INSERT INTO device_gateway.bus_overrides AS o (device_id, version, origin, settings, seq)
   VALUES (p_device, v, p_origin, NULL, pg_catalog.nextval('device_gateway.bus_seq'))
@@ -1175,7 +1181,7 @@ BEGIN
     RETURN NEXT;
   END LOOP;
 END $function$
-OWNER <migrator> ACL <migrator>:EXECUTE,device_gateway_login:EXECUTE COMMENT -
+OWNER <migrator> ACL <migrator>:EXECUTE COMMENT -
 
 CREATE OR REPLACE FUNCTION device_gateway.device_reports_batch(p_replica text, p_d text[], p_v bigint[], p_o text[], p_r text[], p_s jsonb[], p_t text[], p_lv bigint[], p_lc text[], p_recent_ms integer)
  RETURNS TABLE(device_id text, result text)
@@ -1188,6 +1194,8 @@ AS $function$
 DECLARE
   n integer := cardinality(p_d);
   v_now_us double precision := extract(epoch FROM now()) * 1000000;
+  -- No version is trusted past the bus's bound (0017): 60 s ahead of the database's clock.
+  v_future_us double precision := extract(epoch FROM now()) * 1000000 + 60000000;
 BEGIN
   IF p_replica IS NULL OR p_replica !~ '^[0-9a-f]{16}$' OR n IS NULL OR n > 5000
      OR cardinality(p_v) <> n OR cardinality(p_o) <> n OR cardinality(p_r) <> n OR cardinality(p_s) <> n
@@ -1212,7 +1220,9 @@ BEGIN
     SELECT x.d, x.v, x.o, x.r, x.s, x.t, x.lv, x.lc, x.i, reg.site_id AS site,
            reg.device_id IS NOT NULL AS registered, t.device_id IS NOT NULL AS found,
            t.desired_version AS tdv, t.desired_content AS tdc, t.sent_version AS tsv, t.sent_content AS tsc,
-           t.acked_version AS tav, t.acked_content AS tac, t.reported_version AS trv, t.reported_content AS trc
+           t.acked_version AS tav, t.acked_content AS tac,
+           -- A reported version past the bound (written before 0033) gives way to an in-step report.
+           CASE WHEN t.reported_version <= v_future_us THEN t.reported_version END AS trv, t.reported_content AS trc
     FROM unnest(p_d, p_v, p_o, p_r, p_s, p_t, p_lv, p_lc) WITH ORDINALITY AS x(d, v, o, r, s, t, lv, lc, i)
     LEFT JOIN device_gateway.device_registry reg ON reg.device_id = x.d
     LEFT JOIN device_gateway.device_delivery t ON t.device_id = x.d
@@ -1220,6 +1230,7 @@ BEGIN
     SELECT b.*,
       CASE
         WHEN NOT b.registered THEN 'unknown_device'
+        WHEN b.v > v_future_us THEN 'not_issued'
         WHEN b.v > greatest(coalesce(b.lv, 0), coalesce(b.tdv, 0), coalesce(b.tsv, 0), coalesce(b.tav, 0),
                             coalesce(b.trv, 0))
           THEN CASE WHEN b.v >= v_now_us - p_recent_ms * 1000.0 AND b.v <= v_now_us + 60000000
@@ -1255,7 +1266,7 @@ BEGIN
         reported_settings = excluded.reported_settings, reported_at = excluded.reported_at,
         reported_by = excluded.reported_by, reported_transport = excluded.reported_transport,
         heard_at = greatest(t.heard_at, excluded.heard_at), updated_at = now()
-    WHERE excluded.reported_version >= coalesce(t.reported_version, -1)
+    WHERE excluded.reported_version >= coalesce(CASE WHEN t.reported_version <= v_future_us THEN t.reported_version END, -1)
     RETURNING t.device_id
   )
   SELECT w.d, CASE WHEN w.verdict = 'recorded' AND w.rk > 1 THEN 'older' ELSE w.verdict END
