@@ -8,7 +8,9 @@ import { dataDir, envPort, localPorts } from './lib/local.js';
 
 const user = process.argv[2];
 if (user === undefined || !(user in demoUsers || user in opsUsers)) {
-  console.error(`usage: npm run token -- <${[...Object.keys(demoUsers), ...Object.keys(opsUsers)].join('|')}>`);
+  console.error(
+    `usage: npm run token -- <${[...Object.keys(demoUsers), ...Object.keys(opsUsers)].join('|')}>`,
+  );
   process.exit(2);
 }
 const port = envPort(process.env, 'LOCAL_ISSUER_PORT', localPorts.issuer);

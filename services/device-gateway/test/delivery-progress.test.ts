@@ -262,9 +262,7 @@ describe('the rollout driver and a record that is behind', () => {
       SELECT device_gateway.rollout_create(${JSON.stringify({ site_ids: [SITE] })}::jsonb,
         ${JSON.stringify(SETTINGS)}::jsonb, ${content},
         '{"first_wave_percent": 100, "growth_factor": 2, "success_share": 1, "abort_share": 1, "deadline_s": 1}'::jsonb,
-        100000) AS r`.execute(
-      login,
-    );
+        100000) AS r`.execute(login);
     const id = rows[0]!.r.rollout_id;
     const writer = new HeldWriter(login);
     const recorder = new DeliveryRecorder({

@@ -49,7 +49,9 @@ export class TableLockPostgresAdapter extends PostgresAdapter {
     const { rows } = await sql`SELECT 1 FROM ${table} WHERE id = ${options.lockRowId} FOR UPDATE`.execute(db);
     // The migrator writes the row before it locks; without it nothing would be serialised.
     if (rows.length !== 1) throw new Error(`migration lock row missing in ${options.lockTable}`);
-    await sql`SELECT set_config('lock_timeout', ${`${MIGRATION_STATEMENT_LOCK_TIMEOUT_MS}ms`}, true)`.execute(db);
+    await sql`SELECT set_config('lock_timeout', ${`${MIGRATION_STATEMENT_LOCK_TIMEOUT_MS}ms`}, true)`.execute(
+      db,
+    );
   }
 
   override async releaseMigrationLock(db: Kysely<unknown>): Promise<void> {

@@ -35,7 +35,7 @@ function scopeClaim(value: unknown): string[] | null | 'invalid' {
   if (value === undefined || value === null) return null;
   const list = typeof value === 'string' ? [value] : value;
   if (!Array.isArray(list) || list.length > MAX_SCOPE_ENTRIES || !list.every(isUuid)) return 'invalid';
-  return (list).map((id) => id.toLowerCase());
+  return list.map((id) => id.toLowerCase());
 }
 
 /** The highest fleet role among the operations client's roles, or undefined. */

@@ -69,13 +69,7 @@ export interface DeviceDeliveryTable {
 
 /** Where a device's delivery stands (migration 0023 derives it in the row; design §3.8). */
 export type DeliveryState =
-  | 'applied'
-  | 'rejected'
-  | 'acknowledged'
-  | 'pending'
-  | 'sent_unconfirmed'
-  | 'unobserved'
-  | 'stale';
+  'applied' | 'rejected' | 'acknowledged' | 'pending' | 'sent_unconfirmed' | 'unobserved' | 'stale';
 
 export interface GatewayDatabase {
   'device_gateway.device_delivery': DeviceDeliveryTable;
