@@ -205,11 +205,14 @@ export async function lockAndCountOpenUploads(
   uploadedBy: string,
   siteId: string,
 ): Promise<{ byUploader: number; atSite: number }> {
-  // Row locks on the workflow's own table (enterprise migration 0016), which no other login may write or lock.
-  for (const gate of [`uploader:${uploadedBy}`, `site:${siteId}`]) {
-    await sql`INSERT INTO enterprise.multipart_gates AS g (gate) VALUES (${gate})
-      ON CONFLICT (gate) DO UPDATE SET gate = g.gate`.execute(db);
-  }
+  // Row locks on the workflow's own table (enterprise migration 0016), which no other login may write or lock. The
+  // site's row only for a site the caller may see (the table's policy allows no other); for another the intent's
+  // insert is refused afterwards as before (404), and there is nothing to serialise.
+  await sql`INSERT INTO enterprise.multipart_gates AS g (gate) VALUES (${`uploader:${uploadedBy}`})
+    ON CONFLICT (gate) DO UPDATE SET gate = g.gate`.execute(db);
+  await sql`INSERT INTO enterprise.multipart_gates AS g (gate)
+    SELECT ${`site:${siteId}`} WHERE ${siteId}::text = ANY ((SELECT enterprise_api.authorized_site_ids())::text[])
+    ON CONFLICT (gate) DO UPDATE SET gate = g.gate`.execute(db);
   const { rows } = await sql<{ by_uploader: number; at_site: number }>`
     SELECT
       (SELECT count(*)::integer FROM enterprise.media_items
