@@ -198,7 +198,16 @@ describe('where a setting went, across two replicas', () => {
       20_000,
       'notifications on A',
     );
-    const fromB = await until(b, CON, (v) => v.delivery?.state === 'acknowledged', 'CON acknowledged');
+    // Acknowledged at the last version the device printed: a registration's answer is confirmed by a CON of the
+    // same settings (design §3.8), whose acknowledgement may land after the first 'acknowledged' is read.
+    const fromB = await until(
+      b,
+      CON,
+      (v) =>
+        v.delivery?.state === 'acknowledged' &&
+        v.delivery.acknowledged?.version === versions(con.output()).at(-1),
+      'CON acknowledged at the last version the device saw',
+    );
     expect(fromB.settings.settings).toEqual({ reporting_interval_s: 333 });
     expect(fromB.delivery!.acknowledged).toMatchObject({
       replica: originA,
