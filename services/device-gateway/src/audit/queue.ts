@@ -49,12 +49,23 @@ export class AuditQueue {
         await new Promise<void>((resolve) => setTimeout(resolve, BATCH_MS));
       first = false;
       const batch = this.pending.splice(0, MAX_BATCH);
-      await insertAuditRows(this.db, batch).catch((err: unknown) => {
-        this.logger.error('audit rows not written', {
-          rows: batch.length,
-          actions: [...new Set(batch.map((r) => r.action))],
-          error: errorMessage(err),
-        });
+      await insertAuditRows(this.db, batch).catch(async (err: unknown) => {
+        // One row the table refuses must not take the batch with it: the rows again, one at a time.
+        if (batch.length > 1)
+          for (const row of batch)
+            await insertAuditRows(this.db, [row]).catch((one: unknown) => {
+              this.logger.error('audit rows not written', {
+                rows: 1,
+                actions: [row.action],
+                error: errorMessage(one),
+              });
+            });
+        else
+          this.logger.error('audit rows not written', {
+            rows: batch.length,
+            actions: [...new Set(batch.map((r) => r.action))],
+            error: errorMessage(err),
+          });
       });
     }
     if (this.dropped > 0) {

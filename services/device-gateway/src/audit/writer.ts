@@ -2,7 +2,7 @@
 // who (the principal), the request id and source address (when it came over HTTP), what, and the scope it touched;
 // each writes one append-only row of device_gateway.audit_events (migration 0025). A function that is given a
 // transaction writes in it, so the change and its row commit together.
-import type { Insertable, Kysely, Transaction } from 'kysely';
+import { sql, type Insertable, type Kysely, type Transaction } from 'kysely';
 import type { GatewayDatabase } from '../db/tables.js';
 import type { Principal } from '../auth/principal.js';
 import type { AuditDatabase, AuditEventsTable } from './table.js';
@@ -46,12 +46,27 @@ export async function recordAudit(
   await insertAuditRows(db, [auditRow(origin, action, scope, detail)]);
 }
 
-/** Writes rows in one statement. */
+/** A row's detail as stored: at most MAX_DETAIL_TEXT bytes of jsonb text, else a note of what was left out. */
+const MAX_DETAIL_TEXT = 4000;
+
+/**
+ * Writes rows in one statement. A detail is bounded where its size is known, as jsonb prints it: jsonb spells
+ * numbers without exponents, so 1.8e308 from a caller's settings takes 309 bytes, and one such row past 0025's 4 KiB
+ * check refused the whole batch (a cold review lost a burst of other callers' rows that way). A detail too long is
+ * stored as {"truncated": true, "bytes": n}; the rest of the row stands.
+ */
 export async function insertAuditRows(db: Db, rows: readonly AuditRow[]): Promise<void> {
   if (rows.length === 0) return;
   await (db as unknown as Kysely<AuditDatabase>)
     .insertInto('device_gateway.audit_events')
-    .values([...rows])
+    .values(
+      rows.map((r) => ({
+        ...r,
+        detail: sql<string>`(CASE WHEN octet_length(${r.detail}::jsonb::text) <= ${MAX_DETAIL_TEXT}
+          THEN ${r.detail}::jsonb
+          ELSE jsonb_build_object('truncated', true, 'bytes', octet_length(${r.detail}::jsonb::text)) END)`,
+      })),
+    )
     .execute();
 }
 

@@ -91,9 +91,12 @@ export function requirePrincipal(deps: AuthDeps): RequestHandler {
 }
 
 /**
- * Writes a change's audit row once its answer (200) has gone out: the row costs the caller no database round trip
- * (the notify path's latency, design §3.1) and a database that cannot be reached delays no answer. A row that
- * cannot be written is logged at error level with its action; the change stands.
+ * Writes a change's audit row once the route answers it 200, in the turn after the answer is handed to the socket:
+ * the row costs the caller no database round trip (the notify path's latency, design §3.1) and a database that
+ * cannot be reached delays no answer. It hooks the route's `res.end`, not the socket's 'finish': a client that hung
+ * up before the change committed gets no 'finish', and its change must still be recorded (a cold review dropped the
+ * connection to escape the audit). A row that cannot be written is logged at error level with its action; the
+ * change stands.
  */
 export function auditWhenAnswered(
   req: Request,
@@ -102,14 +105,22 @@ export function auditWhenAnswered(
   write: (origin: AuditOrigin) => Promise<void> | void,
 ): void {
   const origin = auditOrigin(req, res);
-  res.once('finish', () => {
-    if (res.statusCode !== 200) return;
-    Promise.resolve()
-      .then(() => write(origin))
-      .catch((err: unknown) => {
-        req.log.error('audit row not written', { action, error: String(err) });
-      });
-  });
+  const end = res.end.bind(res) as (...args: unknown[]) => Response;
+  let answered = false;
+  res.end = ((...args: unknown[]) => {
+    if (!answered) {
+      answered = true;
+      if (res.statusCode === 200)
+        setImmediate(() => {
+          Promise.resolve()
+            .then(() => write(origin))
+            .catch((err: unknown) => {
+              req.log.error('audit row not written', { action, error: String(err) });
+            });
+        });
+    }
+    return end(...args);
+  }) as Response['end'];
 }
 
 /** The principal `requirePrincipal` authenticated for this request. */
