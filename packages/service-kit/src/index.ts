@@ -8,6 +8,8 @@ export {
   bearerToken,
   countNonBearerSecrets,
   fingerprint,
+  keyedFingerprint,
+  KeyedSecretSet,
   NotARegularFileError,
   readRegularFile,
   readSecretList,

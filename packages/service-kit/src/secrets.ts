@@ -1,4 +1,5 @@
-import { hash, timingSafeEqual } from 'node:crypto';
+import { createHmac, createSecretKey, hash, randomBytes, timingSafeEqual } from 'node:crypto';
+import type { KeyObject } from 'node:crypto';
 import { closeSync, constants, fstatSync, openSync, readFileSync } from 'node:fs';
 import type { Stats } from 'node:fs';
 import type { IncomingHttpHeaders } from 'node:http';
@@ -117,6 +118,35 @@ export class SecretSet {
   /** Keep secrets out of JSON and util.inspect output. */
   toJSON(): { size: number; fingerprints: string[] } {
     return { size: this.size, fingerprints: this.fingerprints() };
+  }
+}
+
+/**
+ * The key of keyed fingerprints: 32 random bytes drawn once per process, never shown or stored. An unkeyed digest
+ * (`fingerprint`) lets whoever reads it test guesses at a secret offline (issue 39: a holder of one API key reading
+ * /api/config, a reader of the workflow's logs); a fingerprint keyed with a secret that never leaves the process
+ * cannot be computed, or a guess tested, anywhere else. It names a secret only within one process's life: enough to
+ * see that a SIGHUP rotation took the new secret and dropped the old one.
+ */
+const FINGERPRINT_KEY: KeyObject = createSecretKey(randomBytes(32));
+
+/** `hmac-sha256:` and 12 hex digits of the secret's HMAC-SHA-256 under this process's fingerprint key. */
+export function keyedFingerprint(secret: string): string {
+  return `hmac-sha256:${createHmac('sha256', FINGERPRINT_KEY).update(secret, 'utf8').digest('hex').slice(0, 12)}`;
+}
+
+/** A SecretSet whose fingerprints are keyed (`keyedFingerprint`) wherever they are shown or logged. */
+export class KeyedSecretSet extends SecretSet {
+  readonly #fingerprints: string[];
+
+  constructor(secrets: Iterable<string>) {
+    const unique = [...new Set(secrets)].filter((secret) => secret !== '');
+    super(unique);
+    this.#fingerprints = unique.map(keyedFingerprint);
+  }
+
+  override fingerprints(): string[] {
+    return [...this.#fingerprints];
   }
 }
 

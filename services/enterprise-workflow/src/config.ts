@@ -1,6 +1,5 @@
 // The workflow's whole configuration, read once from the environment at boot (design §5.1) and passed
 // in; nothing else reads process.env.
-import { createHmac, createSecretKey, randomBytes, type KeyObject } from 'node:crypto';
 import {
   ConfigError,
   countNonBearerSecrets,
@@ -9,8 +8,9 @@ import {
   LOG_LEVELS,
   loadConfig,
   NotARegularFileError,
+  keyedFingerprint,
+  KeyedSecretSet,
   readSecretList,
-  SecretSet,
 } from '@platform/service-kit';
 import type { DatabaseDeadlines, LogLevel } from '@platform/service-kit';
 import type { S3Settings } from './storage/s3-client.js';
@@ -191,37 +191,14 @@ export function readWebhookTokens(source: { value: string | undefined; file: str
   return webhookTokens;
 }
 
-/**
- * The key of the webhook tokens' fingerprints: 32 random bytes drawn once per process, never shown or stored, as
- * the gateway keys its API keys' (issue 39). The SIGHUP reload logs the tokens' fingerprints; an unkeyed digest
- * there (the first 48 bits of a token's SHA-256, service-kit's `fingerprint`) let whoever reads the logs test
- * guesses at a token offline. A keyed one names a token only within one process's life: enough to see in its
- * log that a rotation took the new token and dropped the old one; another replica or a restart shows others.
- */
-const FINGERPRINT_KEY: KeyObject = createSecretKey(randomBytes(32));
-
-/** `hmac-sha256:` and 12 hex digits of the token's HMAC-SHA-256 under this process's FINGERPRINT_KEY. */
-export function webhookTokenFingerprint(token: string): string {
-  return `hmac-sha256:${createHmac('sha256', FINGERPRINT_KEY).update(token, 'utf8').digest('hex').slice(0, 12)}`;
-}
+/** A webhook token's fingerprint, keyed with a per-process secret (service-kit keyedFingerprint; issue 39). */
+export const webhookTokenFingerprint = keyedFingerprint;
 
 /**
- * The webhook's accepted tokens: a SecretSet (constant-time checks) whose fingerprints are keyed
- * (webhookTokenFingerprint) wherever they appear: the SIGHUP reload's log line, the set's JSON form.
+ * The webhook's accepted tokens: a SecretSet (constant-time checks) whose fingerprints are keyed wherever they
+ * appear: the SIGHUP reload's log line, the set's JSON form.
  */
-export class WebhookTokens extends SecretSet {
-  readonly #fingerprints: string[];
-
-  constructor(tokens: Iterable<string>) {
-    const unique = [...new Set(tokens)].filter((token) => token !== '');
-    super(unique);
-    this.#fingerprints = unique.map(webhookTokenFingerprint);
-  }
-
-  override fingerprints(): string[] {
-    return [...this.#fingerprints];
-  }
-}
+export class WebhookTokens extends KeyedSecretSet {}
 
 /** Shortest webhook token accepted (a generated one is 32+ characters; the development one is 17). */
 export const MIN_WEBHOOK_TOKEN_LENGTH = 16;

@@ -6,49 +6,18 @@
 //   3f9c…
 //   name=ci-deployer role=operator sites=5e000000-0000-4000-8000-000000000a01 key=8a1d…
 //   name=borealis-bms role=viewer companies=c0000000-0000-4000-8000-0000000b0ea1 key=77e0…
-import {
-  createHash,
-  createHmac,
-  createSecretKey,
-  randomBytes,
-  timingSafeEqual,
-  type KeyObject,
-} from 'node:crypto';
-import { countNonBearerSecrets, SecretSet } from '@platform/service-kit';
+import { createHash, timingSafeEqual } from 'node:crypto';
+import { countNonBearerSecrets, keyedFingerprint, KeyedSecretSet } from '@platform/service-kit';
 import { ANONYMOUS_KEY, isRole, Principal, ROLES, type Role } from './principal.js';
 
-/**
- * The key of the API keys' fingerprints: 32 random bytes drawn once per process, never shown or stored. An
- * unkeyed digest (the first 48 bits of a key's SHA-256, shown before by /api/config and in the reload's log line)
- * lets a holder of one API key, who may read /api/config, test guesses at another key offline; a fingerprint
- * keyed with a secret that never leaves the process cannot be computed, or a guess tested, anywhere else (issue
- * 39). The price: a key's fingerprint differs between replicas and across restarts, so it names a key only within
- * one process's life (enough to see that a SIGHUP rotation took the new key and dropped the old one).
- */
-const FINGERPRINT_KEY: KeyObject = createSecretKey(randomBytes(32));
-
-/** `hmac-sha256:` and 12 hex digits of the key's HMAC-SHA-256 under this process's FINGERPRINT_KEY. */
-export function apiKeyFingerprint(key: string): string {
-  return `hmac-sha256:${createHmac('sha256', FINGERPRINT_KEY).update(key, 'utf8').digest('hex').slice(0, 12)}`;
-}
+/** An API key's fingerprint, keyed with a per-process secret (service-kit keyedFingerprint; issue 39). */
+export const apiKeyFingerprint = keyedFingerprint;
 
 /**
- * The gateway's API keys: a SecretSet (constant-time checks) whose fingerprints are keyed (apiKeyFingerprint),
- * wherever they are shown: /api/config, the SIGHUP reload's log line, its JSON form.
+ * The gateway's API keys: a SecretSet (constant-time checks) whose fingerprints are keyed, wherever they are shown:
+ * /api/config, the SIGHUP reload's log line, its JSON form.
  */
-export class ApiKeys extends SecretSet {
-  readonly #fingerprints: string[];
-
-  constructor(keys: Iterable<string>) {
-    const unique = [...new Set(keys)].filter((key) => key !== '');
-    super(unique);
-    this.#fingerprints = unique.map(apiKeyFingerprint);
-  }
-
-  override fingerprints(): string[] {
-    return [...this.#fingerprints];
-  }
-}
+export class ApiKeys extends KeyedSecretSet {}
 
 export interface NamedKeySpec {
   name: string;
