@@ -71,6 +71,8 @@ export interface HarnessOptions {
   multipart?: MultipartSettings;
   /** Browser origins the bucket's CORS rule allows. */
   corsOrigins?: string[];
+  /** Deadline for a connection from the app's pool of 10, ms (default 2000, as the service's default). */
+  dbConnectTimeoutMs?: number;
 }
 
 export async function startHarness(options: HarnessOptions = {}): Promise<Harness> {
@@ -80,7 +82,7 @@ export async function startHarness(options: HarnessOptions = {}): Promise<Harnes
   const apiUrl = urlForLogin(database.url, API_LOGIN, devRolePasswords.enterpriseApi);
   const db = createDb<WorkflowDb>(options.databaseUrl ?? apiUrl, {
     max: 10,
-    connectionTimeoutMs: 2000,
+    connectionTimeoutMs: options.dbConnectTimeoutMs ?? 2000,
     logger: { warn: () => undefined },
   });
   let eventTarget: string | undefined;
