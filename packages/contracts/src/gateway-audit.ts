@@ -65,7 +65,11 @@ export const auditEventSchema = {
         'registry.reloaded, settings.notified, override.cleared, rollout.created|paused|resumed|cancelled|rolled_back|promoted|completed, device_key.issued|revoked',
     },
     device_id: { type: ['string', 'null'] },
-    rollout_id: { type: ['string', 'null'] },
+    rollout_id: {
+      type: ['string', 'null'],
+      description:
+        'null for a caller limited to sites when the row also touched other sites (a rollout it may not see is never named to it)',
+    },
     site_ids: {
       type: 'array',
       items: uuid,

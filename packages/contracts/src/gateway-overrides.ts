@@ -5,12 +5,18 @@ import { deviceIdSchema } from './gateway.js';
 const timestamp = { type: 'string', format: 'date-time' } as const;
 const layerSource = { enum: ['override', 'rollout', 'registry'] } as const;
 
+/** In place of `rollout_id`: the rollout reaches sites outside the caller's scope, and is not named to it. */
+const rollout_outside_scope = {
+  const: true,
+  description: "in place of rollout_id: the rollout also reaches sites outside the caller's scope",
+} as const;
+
 /** What a layer hides or what hides it: a source and, for a rollout's assignment, the rollout. */
 const layerRef = {
   type: 'object',
   additionalProperties: false,
   required: ['source'],
-  properties: { source: layerSource, rollout_id: { type: 'string', format: 'uuid' } },
+  properties: { source: layerSource, rollout_id: { type: 'string', format: 'uuid' }, rollout_outside_scope },
 } as const;
 
 /**
@@ -33,6 +39,7 @@ export const settingsLayersSchema = {
         properties: {
           source: layerSource,
           rollout_id: { type: 'string', format: 'uuid', description: 'the rollout that assigned it' },
+          rollout_outside_scope,
           effective: { type: 'boolean' },
           hidden_by: { ...layerRef, description: 'the effective layer, when this one is not' },
           settings: { type: 'object' },

@@ -9,7 +9,9 @@ import { publicConfig, type GatewayConfig } from './config.js';
 import type { Settings } from './domain/documents.js';
 import { UnknownDeviceError, type GatewayState, type Override } from './domain/gateway-state.js';
 import type { GatewayReloadSummary, RegistryLoader } from './registry-loader.js';
+import { withholdUnseenRollouts } from './rollout/names.js';
 import type { RolloutService } from './rollout/service.js';
+import type { SiteScope } from './rollout/sql.js';
 import type { SiteCatalogue } from './sites/catalogue.js';
 import type { AuditQueue } from './audit/queue.js';
 import type { Turns } from './deadline.js';
@@ -88,9 +90,12 @@ export class GatewayService {
     };
   }
 
-  /** GET /api/devices/{device_id} (design §3.8). Throws UnknownDeviceError. */
-  deviceView(deviceId: string): Promise<Record<string, unknown>> {
-    return deviceView(this.deps, deviceId);
+  /**
+   * GET /api/devices/{device_id} (design §3.8), for a caller with `scope` (undefined: every site): a rollout that
+   * reaches outside it is not named (rollout/names.ts). Throws UnknownDeviceError.
+   */
+  async deviceView(deviceId: string, scope?: SiteScope): Promise<Record<string, unknown>> {
+    return withholdUnseenRollouts(this.deps.db, await deviceView(this.deps, deviceId), scope);
   }
 
   /** GET /api/devices (design §3.8). */

@@ -1,9 +1,9 @@
 // Cold review of issue 42 (principals, tokens, scopes, audit on /api). Each `HOLE` test failed against the code as
 // reviewed (14ecc0e) and passes once the hole is closed; every other test is an attack that held. The first three
 // holes (an oversized detail dropping its audit batch; a notify or reload whose client hangs up escaping the audit)
-// are closed. The last three (a rollout outside the caller's scope named in a 409, an audit row, a device's layers)
-// are open: they are `it.failing` until the API decides one rule for such rollouts (issue 42 stays open); a fix makes
-// them fail here, and they become plain tests. Real parts: a real
+// were closed in a3a063b. The last three (a rollout outside the caller's scope named in a 409, an audit row, a
+// device's layers) were `it.failing` until one rule was decided: such a rollout is never named to the caller, the
+// place keeps what concerns it (rollout/names.ts, design §3.9). Real parts: a real
 // PostgreSQL with the platform's migrations and demo seeds, the test kit's issuer (real RS256/ES256 tokens and its
 // JWKS), a named key file, and a real TCP socket for the disconnect attack.
 import { mkdtempSync, writeFileSync } from 'node:fs';
@@ -344,7 +344,7 @@ describe('scopes', () => {
       expect(JSON.stringify(list.body)).not.toContain(hidden);
     });
 
-    it.failing("HOLE: oscar's 409 conflict names it", async () => {
+    it("HOLE: oscar's 409 conflict names it", async () => {
       const mine = await request(app.http)
         .post('/api/rollouts')
         .set(bearer(oscar))
@@ -352,36 +352,96 @@ describe('scopes', () => {
       expect(mine.status).toBe(409);
       // The refusal may say that the devices are taken, not by which rollout the caller may not see.
       expect(JSON.stringify(mine.body)).not.toContain(hidden);
+      expect((mine.body as { detail: string }).detail).toMatch(
+        /an open rollout that also reaches sites outside your scope/,
+      );
+      // Olga (unscoped) is told which one.
+      const hers = await request(app.http)
+        .post('/api/rollouts')
+        .set(bearer(olga))
+        .send({ selector: { site_ids: [HQ] }, settings: { reporting_interval_s: 96 }, plan });
+      expect(hers.status).toBe(409);
+      expect((hers.body as { detail: string }).detail).toContain(hidden);
     });
 
-    it.failing('HOLE: the audit shows oscar its id (the row touched his site too)', async () => {
+    it('HOLE: the audit shows oscar its id (the row touched his site too)', async () => {
       const audit = await request(app.http).get('/api/audit?limit=100').set(bearer(oscar));
       expect(audit.status).toBe(200);
       expect(JSON.stringify(audit.body)).not.toContain(hidden);
       const byId = await request(app.http).get(`/api/audit?rollout_id=${hidden}`).set(bearer(oscar));
       expect((byId.body as { items: unknown[] }).items).toEqual([]);
+      // The change to his site is still there, by whom, without the rollout; olga reads it whole.
+      type Row = { action: string; rollout_id: string | null; principal: string; site_ids: string[] };
+      const created = (audit.body as { items: Row[] }).items.filter((r) => r.action === 'rollout.created');
+      expect(created).toContainEqual(
+        expect.objectContaining({ rollout_id: null, principal: `user:${opsUsers.olga.sub}`, site_ids: [HQ] }),
+      );
+      const hers = await request(app.http).get(`/api/audit?rollout_id=${hidden}`).set(bearer(olga));
+      expect((hers.body as { items: Row[] }).items.map((r) => r.action)).toContain('rollout.created');
     });
 
-    it.failing(
-      'HOLE: the device view and the overrides list show oscar its id (a layer of his device)',
-      async () => {
-        await request(app.http)
-          .post('/api/notify-settings')
-          .set(bearer(oscar))
-          .send({ device_id: MINE, settings: { reporting_interval_s: 98 } })
-          .expect(200);
-        const view = await request(app.http).get(`/api/devices/${MINE}`).set(bearer(oscar));
-        const overrides = await request(app.http).get('/api/overrides?limit=100').set(bearer(oscar));
-        // The premise: the rollout assigned oscar's device.
-        const { rows } = await sql<{
-          device_id: string;
-        }>`SELECT a.device_id FROM device_gateway.rollout_assignments a
+    it('HOLE: the device view and the overrides list show oscar its id (a layer of his device)', async () => {
+      await request(app.http)
+        .post('/api/notify-settings')
+        .set(bearer(oscar))
+        .send({ device_id: MINE, settings: { reporting_interval_s: 98 } })
+        .expect(200);
+      const view = await request(app.http).get(`/api/devices/${MINE}`).set(bearer(oscar));
+      const overrides = await request(app.http).get('/api/overrides?limit=100').set(bearer(oscar));
+      // The premise: the rollout assigned oscar's device.
+      const { rows } = await sql<{
+        device_id: string;
+      }>`SELECT a.device_id FROM device_gateway.rollout_assignments a
         WHERE a.rollout_id = ${hidden}::uuid`.execute(owner);
-        expect(rows.map((r) => r.device_id)).toContain(MINE);
-        expect(JSON.stringify(view.body)).not.toContain(hidden);
-        expect(JSON.stringify(overrides.body)).not.toContain(hidden);
-      },
-    );
+      expect(rows.map((r) => r.device_id)).toContain(MINE);
+      expect(JSON.stringify(view.body)).not.toContain(hidden);
+      expect(JSON.stringify(overrides.body)).not.toContain(hidden);
+      // What concerns him stays: his device's rollout layer, marked, and what his override hides.
+      const layers = (view.body as { settings_layers: { layers: Record<string, unknown>[] } }).settings_layers
+        .layers;
+      expect(layers[0]).toMatchObject({ source: 'override', effective: true });
+      expect(layers[1]).toMatchObject({
+        source: 'rollout',
+        rollout_outside_scope: true,
+        settings: { reporting_interval_s: 95 },
+      });
+      expect(layers[2]).toMatchObject({ hidden_by: { source: 'override' } });
+      const mineListed = (overrides.body as { items: { device_id: string; hides: unknown[] }[] }).items.find(
+        (o) => o.device_id === MINE,
+      );
+      expect(mineListed?.hides).toContainEqual({ source: 'rollout', rollout_outside_scope: true });
+      const hers = await request(app.http).get(`/api/devices/${MINE}`).set(bearer(olga));
+      expect(JSON.stringify(hers.body)).toContain(hidden);
+    });
+  });
+
+  it("a rollback refused by an open rollout outside the caller's scope does not name it", async () => {
+    const one = { ...plan, first_wave_count: 100 };
+    const mine = await request(app.http)
+      .post('/api/rollouts')
+      .set(bearer(oscar))
+      .send({ selector: { site_ids: [HQ] }, settings: { reporting_interval_s: 91 }, plan: one })
+      .expect(201);
+    const own = (mine.body as { rollout_id: string }).rollout_id;
+    await app.rollouts.driver.tick(); // its wave notified: a rollback has devices to return
+    await request(app.http).post(`/api/rollouts/${own}/cancel`).set(bearer(oscar)).expect(200);
+    const wide = await request(app.http)
+      .post('/api/rollouts')
+      .set(bearer(olga))
+      .send({ selector: { site_ids: [HQ, TOWER] }, settings: { reporting_interval_s: 92 }, plan: one })
+      .expect(201);
+    const other = (wide.body as { rollout_id: string }).rollout_id;
+    try {
+      const back = await request(app.http).post(`/api/rollouts/${own}/rollback`).set(bearer(oscar));
+      expect(back.status).toBe(409);
+      expect(JSON.stringify(back.body)).not.toContain(other);
+      expect((back.body as { detail: string }).detail).toMatch(/outside your scope/);
+      const hers = await request(app.http).post(`/api/rollouts/${own}/rollback`).set(bearer(olga));
+      expect(hers.status).toBe(409);
+      expect((hers.body as { detail: string }).detail).toContain(other);
+    } finally {
+      await request(app.http).post(`/api/rollouts/${other}/cancel`).set(bearer(olga));
+    }
   });
 
   it("audit: a scoped reader never sees another site in a row, nor a filter's answer for it", async () => {

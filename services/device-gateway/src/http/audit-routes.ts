@@ -1,7 +1,8 @@
 // GET /api/audit (design §3.1, issue 42 §4): who changed what on the fleet side, newest first, paged by an opaque
 // cursor, filtered by principal, device, rollout and time. A caller limited to sites reads only the rows that
 // touched one of its sites, and of those rows only its sites; a row that also reached other sites shows no detail
-// (a rollout's selector could name them).
+// (a rollout's selector could name them) and no rollout id (a rollout it may not see is never named to it,
+// rollout/names.ts), and a filter by rollout reads only rows within its sites.
 import { auditListQuerySchema, auditListResponseSchema } from '@platform/contracts';
 import { mapDbError, type RouteDefinition } from '@platform/service-kit';
 import type { RequestHandler } from 'express';
@@ -60,7 +61,10 @@ export function auditRoutes(
     if (cursor !== undefined) q = q.where(sql<boolean>`a.id < ${cursor}::bigint`);
     if (filters.principal !== undefined) q = q.where('a.principal', '=', filters.principal);
     if (filters.device_id !== undefined) q = q.where('a.device_id', '=', filters.device_id);
-    if (filters.rollout_id !== undefined) q = q.where('a.rollout_id', '=', filters.rollout_id);
+    if (filters.rollout_id !== undefined) {
+      q = q.where('a.rollout_id', '=', filters.rollout_id);
+      if (allowed !== null) q = q.where(sql<boolean>`a.site_ids <@ ${allowed}::uuid[]`);
+    }
     if (filters.since !== undefined) q = q.where(sql<boolean>`a.at >= ${filters.since}::timestamptz`);
     if (filters.until !== undefined) q = q.where(sql<boolean>`a.at < ${filters.until}::timestamptz`);
     const rows = await q.execute().catch((err: unknown) => {
@@ -76,6 +80,7 @@ export function auditRoutes(
           ...r,
           at: r.at.toISOString(),
           site_ids: sites,
+          rollout_id: whole ? r.rollout_id : null,
           detail: whole ? r.detail : {},
         };
       }),
@@ -94,7 +99,8 @@ export function auditRoutes(
         description: `Every change (notify, override cleared, reload, rollout created/paused/resumed/cancelled/rolled back/
 promoted, device keys issued/revoked, the rollout driver's own decisions) is an append-only row: when, who
 (principal, key name or driver), from where, the request id, what, and the sites, device and rollout it touched.
-Operators and admins; a caller limited to sites reads only rows that touched its sites (and only those sites).
+Operators and admins; a caller limited to sites reads only rows that touched its sites (and only those sites; a row
+that also touched other sites shows neither its detail nor its rollout).
 `,
         ...listDoc(auditListQuerySchema, auditListResponseSchema),
         errors: ['forbidden', 'invalid_query', 'backend_unavailable'],

@@ -26,6 +26,7 @@ import type { Principal } from '../auth/principal.js';
 import type { SiteCatalogue } from '../sites/catalogue.js';
 import { auditWhenAnswered, principalOf } from './auth.js';
 import { UnknownDeviceError } from '../domain/gateway-state.js';
+import { siteScopeOf, withholdUnseenRollouts } from '../rollout/names.js';
 import { readListQuery } from './list-query.js';
 import { listDoc, type DocumentedRoute } from './route-parts.js';
 
@@ -55,7 +56,10 @@ export function overrideRoutes(
     const page = await (
       principal.unscoped
         ? service().list({ limit, ...(cursor === undefined ? {} : { after: cursor }) })
-        : scopedPage(service(), limit, cursor, (id) => seenSite(deps, principal, id) !== undefined)
+        : scopedPage(service(), limit, cursor, (id) => seenSite(deps, principal, id) !== undefined).then(
+            // What each override hides may be a rollout that reaches sites outside the scope (rollout/names.ts).
+            (scoped) => withholdUnseenRollouts(deps.db, scoped, siteScopeOf(principal, deps.sites())),
+          )
     ).catch((err: unknown) => {
       throw mapDbError(err);
     });

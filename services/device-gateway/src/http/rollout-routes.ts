@@ -18,6 +18,7 @@ import type { RolloutAction, RolloutState } from '../rollout/sql.js';
 import {
   decodeRolloutCursor,
   NoTargetsError,
+  openRollout,
   RolloutInvalidError,
   RolloutOverlapError,
   RolloutStateError,
@@ -68,7 +69,7 @@ export function rolloutRoutes(
       if (err instanceof RolloutOverlapError) {
         throw new DomainError(
           'rollout_conflict',
-          `${err.devices} of the selected devices belong to the open rollout ${err.conflictingRollout}; a device belongs to at most one open rollout.`,
+          `${err.devices} of the selected devices belong to ${openRollout(err.conflictingRollout)}; a device belongs to at most one open rollout.`,
         );
       }
       // 22023 from the creation function: a plan that makes more than 1000 waves.
@@ -114,7 +115,8 @@ acknowledged (its CoAP stack acknowledged these settings), failed (not acknowled
 skipped (left the registry or was disabled). As soon as the failed share of a wave reaches
 \`abort_share\` the rollout pauses itself (aborted, with the reason); a finished wave whose acknowledged
 share is below \`success_share\` pauses it too. A device belongs to at most one open (active or paused)
-rollout: an overlap is 409 (\`rollout_conflict\`) naming the open rollout in \`detail\`.
+rollout: an overlap is 409 (\`rollout_conflict\`) naming the open rollout in \`detail\` (a caller limited to sites is
+told of a rollout that reaches other sites without its id).
 
 \`settings\` is the whole document every target gets; \`settings_patch\` instead is an RFC 7396 JSON Merge Patch merged
 into each target's settings as the rollout records them (its earlier rollout's assignment, else its registry

@@ -34,6 +34,7 @@ import { DocumentTooLargeError, UnknownDeviceError } from '../domain/gateway-sta
 import type { GatewayService } from '../service.js';
 import { auditWhenAnswered, principalOf } from './auth.js';
 import { readListQuery } from './list-query.js';
+import { siteScopeOf } from '../rollout/names.js';
 import { rolloutRoutes } from './rollout-routes.js';
 import { apiKeyStep, listDoc, settingsTooLarge, UNUSED_BODY } from './route-parts.js';
 
@@ -121,9 +122,10 @@ export function gatewayRoutes(service: GatewayService, auth: RequestHandler): Ro
     const deviceId = typeof raw === 'string' ? raw : '';
     // Not echoed when it is not a device id at all (markup, control characters).
     if (!isDeviceId(deviceId)) throw new DomainError('unknown_device', 'The device is unknown or disabled.');
-    seenSiteOf(service, principalOf(res), deviceId);
+    const principal = principalOf(res);
+    seenSiteOf(service, principal, deviceId);
     try {
-      res.json(await service.deviceView(deviceId));
+      res.json(await service.deviceView(deviceId, siteScopeOf(principal, service.sites)));
     } catch (err) {
       if (err instanceof UnknownDeviceError) throw unknownDevice(deviceId);
       throw mapDbError(err);

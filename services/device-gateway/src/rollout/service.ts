@@ -10,6 +10,7 @@ import type { SiteCatalogue } from '../sites/catalogue.js';
 import { contentHash } from '../delivery/recorder.js';
 import { mergePatch, prepareSettings, settingsDocument, type Settings } from '../domain/documents.js';
 import { DocumentTooLargeError, type GatewayState } from '../domain/gateway-state.js';
+import { siteScopeOf } from './names.js';
 import {
   controlRollout,
   createPatchRollout,
@@ -46,15 +47,25 @@ export class NoTargetsError extends Error {
   }
 }
 
-/** The rollout would share devices with an open (active or paused) one. */
+/**
+ * The rollout would share devices with an open (active or paused) one: named, unless the caller may not see it
+ * (undefined: it reaches sites outside the caller's scope, names.ts).
+ */
 export class RolloutOverlapError extends Error {
   constructor(
-    readonly conflictingRollout: string,
+    readonly conflictingRollout: string | undefined,
     readonly devices: number,
   ) {
-    super(`${devices} of its devices belong to the open rollout ${conflictingRollout}`);
+    super(`${devices} of its devices belong to ${openRollout(conflictingRollout)}`);
     this.name = 'RolloutOverlapError';
   }
+}
+
+/** An open rollout in a message: by id, or, outside the caller's scope, without it. */
+export function openRollout(id: string | undefined): string {
+  return id === undefined
+    ? 'an open rollout that also reaches sites outside your scope (an operator of those sites can pause, cancel or roll it back)'
+    : `the open rollout ${id}`;
 }
 
 /**
@@ -99,9 +110,7 @@ export interface RolloutCaller {
 
 /** The caller's scope as a site condition; undefined: it sees every site. */
 function scopeOf(caller: RolloutCaller | undefined): SiteScope | undefined {
-  const principal = caller?.origin.principal;
-  if (caller === undefined || principal === undefined || principal.unscoped) return undefined;
-  return (column) => principal.siteCondition(column, caller.sites);
+  return caller === undefined ? undefined : siteScopeOf(caller.origin.principal, caller.sites);
 }
 
 /**
@@ -232,16 +241,22 @@ export class RolloutService {
     };
     let created: { rollout_id: string; targets: number; waves: number };
     let skipped: Pick<RolloutCreated, 'skipped' | 'skipped_devices'> = {};
-    if (request.settings_patch !== undefined) {
-      ({ created, skipped } = await this.createPatch(
-        request.selector,
-        request.settings_patch,
-        rolloutPlan,
-        caller,
-      ));
-    } else {
-      // The schema's oneOf: a body without a patch has its settings.
-      created = await this.createWhole(request.selector, request.settings as Settings, rolloutPlan, caller);
+    try {
+      if (request.settings_patch !== undefined) {
+        ({ created, skipped } = await this.createPatch(
+          request.selector,
+          request.settings_patch,
+          rolloutPlan,
+          caller,
+        ));
+      } else {
+        // The schema's oneOf: a body without a patch has its settings.
+        created = await this.createWhole(request.selector, request.settings as Settings, rolloutPlan, caller);
+      }
+    } catch (err) {
+      if (err instanceof RolloutOverlapError && err.conflictingRollout !== undefined)
+        throw new RolloutOverlapError(await this.nameFor(err.conflictingRollout, caller), err.devices);
+      throw err;
     }
     // After the commit, in a statement of its own (migration 0021): a full NOTIFY queue cannot fail the creation.
     await wakeRolloutReplicas(this.options.db, 'r', this.options.logger);
@@ -365,6 +380,13 @@ export class RolloutService {
     return { rollout_id: result.rollout_id, targets: result.targets, waves: result.waves };
   }
 
+  /** The rollout's id when the caller may see it; undefined when it reaches outside the caller's scope. */
+  private async nameFor(rolloutId: string, caller: RolloutCaller | undefined): Promise<string | undefined> {
+    const scope = scopeOf(caller);
+    if (scope === undefined) return rolloutId;
+    return (await rolloutWithinScope(this.options.db, rolloutId, scope)) ? rolloutId : undefined;
+  }
+
   /** A rollout the caller may see, else UnknownRolloutError (outside its scope reads as absent). */
   private async requireSeen(rolloutId: string, caller: RolloutCaller | undefined): Promise<void> {
     const scope = scopeOf(caller);
@@ -448,7 +470,7 @@ export class RolloutService {
     });
     if ('conflict' in result)
       throw new RolloutStateError(
-        `devices of this rollout now belong to the open rollout ${result.conflict}; finish or cancel it first`,
+        `devices of this rollout now belong to ${openRollout(await this.nameFor(result.conflict, caller))}; finish or cancel it first`,
       );
     if ('error' in result) {
       if (result.error === 'unknown') throw new UnknownRolloutError(rolloutId);

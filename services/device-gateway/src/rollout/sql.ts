@@ -45,6 +45,23 @@ export async function rolloutWithinScope(db: Db, rolloutId: string, scope: SiteS
   return rows[0]?.ok === true;
 }
 
+/**
+ * Of `ids`, the rollouts whose every target is at a site of `scope`: the ones a caller limited to sites may see and
+ * name (issue 42 §3). Any other rollout is never named to it, wherever it would appear (design §4.5).
+ */
+export async function rolloutsWithinScope(
+  db: Db,
+  ids: readonly string[],
+  scope: SiteScope,
+): Promise<Set<string>> {
+  if (ids.length === 0) return new Set();
+  const { rows } = await sql<{ id: string }>`
+    SELECT ro.rollout_id::text AS id FROM device_gateway.rollouts ro
+    WHERE ro.rollout_id = ANY(${[...new Set(ids)]}::uuid[])
+      AND ${withinScope(sql.ref('ro.rollout_id'), scope)}`.execute(db);
+  return new Set(rows.map((r) => r.id));
+}
+
 export type RolloutState = 'active' | 'paused' | 'completed' | 'cancelled' | 'rolled_back';
 export type RolloutAction = 'pause' | 'resume' | 'cancel' | 'rollback';
 
