@@ -276,6 +276,18 @@ describe('npm start (local stack)', () => {
       env: { PATH: process.env.PATH ?? '', DATABASE_URL: stackUrl },
     });
     expect(listed.stdout).toContain('acme-hq-hvac-01');
+    // The development key the banner prints was issued with its audit row, like the command's keys.
+    const owner = new pg.Client({ connectionString: stackUrl });
+    await owner.connect();
+    try {
+      const { rows } = await owner.query<{ principal: string }>(
+        `SELECT principal FROM device_gateway.audit_events
+         WHERE action = 'device_key.issued' AND device_id = 'acme-hq-hvac-01'`,
+      );
+      expect(rows).toEqual([{ principal: 'command:npm-start' }]);
+    } finally {
+      await owner.end();
+    }
 
     // A second start on the same data refuses at once, naming the running stack, and leaves it running: it
     // used to stop the first stack's PostgreSQL (taking it for a leftover) and then fail on ports in use.

@@ -2,7 +2,13 @@
 // the git-ignored data folder, so its banner can print a ready-to-run coaps command every time. A production
 // key is printed once by `npm run device-key -- issue` and kept by whoever provisions the device.
 import { readFileSync } from 'node:fs';
-import { issueCredential, listCredentials, type GatewayDatabase } from '@platform/device-gateway';
+import { userInfo } from 'node:os';
+import {
+  commandPrincipal,
+  issueAudited,
+  listCredentials,
+  type GatewayDatabase,
+} from '@platform/device-gateway';
 import { createDb } from '@platform/service-kit';
 import { writePrivateFile } from './private-file.js';
 
@@ -25,14 +31,26 @@ export async function ensureDevDeviceKey(
       const listed = await listCredentials(db, deviceId);
       if (listed.some((c) => c.identity === kept.identity && c.status === 'valid')) return kept;
     }
-    const issued = await issueCredential(db, deviceId, {
-      identity: `dev-${deviceId}-${Date.now().toString(36)}`,
-    });
+    // Audited like the device-key command's keys: by `command:npm-start`, with the OS user that ran it.
+    const issued = await issueAudited(
+      db,
+      deviceId,
+      { identity: `dev-${deviceId}-${Date.now().toString(36)}` },
+      { principal: commandPrincipal('npm-start'), ...osUser() },
+    );
     const key: DevDeviceKey = { deviceId, identity: issued.identity, keyText: issued.keyText };
     writePrivateFile(file, `${JSON.stringify(key, null, 2)}\n`);
     return key;
   } finally {
     await db.destroy();
+  }
+}
+
+function osUser(): { osUser?: string } {
+  try {
+    return { osUser: userInfo().username };
+  } catch {
+    return {}; // no passwd entry (a container's arbitrary uid)
   }
 }
 

@@ -31,6 +31,8 @@ export {
   type IssuedCredential,
   type IssueOptions,
 } from './db/credential-repository.js';
+export { issueAudited } from './cli/device-key-command.js';
+export { commandPrincipal } from './auth/principal.js';
 export type { DeviceCredentialsTable, DeviceRegistryTable, GatewayDatabase } from './db/tables.js';
 export type { DeliveryRow } from './delivery/recorder.js';
 export {

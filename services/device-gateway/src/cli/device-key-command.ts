@@ -16,6 +16,7 @@ import {
   revokeIdentity,
   type CredentialListing,
   type IssuedCredential,
+  type IssueOptions,
   type RevokeResult,
 } from '../db/credential-repository.js';
 import type { GatewayDatabase } from '../db/tables.js';
@@ -185,6 +186,33 @@ function operatorOf(
   return { principal: commandPrincipal(osUser) };
 }
 
+/**
+ * Issues a device key with its audit row (`device_key.issued`, issue 42 §4): both commit together, or neither
+ * does. The command's `issue`, and the local stack's development key (scripts' dev-device-key).
+ */
+export async function issueAudited(
+  db: Kysely<GatewayDatabase>,
+  deviceId: string,
+  options: IssueOptions,
+  operator: { principal: Principal; osUser?: string },
+): Promise<IssuedCredential> {
+  return db.transaction().execute(async (trx) => {
+    const created = await issueCredential(trx, deviceId, options);
+    await audit.deviceKeyChanged(
+      trx,
+      { principal: operator.principal },
+      {
+        deviceId: created.deviceId,
+        siteId: created.siteId,
+        change: 'issued',
+        identities: [created.identity],
+        ...(operator.osUser === undefined ? {} : { osUser: operator.osUser }),
+      },
+    );
+    return created;
+  });
+}
+
 async function run(
   db: Kysely<GatewayDatabase>,
   argv: readonly string[],
@@ -218,23 +246,12 @@ async function run(
           : values['valid-days'] === undefined
             ? DEFAULT_VALID_DAYS
             : parseValidDays(values['valid-days']);
-      const operator = operatorOf(values.by, config.osUser);
-      // The key and its audit row commit together, or neither does.
-      const issued = await db.transaction().execute(async (trx) => {
-        const created = await issueCredential(trx, rest[0]!, { validDays, identity: values.identity });
-        await audit.deviceKeyChanged(
-          trx,
-          { principal: operator.principal },
-          {
-            deviceId: created.deviceId,
-            siteId: created.siteId,
-            change: 'issued',
-            identities: [created.identity],
-            ...(operator.osUser === undefined ? {} : { osUser: operator.osUser }),
-          },
-        );
-        return created;
-      });
+      const issued = await issueAudited(
+        db,
+        rest[0]!,
+        { validDays, identity: values.identity },
+        operatorOf(values.by, config.osUser),
+      );
       printIssued(io, issued, json);
       if (!issued.deviceEnabled)
         io.err(`note: device ${issued.deviceId} is disabled; its keys work only once it is enabled again`);
