@@ -354,12 +354,15 @@ export async function runDeviceKey(
   } catch (err) {
     if (
       err instanceof UsageError ||
-      (err instanceof TypeError &&
+      // node:util's parseArgs throws TypeErrors with an ERR_PARSE_ARGS_* code (by code, not by class: a
+      // TypeError of another realm, as under a test runner's VM, is no instance of this one's).
+      (typeof err === 'object' &&
+        err !== null &&
         'code' in err &&
         typeof err.code === 'string' &&
         err.code.startsWith('ERR_PARSE_ARGS'))
     ) {
-      io.err(`device-key: ${err.message}\n${USAGE}`);
+      io.err(`device-key: ${String((err as { message?: unknown }).message ?? err)}\n${USAGE}`);
       return EXIT_USAGE;
     }
     io.err(`device-key: ${describeFailure(err)}`);
