@@ -70,6 +70,27 @@ describe('docker-compose.yml', () => {
     );
   });
 
+  it('fails when the gateway has no GATEWAY_OIDC_ISSUER_URL (its /api would take API keys only)', () => {
+    const broken = breakText(compose, /\n {6}GATEWAY_OIDC_ISSUER_URL: .*/, '');
+    expect(messages(broken)).toContainEqual(
+      'device-gateway.environment.GATEWAY_OIDC_ISSUER_URL is not set: its /api would take API keys only',
+    );
+  });
+
+  it('fails when the gateway names another issuer or JWKS than the workflow (one realm)', () => {
+    const broken = breakText(
+      breakText(compose, /(GATEWAY_OIDC_ISSUER_URL: .*)\/realms\/platform/, '$1/realms/master'),
+      /(GATEWAY_OIDC_JWKS_URL: http:\/\/)keycloak:8080/,
+      '$1localhost:8180',
+    );
+    expect(messages(broken)).toEqual(
+      expect.arrayContaining([
+        "device-gateway's GATEWAY_OIDC_ISSUER_URL must be enterprise-workflow's OIDC_ISSUER_URL (one realm)",
+        "device-gateway's GATEWAY_OIDC_JWKS_URL must be enterprise-workflow's OIDC_JWKS_URL",
+      ]),
+    );
+  });
+
   it('fails on invalid YAML', () => {
     expect(messages(`${compose}\n  bad: [unclosed`).some((m) => m.startsWith('YAML:'))).toBe(true);
   });

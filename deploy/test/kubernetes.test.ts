@@ -1,14 +1,23 @@
 import { existsSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { jest } from '@jest/globals';
-import { checkKustomization, KUBERNETES_SCHEMA_VERSION } from '../src/validate/index.js';
+import {
+  checkKustomization,
+  describeEgress,
+  findObject,
+  KUBERNETES_SCHEMA_VERSION,
+  podLabels,
+  workloadEnvironment,
+} from '../src/validate/index.js';
 import { kubectlKustomize, visitContainers } from '../src/validate/kubectl.js';
 import { copyK8sTree, readRepoFile, repoRoot } from './helpers.js';
 
 // Each render type-checks every object with the TypeScript compiler (a few seconds on 2 cores).
 jest.setTimeout(120_000);
 
-const messagesOf = async (root: string, which: 'base' | 'dev'): Promise<string[]> =>
+type Which = 'base' | 'dev' | 'production';
+
+const messagesOf = async (root: string, which: Which): Promise<string[]> =>
   (await checkKustomization(root, which)).problems.map((p) => `${p.file}: ${p.message}`);
 
 describe(`Kubernetes manifests (schemas ${KUBERNETES_SCHEMA_VERSION})`, () => {
@@ -101,8 +110,65 @@ describe(`Kubernetes manifests (schemas ${KUBERNETES_SCHEMA_VERSION})`, () => {
     ]);
   });
 
+  describe.each(['dev', 'production'] as const)(
+    'the gateway takes the realm’s tokens in overlay %s',
+    (which) => {
+      it('with the workflow’s issuer and JWKS, and its pods may open exactly DNS, PostgreSQL and Keycloak', async () => {
+        const { objects, problems } = await checkKustomization(repoRoot, which);
+        expect(problems).toEqual([]);
+        const gateway = findObject(objects, 'Deployment', 'device-gateway')!;
+        const gw = workloadEnvironment(objects, gateway);
+        const wf = workloadEnvironment(objects, findObject(objects, 'Deployment', 'enterprise-workflow')!);
+        expect(gw.GATEWAY_OIDC_ISSUER_URL).toMatch(/\/realms\/platform$/);
+        expect([gw.GATEWAY_OIDC_ISSUER_URL, gw.GATEWAY_OIDC_JWKS_URL]).toEqual([
+          wf.OIDC_ISSUER_URL,
+          wf.OIDC_JWKS_URL,
+        ]);
+        // Keycloak's JWKS over plain HTTP on 8080 inside the cluster, or 8443 for an overlay that fetches over TLS.
+        expect(describeEgress(objects, podLabels(gateway))).toEqual([
+          'anywhere TCP 5432',
+          'namespace identity TCP 8080',
+          'namespace identity TCP 8443',
+          'namespace kube-system pods k8s-app=kube-dns TCP 53',
+          'namespace kube-system pods k8s-app=kube-dns UDP 53',
+        ]);
+      });
+
+      it('fails without GATEWAY_OIDC_ISSUER_URL (the gateway would take API keys only)', async () => {
+        const copy = copyK8sTree();
+        try {
+          copy.edit('deploy/k8s/base/device-gateway.yaml', /\n {2}GATEWAY_OIDC_ISSUER_URL: .*/, '');
+          const overlay = `deploy/k8s/overlays/${which === 'dev' ? 'dev' : 'production-example'}/config.yaml`;
+          copy.edit(overlay, /(name: device-gateway-config\n[^]*?)\n {2}GATEWAY_OIDC_ISSUER_URL: .*/, '$1');
+          expect((await messagesOf(copy.root, which)).join('\n')).toContain(
+            'device-gateway sets no GATEWAY_OIDC_ISSUER_URL: its /api would take API keys only, no access token',
+          );
+        } finally {
+          copy.remove();
+        }
+      });
+
+      it('fails when the overlay gives the workflow another issuer than the gateway', async () => {
+        const copy = copyK8sTree();
+        try {
+          const overlay = `deploy/k8s/overlays/${which === 'dev' ? 'dev' : 'production-example'}/config.yaml`;
+          copy.edit(
+            overlay,
+            /(name: enterprise-workflow-config\ndata:\n[^]*? {2}OIDC_ISSUER_URL: ).*/,
+            '$1https://sso.example.org/realms/platform',
+          );
+          expect((await messagesOf(copy.root, which)).join('\n')).toMatch(
+            /device-gateway's GATEWAY_OIDC_ISSUER_URL \S+ is not enterprise-workflow's OIDC_ISSUER_URL https:\/\/sso\.example\.org\/realms\/platform/,
+          );
+        } finally {
+          copy.remove();
+        }
+      });
+    },
+  );
+
   describe('fails on a broken copy', () => {
-    const cases: [string, 'base' | 'dev', string, string | RegExp, string, RegExp][] = [
+    const cases: [string, Which, string, string | RegExp, string, RegExp][] = [
       [
         'a misspelt field',
         'base',
@@ -190,6 +256,30 @@ describe(`Kubernetes manifests (schemas ${KUBERNETES_SCHEMA_VERSION})`, () => {
         /---\napiVersion: monitoring.coreos.com\/v1\nkind: PodMonitor\nmetadata:\n {2}name: enterprise-workflow\n[^]*$/,
         '',
         /PodMonitor\/enterprise-workflow is missing/,
+      ],
+      [
+        'a gateway whose pods may not open Keycloak (no oidc-client label)',
+        'base',
+        'deploy/k8s/base/device-gateway.yaml',
+        /(platform.example\/database-client: 'true'\n)\s+platform.example\/oidc-client: 'true'\n/,
+        '$1',
+        /Deployment\/device-gateway cannot fetch the realm's keys from http:\/\/keycloak\.identity\.svc:8080\/realms\/platform\/protocol\/openid-connect\/certs: no NetworkPolicy lets its pods open namespace identity TCP 8080/,
+      ],
+      [
+        'a gateway fetching its keys elsewhere than the workflow',
+        'base',
+        'deploy/k8s/base/device-gateway.yaml',
+        'realms/platform/protocol/openid-connect/certs',
+        'realms/master/protocol/openid-connect/certs',
+        /device-gateway's GATEWAY_OIDC_JWKS_URL \S+\/realms\/master\/\S+ is not enterprise-workflow's OIDC_JWKS_URL/,
+      ],
+      [
+        'a JWKS in a namespace no policy opens',
+        'production',
+        'deploy/k8s/overlays/production-example/config.yaml',
+        /(name: jwks-sync-config\n[^]*?)keycloak\.identity\.svc:8080/,
+        '$1keycloak.auth.svc:8080',
+        /CronJob\/jwks-sync cannot fetch the realm's keys from .*: no NetworkPolicy lets its pods open namespace auth TCP 8080/,
       ],
       [
         'a misspelt kustomization field',

@@ -180,6 +180,23 @@ export function checkPlatformCompose(text: string, file = 'docker-compose.yml'):
       add('postgrest must publish port 3850');
   }
 
+  // People on the gateway's /api (design §3.1): the realm's tokens as the workflow takes them, so the same issuer
+  // (the public URL, as tokens carry it) and the same JWKS; without an issuer the gateway takes API keys only.
+  const gateway = service('device-gateway');
+  const workflow = service('enterprise-workflow');
+  if (gateway !== undefined && workflow !== undefined) {
+    const gw = environmentOf(gateway);
+    const wf = environmentOf(workflow);
+    if (!gw.GATEWAY_OIDC_ISSUER_URL)
+      add('device-gateway.environment.GATEWAY_OIDC_ISSUER_URL is not set: its /api would take API keys only');
+    else if (gw.GATEWAY_OIDC_ISSUER_URL !== wf.OIDC_ISSUER_URL)
+      add(
+        "device-gateway's GATEWAY_OIDC_ISSUER_URL must be enterprise-workflow's OIDC_ISSUER_URL (one realm)",
+      );
+    if (gw.GATEWAY_OIDC_JWKS_URL !== wf.OIDC_JWKS_URL)
+      add("device-gateway's GATEWAY_OIDC_JWKS_URL must be enterprise-workflow's OIDC_JWKS_URL");
+  }
+
   const minio = service('minio');
   if (minio !== undefined) {
     const env = environmentOf(minio);

@@ -3,6 +3,7 @@ export * from './yaml.js';
 export * from './compose.js';
 export * from './kubectl.js';
 export * from './kubernetes.js';
+export * from './network-policy.js';
 export * from './monitoring.js';
 export * from './realm.js';
 export * from './dockerfile.js';

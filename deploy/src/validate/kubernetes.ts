@@ -7,9 +7,11 @@
 // Then the platform's own rules (securityContext, probes, resources, references).
 import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
+import { keycloakJwksUrl } from '@platform/service-kit';
 import ts from 'typescript';
 import type { K8sObject, RenderedObject } from './kubectl.js';
 import { visitContainers } from './kubectl.js';
+import { egressAllowedBy, podLabels, urlDestination, workloadEnvironment } from './network-policy.js';
 import type { Problem } from './problems.js';
 import { isRecord } from './yaml.js';
 
@@ -312,5 +314,56 @@ export function checkPlatformKubernetes(objects: readonly RenderedObject[]): Pro
   // Monitoring: the alerting rules (equal to deploy/monitoring/alerts.yaml) and the scrape jobs they select.
   need('PrometheusRule', 'facility-platform');
   for (const name of ['device-gateway', 'enterprise-workflow']) need('PodMonitor', name);
+  problems.push(...checkOidcSettings(objects));
+  return problems;
+}
+
+/**
+ * People's tokens: the gateway's /api takes the realm's tokens as the workflow does (design §3.1), so both name
+ * the same issuer (exactly as tokens carry it) and the same JWKS; without GATEWAY_OIDC_ISSUER_URL the gateway
+ * takes API keys only. And every workload given an issuer may open its JWKS under the NetworkPolicies.
+ */
+export function checkOidcSettings(objects: readonly RenderedObject[]): Problem[] {
+  const problems: Problem[] = [];
+  const add = (message: string): void => {
+    problems.push({ file: 'deploy/k8s', message });
+  };
+  const gateway = find(objects, 'Deployment', 'device-gateway');
+  const workflow = find(objects, 'Deployment', 'enterprise-workflow');
+  if (gateway !== undefined && workflow !== undefined) {
+    const gw = workloadEnvironment(objects, gateway);
+    const wf = workloadEnvironment(objects, workflow);
+    if (!gw.GATEWAY_OIDC_ISSUER_URL)
+      add(
+        'device-gateway sets no GATEWAY_OIDC_ISSUER_URL: its /api would take API keys only, no access token',
+      );
+    else if (gw.GATEWAY_OIDC_ISSUER_URL !== wf.OIDC_ISSUER_URL)
+      add(
+        `device-gateway's GATEWAY_OIDC_ISSUER_URL ${gw.GATEWAY_OIDC_ISSUER_URL} is not enterprise-workflow's ` +
+          `OIDC_ISSUER_URL ${String(wf.OIDC_ISSUER_URL)} (one realm, its issuer as tokens carry it)`,
+      );
+    if (gw.GATEWAY_OIDC_JWKS_URL !== wf.OIDC_JWKS_URL)
+      add(
+        `device-gateway's GATEWAY_OIDC_JWKS_URL ${String(gw.GATEWAY_OIDC_JWKS_URL)} is not enterprise-workflow's ` +
+          `OIDC_JWKS_URL ${String(wf.OIDC_JWKS_URL)}`,
+      );
+  }
+  for (const { object } of objects) {
+    const env = workloadEnvironment(objects, object);
+    for (const [name, issuer] of Object.entries(env)) {
+      const prefix = /^(.*)OIDC_ISSUER_URL$/.exec(name)?.[1];
+      if (prefix === undefined || !issuer) continue;
+      const jwksName = `${prefix}OIDC_JWKS_URL`;
+      const jwks = env[jwksName] || keycloakJwksUrl(issuer);
+      const to = urlDestination(jwks);
+      const what = `${object.kind}/${object.metadata.name}`;
+      if (to === undefined) add(`${what}: ${jwksName} ${jwks} is not an http(s) URL`);
+      else if (egressAllowedBy(objects, podLabels(object), to) === undefined)
+        add(
+          `${what} cannot fetch the realm's keys from ${jwks}: no NetworkPolicy lets its pods open ` +
+            `${to.namespace === undefined ? to.host : `namespace ${to.namespace}`} ${to.protocol} ${to.port}`,
+        );
+    }
+  }
   return problems;
 }
