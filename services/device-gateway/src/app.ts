@@ -355,7 +355,7 @@ export function buildApp(deps: GatewayDeps): GatewayApp {
   const apiKey = requirePrincipal({
     keys: deps.apiKeys,
     tokens: config.oidc === undefined ? undefined : createOperationsTokenVerifier(config.oidc),
-    db: deps.db,
+    audit: auditQueue,
   });
   const http = createHttpApp({
     logger,

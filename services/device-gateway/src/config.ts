@@ -122,6 +122,11 @@ export const gatewayConfigSchema = {
      * confirmable notification (RFC 7641 §4.5) keeps its session while it only listens.
      */
     DTLS_IDLE_TIMEOUT_S: { type: 'integer', minimum: 10, maximum: 1000000 },
+    /**
+     * The platform's sites are read again this often between reloads (ms, design §3.2): a site given to another
+     * company reaches company scopes within it.
+     */
+    GATEWAY_SITES_REFRESH_MS: { type: 'integer', minimum: 100, maximum: 3600000, default: 10000 },
     /** Replicas (design §3.6): share overrides and reloads with the other replicas over PostgreSQL LISTEN/NOTIFY. */
     GATEWAY_CLUSTER_BUS: { type: 'boolean', default: true },
     /** Listener reconnect backoff (ms): first delay, doubling up to the cap. */
@@ -291,6 +296,7 @@ export function loadGatewayConfig(env: Record<string, string | undefined> = proc
         ),
       ),
     },
+    sitesRefreshMs: raw.GATEWAY_SITES_REFRESH_MS,
     shutdownTimeoutMs: raw.SHUTDOWN_TIMEOUT_MS,
   });
 }

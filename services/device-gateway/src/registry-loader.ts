@@ -42,8 +42,16 @@ export class RegistryLoader {
   readonly credentials: CredentialStore;
   private readonly credentialListeners: CredentialsChangedListener[] = [];
   private expiryTimer: NodeJS.Timeout | undefined;
-  /** The platform's sites as of the last reload (design §3.2): scopes and the unknown-site check read them. */
+  /**
+   * The platform's sites as of the last reload or refresh (design §3.2): scopes and the unknown-site check read
+   * them. Set only through `takeSites`, by the newest read.
+   */
   sites: SiteCatalogue = SiteCatalogue.empty;
+  /** Reads of the sites started (reloads and refreshes), and the number of the read whose sites are held. */
+  private sitesReads = 0;
+  private sitesHeld = 0;
+  private sitesTimer: NodeJS.Timeout | undefined;
+  private sitesRefreshFailing = false;
 
   constructor(
     private readonly deps: {
@@ -97,7 +105,52 @@ export class RegistryLoader {
     return run;
   }
 
+  /**
+   * Re-reads the platform's sites every `intervalMs` between reloads (GATEWAY_SITES_REFRESH_MS): a site handed to
+   * another company, added or removed in the portal reaches the scopes within that time instead of at the next
+   * reload (second cold review of issue 42). Only the catalogue is swapped; devices are checked against the sites
+   * at reloads. A failed read keeps the catalogue and is logged once until a read succeeds. The timer is unref'd.
+   */
+  refreshSitesEvery(intervalMs: number): void {
+    this.stopSitesRefresh();
+    const tick = async (): Promise<void> => {
+      const read = ++this.sitesReads;
+      try {
+        const { catalogue } = await loadSites(this.deps.db);
+        this.takeSites(read, catalogue);
+        if (this.sitesRefreshFailing) this.deps.logger?.warn('platform sites read again', {});
+        this.sitesRefreshFailing = false;
+      } catch (err) {
+        if (!this.sitesRefreshFailing)
+          this.deps.logger?.warn('platform sites could not be read; scopes keep the last sites read', {
+            error: errorMessage(err),
+          });
+        this.sitesRefreshFailing = true;
+      }
+      if (this.sitesTimer !== undefined) this.schedule(tick, intervalMs);
+    };
+    this.schedule(tick, intervalMs);
+  }
+
+  stopSitesRefresh(): void {
+    if (this.sitesTimer !== undefined) clearTimeout(this.sitesTimer);
+    this.sitesTimer = undefined;
+  }
+
+  private schedule(tick: () => Promise<void>, delayMs: number): void {
+    this.sitesTimer = setTimeout(() => void tick(), delayMs);
+    this.sitesTimer.unref();
+  }
+
+  /** Holds the sites of read number `read` unless a read started after it already delivered its own. */
+  private takeSites(read: number, catalogue: SiteCatalogue): void {
+    if (read < this.sitesHeld) return;
+    this.sitesHeld = read;
+    this.sites = catalogue;
+  }
+
   private async readAndSwap(): Promise<GatewayReloadSummary> {
+    const sitesRead = ++this.sitesReads;
     const timer = this.deps.reloadMetrics?.duration.startTimer();
     let records;
     let credentials;
@@ -144,7 +197,7 @@ export class RegistryLoader {
     // The portal's column is free text (enterprise 0001): a zone no IANA name is read as none (design §3.2).
     if (sites.badZones > 0)
       this.deps.logger?.warn('platform sites without an IANA time zone', { sites: sites.badZones });
-    this.sites = catalogue;
+    this.takeSites(sitesRead, catalogue);
     const loadedSummary = this.deps.state.replaceRegistry(records);
     const summary = {
       ...loadedSummary,

@@ -131,6 +131,13 @@ async function main(): Promise<void> {
         },
       },
       { name: 'coap', close: () => app.coap.close(2000) },
+      {
+        name: 'sites refresh',
+        close: () => {
+          app.registry.stopSitesRefresh();
+          return Promise.resolve();
+        },
+      },
       // After CoAP (no report arrives any more): reports still queued are answered unavailable (the device retries).
       {
         name: 'device reports',
@@ -142,7 +149,7 @@ async function main(): Promise<void> {
       // Gives the driver lease up, so another replica drives at its next tick instead of after the lease.
       { name: 'rollout driver', close: () => app.rollouts.driver.stop() },
       // The audit rows of the last notifies and clears, before the pool closes.
-      { name: 'audit rows', close: () => app.audit.flush() },
+      { name: 'audit rows', close: () => app.audit.flush({ final: true }) },
       {
         name: 'rollout assignment reads',
         close: () => {
@@ -158,6 +165,8 @@ async function main(): Promise<void> {
     ],
   });
 
+  // Company scopes follow the portal's sites between reloads (design §3.2).
+  app.registry.refreshSitesEvery(config.sitesRefreshMs);
   if (app.bus !== undefined) {
     // Replicas (design §3.6): the bus LISTENs, then loads the registry and the retained overrides (retrying with backoff
     // until the database answers); /api/ready is 503 until that first resync is done.

@@ -110,13 +110,12 @@ export const auditRows = {
     ),
   overrideCleared: (o: AuditOrigin, what: { deviceId: string; siteId: string }) =>
     auditRow(o, 'override.cleared', { deviceId: what.deviceId, siteIds: [what.siteId] }),
+  /** A registry reload over HTTP (every site: `siteIds` empty). */
+  registryReloaded: (o: AuditOrigin) => auditRow(o, 'registry.reloaded', {}),
 };
 
 /** The kinds of change, one function each (the lead wires the ones in routes.ts and the rollout code). */
 export const audit = {
-  /** A registry reload over HTTP (every site: `siteIds` empty). */
-  registryReloaded: (db: Db, o: AuditOrigin, what: { devices?: number; rejected?: number } = {}) =>
-    recordAudit(db, o, 'registry.reloaded', {}, what),
   /** notify-settings: an override set on one device. */
   settingsNotified: (
     db: Db,

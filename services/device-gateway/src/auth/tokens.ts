@@ -32,7 +32,9 @@ export interface OperationsTokenSettings {
 const MAX_SCOPE_ENTRIES = 1000;
 
 function scopeClaim(value: unknown): string[] | null | 'invalid' {
-  if (value === undefined || value === null) return null;
+  // Only an absent claim is no scope. JSON null is malformed: a mapper that emptied an attribute must not widen
+  // its user to the whole fleet (second cold review of issue 42).
+  if (value === undefined) return null;
   const list = typeof value === 'string' ? [value] : value;
   if (!Array.isArray(list) || list.length > MAX_SCOPE_ENTRIES || !list.every(isUuid)) return 'invalid';
   return list.map((id) => id.toLowerCase());

@@ -362,7 +362,8 @@ export async function runDeviceKey(
         typeof err.code === 'string' &&
         err.code.startsWith('ERR_PARSE_ARGS'))
     ) {
-      io.err(`device-key: ${String((err as { message?: unknown }).message ?? err)}\n${USAGE}`);
+      const { message } = err as { message?: unknown };
+      io.err(`device-key: ${typeof message === 'string' ? message : errorMessage(err)}\n${USAGE}`);
       return EXIT_USAGE;
     }
     io.err(`device-key: ${describeFailure(err)}`);

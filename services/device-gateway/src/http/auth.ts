@@ -3,21 +3,20 @@
 // the route's action (auth/route-policy.ts), before any byte of the body is read.
 import { bearerToken, DomainError, type SecretSet } from '@platform/service-kit';
 import type { Request, RequestHandler, Response } from 'express';
-import type { Kysely } from 'kysely';
 import { GatewayKeys } from '../auth/api-keys.js';
 import { ANONYMOUS_KEY, forbidden, type Principal } from '../auth/principal.js';
 import { actionOf } from '../auth/route-policy.js';
 import type { OperationsTokenVerifier } from '../auth/tokens.js';
-import { audit, type AuditOrigin } from '../audit/writer.js';
-import type { GatewayDatabase } from '../db/tables.js';
+import type { AuditQueue } from '../audit/queue.js';
+import { auditRows, type AuditOrigin } from '../audit/writer.js';
 
 export interface AuthDeps {
   /** Current API keys; read per request so a SIGHUP reload takes effect without a restart. */
   keys: () => SecretSet;
   /** People's access tokens (GATEWAY_OIDC_ISSUER_URL); absent: API keys only. */
   tokens?: OperationsTokenVerifier | undefined;
-  /** Where the changes this step audits itself (a reload) are written. */
-  db?: Kysely<GatewayDatabase> | undefined;
+  /** Where the rows of the changes this step audits itself (a reload) are queued. */
+  audit?: AuditQueue | undefined;
 }
 
 const PRINCIPAL = 'principal';
@@ -82,9 +81,18 @@ export function requirePrincipal(deps: AuthDeps): RequestHandler {
         next(forbidden(principal, action));
         return;
       }
-      const db = deps.db;
-      if (action === 'registry.reload' && db !== undefined)
-        auditWhenAnswered(req, res, 'registry.reloaded', (origin) => audit.registryReloaded(db, origin));
+      const queue = deps.audit;
+      if (action === 'registry.reload' && queue !== undefined) {
+        try {
+          queue.requireRoom();
+        } catch (err) {
+          next(err);
+          return;
+        }
+        auditWhenAnswered(req, res, 'registry.reloaded', (origin) =>
+          queue.add(auditRows.registryReloaded(origin)),
+        );
+      }
       next();
     }, next);
   };

@@ -73,6 +73,7 @@ export function overrideRoutes(
     const siteId = seenSite(deps, principalOf(res), raw);
     if (siteId === undefined)
       throw new DomainError('unknown_device', `Device ${raw} is unknown or disabled.`);
+    deps.audit.requireRoom();
     const answer = await service()
       .clear(raw)
       .catch((err: unknown) => {

@@ -83,6 +83,8 @@ export function gatewayRoutes(service: GatewayService, auth: RequestHandler): Ro
     const body = requireValid(validateNotifySettingsRequest(req.body));
     // A device outside the caller's sites is as unknown as an absent one (issue 42 §3).
     const siteId = seenSiteOf(service, principalOf(res), body.device_id);
+    // Not made when its audit row could not be kept (a database that takes no rows for long, AuditQueue).
+    service.audit.requireRoom();
     let outcome: { version: number; relations: number };
     try {
       outcome = await service.notifySettings(body.device_id, body.settings);

@@ -12,7 +12,7 @@ import {
   deliveryLagMs,
   driverDecisions,
   lastAuditedDriverEvent,
-  targetSites,
+  rolloutSites,
   releaseLease,
   rolloutCounts,
   step,
@@ -185,7 +185,7 @@ export class RolloutDriver {
           { principal: DRIVER },
           {
             rolloutId: d.rollout_id,
-            siteIds: await targetSites(db, d.rollout_id),
+            siteIds: await rolloutSites(db, d.rollout_id),
             change: d.kind,
             eventId: d.event_id,
             ...(reason === undefined ? {} : { reason }),

@@ -18,7 +18,7 @@ import {
   readPatchBases,
   rolloutWithinScope,
   setRolloutActor,
-  targetSites,
+  rolloutSites,
   targetsAmong,
   type SiteScope,
   type PatchDocument,
@@ -309,7 +309,7 @@ export class RolloutService {
         if (caller !== undefined && 'rollout_id' in result)
           await audit.rolloutCreated(trx, caller.origin, {
             rolloutId: result.rollout_id,
-            siteIds: await targetSites(trx, result.rollout_id),
+            siteIds: await rolloutSites(trx, result.rollout_id),
             targets: result.targets,
             selector: auditedSelector(selector),
           });
@@ -463,7 +463,7 @@ export class RolloutService {
       if (caller !== undefined && !('error' in r) && !('conflict' in r))
         await audit.rolloutChanged(trx, caller.origin, {
           rolloutId,
-          siteIds: await targetSites(trx, rolloutId),
+          siteIds: await rolloutSites(trx, rolloutId),
           change: CHANGE_OF[action],
         });
       return r;

@@ -19,29 +19,53 @@ export async function setRolloutActor(trx: Transaction<GatewayDatabase>, actor: 
   await sql`SELECT pg_catalog.set_config('device_gateway.actor', ${actor}, true)`.execute(trx);
 }
 
-/** The sites of a rollout's targets as the registry places them now, sorted (a target that left it: none). */
-export async function targetSites(db: Db, rolloutId: string): Promise<string[]> {
+/**
+ * The sites a rollout reaches or names, sorted: its targets' as the registry places them now, those its selector
+ * names, and those of the devices its selector names (design §3.9). Its audit rows carry them, so that a reader
+ * limited to sites sees a row's detail (the selector) and rollout only when it may see the rollout (withinScope).
+ */
+export async function rolloutSites(db: Db, rolloutId: string): Promise<string[]> {
   const { rows } = await sql<{ site_id: string }>`
-    SELECT DISTINCT r.site_id::text AS site_id FROM device_gateway.rollout_targets t
+    SELECT r.site_id::text AS site_id FROM device_gateway.rollout_targets t
     JOIN device_gateway.device_registry r ON r.device_id = t.device_id
-    WHERE t.rollout_id = ${rolloutId}::uuid ORDER BY 1`.execute(db);
+    WHERE t.rollout_id = ${rolloutId}::uuid
+    UNION
+    SELECT named.site_id FROM device_gateway.rollouts ro,
+      jsonb_array_elements_text(coalesce(ro.selector->'site_ids', '[]')) named(site_id)
+    WHERE ro.rollout_id = ${rolloutId}::uuid
+    UNION
+    SELECT nr.site_id::text FROM device_gateway.rollouts ro,
+      jsonb_array_elements_text(coalesce(ro.selector->'device_ids', '[]')) named(device_id)
+    JOIN device_gateway.device_registry nr ON nr.device_id = named.device_id
+    WHERE ro.rollout_id = ${rolloutId}::uuid
+    ORDER BY 1`.execute(db);
   return rows.map((r) => r.site_id);
 }
 
 /**
- * Whether every target of the rollout is at a site of `scope` (issue 42 §3): a target that left the registry has
- * no site, and counts as outside. Absent rollout: false.
+ * Whether everything the rollout reaches or names is at a site of `scope` (issue 42 §3, design §3.9): every target
+ * as the registry places it now, every site its selector names, and the site of every device its selector names
+ * (a target or named device that left the registry has no site, and counts as outside). `rollout` is the alias of
+ * a `device_gateway.rollouts` row in the query. Such a rollout is the caller's to see; any other is never named to
+ * it (names.ts), since its detail, audit rows and events would name what lies outside.
  */
-function withinScope(rolloutRef: RawBuilder<unknown>, scope: SiteScope): RawBuilder<boolean> {
-  return sql<boolean>`NOT EXISTS (SELECT 1 FROM device_gateway.rollout_targets t
-    LEFT JOIN device_gateway.device_registry r ON r.device_id = t.device_id
-    WHERE t.rollout_id = ${rolloutRef} AND (r.site_id IS NULL OR NOT (${scope(sql.ref('r.site_id'))})))`;
+function withinScope(rollout: string, scope: SiteScope): RawBuilder<boolean> {
+  const id = sql.ref(`${rollout}.rollout_id`);
+  const selector = sql.ref(`${rollout}.selector`);
+  return sql<boolean>`(NOT EXISTS (SELECT 1 FROM device_gateway.rollout_targets t
+      LEFT JOIN device_gateway.device_registry r ON r.device_id = t.device_id
+      WHERE t.rollout_id = ${id} AND (r.site_id IS NULL OR NOT (${scope(sql.ref('r.site_id'))})))
+    AND NOT EXISTS (SELECT 1 FROM jsonb_array_elements_text(coalesce(${selector}->'site_ids', '[]')) named(site_id)
+      WHERE NOT (${scope(sql`named.site_id::uuid`)}))
+    AND NOT EXISTS (SELECT 1 FROM jsonb_array_elements_text(coalesce(${selector}->'device_ids', '[]')) named(device_id)
+      LEFT JOIN device_gateway.device_registry nr ON nr.device_id = named.device_id
+      WHERE nr.site_id IS NULL OR NOT (${scope(sql.ref('nr.site_id'))})))`;
 }
 
 export async function rolloutWithinScope(db: Db, rolloutId: string, scope: SiteScope): Promise<boolean> {
   const { rows } = await sql<{ ok: boolean }>`
     SELECT EXISTS (SELECT 1 FROM device_gateway.rollouts ro WHERE ro.rollout_id = ${rolloutId}::uuid
-      AND ${withinScope(sql.ref('ro.rollout_id'), scope)}) AS ok`.execute(db);
+      AND ${withinScope('ro', scope)}) AS ok`.execute(db);
   return rows[0]?.ok === true;
 }
 
@@ -58,7 +82,7 @@ export async function rolloutsWithinScope(
   const { rows } = await sql<{ id: string }>`
     SELECT ro.rollout_id::text AS id FROM device_gateway.rollouts ro
     WHERE ro.rollout_id = ANY(${[...new Set(ids)]}::uuid[])
-      AND ${withinScope(sql.ref('ro.rollout_id'), scope)}`.execute(db);
+      AND ${withinScope('ro', scope)}`.execute(db);
   return new Set(rows.map((r) => r.id));
 }
 
@@ -337,7 +361,7 @@ export async function listRollouts(
   db: Db,
   q: { limit: number; beforeSeq?: string; state?: RolloutState; scope?: SiteScope },
 ): Promise<RolloutRow[]> {
-  const scoped = q.scope === undefined ? sql`TRUE` : withinScope(sql.ref('rollouts.rollout_id'), q.scope);
+  const scoped = q.scope === undefined ? sql`TRUE` : withinScope('rollouts', q.scope);
   const { rows } = await sql<RolloutRow>`
     SELECT ${ROLLOUT_COLUMNS} FROM device_gateway.rollouts
     WHERE (${q.beforeSeq ?? null}::bigint IS NULL OR seq < ${q.beforeSeq ?? null}::bigint)
