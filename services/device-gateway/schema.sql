@@ -9,8 +9,9 @@ device_gateway_login LOGIN NOINHERIT
 -- schemas (1)
 device_gateway OWNER <migrator> ACL <migrator>:CREATE,<migrator>:USAGE,device_gateway_login:USAGE COMMENT -
 
--- tables and views (15)
+-- tables and views (16)
 r device_gateway.audit_events RLS false FORCE false OWNER <migrator> OPTIONS - ACL <migrator>:DELETE,<migrator>:INSERT,<migrator>:MAINTAIN,<migrator>:REFERENCES,<migrator>:SELECT,<migrator>:TRIGGER,<migrator>:TRUNCATE,<migrator>:UPDATE,device_gateway_login:SELECT COMMENT -
+r device_gateway.bus_channels RLS false FORCE false OWNER <migrator> OPTIONS - ACL <migrator>:DELETE,<migrator>:INSERT,<migrator>:MAINTAIN,<migrator>:REFERENCES,<migrator>:SELECT,<migrator>:TRIGGER,<migrator>:TRUNCATE,<migrator>:UPDATE,device_gateway_login:SELECT COMMENT One row: the secret in the names of the gateway's LISTEN/NOTIFY channels (<base>_<secret>). Only the owner and device_gateway_login may read it.
 r device_gateway.bus_overrides RLS false FORCE false OWNER <migrator> OPTIONS - ACL <migrator>:DELETE,<migrator>:INSERT,<migrator>:MAINTAIN,<migrator>:REFERENCES,<migrator>:SELECT,<migrator>:TRIGGER,<migrator>:TRUNCATE,<migrator>:UPDATE,device_gateway_login:SELECT COMMENT -
 r device_gateway.bus_reload RLS false FORCE false OWNER <migrator> OPTIONS - ACL <migrator>:DELETE,<migrator>:INSERT,<migrator>:MAINTAIN,<migrator>:REFERENCES,<migrator>:SELECT,<migrator>:TRIGGER,<migrator>:TRUNCATE,<migrator>:UPDATE,device_gateway_login:SELECT COMMENT -
 r device_gateway.bus_turn RLS false FORCE false OWNER <migrator> OPTIONS - ACL - COMMENT One row: the replica bus's publishers and bus_join lock it (FOR UPDATE) in turn, so change numbers become visible in their order. No login has any right on it.
@@ -26,7 +27,7 @@ r device_gateway.rollout_events RLS false FORCE false OWNER <migrator> OPTIONS -
 r device_gateway.rollout_targets RLS false FORCE false OWNER <migrator> OPTIONS - ACL <migrator>:DELETE,<migrator>:INSERT,<migrator>:MAINTAIN,<migrator>:REFERENCES,<migrator>:SELECT,<migrator>:TRIGGER,<migrator>:TRUNCATE,<migrator>:UPDATE,device_gateway_login:SELECT COMMENT -
 r device_gateway.rollouts RLS false FORCE false OWNER <migrator> OPTIONS - ACL <migrator>:DELETE,<migrator>:INSERT,<migrator>:MAINTAIN,<migrator>:REFERENCES,<migrator>:SELECT,<migrator>:TRIGGER,<migrator>:TRUNCATE,<migrator>:UPDATE,device_gateway_login:SELECT COMMENT -
 
--- columns (135)
+-- columns (137)
 device_gateway.audit_events.action text NOT NULL ACL device_gateway_login:INSERT COMMENT -
 
 device_gateway.audit_events.at timestamp with time zone NOT NULL DEFAULT clock_timestamp() COMMENT -
@@ -52,6 +53,10 @@ device_gateway.audit_events.rollout_id uuid ACL device_gateway_login:INSERT COMM
 device_gateway.audit_events.site_ids uuid[] NOT NULL DEFAULT '{}'::uuid[] ACL device_gateway_login:INSERT COMMENT -
 
 device_gateway.audit_events.source_address text ACL device_gateway_login:INSERT COMMENT -
+
+device_gateway.bus_channels.secret text NOT NULL COLLATE "C" COMMENT -
+
+device_gateway.bus_channels.singleton boolean NOT NULL DEFAULT true COMMENT -
 
 device_gateway.bus_overrides.device_id text NOT NULL COMMENT -
 
@@ -306,7 +311,7 @@ device_gateway.rollouts.updated_at timestamp with time zone NOT NULL DEFAULT now
 
 device_gateway.rollouts.waves integer NOT NULL COMMENT -
 
--- constraints (168)
+-- constraints (173)
 device_gateway.audit_events audit_events_action_check CHECK ((action ~ '^[a-z][a-z_.]{0,63}$'::text))
 device_gateway.audit_events audit_events_action_not_null NOT NULL action
 device_gateway.audit_events audit_events_at_not_null NOT NULL at
@@ -325,6 +330,11 @@ device_gateway.audit_events audit_events_role_check CHECK ((role = ANY (ARRAY['v
 device_gateway.audit_events audit_events_site_ids_check CHECK ((cardinality(site_ids) <= 10000))
 device_gateway.audit_events audit_events_site_ids_not_null NOT NULL site_ids
 device_gateway.audit_events audit_events_source_address_check CHECK ((char_length(source_address) <= 64))
+device_gateway.bus_channels bus_channels_pkey PRIMARY KEY (singleton)
+device_gateway.bus_channels bus_channels_secret_check CHECK ((secret ~ '^[0-9a-f]{32}$'::text))
+device_gateway.bus_channels bus_channels_secret_not_null NOT NULL secret
+device_gateway.bus_channels bus_channels_singleton_check CHECK (singleton)
+device_gateway.bus_channels bus_channels_singleton_not_null NOT NULL singleton
 device_gateway.bus_overrides bus_overrides_device_id_check CHECK ((device_id ~ '^[A-Za-z0-9._:-]{1,128}$'::text))
 device_gateway.bus_overrides bus_overrides_device_id_not_null NOT NULL device_id
 device_gateway.bus_overrides bus_overrides_origin_check CHECK ((origin ~ '^[A-Za-z0-9._:-]{1,64}$'::text))
@@ -476,7 +486,7 @@ device_gateway.rollouts rollouts_updated_at_not_null NOT NULL updated_at
 device_gateway.rollouts rollouts_waves_check CHECK (((waves >= 1) AND (waves <= 1000)))
 device_gateway.rollouts rollouts_waves_not_null NOT NULL waves
 
--- indexes (39)
+-- indexes (40)
 CREATE INDEX audit_events_at_idx ON device_gateway.audit_events USING btree (at)
 CREATE INDEX audit_events_device_idx ON device_gateway.audit_events USING btree (device_id, id) WHERE (device_id IS NOT NULL)
 CREATE INDEX audit_events_principal_idx ON device_gateway.audit_events USING btree (principal, id)
@@ -499,6 +509,7 @@ CREATE INDEX rollout_targets_next_idx ON device_gateway.rollout_targets USING bt
 CREATE INDEX rollout_targets_open_idx ON device_gateway.rollout_targets USING btree (rollout_id, wave, "position") WHERE (outcome IS NULL)
 CREATE INDEX rollouts_open_idx ON device_gateway.rollouts USING btree (seq) WHERE (state = ANY (ARRAY['active'::text, 'paused'::text]))
 CREATE UNIQUE INDEX audit_events_pkey ON device_gateway.audit_events USING btree (id)
+CREATE UNIQUE INDEX bus_channels_pkey ON device_gateway.bus_channels USING btree (singleton)
 CREATE UNIQUE INDEX bus_overrides_pkey ON device_gateway.bus_overrides USING btree (device_id)
 CREATE UNIQUE INDEX bus_overrides_seq_idx ON device_gateway.bus_overrides USING btree (seq)
 CREATE UNIQUE INDEX bus_reload_pkey ON device_gateway.bus_reload USING btree (singleton)

@@ -19,6 +19,7 @@ import { issueCredential, type IssuedCredential } from '../src/db/credential-rep
 import { gatewayMigrations } from '../src/db/migrations.js';
 import { seedDevices } from '../src/db/seed.js';
 import type { GatewayDatabase } from '../src/db/tables.js';
+import { gatewayChannels } from './support/channels.js';
 import { RawCoapClient, observe0, pathOptions } from './support/coap-client.js';
 import { waitFor } from './support/dtls.js';
 import { API_KEYS } from './support/gateway.js';
@@ -32,7 +33,8 @@ const DTLS = 'acme-wh-door-01';
 const PLAIN = 'acme-hq-hvac-01';
 const DTLS_VICTIM = 'acme-wh-freezer-02';
 const REAPED = 'borealis-tower-chiller-01';
-const CHANNEL = 'device_gateway_inspect';
+/** The device view's channel: its name with the installation's secret (migration 0035), read in beforeAll. */
+let CHANNEL = 'device_gateway_inspect';
 const auth = { Authorization: `Bearer ${API_KEYS[0]!}` };
 
 let pg0: PostgresServer;
@@ -94,6 +96,7 @@ beforeAll(async () => {
   pg0 = await startPostgres();
   database = await createTestDatabase({ migrations: [gatewayMigrations], adminUrl: pg0.url });
   owner = createDb<GatewayDatabase>(database.url, { max: 2, logger: { warn: () => undefined } });
+  CHANNEL = (await gatewayChannels(owner)).inspect;
   await seedDevices(owner);
   key = await issueCredential(owner, DTLS);
   await issueCredential(owner, DTLS_VICTIM);

@@ -15,6 +15,7 @@ import { afterAll, beforeAll, describe, expect, it, jest } from '@jest/globals';
 import { sql, type Kysely } from 'kysely';
 import type pg from 'pg';
 import type { GatewayDatabase } from '../src/db/tables.js';
+import { gatewayChannels } from './support/channels.js';
 import { API_KEYS } from './support/gateway.js';
 import { pinNotifyQueue, startPlatformDatabase, type PlatformDatabase } from './support/platform-database.js';
 import { startReplica, type Replica } from './support/replicas.js';
@@ -121,8 +122,10 @@ describe('a flood of wake-ups on the rollout channel', () => {
     const reads = 'gateway_rollout_assignment_reads_total{kind="reads"';
     const before = await metric(a, reads);
     const t0 = Date.now();
-    // One notification per transaction: each is delivered on its own.
-    await Promise.all(Array.from({ length: 3000 }, () => c.query('NOTIFY device_gateway_rollout')));
+    // One notification per transaction: each is delivered on its own. On the channel's name with its secret
+    // (migration 0035), as if learned: on the public base no notification reaches a replica at all.
+    const { rollout } = await gatewayChannels(owner);
+    await Promise.all(Array.from({ length: 3000 }, () => c.query(`NOTIFY ${rollout}`)));
     await new Promise((r) => setTimeout(r, 500));
     const seconds = (Date.now() - t0) / 1000;
     const made = (await metric(a, reads)) - before;

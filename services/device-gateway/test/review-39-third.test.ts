@@ -36,6 +36,7 @@ import {
   startPlatformDatabase,
   type PlatformDatabase,
 } from './support/platform-database.js';
+import { gatewayChannels } from './support/channels.js';
 import { startReplica, type Replica } from './support/replicas.js';
 import {
   attackersOf,
@@ -458,14 +459,24 @@ describe('attacks that held', () => {
       o: 'zzzz',
       s: { reporting_interval_s: 4242 },
     });
+    // On the public bases and, as if learned, on the names with their secret (migration 0035), which alone reach
+    // a replica.
+    const secret = await gatewayChannels(owner);
     for (let i = 0; i < 200; i++) {
-      await c.query(`SELECT pg_notify('device_gateway_bus', $1)`, [
-        i % 2 === 0 ? forged : '{"k":"reload","v":1,"o":"z"}',
-      ]);
-      await c.query(`SELECT pg_notify('device_gateway_inspect', $1)`, [
-        JSON.stringify({ k: 'q', q: '00000000-0000-4000-8000-000000000000', o: '0123456789abcdef' }),
-      ]);
-      await c.query(`SELECT pg_notify('device_gateway_rollout', '{"k":"a"}')`);
+      for (const [bus, inspect, rollout] of [
+        ['device_gateway_bus', 'device_gateway_inspect', 'device_gateway_rollout'],
+        [secret.bus, secret.inspect, secret.rollout],
+      ]) {
+        await c.query(`SELECT pg_notify($2, $1)`, [
+          i % 2 === 0 ? forged : '{"k":"reload","v":1,"o":"z"}',
+          bus,
+        ]);
+        await c.query(`SELECT pg_notify($2, $1)`, [
+          JSON.stringify({ k: 'q', q: '00000000-0000-4000-8000-000000000000', o: '0123456789abcdef' }),
+          inspect,
+        ]);
+        await c.query(`SELECT pg_notify($1, '{"k":"a"}')`, [rollout]);
+      }
     }
     await new Promise((r) => setTimeout(r, 1500));
     expect(await servedBy(a)).toEqual(before);

@@ -11,6 +11,7 @@ import type { TestDatabase } from '@platform/testkit';
 import { sql, type Kysely } from 'kysely';
 import pg from 'pg';
 import type { GatewayDatabase } from '../src/db/tables.js';
+import { gatewayChannels } from './support/channels.js';
 import { loginUrl } from './support/gateway.js';
 import type { Replica } from './support/replicas.js';
 import {
@@ -23,7 +24,8 @@ import {
 
 jest.setTimeout(240_000);
 
-const CHANNEL = 'device_gateway_inspect';
+/** The device view's channel: its name with the installation's secret (migration 0035), read in beforeAll. */
+let CHANNEL = 'device_gateway_inspect';
 /** The replica id the login's fake bus session claims (bus_join's rule: application_name). */
 const FAKE = 'fa4efa4efa4efa4e';
 
@@ -56,6 +58,7 @@ const status = (pid: number, field: string): number => {
 beforeAll(async () => {
   cluster = await startViewCluster();
   ({ database, owner, b, originA, originB } = cluster);
+  CHANNEL = (await gatewayChannels(owner)).inspect;
   listener = await login();
   listener.on('notification', (n) => {
     try {

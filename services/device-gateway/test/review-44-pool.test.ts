@@ -12,12 +12,14 @@ import pg from 'pg';
 import { gatewayMigrations } from '../src/db/migrations.js';
 import { seedDevices } from '../src/db/seed.js';
 import type { GatewayDatabase } from '../src/db/tables.js';
+import { gatewayChannels } from './support/channels.js';
 import { API_KEYS, loginUrl } from './support/gateway.js';
 import { startReplica, type Replica } from './support/replicas.js';
 
 jest.setTimeout(300_000);
 
-const CHANNEL = 'device_gateway_inspect';
+/** The device view's channel: its name with the installation's secret (migration 0035), read in beforeAll. */
+let CHANNEL = 'device_gateway_inspect';
 const DEVICE = 'acme-hq-hvac-01';
 const FAKE = 'fa4efa4efa4efa4e';
 const auth = { Authorization: `Bearer ${API_KEYS[0]!}` };
@@ -39,6 +41,7 @@ beforeAll(async () => {
   pg0 = await startPostgres();
   database = await createTestDatabase({ migrations: [gatewayMigrations], adminUrl: pg0.url });
   owner = createDb<GatewayDatabase>(database.url, { max: 2, logger: { warn: () => undefined } });
+  CHANNEL = (await gatewayChannels(owner)).inspect;
   await seedDevices(owner);
   a = await startReplica('A', database.url, { LOG_LEVEL: 'info' });
   await a.waitReady();

@@ -11,6 +11,7 @@ import type { TestDatabase } from '@platform/testkit';
 import { sql, type Kysely } from 'kysely';
 import pg from 'pg';
 import type { GatewayDatabase } from '../src/db/tables.js';
+import { gatewayChannels } from './support/channels.js';
 import { API_KEYS } from './support/gateway.js';
 import type { Replica } from './support/replicas.js';
 import {
@@ -23,7 +24,8 @@ import {
 
 jest.setTimeout(240_000);
 
-const CHANNEL = 'device_gateway_inspect';
+/** The device view's channel: its name with the installation's secret (migration 0035), read in beforeAll. */
+let CHANNEL = 'device_gateway_inspect';
 const auth = { Authorization: `Bearer ${API_KEYS[0]!}` };
 
 let cluster: ViewCluster;
@@ -42,6 +44,7 @@ async function answeredA(r: Replica): Promise<string> {
 beforeAll(async () => {
   cluster = await startViewCluster();
   ({ database, owner, b, originA } = cluster);
+  CHANNEL = (await gatewayChannels(owner)).inspect;
 });
 
 afterAll(async () => {

@@ -49,6 +49,30 @@ export interface CreateDbOptions {
   metrics?: Registry;
 }
 
+/**
+ * Session settings every connection of this kit states in its startup packet (`options`, `-c name=value`; a space
+ * in a value is escaped with a backslash). A login may give itself defaults that outlive its sessions (`ALTER ROLE
+ * <itself> [IN DATABASE ...] SET ...` needs no privilege), and each later session of every process inherits them:
+ * `default_transaction_read_only = on` made every write, and a gateway replica's start, fail until someone reset
+ * it (issue 39, the sixth cold review). Values from the startup packet take precedence over role and database
+ * defaults and over postgresql.conf (PostgreSQL manual, "Setting Parameters": options in the connection request;
+ * checked against PostgreSQL 18 with role defaults), so these hold whatever the role's defaults say. Pinned here:
+ * what the services' statements rely on; the statement deadline is the pool's own `statementTimeoutMs` (also a
+ * startup parameter), `search_path` is PostgreSQL's default, and `DateStyle`/`IntervalStyle`/`bytea_output` are
+ * what node-postgres parses. The idle timeouts are left to the server's configuration (an operator's bound on
+ * forgotten sessions); a login's own defaults for them are what a service's start-time check should name.
+ */
+export const PINNED_SESSION_OPTIONS = [
+  '-c default_transaction_read_only=off',
+  '-c default_transaction_isolation=read\\ committed',
+  '-c default_transaction_deferrable=off',
+  '-c lock_timeout=0',
+  '-c search_path="$user",public',
+  '-c DateStyle=ISO',
+  '-c IntervalStyle=postgres',
+  '-c bytea_output=hex',
+].join(' ');
+
 const consoleLogger: DbLogger = {
   warn: (message, meta) => {
     console.warn(message, meta);
@@ -72,10 +96,13 @@ export function createDb<DB>(url: string, options: CreateDbOptions = {}): Kysely
     ...(options.applicationName === undefined ? {} : { application_name: options.applicationName }),
     ...(options.statementTimeoutMs === undefined ? {} : { statement_timeout: options.statementTimeoutMs }),
     ...(options.queryTimeoutMs === undefined ? {} : { query_timeout: options.queryTimeoutMs }),
-    // A startup parameter: set once per connection, no extra round trip per transaction.
-    ...(options.synchronousCommit === undefined
-      ? {}
-      : { options: `-c synchronous_commit=${options.synchronousCommit}` }),
+    // Startup parameters: set once per connection, no extra round trip per transaction.
+    options: [
+      PINNED_SESSION_OPTIONS,
+      ...(options.synchronousCommit === undefined
+        ? []
+        : [`-c synchronous_commit=${options.synchronousCommit}`]),
+    ].join(' '),
   });
   // The same error reaches both listeners when the client was idle; report it once.
   const reported = new WeakSet<Error>();

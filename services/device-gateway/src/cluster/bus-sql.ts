@@ -3,6 +3,7 @@ import { sql, type Kysely } from 'kysely';
 import type pg from 'pg';
 import type { GatewayDatabase } from '../db/tables.js';
 import type { Settings } from '../domain/documents.js';
+import { notifyChannel } from './channels.js';
 import { BUS_CHANNEL, type RetainedMessage } from './messages.js';
 
 /** What bus_publish_overrides did with one message. */
@@ -32,7 +33,7 @@ export async function publishReload(db: Kysely<GatewayDatabase>, payload: string
  * other replicas a timer's delay (ClusterBus reads on a timer too), not the publish.
  */
 export async function wakeReplicas(db: Kysely<GatewayDatabase>): Promise<void> {
-  await sql`SELECT pg_catalog.pg_notify(${BUS_CHANNEL}, '')`.execute(db);
+  await notifyChannel(db, BUS_CHANNEL, '');
 }
 
 /** A row of the bus (migration 0017) as a message to check (Replica.receive), with its change number. */
@@ -159,13 +160,16 @@ export async function readChanges(
 }
 
 /**
- * Once per process, on the listener's connection: when no other replica is up and synchronised, clears the
- * retained overrides of a gateway that stopped altogether; returns how many, and the highest version kept.
+ * Once per process, on a pooled connection (not the listener's, where it would wait behind whatever notifications
+ * arrive first): when no other replica is up and synchronised, clears the retained overrides of a gateway that
+ * stopped altogether; returns how many, and the highest version kept. A pooled session is never named
+ * `device-gateway-bus ...`, and this replica's listener is still ` joining`, so neither counts as up.
  */
-export async function join(client: pg.Client): Promise<{ cleared: number; topVersion: number | undefined }> {
-  const { rows } = await client.query<{ cleared: number; top_version: string | null }>(
-    'SELECT cleared, top_version::text AS top_version FROM device_gateway.bus_join()',
-  );
+export async function join(
+  db: Kysely<GatewayDatabase>,
+): Promise<{ cleared: number; topVersion: number | undefined }> {
+  const { rows } = await sql<{ cleared: number; top_version: string | null }>`
+    SELECT cleared, top_version::text AS top_version FROM device_gateway.bus_join()`.execute(db);
   const result = rows[0];
   return {
     cleared: result?.cleared ?? 0,

@@ -9,10 +9,13 @@
 //   message; a database that cannot be reached is a 503.
 // - Delivery. A notification carries no authority (migration 0017): PostgreSQL has no privilege for NOTIFY or
 //   LISTEN, so any session of the database could send anything and hear everything. Every replica holds one
-//   dedicated LISTEN connection (listener.ts); a notification on the bus channel only wakes it to read the rows
-//   changed since the last change number it read (bus_overrides, bus_reload), which only the gateway's login can
-//   write, through the publishing functions. The publisher reads its own change too; it also applies it directly
-//   after the commit, and the (version, origin) rule makes whichever comes second a no-op.
+//   dedicated LISTEN connection (listener.ts), on channel names that carry a secret of the installation
+//   (channels.ts, migration 0035), so no other login's notifications reach that connection at all (a stranger's
+//   flood on a guessable name kept the heartbeat and bus_join waiting behind it, a cold review); a notification
+//   on the bus channel only wakes it to read the rows changed since the last change number it read
+//   (bus_overrides, bus_reload), which only the gateway's login can write, through the publishing functions. The
+//   publisher reads its own change too; it also applies it directly after the commit, and the (version, origin)
+//   rule makes whichever comes second a no-op.
 // - Versions. See version-clock.ts: the accepting replica stamps the override, every replica observes the
 //   stamp (HLC receive rule) and, where it can, serves the override under that very version, so a device that
 //   moves between replicas sees the same version for the same override and a higher one for any later change.
@@ -383,7 +386,7 @@ export class ClusterBus {
    * every retained override; what this replica holds and the table lacks goes back in.
    */
   private async resync(client: pg.Client): Promise<void> {
-    if (!this.joined) await this.join(client);
+    if (!this.joined) await this.join();
     this.resyncs++;
     await this.options.rollouts?.sync();
     // Where the bus stands before the registry is read: the reload below covers every reload asked for up to
@@ -493,8 +496,8 @@ export class ClusterBus {
    * overrides belong to a gateway that has stopped altogether and are cleared (migration 0003), so an override
    * lives exactly as long as the replicas that hold it in memory; the clock still starts above their versions.
    */
-  private async join(client: pg.Client): Promise<void> {
-    const { cleared, topVersion } = await busSql.join(client);
+  private async join(): Promise<void> {
+    const { cleared, topVersion } = await busSql.join(this.options.db);
     if (topVersion !== undefined && !this.options.clock.observe(topVersion)) {
       this.log.error("the retained overrides' top version is not plausible against this clock: not taken", {
         version: topVersion,

@@ -3,8 +3,9 @@
 // device_gateway.inspect_answers, which only the gateway's login can read, and says so on the channel; the asker
 // waits for the replicas whose bus session is up, or a deadline, reads their answers and says which answered.
 //
-// Why this shape: NOTIFY and LISTEN need no privilege, so any session of the database can send on the channel
-// and hear everything on it. Hence:
+// Why this shape: NOTIFY and LISTEN need no privilege, so any session of the database that learns the channel's
+// name can send on it and hear everything on it; since migration 0035 the name carries a secret only the owner
+// and the gateway's login can read (channels.ts), and the rules below still hold for whoever learns it. Hence:
 // - nothing secret is ever in a payload: requests and answer notices name a query and a replica; the device asked
 //   about (migration 0017's inspect_queries) and the answers (PSK identities, peer addresses) stay in tables only
 //   the login reads;

@@ -1,14 +1,19 @@
 // The replica bus's PostgreSQL LISTEN connection (design §3.6): one dedicated pg.Client (a pooled connection
 // cannot LISTEN: the pool hands it to other queries and may close it), reconnected forever with backoff, with a
 // heartbeat that finds a silently dead connection. What the notifications mean is bus.ts's business.
-import { errorMessage, isConnectionError, type Logger } from '@platform/service-kit';
+import { errorMessage, isConnectionError, PINNED_SESSION_OPTIONS, type Logger } from '@platform/service-kit';
 import pg from 'pg';
+import { channelName, readChannelSecret } from './channels.js';
 
 export type ListenerStatus = 'stopped' | 'connecting' | 'resyncing' | 'listening';
 
 export interface ListenerOptions {
   databaseUrl: string;
-  /** Fixed identifiers (never input): the bus's channel and the device view's (design §3.6, §3.8). */
+  /**
+   * Base names (fixed identifiers, never input): the bus's channel, the device view's and the rollouts' (design
+   * §3.6, §3.8, §3.9). The connection LISTENs on each with the installation's secret (channels.ts) and reports a
+   * notification under its base name.
+   */
   channels: readonly string[];
   logger: Logger;
   /** The session's `application_name` for the next connection. */
@@ -16,7 +21,10 @@ export interface ListenerOptions {
   /** Reconnect backoff: first delay and cap, in ms (doubling, with ±20 % jitter). */
   reconnectMinMs: number;
   reconnectMaxMs: number;
-  /** A `SELECT 1` on the connection this often (ms) finds a silently dead connection. */
+  /**
+   * A `SELECT 1` on the connection this often (ms) finds a silently dead connection; a notification received
+   * within the last period, or while the `SELECT 1` waited, proves the connection alive as well.
+   */
   heartbeatMs: number;
   /** `senderPid`: the backend pid of the session that sent it (PostgreSQL reports it with every notification). */
   onNotification: (payload: string, channel: string, senderPid: number) => void;
@@ -118,7 +126,11 @@ export class ListenConnection {
       // Server-side TCP keepalives (about 1 min): the session of a replica that vanished without closing
       // its connection (a lost node) leaves pg_stat_activity soon, instead of after the kernel's 2 h
       // default, so it neither keeps counting as up in bus_join() nor holds a backend.
-      options: '-c tcp_keepalives_idle=30 -c tcp_keepalives_interval=10 -c tcp_keepalives_count=3',
+      // PINNED_SESSION_OPTIONS: what a role default of this login (ALTER ROLE ... SET) must not change.
+      options: [
+        PINNED_SESSION_OPTIONS,
+        '-c tcp_keepalives_idle=30 -c tcp_keepalives_interval=10 -c tcp_keepalives_count=3',
+      ].join(' '),
       connectionTimeoutMillis: 5000,
       keepAlive: true,
       query_timeout: Math.max(1000, this.options.heartbeatMs),
@@ -131,20 +143,37 @@ export class ListenConnection {
     const closed = new Promise<string>((resolve) => (signal = resolve));
     client.on('error', (err) => signal(err.message));
     client.on('end', () => signal('connection ended'));
+    // Channel name (with the secret) -> base name, filled before the first LISTEN.
+    const bases = new Map<string, string>();
+    /** When the last notification arrived (ms): a connection streaming them is alive. */
+    let lastMessageAt = 0;
     client.on('notification', (n) => {
-      if (this.options.channels.includes(n.channel))
-        this.options.onNotification(n.payload ?? '', n.channel, n.processId);
+      lastMessageAt = Date.now();
+      const base = bases.get(n.channel);
+      if (base !== undefined) this.options.onNotification(n.payload ?? '', base, n.processId);
     });
     await client.connect();
     this.backendPid = (client as unknown as { processID?: number }).processID;
-    // The channels are fixed identifiers (BUS_CHANNEL, INSPECT_CHANNEL), never input.
-    for (const channel of this.options.channels) await client.query(`LISTEN ${channel}`);
+    const secret = await readChannelSecret(client);
+    for (const base of this.options.channels) bases.set(channelName(base, secret), base);
+    // Base names are fixed identifiers and the secret is 32 hex digits (checked): never input.
+    for (const channel of bases.keys()) await client.query(`LISTEN ${channel}`);
+    let beating = false;
     const heartbeat = setInterval(() => {
-      client.query('SELECT 1').catch((err: unknown) => {
-        signal(`heartbeat failed: ${errorMessage(err)}`);
-        // A connection that does not answer is ended so the loop can replace it.
-        void client.end().catch(() => undefined);
-      });
+      if (beating || Date.now() - lastMessageAt < this.options.heartbeatMs) return;
+      beating = true;
+      const sentAt = Date.now();
+      client.query('SELECT 1').then(
+        () => (beating = false),
+        (err: unknown) => {
+          beating = false;
+          // Its answer queued behind notifications that did arrive meanwhile: slow, not dead.
+          if (lastMessageAt >= sentAt) return;
+          signal(`heartbeat failed: ${errorMessage(err)}`);
+          // A connection that does not answer is ended so the loop can replace it.
+          void client.end().catch(() => undefined);
+        },
+      );
     }, this.options.heartbeatMs);
     heartbeat.unref();
     void closed.then(() => clearInterval(heartbeat));

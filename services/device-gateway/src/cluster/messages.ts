@@ -2,7 +2,8 @@ import { isDeviceId } from '@platform/contracts';
 import type { Settings } from '../domain/documents.js';
 
 /**
- * The one LISTEN/NOTIFY channel every replica of the gateway listens on (per database). Since migration 0017 its
+ * The base name of the one LISTEN/NOTIFY channel every replica of the gateway listens on (per database); since
+ * migration 0035 the channel is `<base>_<secret>` (channels.ts), as are the two below. Since migration 0017 its
  * notifications are empty wake-ups: the messages are rows (bus_overrides, bus_reload) that only the gateway's
  * login can write, read by change number (design §3.6).
  */

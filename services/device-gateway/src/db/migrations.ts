@@ -36,6 +36,7 @@ import { objectFunctionsMigration } from './object-functions-migration.js';
 import { rolloutActorMigration } from './rollout-actor-migration.js';
 import { deviceReportsMigration } from './device-reports-migration.js';
 import { deviceReportsBatchMigration } from './device-reports-batch-migration.js';
+import { busChannelsMigration } from './bus-channels-migration.js';
 
 /** The read-only login the running gateway uses (design §4.2): SELECT on its registry, nothing else. */
 export const GATEWAY_LOGIN_ROLE = 'device_gateway_login';
@@ -172,6 +173,7 @@ export function gatewayMigrationsWith(loginPassword: string): MigrationSet {
       '0032_rollout_settings_bound': rolloutSettingsBoundMigration,
       '0033_reports_bound': reportsBoundMigration,
       '0034_object_functions': objectFunctionsMigration,
+      '0035_bus_channels': busChannelsMigration,
     },
   };
 }

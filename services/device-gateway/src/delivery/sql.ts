@@ -2,6 +2,7 @@
 // fleet list.
 import { errorMessage, type Logger } from '@platform/service-kit';
 import { sql, type Kysely, type RawBuilder } from 'kysely';
+import { notifyChannel } from '../cluster/channels.js';
 import { INSPECT_CHANNEL } from '../cluster/messages.js';
 import type { DeliveryState, DeviceDeliveryTable, GatewayDatabase } from '../db/tables.js';
 import type { InspectStore } from '../cluster/inspect.js';
@@ -169,9 +170,10 @@ export function inspectStore(db: Kysely<GatewayDatabase>, logger?: Pick<Logger, 
   // The payloads 0016's and 0017's functions built in their transaction, built the same way.
   const notice = async (kind: 'q' | 'a', query: string, replica: string): Promise<void> => {
     try {
-      await sql`SELECT pg_catalog.pg_notify(${INSPECT_CHANNEL},
-        pg_catalog.json_build_object('k', ${kind}::text, 'q', ${query}::uuid, 'o', ${replica}::text)::text)`.execute(
+      await notifyChannel(
         db,
+        INSPECT_CHANNEL,
+        sql<string>`pg_catalog.json_build_object('k', ${kind}::text, 'q', ${query}::uuid, 'o', ${replica}::text)::text`,
       );
     } catch (err) {
       logger?.warn('device view: notice not sent', { kind, error: errorMessage(err) });

@@ -2,6 +2,7 @@
 // reads of the API and of the replicas. Nothing here knows HTTP.
 import { errorMessage, type Logger } from '@platform/service-kit';
 import { sql, type Kysely, type RawBuilder, type Transaction } from 'kysely';
+import { notifyChannel } from '../cluster/channels.js';
 import { ROLLOUT_CHANNEL } from '../cluster/messages.js';
 import type { GatewayDatabase } from '../db/tables.js';
 
@@ -228,7 +229,7 @@ export async function wakeRolloutReplicas(
   logger: Pick<Logger, 'warn'>,
 ): Promise<void> {
   try {
-    await sql`SELECT pg_catalog.pg_notify(${ROLLOUT_CHANNEL}, ${JSON.stringify({ k: kind })})`.execute(db);
+    await notifyChannel(db, ROLLOUT_CHANNEL, JSON.stringify({ k: kind }));
   } catch (err) {
     logger.warn('rollouts: wake-up not sent; the replicas read the assignments on their timer', {
       error: errorMessage(err),
