@@ -62,7 +62,7 @@ export async function startReplica(
         return 0;
       }
     },
-    async waitReady(timeoutMs = 15000) {
+    async waitReady(timeoutMs = 30000) {
       const deadline = Date.now() + timeoutMs;
       while (Date.now() < deadline) {
         if ((await replica.ready()) === 200) return;
