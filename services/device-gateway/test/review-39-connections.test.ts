@@ -100,17 +100,30 @@ describe('connection slots the gateway keeps (issue 39)', () => {
       // This cluster's databases give PUBLIC CONNECT only (=c), not TEMP, so TEMP is not named here.
       expect(lockTableGap(reserve)).toBe(
         'PUBLIC still has EXECUTE on nextval, EXECUTE on pg_advisory_lock, EXECUTE on pg_get_object_address, ' +
-          'EXECUTE on lo_from_bytea',
+          'EXECUTE on lo_from_bytea, EXECUTE on pg_logical_emit_message',
       );
+      expect(reserve.roleSettings).toEqual([]);
     } finally {
       await db.destroy();
       await database.drop();
     }
     expect(
-      connectionReserveGap({ reserved: undefined, member: false, openToPublic: [], lockRightsOfPublic: [] }),
+      connectionReserveGap({
+        reserved: undefined,
+        member: false,
+        openToPublic: [],
+        lockRightsOfPublic: [],
+        roleSettings: [],
+      }),
     ).toBe('PostgreSQL before 16 has no reserved_connections');
     expect(
-      connectionReserveGap({ reserved: 5, member: false, openToPublic: [], lockRightsOfPublic: [] }),
+      connectionReserveGap({
+        reserved: 5,
+        member: false,
+        openToPublic: [],
+        lockRightsOfPublic: [],
+        roleSettings: [],
+      }),
     ).toBe('the login lacks the privileges of pg_use_reserved_connections');
     expect(GATEWAY_LOGIN_ROLE).toBe('device_gateway_login');
     expect(DEV_GATEWAY_LOGIN_PASSWORD).not.toBe('');

@@ -11,15 +11,27 @@ export interface ConnectionReserve {
   /** Databases of the cluster any login may connect to (CONNECT held by PUBLIC). */
   openToPublic: string[];
   /**
-   * What lets any login of this database fill the cluster's lock table or its disk (migrations 0031, 0034): EXECUTE
-   * for PUBLIC on nextval, pg_advisory_lock, pg_get_object_address or the large-object functions, TEMP for PUBLIC on
-   * the database. Empty when those migrations took them.
+   * What lets any login of this database fill the cluster's lock table, its disk or its WAL (migrations 0031, 0034,
+   * 0036): EXECUTE for PUBLIC on nextval, pg_advisory_lock, pg_get_object_address, the large-object functions or
+   * pg_logical_emit_message, TEMP for PUBLIC on the database. Empty when those migrations took them.
    */
   lockRightsOfPublic: string[];
+  /**
+   * This login's own defaults (`ALTER ROLE <login> [IN DATABASE <this one>] SET ...`, pg_db_role_setting), e.g.
+   * `default_transaction_read_only=on`: the login may set them itself and they outlive its sessions. The gateway's
+   * connections pin what they rely on (service-kit's PINNED_SESSION_OPTIONS); any row is still named at start.
+   */
+  roleSettings: string[];
 }
 
 export async function readConnectionReserve(db: Kysely<unknown>): Promise<ConnectionReserve> {
-  const { rows } = await sql<{ reserved: string | null; member: boolean; open: string[]; locks: string[] }>`
+  const { rows } = await sql<{
+    reserved: string | null;
+    member: boolean;
+    open: string[];
+    locks: string[];
+    settings: string[];
+  }>`
     SELECT
       (SELECT setting FROM pg_catalog.pg_settings WHERE name = 'reserved_connections') AS reserved,
       EXISTS (SELECT 1 FROM pg_catalog.pg_roles r WHERE r.rolname = 'pg_use_reserved_connections'
@@ -35,8 +47,18 @@ export async function readConnectionReserve(db: Kysely<unknown>): Promise<Connec
               ('EXECUTE on pg_get_object_address', pg_catalog.has_function_privilege('public',
                 'pg_catalog.pg_get_object_address(text, text[], text[])', 'EXECUTE')),
               ('EXECUTE on lo_from_bytea',
-               pg_catalog.has_function_privilege('public', 'pg_catalog.lo_from_bytea(oid, bytea)', 'EXECUTE'))
-            ) AS x(w, open) WHERE open) AS locks`.execute(db);
+               pg_catalog.has_function_privilege('public', 'pg_catalog.lo_from_bytea(oid, bytea)', 'EXECUTE')),
+              ('EXECUTE on pg_logical_emit_message', pg_catalog.has_function_privilege('public',
+                'pg_catalog.pg_logical_emit_message(boolean, text, text, boolean)', 'EXECUTE')
+                OR pg_catalog.has_function_privilege('public',
+                'pg_catalog.pg_logical_emit_message(boolean, text, bytea, boolean)', 'EXECUTE'))
+            ) AS x(w, open) WHERE open) AS locks,
+      ARRAY(SELECT CASE WHEN s.setdatabase = 0 THEN '' ELSE 'in this database: ' END || c.setting
+            FROM pg_catalog.pg_db_role_setting s, pg_catalog.unnest(s.setconfig) AS c(setting)
+            WHERE s.setrole = (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = session_user)
+              AND s.setdatabase IN (0, (SELECT d.oid FROM pg_catalog.pg_database d
+                                        WHERE d.datname = pg_catalog.current_database()))
+            ORDER BY s.setdatabase, c.setting) AS settings`.execute(db);
   const row = rows[0];
   if (row === undefined) throw new Error('connection reserve: no answer');
   return {
@@ -44,6 +66,7 @@ export async function readConnectionReserve(db: Kysely<unknown>): Promise<Connec
     member: row.member,
     openToPublic: row.open,
     lockRightsOfPublic: row.locks,
+    roleSettings: row.settings,
   };
 }
 
@@ -60,4 +83,14 @@ export function lockTableGap(reserve: ConnectionReserve): string | undefined {
   return reserve.lockRightsOfPublic.length === 0
     ? undefined
     : `PUBLIC still has ${reserve.lockRightsOfPublic.join(', ')}`;
+}
+
+/**
+ * This login's own defaults, in words for the log (operations §7: `ALTER ROLE device_gateway_login RESET ALL`, and
+ * `... IN DATABASE <db> RESET ALL`); or undefined. Not fatal: the pinned settings hold whatever they say.
+ */
+export function roleSettingsGap(reserve: ConnectionReserve): string | undefined {
+  return reserve.roleSettings.length === 0
+    ? undefined
+    : `the login has defaults of its own (ALTER ROLE ... SET): ${reserve.roleSettings.join(', ')}`;
 }
