@@ -17,7 +17,12 @@ import {
 import type { Kysely } from 'kysely';
 import { buildApp } from './app.js';
 import { loadGatewayConfig, readApiKeys, type GatewayConfig } from './config.js';
-import { connectionReserveGap, lockTableGap, readConnectionReserve } from './db/connection-reserve.js';
+import {
+  connectionReserveGap,
+  lockTableGap,
+  readConnectionReserve,
+  roleSettingsGap,
+} from './db/connection-reserve.js';
 import type { GatewayDatabase } from './db/tables.js';
 
 /**
@@ -39,6 +44,14 @@ async function reportConnectionReserve(db: Kysely<GatewayDatabase>, logger: Logg
       logger.warn("database: other logins can fill the cluster's lock table and lock this gateway out", {
         reason: locks,
         see: 'docs/operations.md section 7, connections the gateway keeps',
+      });
+    // The connections pin what they rely on (service-kit PINNED_SESSION_OPTIONS); a default of the login's own
+    // still says someone changed it (the sixth cold review's read-only default kept new replicas unready).
+    const own = roleSettingsGap(reserve);
+    if (own !== undefined)
+      logger.warn("database: this gateway's login has session defaults of its own", {
+        reason: own,
+        see: "docs/operations.md section 7, a login's own defaults",
       });
   } catch (err) {
     logger.warn('database: connection reserve not read', { error: errorMessage(err) });
