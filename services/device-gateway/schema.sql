@@ -27,7 +27,7 @@ r device_gateway.rollout_events RLS false FORCE false OWNER <migrator> OPTIONS -
 r device_gateway.rollout_targets RLS false FORCE false OWNER <migrator> OPTIONS - ACL <migrator>:DELETE,<migrator>:INSERT,<migrator>:MAINTAIN,<migrator>:REFERENCES,<migrator>:SELECT,<migrator>:TRIGGER,<migrator>:TRUNCATE,<migrator>:UPDATE,device_gateway_login:SELECT COMMENT -
 r device_gateway.rollouts RLS false FORCE false OWNER <migrator> OPTIONS - ACL <migrator>:DELETE,<migrator>:INSERT,<migrator>:MAINTAIN,<migrator>:REFERENCES,<migrator>:SELECT,<migrator>:TRIGGER,<migrator>:TRUNCATE,<migrator>:UPDATE,device_gateway_login:SELECT COMMENT -
 
--- columns (137)
+-- columns (138)
 device_gateway.audit_events.action text NOT NULL ACL device_gateway_login:INSERT COMMENT -
 
 device_gateway.audit_events.at timestamp with time zone NOT NULL DEFAULT clock_timestamp() COMMENT -
@@ -49,6 +49,8 @@ device_gateway.audit_events.request_id text ACL device_gateway_login:INSERT COMM
 device_gateway.audit_events.role text ACL device_gateway_login:INSERT COMMENT -
 
 device_gateway.audit_events.rollout_id uuid ACL device_gateway_login:INSERT COMMENT -
+
+device_gateway.audit_events.site_companies text[] NOT NULL DEFAULT '{}'::text[] COMMENT -
 
 device_gateway.audit_events.site_ids uuid[] NOT NULL DEFAULT '{}'::uuid[] ACL device_gateway_login:INSERT COMMENT -
 
@@ -311,7 +313,7 @@ device_gateway.rollouts.updated_at timestamp with time zone NOT NULL DEFAULT now
 
 device_gateway.rollouts.waves integer NOT NULL COMMENT -
 
--- constraints (173)
+-- constraints (174)
 device_gateway.audit_events audit_events_action_check CHECK ((action ~ '^[a-z][a-z_.]{0,63}$'::text))
 device_gateway.audit_events audit_events_action_not_null NOT NULL action
 device_gateway.audit_events audit_events_at_not_null NOT NULL at
@@ -327,6 +329,7 @@ device_gateway.audit_events audit_events_principal_name_check CHECK ((char_lengt
 device_gateway.audit_events audit_events_principal_not_null NOT NULL principal
 device_gateway.audit_events audit_events_request_id_check CHECK ((request_id ~ '^[A-Za-z0-9._:-]{1,128}$'::text))
 device_gateway.audit_events audit_events_role_check CHECK ((role = ANY (ARRAY['viewer'::text, 'operator'::text, 'admin'::text])))
+device_gateway.audit_events audit_events_site_companies_not_null NOT NULL site_companies
 device_gateway.audit_events audit_events_site_ids_check CHECK ((cardinality(site_ids) <= 10000))
 device_gateway.audit_events audit_events_site_ids_not_null NOT NULL site_ids
 device_gateway.audit_events audit_events_source_address_check CHECK ((char_length(source_address) <= 64))
@@ -528,9 +531,10 @@ CREATE UNIQUE INDEX rollout_targets_pkey ON device_gateway.rollout_targets USING
 CREATE UNIQUE INDEX rollouts_pkey ON device_gateway.rollouts USING btree (rollout_id)
 CREATE UNIQUE INDEX rollouts_seq_key ON device_gateway.rollouts USING btree (seq)
 
--- triggers (5)
+-- triggers (6)
 CREATE TRIGGER audit_events_no_change BEFORE DELETE OR UPDATE ON device_gateway.audit_events FOR EACH ROW EXECUTE FUNCTION device_gateway.audit_events_append_only()
 CREATE TRIGGER audit_events_no_truncate BEFORE TRUNCATE ON device_gateway.audit_events FOR EACH STATEMENT EXECUTE FUNCTION device_gateway.audit_events_append_only()
+CREATE TRIGGER audit_events_site_companies BEFORE INSERT ON device_gateway.audit_events FOR EACH ROW EXECUTE FUNCTION device_gateway.audit_events_site_companies()
 CREATE TRIGGER device_registry_rollout_assignment_end AFTER DELETE ON device_gateway.device_registry REFERENCING OLD TABLE AS gone FOR EACH STATEMENT EXECUTE FUNCTION device_gateway.rollout_registry_deleted()
 CREATE TRIGGER device_registry_rollout_assignments_end AFTER TRUNCATE ON device_gateway.device_registry FOR EACH STATEMENT EXECUTE FUNCTION device_gateway.rollout_registry_truncated()
 CREATE TRIGGER device_registry_touch BEFORE UPDATE ON device_gateway.device_registry FOR EACH ROW EXECUTE FUNCTION device_gateway.touch_updated_at()
@@ -541,7 +545,7 @@ CREATE TRIGGER device_registry_touch BEFORE UPDATE ON device_gateway.device_regi
 -- view definitions (0)
 
 
--- functions (34)
+-- functions (35)
 CREATE OR REPLACE FUNCTION device_gateway.audit_events_append_only()
  RETURNS trigger
  LANGUAGE plpgsql
@@ -552,6 +556,20 @@ BEGIN
     USING ERRCODE = 'insufficient_privilege';
 END $function$
 OWNER <migrator> ACL - COMMENT -
+
+CREATE OR REPLACE FUNCTION device_gateway.audit_events_site_companies()
+ RETURNS trigger
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+  NEW.site_companies := CASE WHEN cardinality(NEW.site_ids) = 0 THEN '{}'::text[] ELSE ARRAY(
+    SELECT s.site_id::text || '/' || s.company_id::text FROM device_gateway.platform_sites() s
+    WHERE s.site_id = ANY (NEW.site_ids) ORDER BY 1) END;
+  RETURN NEW;
+END $function$
+OWNER <migrator> ACL <migrator>:EXECUTE COMMENT -
 
 CREATE OR REPLACE FUNCTION device_gateway.bus_checked_version(p_version text)
  RETURNS bigint

@@ -51,7 +51,12 @@ export const auditEventSchema = {
     'detail',
   ],
   properties: {
-    id: { type: 'string', pattern: '^[0-9]+$' },
+    id: {
+      type: 'string',
+      pattern: '^[A-Za-z0-9_-]{22}$',
+      description:
+        "the row's id: opaque and stable (the same row always has the same id); also the cursor after it",
+    },
     at: { type: 'string', format: 'date-time' },
     principal: { type: 'string' },
     principal_kind: { enum: ['user', 'api_key', 'anonymous_key', 'driver', 'command'] },

@@ -26,6 +26,7 @@ import { DtlsServer } from './dtls/index.js';
 import { requirePrincipal } from './http/auth.js';
 import { auditRoutes } from './http/audit-routes.js';
 import { AuditQueue } from './audit/queue.js';
+import { CursorSeal } from './http/cursor-seal.js';
 import { apiKeyStep } from './http/route-parts.js';
 import { createOperationsTokenVerifier } from './auth/tokens.js';
 import { gatewayRoutes } from './http/routes.js';
@@ -333,6 +334,7 @@ export function buildApp(deps: GatewayDeps): GatewayApp {
       })
     : undefined;
   const auditQueue = new AuditQueue(deps.db, logger.child({ component: 'audit' }));
+  const cursors = new CursorSeal(deps.db);
   const service = new GatewayService({
     config,
     audit: auditQueue,
@@ -350,6 +352,7 @@ export function buildApp(deps: GatewayDeps): GatewayApp {
     // One at a time: a read takes about a millisecond, and views never hold more than one pooled connection.
     recordReads: new Turns(1),
     speaks: (deviceId, transport) => transport === 'dtls' || !dtlsOnly(deviceId),
+    cursors,
   });
   // Keys and people's tokens (design §3.1, issue 42 §2); the route's role is checked in the same step.
   const apiKey = requirePrincipal({
@@ -363,7 +366,7 @@ export function buildApp(deps: GatewayDeps): GatewayApp {
     ...(deps.metrics === undefined ? {} : { metrics: deps.metrics }),
   });
   addRoutes(http, gatewayRoutes(service, apiKey));
-  addRoutes(http, auditRoutes({ db: deps.db, sites: () => registry.sites }, apiKeyStep(apiKey)));
+  addRoutes(http, auditRoutes({ db: deps.db, sites: () => registry.sites, cursors }, apiKeyStep(apiKey)));
   addRoutes(
     http,
     overrideRoutes(

@@ -9,6 +9,7 @@ import { publicConfig, type GatewayConfig } from './config.js';
 import type { Settings } from './domain/documents.js';
 import { UnknownDeviceError, type GatewayState, type Override } from './domain/gateway-state.js';
 import type { GatewayReloadSummary, RegistryLoader } from './registry-loader.js';
+import type { CursorSeal } from './http/cursor-seal.js';
 import { withholdUnseenRollouts } from './rollout/names.js';
 import type { RolloutService } from './rollout/service.js';
 import type { SiteScope } from './rollout/sql.js';
@@ -53,8 +54,15 @@ export class GatewayService {
       recordReads: Turns;
       /** Whether a relation over `transport` speaks for the device (design §3.8). */
       speaks: (deviceId: string, transport: string) => boolean;
+      /** Opaque ids and cursors of the lists (http/cursor-seal.ts). */
+      cursors: CursorSeal;
     },
   ) {}
+
+  /** Opaque ids and cursors of the lists (http/cursor-seal.ts). */
+  get cursors(): CursorSeal {
+    return this.deps.cursors;
+  }
 
   /** This replica's registry and keys from PostgreSQL (RegistryLoader.reload). */
   reload(): Promise<GatewayReloadSummary> {

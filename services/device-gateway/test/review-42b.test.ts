@@ -4,9 +4,10 @@
 // caller's reach like one whose targets are (rollout/sql.ts withinScope, its audit rows carry those sites); audit
 // rows the database did not take are kept and written later, and changes are refused while too many wait
 // (audit/queue.ts); company scopes follow the portal's sites between reloads (GATEWAY_SITES_REFRESH_MS); a null
-// scope claim is malformed. Left open as `it.failing` (low): ids and cursors that count other sites' changes, and
-// a site's audit history going with the site to its new company. Real parts: a real PostgreSQL with the platform's migrations and the demo seeds (plus a few
-// devices of this file's own), the test kit's issuer (real RS256 tokens and its JWKS), a named key file.
+// scope claim is malformed; an audit row keeps each site's company at the change, and a site handed to another
+// company takes none of its history there (migration 0037); row ids and cursors are sealed (http/cursor-seal.ts)
+// and count nothing. Real parts: a real PostgreSQL with the platform's migrations and the demo seeds (plus
+// a few devices of this file's own), the test kit's issuer (real RS256 tokens and its JWKS), a named key file.
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -244,46 +245,41 @@ describe('rollouts seen by a scoped caller name nothing of other sites', () => {
 });
 
 describe('counts of other sites through position markers', () => {
-  // Left (low): ids are the table's sequence; a cursor sealed with a key every replica shares would hide them.
-  it.failing(
-    "HOLE: oscar's own audit rows' ids (and the cursor) count the changes made at other sites between them",
-    async () => {
-      expect(await notify(oscar, MINE, 'r42b-count-0', 89)).toBe(200);
-      expect(await rowsOf('r42b-count-0')).toBe(1);
-      expect(await notify(oscar, MINE, 'r42b-count-1')).toBe(200);
-      expect(await rowsOf('r42b-count-1')).toBe(1);
-      // Three changes at the tower, which oscar may not know of.
-      for (const i of [1, 2, 3]) {
-        expect(await notify(olga, OTHERS, `r42b-count-tower-${i}`, 90 + i)).toBe(200);
-        expect(await rowsOf(`r42b-count-tower-${i}`)).toBe(1);
-      }
-      expect(await notify(oscar, MINE, 'r42b-count-2', 91)).toBe(200);
-      expect(await rowsOf('r42b-count-2')).toBe(1);
-      const res = await request(app.http)
-        .get(`/api/audit?principal=${encodeURIComponent(OSCAR)}&limit=1`)
-        .set(bearer(oscar));
-      expect(res.status).toBe(200);
-      const page = res.body as { items: AuditItem[]; next_cursor: string | null };
-      expect(page.items[0]!.request_id).toBe('r42b-count-2');
-      const next = await request(app.http)
-        .get(`/api/audit?principal=${encodeURIComponent(OSCAR)}&limit=1&cursor=${page.next_cursor}`)
-        .set(bearer(oscar));
-      const older = (next.body as { items: AuditItem[]; next_cursor: string | null }).items[0]!;
-      expect(older.request_id).toBe('r42b-count-1');
-      // Two consecutive rows of oscar's own: a gap of 4 says 3 changes happened elsewhere in between.
-      const gap = (a: unknown, b: unknown): number => {
-        const x = spelledInteger(a);
-        const y = spelledInteger(b);
-        return x !== undefined && y !== undefined ? x - y : 1;
-      };
-      // The cursors are the ids in base64url: the same count for whoever decodes them.
-      expect(gap(page.next_cursor, (next.body as { next_cursor: string | null }).next_cursor)).toBe(1);
-      expect(gap(page.items[0]!.id, older.id)).toBe(1);
-    },
-  );
+  it("HOLE: oscar's own audit rows' ids (and the cursor) count the changes made at other sites between them", async () => {
+    expect(await notify(oscar, MINE, 'r42b-count-0', 89)).toBe(200);
+    expect(await rowsOf('r42b-count-0')).toBe(1);
+    expect(await notify(oscar, MINE, 'r42b-count-1')).toBe(200);
+    expect(await rowsOf('r42b-count-1')).toBe(1);
+    // Three changes at the tower, which oscar may not know of.
+    for (const i of [1, 2, 3]) {
+      expect(await notify(olga, OTHERS, `r42b-count-tower-${i}`, 90 + i)).toBe(200);
+      expect(await rowsOf(`r42b-count-tower-${i}`)).toBe(1);
+    }
+    expect(await notify(oscar, MINE, 'r42b-count-2', 91)).toBe(200);
+    expect(await rowsOf('r42b-count-2')).toBe(1);
+    const res = await request(app.http)
+      .get(`/api/audit?principal=${encodeURIComponent(OSCAR)}&limit=1`)
+      .set(bearer(oscar));
+    expect(res.status).toBe(200);
+    const page = res.body as { items: AuditItem[]; next_cursor: string | null };
+    expect(page.items[0]!.request_id).toBe('r42b-count-2');
+    const next = await request(app.http)
+      .get(`/api/audit?principal=${encodeURIComponent(OSCAR)}&limit=1&cursor=${page.next_cursor}`)
+      .set(bearer(oscar));
+    const older = (next.body as { items: AuditItem[]; next_cursor: string | null }).items[0]!;
+    expect(older.request_id).toBe('r42b-count-1');
+    // Two consecutive rows of oscar's own: a gap of 4 says 3 changes happened elsewhere in between.
+    const gap = (a: unknown, b: unknown): number => {
+      const x = spelledInteger(a);
+      const y = spelledInteger(b);
+      return x !== undefined && y !== undefined ? x - y : 1;
+    };
+    // The cursors are the ids in base64url: the same count for whoever decodes them.
+    expect(gap(page.next_cursor, (next.body as { next_cursor: string | null }).next_cursor)).toBe(1);
+    expect(gap(page.items[0]!.id, older.id)).toBe(1);
+  });
 
-  // Left (low), as the audit's cursor above.
-  it.failing("HOLE: the rollouts list's cursor counts rollouts created at other sites", async () => {
+  it("HOLE: the rollouts list's cursor counts rollouts created at other sites", async () => {
     const r1 = await createRollout(oscar, { site_ids: [HQ], device_ids: [EXTRA[0]] });
     const r2 = await createRollout(oscar, { site_ids: [HQ], device_ids: [EXTRA[1]] });
     const t1 = await createRollout(olga, { site_ids: [TOWER], device_ids: [OTHERS] });
@@ -366,25 +362,31 @@ describe("company scopes after the platform's sites change", () => {
     expect([view.status, change]).toEqual([404, 404]);
   });
 
-  // Left (low): the rows would need the company at the change (design §3.1 says so).
-  it.failing(
-    "HOLE (low): once the annex is Borealis', a Borealis operator reads Acme's people, keys and addresses in its history",
-    async () => {
-      // The enterprise side's rule for a tenant's history (design §4: a decider who is not a user of the row's
-      // company shows as NULL); the gateway's audit is read by the row's site as the catalogue says now.
-      const borealisOperator = await issuer.opsToken('vera', {
-        resource_access: { [OPERATIONS_CLIENT]: { roles: ['operator'] } },
-      });
-      const res = await request(app.http)
-        .get(`/api/audit?limit=100&device_id=${ANNEX_DEVICE}`)
-        .set(bearer(borealisOperator));
-      expect(res.status).toBe(200);
-      const acmeTime = (res.body as { items: AuditItem[] }).items.filter(
-        (r) => r.request_id === 'r42b-annex-0',
-      );
-      for (const row of acmeTime) expect(row.principal).not.toBe('key:acme-ops');
-    },
-  );
+  it("HOLE (low): once the annex is Borealis', a Borealis operator reads Acme's people, keys and addresses in its history", async () => {
+    // The enterprise side's rule for a tenant's history (design §4: a decider who is not a user of the row's
+    // company shows as NULL); the gateway's audit is read by the row's site as the catalogue says now.
+    const borealisOperator = await issuer.opsToken('vera', {
+      resource_access: { [OPERATIONS_CLIENT]: { roles: ['operator'] } },
+    });
+    const res = await request(app.http)
+      .get(`/api/audit?limit=100&device_id=${ANNEX_DEVICE}`)
+      .set(bearer(borealisOperator));
+    expect(res.status).toBe(200);
+    const acmeTime = (res.body as { items: AuditItem[] }).items.filter(
+      (r) => r.request_id === 'r42b-annex-0',
+    );
+    for (const row of acmeTime) expect(row.principal).not.toBe('key:acme-ops');
+    // Acme's row is gone for her, not merely renamed; a change made since the handover is hers to read.
+    expect(acmeTime).toEqual([]);
+    expect(await notify(olga, ANNEX_DEVICE, 'r42b-annex-2', 96)).toBe(200);
+    expect(await rowsOf('r42b-annex-2')).toBe(1);
+    const since = await request(app.http)
+      .get(`/api/audit?limit=100&device_id=${ANNEX_DEVICE}`)
+      .set(bearer(borealisOperator));
+    expect((since.body as { items: AuditItem[] }).items.map((r) => [r.request_id, r.site_ids])).toEqual([
+      ['r42b-annex-2', [ANNEX]],
+    ]);
+  });
 });
 
 describe('tokens (held)', () => {

@@ -15,6 +15,8 @@ export type AuditEventsTable = {
   device_id: string | null;
   rollout_id: string | null;
   site_ids: string[];
+  /** `<site id>/<company id>` of each site at the insert: the database's (migration 0037), never the login's. */
+  site_companies: ColumnType<string[], never, never>;
   /** JSON text on insert, an object on select. */
   detail: ColumnType<Record<string, unknown>, string, never>;
 };

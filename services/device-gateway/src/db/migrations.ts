@@ -38,6 +38,7 @@ import { deviceReportsMigration } from './device-reports-migration.js';
 import { deviceReportsBatchMigration } from './device-reports-batch-migration.js';
 import { busChannelsMigration } from './bus-channels-migration.js';
 import { logicalMessagesMigration } from './logical-messages-migration.js';
+import { auditSiteCompaniesMigration } from './audit-site-companies-migration.js';
 
 /** The read-only login the running gateway uses (design §4.2): SELECT on its registry, nothing else. */
 export const GATEWAY_LOGIN_ROLE = 'device_gateway_login';
@@ -176,6 +177,7 @@ export function gatewayMigrationsWith(loginPassword: string): MigrationSet {
       '0034_object_functions': objectFunctionsMigration,
       '0035_bus_channels': busChannelsMigration,
       '0036_logical_messages': logicalMessagesMigration,
+      '0037_audit_site_companies': auditSiteCompaniesMigration,
     },
   };
 }

@@ -2,7 +2,9 @@
 // cursor, filtered by principal, device, rollout and time. A caller limited to sites reads only the rows that
 // touched one of its sites, and of those rows only its sites; a row that also reached other sites shows no detail
 // (a rollout's selector could name them) and no rollout id (a rollout it may not see is never named to it,
-// rollout/names.ts), and a filter by rollout reads only rows within its sites.
+// rollout/names.ts), and a filter by rollout reads only rows within its sites. A row's site counts as the
+// caller's only while it belongs to the company it belonged to when the row was written (migration 0037): a site
+// handed to another company takes none of its history there.
 import { auditListQuerySchema, auditListResponseSchema } from '@platform/contracts';
 import { mapDbError, type RouteDefinition } from '@platform/service-kit';
 import type { RequestHandler } from 'express';
@@ -10,6 +12,7 @@ import { sql, type Kysely } from 'kysely';
 import type { AuditDatabase } from '../audit/table.js';
 import type { GatewayDatabase } from '../db/tables.js';
 import type { SiteCatalogue } from '../sites/catalogue.js';
+import type { CursorSeal } from './cursor-seal.js';
 import { principalOf } from './auth.js';
 import { readListQuery } from './list-query.js';
 import { listDoc, type DocumentedRoute } from './route-parts.js';
@@ -18,16 +21,9 @@ export interface AuditRouteDeps {
   db: Kysely<GatewayDatabase>;
   /** The platform's sites as of the last reload (company scopes are read through them). */
   sites: () => SiteCatalogue;
+  /** Row ids and cursors, sealed (cursor-seal.ts): a row's number would count other sites' changes. */
+  cursors: CursorSeal;
 }
-
-/** The cursor: the last row's id, base64url (opaque to callers; only ids this API issued read back). */
-function decodeAuditCursor(text: string): string | undefined {
-  if (text.length > 40 || !/^[A-Za-z0-9_-]+$/.test(text)) return undefined;
-  const id = Buffer.from(text, 'base64url').toString('utf8');
-  return /^[1-9][0-9]{0,18}$/.test(id) ? id : undefined;
-}
-
-const encodeAuditCursor = (id: string): string => Buffer.from(id, 'utf8').toString('base64url');
 
 export function auditRoutes(
   deps: AuditRouteDeps,
@@ -35,7 +31,14 @@ export function auditRoutes(
 ): RouteDefinition[] {
   const list: RequestHandler = async (req, res) => {
     const principal = principalOf(res);
-    const { limit, cursor, filters } = readListQuery(req, auditListQuerySchema, decodeAuditCursor);
+    const { cursors } = deps;
+    await cursors.ready().catch((err: unknown) => {
+      throw mapDbError(err);
+    });
+    // The cursor is the last row's sealed id (cursor-seal.ts): only ids this API issued read back.
+    const { limit, cursor, filters } = readListQuery(req, auditListQuerySchema, (text) =>
+      cursors.open('audit', text),
+    );
     const allowed = principal.siteIds(deps.sites());
     const db = deps.db.withTables<AuditDatabase>();
     let q = db
@@ -53,11 +56,27 @@ export function auditRoutes(
         'a.device_id',
         'a.rollout_id',
         'a.site_ids',
+        'a.site_companies',
         'a.detail',
       ])
       .orderBy('a.id', 'desc')
       .limit(limit + 1);
-    if (allowed !== null) q = q.where(sql<boolean>`a.site_ids && ${allowed}::uuid[]`);
+    // Each allowed site with the company it belongs to now, as rows keep them (site/company).
+    const sites = deps.sites();
+    const owned =
+      allowed === null
+        ? null
+        : new Set(
+            allowed.flatMap((id) => {
+              const company = sites.companyOf(id);
+              return company === undefined ? [] : [`${id}/${company}`];
+            }),
+          );
+    if (allowed !== null)
+      q = q.where(
+        sql<boolean>`a.site_ids && ${allowed}::uuid[]
+          AND (cardinality(a.site_companies) = 0 OR a.site_companies && ${[...owned!]}::text[])`,
+      );
     if (cursor !== undefined) q = q.where(sql<boolean>`a.id < ${cursor}::bigint`);
     if (filters.principal !== undefined) q = q.where('a.principal', '=', filters.principal);
     if (filters.device_id !== undefined) q = q.where('a.device_id', '=', filters.device_id);
@@ -73,18 +92,22 @@ export function auditRoutes(
     const page = rows.slice(0, limit);
     const seen = allowed === null ? null : new Set(allowed);
     res.json({
-      items: page.map((r) => {
-        const sites = seen === null ? r.site_ids : r.site_ids.filter((s) => seen.has(s));
-        const whole = sites.length === r.site_ids.length;
+      items: page.map(({ site_companies: then, ...r }) => {
+        const ours = (site: string) =>
+          seen!.has(site) &&
+          (then.length === 0 || then.some((pair) => pair.startsWith(`${site}/`) && owned!.has(pair)));
+        const shown = seen === null ? r.site_ids : r.site_ids.filter(ours);
+        const whole = shown.length === r.site_ids.length;
         return {
           ...r,
+          id: cursors.seal('audit', r.id),
           at: r.at.toISOString(),
-          site_ids: sites,
+          site_ids: shown,
           rollout_id: whole ? r.rollout_id : null,
           detail: whole ? r.detail : {},
         };
       }),
-      next_cursor: rows.length > limit ? encodeAuditCursor(page[page.length - 1]!.id) : null,
+      next_cursor: rows.length > limit ? cursors.seal('audit', page[page.length - 1]!.id) : null,
     });
   };
 

@@ -16,7 +16,6 @@ import { demoSites } from '../db/seed.js';
 import { DocumentTooLargeError } from '../domain/gateway-state.js';
 import type { RolloutAction, RolloutState } from '../rollout/sql.js';
 import {
-  decodeRolloutCursor,
   NoTargetsError,
   openRollout,
   RolloutInvalidError,
@@ -27,6 +26,7 @@ import {
 } from '../rollout/service.js';
 import type { GatewayService } from '../service.js';
 import { auditOrigin } from './auth.js';
+import type { CursorSeal } from './cursor-seal.js';
 import { readListQuery } from './list-query.js';
 import { listDoc, settingsTooLarge, UNUSED_BODY, type DocumentedRoute } from './route-parts.js';
 
@@ -86,7 +86,13 @@ export function rolloutRoutes(
     res.json(await service.rollouts.get(id, caller(req, res)).catch(rolloutProblem));
   };
   const rollouts: RequestHandler = async (req, res) => {
-    res.json(await service.rollouts.list(rolloutListQuery(req), caller(req, res)).catch(rolloutProblem));
+    await service.cursors.ready().catch((err: unknown) => {
+      throw mapDbError(err);
+    });
+    const { items, next_seq } = await service.rollouts
+      .list(rolloutListQuery(req, service.cursors), caller(req, res))
+      .catch(rolloutProblem);
+    res.json({ items, next_cursor: next_seq === null ? null : service.cursors.seal('rollouts', next_seq) });
   };
   const control =
     (action: RolloutAction): RequestHandler =>
@@ -228,8 +234,13 @@ const ROLLOUT_ACTIONS: readonly { action: RolloutAction; operationId: string; su
 ];
 
 /** GET /api/rollouts's query (list-query.ts, by rolloutListQuerySchema). */
-function rolloutListQuery(req: Request): { limit: number; cursor?: string; state?: RolloutState } {
-  const { limit, cursor, filters } = readListQuery(req, rolloutListQuerySchema, decodeRolloutCursor);
+function rolloutListQuery(
+  req: Request,
+  cursors: CursorSeal,
+): { limit: number; cursor?: string; state?: RolloutState } {
+  const { limit, cursor, filters } = readListQuery(req, rolloutListQuerySchema, (text) =>
+    cursors.open('rollouts', text),
+  );
   return {
     limit,
     ...(cursor === undefined ? {} : { cursor }),

@@ -432,7 +432,7 @@ export class RolloutService {
       state?: RolloutState;
     },
     caller?: RolloutCaller,
-  ): Promise<{ items: Record<string, unknown>[]; next_cursor: string | null }> {
+  ): Promise<{ items: Record<string, unknown>[]; next_seq: string | null }> {
     const scope = scopeOf(caller);
     const rows = await listRollouts(this.options.db, {
       limit: q.limit,
@@ -444,7 +444,8 @@ export class RolloutService {
     const last = page.at(-1);
     return {
       items: page.map(summary),
-      next_cursor: rows.length > q.limit && last !== undefined ? encodeRolloutCursor(last.seq) : null,
+      // The route seals it (http/cursor-seal.ts): a sequence number shown would count other sites' rollouts.
+      next_seq: rows.length > q.limit && last !== undefined ? last.seq : null,
     };
   }
 
@@ -592,15 +593,4 @@ function plan(row: RolloutRow): Record<string, unknown> {
     abort_share: row.abort_share,
     deadline_s: row.deadline_s,
   };
-}
-
-/** The list's cursor: the last rollout's seq, opaque to callers (base64url of "r:<seq>"). */
-export function encodeRolloutCursor(seq: string): string {
-  return Buffer.from(`r:${seq}`).toString('base64url');
-}
-
-export function decodeRolloutCursor(cursor: string): string | undefined {
-  if (!/^[A-Za-z0-9_-]{1,40}$/.test(cursor)) return undefined;
-  const m = /^r:([1-9][0-9]{0,17})$/.exec(Buffer.from(cursor, 'base64url').toString('latin1'));
-  return m?.[1];
 }
