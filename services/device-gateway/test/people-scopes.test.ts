@@ -4,27 +4,14 @@
 // on their own site, each change audited with its actor; rollout events name the actor; the driver's own abort is
 // audited as `driver`; the specification's anonymous key works as before. A real PostgreSQL with the whole
 // platform's migrations and the demo seeds.
-import { mkdtempSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it, jest } from '@jest/globals';
-import { demoSites, enterpriseMigrations, seedEnterprise } from '@platform/enterprise-db';
-import { createDb, createLogger } from '@platform/service-kit';
-import {
-  createTestDatabase,
-  OPERATIONS_CLIENT,
-  opsUsers,
-  startIssuer,
-  type Issuer,
-  type TestDatabase,
-} from '@platform/testkit';
+import { demoSites } from '@platform/enterprise-db';
+import { opsUsers, type Issuer } from '@platform/testkit';
 import { sql, type Kysely } from 'kysely';
 import request from 'supertest';
-import { buildApp, type GatewayApp } from '../src/app.js';
-import { loadGatewayConfig, readApiKeys } from '../src/config.js';
-import { gatewayLoginUrl, gatewayMigrations } from '../src/db/migrations.js';
-import { seedDevices } from '../src/db/seed.js';
+import type { GatewayApp } from '../src/app.js';
 import type { GatewayDatabase } from '../src/db/tables.js';
+import { startPeopleGateway, type PeopleGateway } from './support/people-gateway.js';
 
 jest.setTimeout(120_000);
 
@@ -39,9 +26,7 @@ const ABSENT = 'no-such-device-01';
 const MINE = 'acme-hq-hvac-01';
 const OSCAR = `user:${opsUsers.oscar.sub}`;
 
-let database: TestDatabase;
 let owner: Kysely<GatewayDatabase>;
-let reader: Kysely<GatewayDatabase>;
 let issuer: Issuer;
 let app: GatewayApp;
 let olga: string;
@@ -50,47 +35,20 @@ let oscar: string;
 const bearer = (token: string) => ({ Authorization: `Bearer ${token}` });
 const plan = { first_wave_count: 1, growth_factor: 2, success_share: 0.5, abort_share: 0.5, deadline_s: 60 };
 
+let gw: PeopleGateway;
+
 beforeAll(async () => {
-  database = await createTestDatabase({ migrations: [enterpriseMigrations, gatewayMigrations] });
-  owner = createDb<GatewayDatabase>(database.url, { max: 2, logger: { warn: () => undefined } });
-  await seedEnterprise(owner);
-  await seedDevices(owner);
-  // Every device with a delivery record (the fleet list's rows), as a gateway that served them would have written.
-  await sql`INSERT INTO device_gateway.device_delivery (device_id, site_id, desired_at, observed_by)
-    SELECT device_id, site_id, now(), '{}' FROM device_gateway.device_registry`.execute(owner);
-  issuer = await startIssuer({ clientId: OPERATIONS_CLIENT });
-  const dir = mkdtempSync(join(tmpdir(), 'people-scopes-keys-'));
-  const keyFile = join(dir, 'keys');
-  writeFileSync(keyFile, [ANON, `name=hq-tool role=operator sites=${HQ} key=${HQ_TOOL}`].join('\n'));
-  const config = loadGatewayConfig({
-    DATABASE_URL: gatewayLoginUrl(database.url),
-    GATEWAY_API_KEYS_FILE: keyFile,
-    GATEWAY_CLUSTER_BUS: 'false',
-    GATEWAY_DELIVERY_FLUSH_MS: '200',
-    // Ticked by the test (the driver's abort), never on its own.
-    GATEWAY_ROLLOUT_DRIVER: 'false',
-    GATEWAY_OIDC_ISSUER_URL: issuer.issuerUrl,
+  gw = await startPeopleGateway({
+    name: 'people-scopes',
+    keyLines: [ANON, `name=hq-tool role=operator sites=${HQ} key=${HQ_TOOL}`],
   });
-  const keys = readApiKeys(config);
-  reader = createDb<GatewayDatabase>(config.database.url, { max: 4, logger: { warn: () => undefined } });
-  app = buildApp({
-    config,
-    logger: createLogger({ service: 'people-scopes-test', level: 'error' }),
-    db: reader,
-    apiKeys: () => keys,
-  });
-  await app.service.reload();
+  ({ owner, issuer, app } = gw);
   olga = await issuer.opsToken('olga');
   oscar = await issuer.opsToken('oscar');
 });
 
 afterAll(async () => {
-  await app.rollouts.driver.stop();
-  app.rollouts.assignments.stop();
-  await reader.destroy();
-  await owner.destroy();
-  await issuer.stop();
-  await database.drop();
+  await gw.close();
 });
 
 interface AuditRow {

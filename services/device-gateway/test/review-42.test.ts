@@ -6,31 +6,21 @@
 // place keeps what concerns it (rollout/names.ts, design §3.9). Real parts: a real
 // PostgreSQL with the platform's migrations and demo seeds, the test kit's issuer (real RS256/ES256 tokens and its
 // JWKS), a named key file, and a real TCP socket for the disconnect attack.
-import { mkdtempSync, writeFileSync } from 'node:fs';
 import type { Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { connect } from 'node:net';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it, jest } from '@jest/globals';
-import { demoSites, enterpriseMigrations, seedEnterprise } from '@platform/enterprise-db';
+import { demoSites } from '@platform/enterprise-db';
 import { createDb, createLogger } from '@platform/service-kit';
-import {
-  createTestDatabase,
-  OPERATIONS_CLIENT,
-  opsUsers,
-  startIssuer,
-  type Issuer,
-  type TestDatabase,
-} from '@platform/testkit';
+import { OPERATIONS_CLIENT, opsUsers, type Issuer, type TestDatabase } from '@platform/testkit';
 import { sql, type Kysely } from 'kysely';
 import request from 'supertest';
 import { buildApp, type GatewayApp } from '../src/app.js';
 import { parseKeyFile } from '../src/auth/api-keys.js';
 import { loadGatewayConfig, readApiKeys } from '../src/config.js';
-import { gatewayLoginUrl, gatewayMigrations } from '../src/db/migrations.js';
-import { seedDevices } from '../src/db/seed.js';
+import { gatewayLoginUrl } from '../src/db/migrations.js';
 import type { GatewayDatabase } from '../src/db/tables.js';
+import { startPeopleGateway, type PeopleGateway } from './support/people-gateway.js';
 
 jest.setTimeout(120_000);
 
@@ -45,7 +35,6 @@ const MOVED = 'acme-hq-lobby-sensor-03';
 
 let database: TestDatabase;
 let owner: Kysely<GatewayDatabase>;
-let reader: Kysely<GatewayDatabase>;
 let issuer: Issuer;
 let app: GatewayApp;
 let server: Server;
@@ -56,34 +45,14 @@ let oscar: string;
 const bearer = (token: string) => ({ Authorization: `Bearer ${token}` });
 const plan = { first_wave_count: 1, growth_factor: 2, success_share: 0.5, abort_share: 0.5, deadline_s: 60 };
 
+let gw: PeopleGateway;
+
 beforeAll(async () => {
-  database = await createTestDatabase({ migrations: [enterpriseMigrations, gatewayMigrations] });
-  owner = createDb<GatewayDatabase>(database.url, { max: 2, logger: { warn: () => undefined } });
-  await seedEnterprise(owner);
-  await seedDevices(owner);
-  await sql`INSERT INTO device_gateway.device_delivery (device_id, site_id, desired_at, observed_by)
-    SELECT device_id, site_id, now(), '{}' FROM device_gateway.device_registry`.execute(owner);
-  issuer = await startIssuer({ clientId: OPERATIONS_CLIENT });
-  const dir = mkdtempSync(join(tmpdir(), 'review42-keys-'));
-  const keyFile = join(dir, 'keys');
-  writeFileSync(keyFile, [ANON, `name=hq-viewer role=viewer sites=${HQ} key=${HQ_VIEWER}`].join('\n'));
-  const config = loadGatewayConfig({
-    DATABASE_URL: gatewayLoginUrl(database.url),
-    GATEWAY_API_KEYS_FILE: keyFile,
-    GATEWAY_CLUSTER_BUS: 'false',
-    GATEWAY_DELIVERY_FLUSH_MS: '200',
-    GATEWAY_ROLLOUT_DRIVER: 'false',
-    GATEWAY_OIDC_ISSUER_URL: issuer.issuerUrl,
+  gw = await startPeopleGateway({
+    name: 'review42',
+    keyLines: [ANON, `name=hq-viewer role=viewer sites=${HQ} key=${HQ_VIEWER}`],
   });
-  const keys = readApiKeys(config);
-  reader = createDb<GatewayDatabase>(config.database.url, { max: 4, logger: { warn: () => undefined } });
-  app = buildApp({
-    config,
-    logger: createLogger({ service: 'review-42-test', level: 'error' }),
-    db: reader,
-    apiKeys: () => keys,
-  });
-  await app.service.reload();
+  ({ database, owner, issuer, app } = gw);
   server = app.http.listen(0, '127.0.0.1');
   await new Promise<void>((resolve) => server.once('listening', () => resolve()));
   port = (server.address() as AddressInfo).port;
@@ -96,13 +65,7 @@ afterAll(async () => {
     server.close(() => resolve());
     server.closeAllConnections();
   });
-  await app.delivery?.stop();
-  await app.rollouts.driver.stop();
-  app.rollouts.assignments.stop();
-  await reader.destroy();
-  await owner.destroy();
-  await issuer.stop();
-  await database.drop();
+  await gw.close();
 });
 
 async function auditCount(action?: string): Promise<number> {

@@ -8,30 +8,18 @@
 // company takes none of its history there (migration 0037); row ids and cursors are sealed (http/cursor-seal.ts)
 // and count nothing. Real parts: a real PostgreSQL with the platform's migrations and the demo seeds (plus
 // a few devices of this file's own), the test kit's issuer (real RS256 tokens and its JWKS), a named key file.
-import { mkdtempSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it, jest } from '@jest/globals';
-import { demoCompanies, demoSites, enterpriseMigrations, seedEnterprise } from '@platform/enterprise-db';
-import { createDb, createLogger } from '@platform/service-kit';
-import {
-  createTestDatabase,
-  OPERATIONS_CLIENT,
-  opsUsers,
-  startIssuer,
-  type Issuer,
-  type TestDatabase,
-} from '@platform/testkit';
+import { demoCompanies, demoSites } from '@platform/enterprise-db';
+import { createDb } from '@platform/service-kit';
+import { OPERATIONS_CLIENT, opsUsers, type Issuer, type TestDatabase } from '@platform/testkit';
 import { exportJWK, generateKeyPair, SignJWT } from 'jose';
 import { sql, type Kysely } from 'kysely';
 import request from 'supertest';
-import { buildApp, type GatewayApp } from '../src/app.js';
+import type { GatewayApp } from '../src/app.js';
 import { commandPrincipal } from '../src/auth/principal.js';
 import { issueAudited } from '../src/cli/device-key-command.js';
-import { loadGatewayConfig, readApiKeys } from '../src/config.js';
-import { gatewayLoginUrl, gatewayMigrations } from '../src/db/migrations.js';
-import { seedDevices } from '../src/db/seed.js';
 import type { GatewayDatabase } from '../src/db/tables.js';
+import { startPeopleGateway, type PeopleGateway } from './support/people-gateway.js';
 
 jest.setTimeout(120_000);
 
@@ -55,7 +43,6 @@ const OSCAR = `user:${opsUsers.oscar.sub}`;
 
 let database: TestDatabase;
 let owner: Kysely<GatewayDatabase>;
-let reader: Kysely<GatewayDatabase>;
 let issuer: Issuer;
 let app: GatewayApp;
 let olga: string;
@@ -67,55 +54,38 @@ const bearer = (token: string) => ({ Authorization: `Bearer ${token}` });
 const plan = { first_wave_count: 1, growth_factor: 2, success_share: 0.5, abort_share: 0.5, deadline_s: 60 };
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
+let gw: PeopleGateway;
+
 beforeAll(async () => {
-  database = await createTestDatabase({ migrations: [enterpriseMigrations, gatewayMigrations] });
-  owner = createDb<GatewayDatabase>(database.url, { max: 2, logger: { warn: () => undefined } });
-  await seedEnterprise(owner);
-  await seedDevices(owner);
-  await sql`INSERT INTO enterprise.sites (id, company_id, name, timezone)
-    VALUES (${ANNEX}::uuid, ${ACME}::uuid, 'Acme annex (review 42b)', 'America/Chicago')`.execute(owner);
-  await owner
-    .insertInto('device_gateway.device_registry')
-    .values([
-      ...EXTRA.map((id) => ({
-        device_id: id,
-        site_id: HQ,
-        name: id,
-        model: 'aq-sense-2',
-        desired_settings: '{}',
-      })),
-      { device_id: ANNEX_DEVICE, site_id: ANNEX, name: 'annex', model: 'aq-sense-2', desired_settings: '{}' },
-    ])
-    .execute();
-  await sql`INSERT INTO device_gateway.device_delivery (device_id, site_id, desired_at, observed_by)
-    SELECT device_id, site_id, now(), '{}' FROM device_gateway.device_registry`.execute(owner);
-  issuer = await startIssuer({ clientId: OPERATIONS_CLIENT });
-  const dir = mkdtempSync(join(tmpdir(), 'review42b-keys-'));
-  const keyFile = join(dir, 'keys');
-  writeFileSync(keyFile, [ANON, `name=acme-ops role=operator companies=${ACME} key=${ACME_OPS}`].join('\n'));
-  const config = loadGatewayConfig({
-    DATABASE_URL: gatewayLoginUrl(database.url),
-    GATEWAY_API_KEYS_FILE: keyFile,
-    GATEWAY_CLUSTER_BUS: 'false',
-    GATEWAY_DELIVERY_FLUSH_MS: '200',
-    GATEWAY_ROLLOUT_DRIVER: 'false',
-    GATEWAY_OIDC_ISSUER_URL: issuer.issuerUrl,
-    DB_STATEMENT_TIMEOUT_MS: '1500',
-    DB_QUERY_TIMEOUT_MS: '3000',
+  gw = await startPeopleGateway({
+    name: 'review42b',
+    keyLines: [ANON, `name=acme-ops role=operator companies=${ACME} key=${ACME_OPS}`],
+    env: { DB_STATEMENT_TIMEOUT_MS: '1500', DB_QUERY_TIMEOUT_MS: '3000' },
+    seed: async (o) => {
+      await sql`INSERT INTO enterprise.sites (id, company_id, name, timezone)
+      VALUES (${ANNEX}::uuid, ${ACME}::uuid, 'Acme annex (review 42b)', 'America/Chicago')`.execute(o);
+      await o
+        .insertInto('device_gateway.device_registry')
+        .values([
+          ...EXTRA.map((id) => ({
+            device_id: id,
+            site_id: HQ,
+            name: id,
+            model: 'aq-sense-2',
+            desired_settings: '{}',
+          })),
+          {
+            device_id: ANNEX_DEVICE,
+            site_id: ANNEX,
+            name: 'annex',
+            model: 'aq-sense-2',
+            desired_settings: '{}',
+          },
+        ])
+        .execute();
+    },
   });
-  const keys = readApiKeys(config);
-  reader = createDb<GatewayDatabase>(config.database.url, {
-    max: 4,
-    statementTimeoutMs: config.database.statementTimeoutMs,
-    logger: { warn: () => undefined },
-  });
-  app = buildApp({
-    config,
-    logger: createLogger({ service: 'review-42b-test', level: 'error' }),
-    db: reader,
-    apiKeys: () => keys,
-  });
-  await app.service.reload();
+  ({ database, owner, issuer, app } = gw);
   // As run.ts starts it, at a test's pace (the default is 10 s).
   app.registry.refreshSitesEvery(200);
   olga = await issuer.opsToken('olga');
@@ -128,13 +98,7 @@ beforeAll(async () => {
 });
 
 afterAll(async () => {
-  app.registry.stopSitesRefresh();
-  await app.rollouts.driver.stop();
-  app.rollouts.assignments.stop();
-  await reader.destroy();
-  await owner.destroy();
-  await issuer.stop();
-  await database.drop();
+  await gw.close();
 });
 
 interface AuditItem {

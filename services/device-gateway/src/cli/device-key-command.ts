@@ -198,19 +198,29 @@ export async function issueAudited(
 ): Promise<IssuedCredential> {
   return db.transaction().execute(async (trx) => {
     const created = await issueCredential(trx, deviceId, options);
-    await audit.deviceKeyChanged(
-      trx,
-      { principal: operator.principal },
-      {
-        deviceId: created.deviceId,
-        siteId: created.siteId,
-        change: 'issued',
-        identities: [created.identity],
-        ...(operator.osUser === undefined ? {} : { osUser: operator.osUser }),
-      },
-    );
+    await auditKeys(trx, operator, 'issued', { ...created, identities: [created.identity] });
     return created;
   });
+}
+
+/** The row of a key change (`device_key.issued|revoked`), in the change's transaction. */
+function auditKeys(
+  trx: Kysely<GatewayDatabase>,
+  operator: { principal: Principal; osUser?: string },
+  change: 'issued' | 'revoked',
+  what: { deviceId: string; siteId: string | undefined; identities: readonly string[] },
+): Promise<void> {
+  return audit.deviceKeyChanged(
+    trx,
+    { principal: operator.principal },
+    {
+      deviceId: what.deviceId,
+      siteId: what.siteId,
+      change,
+      identities: what.identities,
+      ...(operator.osUser === undefined ? {} : { osUser: operator.osUser }),
+    },
+  );
 }
 
 async function run(
@@ -271,17 +281,7 @@ async function run(
           device === undefined ? await revokeIdentity(trx, rest[0]!) : await revokeDevice(trx, device);
         // Only a change is audited: a key revoked before, or a device without keys, changes nothing.
         if (revoked.revoked.length > 0)
-          await audit.deviceKeyChanged(
-            trx,
-            { principal: operator.principal },
-            {
-              deviceId: revoked.deviceId,
-              siteId: revoked.siteId,
-              change: 'revoked',
-              identities: revoked.revoked,
-              ...(operator.osUser === undefined ? {} : { osUser: operator.osUser }),
-            },
-          );
+          await auditKeys(trx, operator, 'revoked', { ...revoked, identities: revoked.revoked });
         return revoked;
       });
       printRevoked(io, result, device === undefined ? rest[0]! : `device ${device}`);
