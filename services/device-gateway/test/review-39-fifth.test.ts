@@ -36,7 +36,7 @@
 //   the table grows with max_locks_per_transaction x max_connections while the attacker's share grows with
 //   max_connections x 260: max_locks_per_transaction should stay well above the number of relations a session can
 //   read (e.g. 512), or the logins of no standing need a CONNECTION LIMIT.
-import { afterAll, beforeAll, describe, expect, it, jest } from '@jest/globals';
+import { beforeAll, describe, expect, it, jest } from '@jest/globals';
 import { API_LOGIN, AUTHENTICATOR, PORTAL_ANON, devRolePasswords } from '@platform/enterprise-db';
 import { sql, type Kysely } from 'kysely';
 import type pg from 'pg';
@@ -44,7 +44,7 @@ import type { GatewayDatabase } from '../src/db/tables.js';
 import { API_KEYS, loginUrl } from './support/gateway.js';
 import {
   STRANGER_PASSWORD,
-  startPlatformDatabase,
+  platformWithTwoReplicas,
   type PlatformDatabase,
 } from './support/platform-database.js';
 import { startReplica, type Replica } from './support/replicas.js';
@@ -153,19 +153,9 @@ async function lockEveryFunction(c: pg.Client): Promise<number> {
   return Number(rows[0]!.n);
 }
 
-beforeAll(async () => {
-  platform = await startPlatformDatabase({ stranger: true, nobody: true });
-  owner = platform.owner;
-  replicas = await Promise.all([
-    startReplica('A', platform.database.url, env),
-    startReplica('B', platform.database.url, env),
-  ]);
-  await Promise.all(replicas.map((r) => r.waitReady()));
-});
-
-afterAll(async () => {
-  for (const r of replicas) await r.stop();
-  await platform?.close();
+const fixture = platformWithTwoReplicas(env);
+beforeAll(() => {
+  ({ platform, owner, replicas } = fixture);
 });
 
 describe.each(attackers)(

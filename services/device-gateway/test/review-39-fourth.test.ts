@@ -33,12 +33,12 @@
 //   removed while it lasts; idle_in_transaction_session_timeout and transaction_timeout are the session's own to
 //   change), and can stall a migration's DDL with the sequence-function lock until the run gives up (operations §6
 //   documents finding and ending the holder).
-import { afterAll, beforeAll, describe, expect, it, jest } from '@jest/globals';
+import { beforeAll, describe, expect, it, jest } from '@jest/globals';
 import { sql, type Kysely } from 'kysely';
 import type pg from 'pg';
 import type { GatewayDatabase } from '../src/db/tables.js';
-import { startPlatformDatabase, type PlatformDatabase } from './support/platform-database.js';
-import { startReplica, type Replica } from './support/replicas.js';
+import { platformWithTwoReplicas, type PlatformDatabase } from './support/platform-database.js';
+import { type Replica } from './support/replicas.js';
 import {
   attackersOf,
   connectGatewayLogin,
@@ -129,19 +129,9 @@ async function fillLockTable(c: pg.Client): Promise<string[]> {
   return report;
 }
 
-beforeAll(async () => {
-  platform = await startPlatformDatabase({ stranger: true, nobody: true });
-  owner = platform.owner;
-  replicas = await Promise.all([
-    startReplica('A', platform.database.url, env),
-    startReplica('B', platform.database.url, env),
-  ]);
-  await Promise.all(replicas.map((r) => r.waitReady()));
-});
-
-afterAll(async () => {
-  for (const r of replicas) await r.stop();
-  await platform?.close();
+const fixture = platformWithTwoReplicas(env);
+beforeAll(() => {
+  ({ platform, owner, replicas } = fixture);
 });
 
 describe.each(attackers)('H1 (high): $name filling the cluster’s lock table', ({ connect }) => {

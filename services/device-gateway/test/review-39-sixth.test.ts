@@ -65,7 +65,7 @@
 // to can hold a loaded server's listening backend that long, as it reads past them in the queue); floods last 8 s,
 // or until the starting replica is ready; the WAL
 // test writes a 4 MB message per overload. Each H test still fails against 4504ae9 (the commit before the fix).
-import { afterAll, beforeAll, describe, expect, it, jest } from '@jest/globals';
+import { beforeAll, describe, expect, it, jest } from '@jest/globals';
 import { sql, type Kysely } from 'kysely';
 import type pg from 'pg';
 import { createDb } from '@platform/service-kit';
@@ -74,7 +74,7 @@ import { gatewayLoginUrl } from '../src/db/migrations.js';
 import type { GatewayDatabase } from '../src/db/tables.js';
 import {
   NOBODY_PASSWORD,
-  startPlatformDatabase,
+  platformWithTwoReplicas,
   type PlatformDatabase,
 } from './support/platform-database.js';
 import { startReplica, type Replica } from './support/replicas.js';
@@ -162,19 +162,9 @@ async function watchReadiness(stop: Promise<unknown>): Promise<{ probes: number;
   return { probes, notReady };
 }
 
-beforeAll(async () => {
-  platform = await startPlatformDatabase({ stranger: true, nobody: true });
-  owner = platform.owner;
-  replicas = await Promise.all([
-    startReplica('A', platform.database.url, env),
-    startReplica('B', platform.database.url, env),
-  ]);
-  await Promise.all(replicas.map((r) => r.waitReady()));
-});
-
-afterAll(async () => {
-  for (const r of replicas) await r.stop();
-  await platform?.close();
+const fixture = platformWithTwoReplicas(env);
+beforeAll(() => {
+  ({ platform, owner, replicas } = fixture);
 });
 
 describe('H1 (medium): a flood of notifications on the gateway’s channels, running replicas', () => {

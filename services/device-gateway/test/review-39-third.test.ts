@@ -23,7 +23,7 @@
 //   reach 5432, authentication_timeout, a pooler).
 //
 // Attacks that held are at the end.
-import { afterAll, beforeAll, describe, expect, it, jest } from '@jest/globals';
+import { beforeAll, describe, expect, it, jest } from '@jest/globals';
 import { API_LOGIN, AUTHENTICATOR, PORTAL_ANON, PORTAL_ROLE, API_ROLE } from '@platform/enterprise-db';
 import { createDb, migrateToLatest, type MigrationSet } from '@platform/service-kit';
 import { sql, type Kysely } from 'kysely';
@@ -33,7 +33,7 @@ import type { GatewayDatabase } from '../src/db/tables.js';
 import { MAX_AHEAD_MICROS, VersionClock } from '../src/domain/version-clock.js';
 import {
   NOBODY_PASSWORD,
-  startPlatformDatabase,
+  platformWithTwoReplicas,
   type PlatformDatabase,
 } from './support/platform-database.js';
 import { gatewayChannels } from './support/channels.js';
@@ -94,19 +94,9 @@ async function release(c: pg.Client): Promise<void> {
 
 /** Resolves to `work`'s outcome, or 'pending' when it has not settled within `ms`. */
 
-beforeAll(async () => {
-  platform = await startPlatformDatabase({ stranger: true, nobody: true });
-  owner = platform.owner;
-  replicas = await Promise.all([
-    startReplica('A', platform.database.url, env),
-    startReplica('B', platform.database.url, env),
-  ]);
-  await Promise.all(replicas.map((r) => r.waitReady()));
-});
-
-afterAll(async () => {
-  for (const r of replicas) await r.stop();
-  await platform?.close();
+const fixture = platformWithTwoReplicas(env);
+beforeAll(() => {
+  ({ platform, owner, replicas } = fixture);
 });
 
 describe.each(attackers)(

@@ -2,6 +2,7 @@
 // gateway's alone, the devices seeded, logins of no standing (a stranger with CONNECT only, a nobody with no
 // grant at all), and the NOTIFY queue filler that pins the cluster's one queue full.
 import { randomBytes } from 'node:crypto';
+import { afterAll, beforeAll } from '@jest/globals';
 import { enterpriseMigrations, seedEnterprise } from '@platform/enterprise-db';
 import { createDb } from '@platform/service-kit';
 import { createTestDatabase, startPostgres, type PostgresServer, type TestDatabase } from '@platform/testkit';
@@ -10,6 +11,7 @@ import pg from 'pg';
 import { gatewayMigrations } from '../../src/db/migrations.js';
 import { seedDevices } from '../../src/db/seed.js';
 import type { GatewayDatabase } from '../../src/db/tables.js';
+import { startReplica, type Replica } from './replicas.js';
 
 export const STRANGER_PASSWORD = 'stranger-password';
 export const NOBODY_PASSWORD = 'nobody-password';
@@ -135,4 +137,31 @@ export async function pinNotifyQueue(
   }
   console.log(`filler: ${sent} notifications of 8 kB, then: ${stopped}`);
   return { pin, stopped };
+}
+
+/**
+ * The review-39 files' common ground, as jest hooks: before all, a platform database with the stranger and nobody
+ * logins and replicas A and B of `env` on it, both ready; after all, both stopped and the database gone. The
+ * returned object's fields are set once `beforeAll` has run.
+ */
+export function platformWithTwoReplicas(env: Record<string, string>): {
+  platform: PlatformDatabase;
+  owner: Kysely<GatewayDatabase>;
+  replicas: Replica[];
+} {
+  const fixture = { replicas: [] } as unknown as ReturnType<typeof platformWithTwoReplicas>;
+  beforeAll(async () => {
+    fixture.platform = await startPlatformDatabase({ stranger: true, nobody: true });
+    fixture.owner = fixture.platform.owner;
+    fixture.replicas = await Promise.all([
+      startReplica('A', fixture.platform.database.url, env),
+      startReplica('B', fixture.platform.database.url, env),
+    ]);
+    await Promise.all(fixture.replicas.map((r) => r.waitReady()));
+  });
+  afterAll(async () => {
+    for (const r of fixture.replicas) await r.stop();
+    await (fixture.platform as PlatformDatabase | undefined)?.close();
+  });
+  return fixture;
 }
