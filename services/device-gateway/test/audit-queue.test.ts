@@ -20,10 +20,10 @@ let login: Kysely<GatewayDatabase>;
 beforeAll(async () => {
   database = await createTestDatabase({ migrations: [gatewayMigrations] });
   owner = createDb<GatewayDatabase>(database.url, { max: 2, logger: { warn: () => undefined } });
-  // A short statement timeout: a write behind the held table fails in 300 ms, as the service's would in its own.
+  // A short statement timeout: a write behind the held table fails in 1 s, as the service's would in its own.
   login = createDb<GatewayDatabase>(gatewayLoginUrl(database.url), {
     max: 2,
-    statementTimeoutMs: 300,
+    statementTimeoutMs: 1000,
     logger: { warn: () => undefined },
   });
 });
@@ -87,8 +87,13 @@ describe('AuditQueue while the database does not take rows', () => {
     const release = await holdTable();
     try {
       for (let i = 0; i < 20_000; i++) queue.add(row(`full-${i}`));
-      // Past the first failed write (300 ms): the rows wait, nothing is dropped.
-      await new Promise((r) => setTimeout(r, 700));
+      // Until the first write failed (its 1 s statement timeout): then the rows wait, nothing is dropped.
+      const until = Date.now() + 20_000;
+      while (
+        !lines.some((l) => l.message === 'audit rows not written yet; trying again') &&
+        Date.now() < until
+      )
+        await new Promise((r) => setTimeout(r, 50));
       expect(queue.waiting).toBe(20_000);
       expect(() => queue.requireRoom()).toThrow(
         expect.objectContaining({ status: 503, code: 'backend_unavailable' }),
@@ -102,6 +107,34 @@ describe('AuditQueue while the database does not take rows', () => {
     expect(await rowsWith('full-')).toBe(20_000);
     expect(() => queue.requireRoom()).not.toThrow();
     expect(lines.filter((l) => l.level === 'error')).toEqual([]);
+  });
+
+  it('a batch too slow for the statement timeout is split until it fits, and every row comes', async () => {
+    // Each row costs 3 ms (a trigger of this test): 600 rows in one INSERT outlast the 1 s statement timeout every
+    // time; a queue that tried the same batch again would never write them.
+    await sql
+      .raw(
+        `CREATE FUNCTION device_gateway.slow_test_audit() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER
+           SET search_path = pg_catalog AS $$ BEGIN PERFORM pg_sleep(0.003); RETURN NEW; END $$;
+         CREATE TRIGGER slow_test_audit BEFORE INSERT ON device_gateway.audit_events
+         FOR EACH ROW EXECUTE FUNCTION device_gateway.slow_test_audit();`,
+      )
+      .execute(owner);
+    try {
+      const { lines, logger } = logs();
+      const queue = new AuditQueue(login, logger);
+      for (let i = 0; i < 600; i++) queue.add(row(`slow-${i}`));
+      await queue.flush();
+      expect(await rowsWith('slow-')).toBe(600);
+      expect(lines.some((l) => l.message === 'audit rows not written yet; trying again')).toBe(true);
+    } finally {
+      await sql
+        .raw(
+          `DROP TRIGGER slow_test_audit ON device_gateway.audit_events;
+           DROP FUNCTION device_gateway.slow_test_audit();`,
+        )
+        .execute(owner);
+    }
   });
 
   it('at shutdown (final) tries once and logs what is left, whole', async () => {

@@ -39,6 +39,12 @@ export class AuditQueue {
   private flushing: Promise<void> | undefined;
   private dropped = 0;
   private retryMs = RETRY_FIRST_MS;
+  /**
+   * Rows in the next INSERT at most: halved by each write the database did not take, doubled back by each it took.
+   * A batch that times out on a slow database is not tried whole forever (a loaded test machine's 1000-row INSERT
+   * outlasted a 300 ms statement timeout, again and again).
+   */
+  private batchSize = MAX_BATCH;
   /** Set by `flush({ final: true })` (shutdown): a failed write is logged whole instead of tried again. */
   private final = false;
 
@@ -84,15 +90,17 @@ export class AuditQueue {
   private async drain(): Promise<void> {
     let first = true;
     while (this.pending.length > 0) {
-      if (!first && this.pending.length < MAX_BATCH) await sleep(BATCH_MS);
+      if (!first && this.pending.length < this.batchSize) await sleep(BATCH_MS);
       first = false;
-      const batch = this.pending.slice(0, MAX_BATCH);
+      const batch = this.pending.slice(0, this.batchSize);
       const written = await this.write(batch);
       this.pending.splice(0, written);
       if (written === batch.length) {
         this.retryMs = RETRY_FIRST_MS;
+        this.batchSize = Math.min(this.batchSize * 2, MAX_BATCH);
         continue;
       }
+      this.batchSize = Math.max(1, Math.floor(this.batchSize / 2));
       // The database did not take them: the rest stays at the head of the queue.
       if (this.final) {
         this.logLost(this.pending.splice(0));
