@@ -59,10 +59,19 @@ export interface CreateDbOptions {
  * checked against PostgreSQL 18 with role defaults), so these hold whatever the role's defaults say. Pinned here:
  * what the services' statements rely on; the statement deadline is the pool's own `statementTimeoutMs` (also a
  * startup parameter), `search_path` is PostgreSQL's default, and `DateStyle`/`IntervalStyle`/`bytea_output` are
- * what node-postgres parses. The idle timeouts are left to the server's configuration (an operator's bound on
- * forgotten sessions); a login's own defaults for them are what a service's start-time check should name.
+ * what node-postgres parses. The three settings that end a session are pinned off (the seventh cold review: a
+ * login's own `idle_session_timeout = '300ms'` ended a gateway replica's listening connection after every connect,
+ * `transaction_timeout = '1ms'` ended every session before its first statement could run, so no statement, not even
+ * RESET_OWN_DEFAULTS_SQL below, can undo them): a service's connections idle on purpose (a pool's idle connections,
+ * a LISTEN connection between heartbeats) and bound their statements themselves (`statementTimeoutMs`, client-side
+ * `queryTimeoutMs`); the pool closes its own idle connections after `idleTimeoutMs`. An operator's cluster-wide
+ * idle timeouts therefore do not apply to these connections. Every other setting a login gave itself is reset when
+ * the connection opens (RESET_OWN_DEFAULTS_SQL).
  */
 export const PINNED_SESSION_OPTIONS = [
+  '-c idle_session_timeout=0',
+  '-c idle_in_transaction_session_timeout=0',
+  '-c transaction_timeout=0',
   '-c default_transaction_read_only=off',
   '-c default_transaction_isolation=read\\ committed',
   '-c default_transaction_deferrable=off',
@@ -72,6 +81,41 @@ export const PINNED_SESSION_OPTIONS = [
   '-c IntervalStyle=postgres',
   '-c bytea_output=hex',
 ].join(' ');
+
+/**
+ * Run once on every new connection, before anything else: every setting an ordinary session may change (context
+ * `user`) whose value comes from a default of the login's own (`ALTER ROLE <itself> [IN DATABASE ...] SET ...`,
+ * source `user` or `database user`) goes back to PostgreSQL's built-in value. This closes the class the pinned
+ * options close member by member: a login may give itself a default for any such setting (`synchronous_commit =
+ * off`, `statement_timeout` where a pool sets none, `row_security = off`, `extra_float_digits`, `enable_*` ...) and
+ * every later session of every process inherits it. `RESET` would not do: it returns to the role's default. What
+ * the startup options state (source `client`) and what the database's owner or the server's configuration set
+ * (`database`, `configuration file`) are not touched; superuser settings cannot be given by a login to itself.
+ * The `transaction_*` settings are left out: they cannot change once a statement has run, and the session-wide
+ * `default_transaction_*` ones are pinned. Custom settings (`x.y`, no built-in value) are left as they are.
+ */
+export const RESET_OWN_DEFAULTS_SQL = `SELECT pg_catalog.count(pg_catalog.set_config(s.name, s.boot_val, false))::int AS reset
+  FROM pg_catalog.pg_settings s
+  WHERE s.source IN ('user', 'database user') AND s.context = 'user' AND s.boot_val IS NOT NULL
+    AND s.name NOT IN ('transaction_isolation', 'transaction_read_only', 'transaction_deferrable')`;
+
+/**
+ * RESET_OWN_DEFAULTS_SQL on `client`. A failure is logged, not thrown: the connection then keeps the login's
+ * defaults, as before this reset existed, and the service's start-time check names them.
+ */
+export async function resetOwnDefaults(
+  client: { query(text: string): Promise<unknown> },
+  logger: DbLogger,
+): Promise<void> {
+  try {
+    await client.query(RESET_OWN_DEFAULTS_SQL);
+  } catch (err) {
+    logger.warn("database: the login's own session defaults not reset on a new connection", {
+      error: err instanceof Error ? err.message : String(err),
+      code: (err as { code?: unknown }).code,
+    });
+  }
+}
 
 const consoleLogger: DbLogger = {
   warn: (message, meta) => {
@@ -103,6 +147,9 @@ export function createDb<DB>(url: string, options: CreateDbOptions = {}): Kysely
         ? []
         : [`-c synchronous_commit=${options.synchronousCommit}`]),
     ].join(' '),
+    // pg-pool (3.10+) awaits `onConnect` before it hands the connection out; @types/pg still types it as void.
+    // eslint-disable-next-line @typescript-eslint/no-misused-promises
+    onConnect: (client) => resetOwnDefaults(client, logger),
   });
   // The same error reaches both listeners when the client was idle; report it once.
   const reported = new WeakSet<Error>();

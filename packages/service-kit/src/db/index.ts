@@ -1,4 +1,4 @@
-export { createDb, PINNED_SESSION_OPTIONS } from './create-db.js';
+export { createDb, PINNED_SESSION_OPTIONS, RESET_OWN_DEFAULTS_SQL, resetOwnDefaults } from './create-db.js';
 export type { CreateDbOptions, DbLogger } from './create-db.js';
 export { MigrationError, migrateToLatest, withGeneratedSql } from './migrate.js';
 export type { AppliedMigration, MigrationSet } from './migrate.js';

@@ -1,7 +1,13 @@
 // The replica bus's PostgreSQL LISTEN connection (design §3.6): one dedicated pg.Client (a pooled connection
 // cannot LISTEN: the pool hands it to other queries and may close it), reconnected forever with backoff, with a
 // heartbeat that finds a silently dead connection. What the notifications mean is bus.ts's business.
-import { errorMessage, isConnectionError, PINNED_SESSION_OPTIONS, type Logger } from '@platform/service-kit';
+import {
+  errorMessage,
+  isConnectionError,
+  PINNED_SESSION_OPTIONS,
+  resetOwnDefaults,
+  type Logger,
+} from '@platform/service-kit';
 import pg from 'pg';
 import { channelName, readChannelSecret } from './channels.js';
 
@@ -154,6 +160,8 @@ export class ListenConnection {
     });
     await client.connect();
     this.backendPid = (client as unknown as { processID?: number }).processID;
+    // Whatever else the login gave itself as defaults (the pool's connections do the same), before LISTEN.
+    await resetOwnDefaults(client, this.options.logger);
     const secret = await readChannelSecret(client);
     for (const base of this.options.channels) bases.set(channelName(base, secret), base);
     // Base names are fixed identifiers and the secret is 32 hex digits (checked): never input.
