@@ -21,6 +21,12 @@ export interface MigrationSet {
   table: string;
   /** Migrations by name; applied in name order (use sortable names such as `0001_registry`). */
   migrations: Record<string, Migration>;
+  /**
+   * Run after the set's migrations at every run, in a transaction of its own, also when nothing was pending:
+   * state a run must restore whatever happened since, such as a login's password (a login may change its own, and
+   * a rotation is a re-run). Must be idempotent.
+   */
+  everyRun?: (db: Kysely<unknown>) => Promise<void>;
 }
 
 /**
@@ -100,6 +106,14 @@ export async function migrateToLatest<DB>(
     }
     for (const r of results ?? []) {
       if (r.status === 'Success') applied.push({ set: set.name, migration: r.migrationName });
+    }
+    const everyRun = set.everyRun;
+    if (everyRun !== undefined) {
+      try {
+        await (db as unknown as Kysely<unknown>).transaction().execute((trx) => everyRun(trx));
+      } catch (err) {
+        throw new MigrationError(set.name, 'every run', err);
+      }
     }
   }
   return applied;
