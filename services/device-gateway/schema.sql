@@ -9,7 +9,7 @@ device_gateway_login LOGIN NOINHERIT
 -- schemas (1)
 device_gateway OWNER <migrator> ACL <migrator>:CREATE,<migrator>:USAGE,device_gateway_login:USAGE COMMENT -
 
--- tables and views (16)
+-- tables and views (17)
 r device_gateway.audit_events RLS false FORCE false OWNER <migrator> OPTIONS - ACL <migrator>:DELETE,<migrator>:INSERT,<migrator>:MAINTAIN,<migrator>:REFERENCES,<migrator>:SELECT,<migrator>:TRIGGER,<migrator>:TRUNCATE,<migrator>:UPDATE,device_gateway_login:SELECT COMMENT -
 r device_gateway.bus_channels RLS false FORCE false OWNER <migrator> OPTIONS - ACL <migrator>:DELETE,<migrator>:INSERT,<migrator>:MAINTAIN,<migrator>:REFERENCES,<migrator>:SELECT,<migrator>:TRIGGER,<migrator>:TRUNCATE,<migrator>:UPDATE,device_gateway_login:SELECT COMMENT One row: the secret in the names of the gateway's LISTEN/NOTIFY channels (<base>_<secret>). Only the owner and device_gateway_login may read it.
 r device_gateway.bus_overrides RLS false FORCE false OWNER <migrator> OPTIONS - ACL <migrator>:DELETE,<migrator>:INSERT,<migrator>:MAINTAIN,<migrator>:REFERENCES,<migrator>:SELECT,<migrator>:TRIGGER,<migrator>:TRUNCATE,<migrator>:UPDATE,device_gateway_login:SELECT COMMENT -
@@ -21,13 +21,14 @@ r device_gateway.device_delivery RLS false FORCE false OWNER <migrator> OPTIONS 
 r device_gateway.device_registry RLS false FORCE false OWNER <migrator> OPTIONS - ACL <migrator>:DELETE,<migrator>:INSERT,<migrator>:MAINTAIN,<migrator>:REFERENCES,<migrator>:SELECT,<migrator>:TRIGGER,<migrator>:TRUNCATE,<migrator>:UPDATE,device_gateway_login:SELECT COMMENT -
 r device_gateway.inspect_answers RLS false FORCE false OWNER <migrator> OPTIONS - ACL <migrator>:DELETE,<migrator>:INSERT,<migrator>:MAINTAIN,<migrator>:REFERENCES,<migrator>:SELECT,<migrator>:TRIGGER,<migrator>:TRUNCATE,<migrator>:UPDATE,device_gateway_login:SELECT COMMENT -
 r device_gateway.inspect_queries RLS false FORCE false OWNER <migrator> OPTIONS - ACL <migrator>:DELETE,<migrator>:INSERT,<migrator>:MAINTAIN,<migrator>:REFERENCES,<migrator>:SELECT,<migrator>:TRIGGER,<migrator>:TRUNCATE,<migrator>:UPDATE,device_gateway_login:SELECT COMMENT -
+r device_gateway.list_cursor_key RLS false FORCE false OWNER <migrator> OPTIONS - ACL <migrator>:DELETE,<migrator>:INSERT,<migrator>:MAINTAIN,<migrator>:REFERENCES,<migrator>:SELECT,<migrator>:TRIGGER,<migrator>:TRUNCATE,<migrator>:UPDATE,device_gateway_login:SELECT COMMENT One row: the secret the API's list cursors and audit ids are sealed with (src/http/cursor-seal.ts). Only the owner and device_gateway_login may read it.
 r device_gateway.rollout_assignments RLS false FORCE false OWNER <migrator> OPTIONS - ACL <migrator>:DELETE,<migrator>:INSERT,<migrator>:MAINTAIN,<migrator>:REFERENCES,<migrator>:SELECT,<migrator>:TRIGGER,<migrator>:TRUNCATE,<migrator>:UPDATE,device_gateway_login:SELECT COMMENT -
 r device_gateway.rollout_driver RLS false FORCE false OWNER <migrator> OPTIONS - ACL <migrator>:DELETE,<migrator>:INSERT,<migrator>:MAINTAIN,<migrator>:REFERENCES,<migrator>:SELECT,<migrator>:TRIGGER,<migrator>:TRUNCATE,<migrator>:UPDATE,device_gateway_login:SELECT COMMENT -
 r device_gateway.rollout_events RLS false FORCE false OWNER <migrator> OPTIONS - ACL <migrator>:DELETE,<migrator>:INSERT,<migrator>:MAINTAIN,<migrator>:REFERENCES,<migrator>:SELECT,<migrator>:TRIGGER,<migrator>:TRUNCATE,<migrator>:UPDATE,device_gateway_login:SELECT COMMENT -
 r device_gateway.rollout_targets RLS false FORCE false OWNER <migrator> OPTIONS - ACL <migrator>:DELETE,<migrator>:INSERT,<migrator>:MAINTAIN,<migrator>:REFERENCES,<migrator>:SELECT,<migrator>:TRIGGER,<migrator>:TRUNCATE,<migrator>:UPDATE,device_gateway_login:SELECT COMMENT -
 r device_gateway.rollouts RLS false FORCE false OWNER <migrator> OPTIONS - ACL <migrator>:DELETE,<migrator>:INSERT,<migrator>:MAINTAIN,<migrator>:REFERENCES,<migrator>:SELECT,<migrator>:TRIGGER,<migrator>:TRUNCATE,<migrator>:UPDATE,device_gateway_login:SELECT COMMENT -
 
--- columns (138)
+-- columns (140)
 device_gateway.audit_events.action text NOT NULL ACL device_gateway_login:INSERT COMMENT -
 
 device_gateway.audit_events.at timestamp with time zone NOT NULL DEFAULT clock_timestamp() COMMENT -
@@ -50,7 +51,7 @@ device_gateway.audit_events.role text ACL device_gateway_login:INSERT COMMENT -
 
 device_gateway.audit_events.rollout_id uuid ACL device_gateway_login:INSERT COMMENT -
 
-device_gateway.audit_events.site_companies text[] NOT NULL DEFAULT '{}'::text[] COMMENT -
+device_gateway.audit_events.site_companies text[] NOT NULL DEFAULT '{}'::text[] ACL device_gateway_login:INSERT COMMENT -
 
 device_gateway.audit_events.site_ids uuid[] NOT NULL DEFAULT '{}'::uuid[] ACL device_gateway_login:INSERT COMMENT -
 
@@ -205,6 +206,10 @@ device_gateway.inspect_queries.origin text NOT NULL COLLATE "C" COMMENT -
 
 device_gateway.inspect_queries.query_id uuid NOT NULL COMMENT -
 
+device_gateway.list_cursor_key.secret text NOT NULL COLLATE "C" COMMENT -
+
+device_gateway.list_cursor_key.singleton boolean NOT NULL DEFAULT true COMMENT -
+
 device_gateway.rollout_assignments.assigned_at timestamp with time zone NOT NULL DEFAULT now() COMMENT -
 
 device_gateway.rollout_assignments.device_id text NOT NULL COMMENT -
@@ -313,7 +318,7 @@ device_gateway.rollouts.updated_at timestamp with time zone NOT NULL DEFAULT now
 
 device_gateway.rollouts.waves integer NOT NULL COMMENT -
 
--- constraints (174)
+-- constraints (179)
 device_gateway.audit_events audit_events_action_check CHECK ((action ~ '^[a-z][a-z_.]{0,63}$'::text))
 device_gateway.audit_events audit_events_action_not_null NOT NULL action
 device_gateway.audit_events audit_events_at_not_null NOT NULL at
@@ -420,6 +425,11 @@ device_gateway.inspect_queries inspect_queries_origin_check CHECK ((origin ~ '^[
 device_gateway.inspect_queries inspect_queries_origin_not_null NOT NULL origin
 device_gateway.inspect_queries inspect_queries_pkey PRIMARY KEY (query_id)
 device_gateway.inspect_queries inspect_queries_query_id_not_null NOT NULL query_id
+device_gateway.list_cursor_key list_cursor_key_pkey PRIMARY KEY (singleton)
+device_gateway.list_cursor_key list_cursor_key_secret_check CHECK ((secret ~ '^[0-9a-f]{64}$'::text))
+device_gateway.list_cursor_key list_cursor_key_secret_not_null NOT NULL secret
+device_gateway.list_cursor_key list_cursor_key_singleton_check CHECK (singleton)
+device_gateway.list_cursor_key list_cursor_key_singleton_not_null NOT NULL singleton
 device_gateway.rollout_assignments rollout_assignments_assigned_at_not_null NOT NULL assigned_at
 device_gateway.rollout_assignments rollout_assignments_device_id_not_null NOT NULL device_id
 device_gateway.rollout_assignments rollout_assignments_pkey PRIMARY KEY (device_id)
@@ -489,7 +499,7 @@ device_gateway.rollouts rollouts_updated_at_not_null NOT NULL updated_at
 device_gateway.rollouts rollouts_waves_check CHECK (((waves >= 1) AND (waves <= 1000)))
 device_gateway.rollouts rollouts_waves_not_null NOT NULL waves
 
--- indexes (40)
+-- indexes (41)
 CREATE INDEX audit_events_at_idx ON device_gateway.audit_events USING btree (at)
 CREATE INDEX audit_events_device_idx ON device_gateway.audit_events USING btree (device_id, id) WHERE (device_id IS NOT NULL)
 CREATE INDEX audit_events_principal_idx ON device_gateway.audit_events USING btree (principal, id)
@@ -524,6 +534,7 @@ CREATE UNIQUE INDEX device_delivery_pkey ON device_gateway.device_delivery USING
 CREATE UNIQUE INDEX device_registry_pkey ON device_gateway.device_registry USING btree (device_id)
 CREATE UNIQUE INDEX inspect_answers_pkey ON device_gateway.inspect_answers USING btree (query_id, replica)
 CREATE UNIQUE INDEX inspect_queries_pkey ON device_gateway.inspect_queries USING btree (query_id)
+CREATE UNIQUE INDEX list_cursor_key_pkey ON device_gateway.list_cursor_key USING btree (singleton)
 CREATE UNIQUE INDEX rollout_assignments_pkey ON device_gateway.rollout_assignments USING btree (device_id)
 CREATE UNIQUE INDEX rollout_driver_pkey ON device_gateway.rollout_driver USING btree (id)
 CREATE UNIQUE INDEX rollout_events_pkey ON device_gateway.rollout_events USING btree (event_id)
@@ -545,7 +556,7 @@ CREATE TRIGGER device_registry_touch BEFORE UPDATE ON device_gateway.device_regi
 -- view definitions (0)
 
 
--- functions (35)
+-- functions (36)
 CREATE OR REPLACE FUNCTION device_gateway.audit_events_append_only()
  RETURNS trigger
  LANGUAGE plpgsql
@@ -564,10 +575,33 @@ CREATE OR REPLACE FUNCTION device_gateway.audit_events_site_companies()
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 BEGIN
-  NEW.site_companies := CASE WHEN cardinality(NEW.site_ids) = 0 THEN '{}'::text[] ELSE ARRAY(
-    SELECT s.site_id::text || '/' || s.company_id::text FROM device_gateway.platform_sites() s
-    WHERE s.site_id = ANY (NEW.site_ids) ORDER BY 1) END;
+  IF cardinality(NEW.site_ids) = 0 THEN
+    NEW.site_companies := '{}'::text[];
+  ELSIF cardinality(NEW.site_companies) = 0 THEN
+    NEW.site_companies := device_gateway.audit_site_companies_of(NEW.site_ids);
+  ELSIF cardinality(NEW.site_companies) > cardinality(NEW.site_ids) OR EXISTS (
+      SELECT 1 FROM unnest(NEW.site_companies) AS p(pair)
+      WHERE p.pair !~ '^[0-9a-f-]{36}/[0-9a-f-]{36}$'
+         OR NOT (split_part(p.pair, '/', 1)::uuid = ANY (NEW.site_ids))) THEN
+    RAISE EXCEPTION 'site_companies must pair sites of the row with their companies'
+      USING ERRCODE = 'check_violation';
+  END IF;
   RETURN NEW;
+END $function$
+OWNER <migrator> ACL <migrator>:EXECUTE COMMENT -
+
+CREATE OR REPLACE FUNCTION device_gateway.audit_site_companies_of(p_sites uuid[])
+ RETURNS text[]
+ LANGUAGE plpgsql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+  IF to_regclass('enterprise.sites') IS NULL THEN
+    RETURN '{}'::text[];
+  END IF;
+  RETURN ARRAY(SELECT s.id::text || '/' || s.company_id::text FROM enterprise.sites s
+               WHERE s.id = ANY (p_sites) ORDER BY 1);
 END $function$
 OWNER <migrator> ACL <migrator>:EXECUTE COMMENT -
 

@@ -333,7 +333,7 @@ export function buildApp(deps: GatewayDeps): GatewayApp {
         heartbeatMs: config.cluster.heartbeatMs,
       })
     : undefined;
-  const auditQueue = new AuditQueue(deps.db, logger.child({ component: 'audit' }));
+  const auditQueue = new AuditQueue(deps.db, logger.child({ component: 'audit' }), () => registry.sites);
   const cursors = new CursorSeal(deps.db);
   const service = new GatewayService({
     config,

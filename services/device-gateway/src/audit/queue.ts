@@ -11,10 +11,17 @@
 import { COMMON_ERRORS, errorMessage, sqlState, type Logger } from '@platform/service-kit';
 import type { Kysely } from 'kysely';
 import type { GatewayDatabase } from '../db/tables.js';
+import type { SiteCatalogue } from '../sites/catalogue.js';
 import { insertAuditRows, type AuditRow } from './writer.js';
 
-/** Rows kept waiting at most; past it changes are refused (requireRoom) and a row still queued is dropped, counted. */
+/** Rows waiting at which changes are refused (requireRoom). */
 const MAX_PENDING = 20_000;
+/**
+ * Rows kept at most: above MAX_PENDING, room for the rows of changes that passed requireRoom before it filled (a
+ * check and its row are apart by the change; a third cold review admitted two at 19,999). Past it a row is dropped,
+ * counted and logged.
+ */
+const MAX_KEPT = 2 * MAX_PENDING;
 /** Rows in one INSERT at most (a row is at most 4 KiB of detail: a statement stays under ~4 MB). */
 const MAX_BATCH = 1000;
 /** Between two INSERTs of a steady flow (ms): rows gather into one statement. */
@@ -30,6 +37,17 @@ const RETRY_MAX_MS = 10_000;
 function rowsFault(err: unknown): boolean {
   const state = sqlState(err);
   return state !== undefined && (state.startsWith('22') || state.startsWith('23') || state.startsWith('P0'));
+}
+
+/** `row` with the company each of its sites belongs to now (`<site>/<company>`), where the catalogue knows it. */
+function stamped(row: AuditRow, sites: SiteCatalogue): AuditRow {
+  const ids = row.site_ids ?? [];
+  if (ids.length === 0 || !sites.platform) return row;
+  const pairs = ids.flatMap((id) => {
+    const company = sites.companyOf(id);
+    return company === undefined ? [] : [`${id}/${company}`];
+  });
+  return { ...row, site_companies: pairs.sort() };
 }
 
 const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms).unref());
@@ -48,9 +66,15 @@ export class AuditQueue {
   /** Set by `flush({ final: true })` (shutdown): a failed write is logged whole instead of tried again. */
   private final = false;
 
+  /**
+   * `sites`: the platform's sites now. A row is stamped with each site's company when it is queued, at the change,
+   * not when it is written (a row written after its site changed company was stamped with the new one; migration
+   * 0038). Without it the database stamps rows at the insert.
+   */
   constructor(
     private readonly db: Kysely<GatewayDatabase>,
     private readonly logger: Pick<Logger, 'error' | 'warn'>,
+    private readonly sites?: () => SiteCatalogue,
   ) {}
 
   /** Rows waiting to be written. */
@@ -69,11 +93,11 @@ export class AuditQueue {
 
   /** Queues a row; it is written by the next INSERT (at once when none runs). */
   add(row: AuditRow): void {
-    if (this.pending.length >= MAX_PENDING) {
+    if (this.pending.length >= MAX_KEPT) {
       this.dropped++;
       return;
     }
-    this.pending.push(row);
+    this.pending.push(this.sites === undefined ? row : stamped(row, this.sites()));
     if (this.flushing === undefined) setImmediate(() => void this.flush());
   }
 
@@ -114,7 +138,7 @@ export class AuditQueue {
       this.retryMs = Math.min(this.retryMs * 2, RETRY_MAX_MS);
     }
     if (this.dropped > 0) {
-      this.logger.error('audit rows dropped: more than MAX_PENDING were waiting', { rows: this.dropped });
+      this.logger.error('audit rows dropped: more than MAX_KEPT were waiting', { rows: this.dropped });
       this.dropped = 0;
     }
   }

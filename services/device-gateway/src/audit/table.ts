@@ -15,8 +15,11 @@ export type AuditEventsTable = {
   device_id: string | null;
   rollout_id: string | null;
   site_ids: string[];
-  /** `<site id>/<company id>` of each site at the insert: the database's (migration 0037), never the login's. */
-  site_companies: ColumnType<string[], never, never>;
+  /**
+   * `<site id>/<company id>` of each site at the change: the queue's stamp (audit/queue.ts), else the database's at
+   * the insert (migrations 0037, 0038; only pairs of the row's own sites are taken).
+   */
+  site_companies: ColumnType<string[], string[] | undefined, never>;
   /** JSON text on insert, an object on select. */
   detail: ColumnType<Record<string, unknown>, string, never>;
 };

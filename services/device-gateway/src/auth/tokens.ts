@@ -28,6 +28,9 @@ export interface OperationsTokenSettings {
   now?: () => number;
 }
 
+/** A subject the audit can hold: 1-255 visible ASCII characters (RFC 7519 §4.1.2 allows any string). */
+const SUBJECT = /^[\x21-\x7e]{1,255}$/;
+
 /** Most sites or companies one token may name; more is refused rather than trusted. */
 const MAX_SCOPE_ENTRIES = 1000;
 
@@ -59,6 +62,9 @@ export function authorizeOperations(clientId: string) {
     const companies = scopeClaim((claims as Record<string, unknown>).fleet_companies);
     if (sites === 'invalid' || companies === 'invalid')
       return { invalid: 'The access token has a malformed fleet scope.' };
+    // The subject names the person in every audit row (`user:<sub>`, at most 300 characters): a subject the audit
+    // could not hold would let a change through with its row refused (third cold review). Keycloak's are UUIDs.
+    if (!SUBJECT.test(claims.sub)) return { invalid: 'The access token has a malformed subject.' };
     const username = (claims as { preferred_username?: unknown }).preferred_username;
     return {
       user: new Principal({

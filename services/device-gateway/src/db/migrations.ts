@@ -39,6 +39,8 @@ import { deviceReportsBatchMigration } from './device-reports-batch-migration.js
 import { busChannelsMigration } from './bus-channels-migration.js';
 import { logicalMessagesMigration } from './logical-messages-migration.js';
 import { auditSiteCompaniesMigration } from './audit-site-companies-migration.js';
+import { busTurnOnWriteMigration } from './bus-turn-on-write-migration.js';
+import { auditStampsMigration } from './audit-stamps-migration.js';
 
 /** The read-only login the running gateway uses (design §4.2): SELECT on its registry, nothing else. */
 export const GATEWAY_LOGIN_ROLE = 'device_gateway_login';
@@ -209,6 +211,8 @@ export function gatewayMigrationsWith(loginPassword: string): MigrationSet {
       '0035_bus_channels': busChannelsMigration,
       '0036_logical_messages': logicalMessagesMigration,
       '0037_audit_site_companies': auditSiteCompaniesMigration,
+      '0038_audit_stamps': auditStampsMigration,
+      '0039_bus_turn_on_write': busTurnOnWriteMigration,
     },
   };
 }

@@ -1,7 +1,7 @@
 // Opaque row ids and list cursors (second cold review of issue 42). The audit's ids and the rollouts' order are
 // sequence numbers: shown as they are, the gap between two of a scoped caller's own rows counts the changes made at
 // other sites in between. Sealed here, a number is one AES-256 block under a key of this installation (derived from
-// the secret of migration 0035, which every replica reads, so a cursor one replica issued reads back on another):
+// the secret of migration 0038, which every replica reads, so a cursor one replica issued reads back on another):
 // the same number always gives the same 22 characters (an id stays an id), and nothing of its value shows.
 //
 // One block, no mode: AES is a pseudorandom permutation of 16-byte blocks, which is exactly a reversible, keyed
@@ -38,9 +38,9 @@ export class CursorSeal {
 
   private async load(): Promise<KeyObject> {
     const { rows } = await sql<{ secret: string }>`
-      SELECT secret FROM device_gateway.bus_channels`.execute(this.db);
+      SELECT secret FROM device_gateway.list_cursor_key`.execute(this.db);
     const secret = rows[0]?.secret;
-    if (secret === undefined) throw new Error('device_gateway.bus_channels has no secret (migration 0035)');
+    if (secret === undefined) throw new Error('device_gateway.list_cursor_key has no secret (migration 0038)');
     // A key of its own for this use (HKDF-like: HMAC of the secret over a label), a KeyObject for the hot path.
     return createSecretKey(createHmac('sha256', secret).update('device-gateway list cursors v1').digest());
   }
@@ -58,7 +58,8 @@ export class CursorSeal {
   open(purpose: SealPurpose, text: string): string | undefined {
     if (!SEALED.test(text)) return undefined;
     const sealed = Buffer.from(text, 'base64url');
-    if (sealed.length !== 16) return undefined;
+    // One spelling only: the last character's four unused bits must be zero, as this seal writes them.
+    if (sealed.length !== 16 || sealed.toString('base64url') !== text) return undefined;
     const decipher = createDecipheriv('aes-256-ecb', this.keyOrThrow(), null).setAutoPadding(false);
     const block = Buffer.concat([decipher.update(sealed), decipher.final()]);
     if (!block.subarray(0, 8).equals(PURPOSE[purpose])) return undefined;
