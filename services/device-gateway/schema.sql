@@ -646,6 +646,11 @@ BEGIN
   IF p_origin IS NULL OR p_origin !~ '^[A-Za-z0-9._:-]{1,64}$' THEN
     RAISE EXCEPTION 'not a replica id' USING ERRCODE = '22023';
   END IF;
+  -- Nothing to end and no such device: nothing will be written, so no turn is taken (checked again under it).
+  IF NOT EXISTS (SELECT 1 FROM device_gateway.bus_overrides o WHERE o.device_id = p_device)
+     AND NOT EXISTS (SELECT 1 FROM device_gateway.device_registry r WHERE r.device_id = p_device) THEN
+    RETURN jsonb_build_object('cleared', false, 'version', v);
+  END IF;
   -- Change numbers become visible in their order (0017).
   PERFORM 1 FROM device_gateway.bus_turn FOR UPDATE;
   SELECT * INTO b FROM device_gateway.bus_overrides WHERE device_id = p_device;
@@ -701,8 +706,27 @@ DECLARE
   m jsonb;
   v bigint;
   written boolean[] := '{}';
+  known boolean := false;
 BEGIN
-  -- Change numbers become visible in their order (see the migration's comment).
+  -- Before the turn: every message is checked, and whether one names a device that may take it. A call that will
+  -- write nothing (an empty array, only devices outside the registry) takes no lock (see the migration's comment).
+  FOREACH p IN ARRAY p_payloads LOOP
+    m := p::jsonb;
+    IF m->>'k' IS DISTINCT FROM 'override' OR jsonb_typeof(m->'s') IS DISTINCT FROM 'object' THEN
+      RAISE EXCEPTION 'not an override message' USING ERRCODE = '22023';
+    END IF;
+    IF octet_length((m->'s')::text) > 4096 THEN
+      RAISE EXCEPTION 'override settings of % bytes are larger than a device takes', octet_length((m->'s')::text)
+        USING ERRCODE = '22023';
+    END IF;
+    v := device_gateway.bus_checked_version(m->>'v');
+    known := known OR EXISTS (
+      SELECT 1 FROM device_gateway.device_registry r WHERE r.device_id = m->>'d' AND r.enabled);
+  END LOOP;
+  IF NOT known THEN
+    RETURN pg_catalog.array_fill(NULL::boolean, ARRAY[pg_catalog.cardinality(p_payloads)]);
+  END IF;
+  -- Change numbers become visible in their order (0017, 0029); under the turn the registry is read again.
   PERFORM 1 FROM device_gateway.bus_turn FOR UPDATE;
   FOREACH p IN ARRAY p_payloads LOOP
     m := p::jsonb;
