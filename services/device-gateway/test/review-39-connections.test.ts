@@ -114,6 +114,7 @@ describe('connection slots the gateway keeps (issue 39)', () => {
         openToPublic: [],
         lockRightsOfPublic: [],
         roleSettings: [],
+        tempFileLimit: '1048576',
       }),
     ).toBe('PostgreSQL before 16 has no reserved_connections');
     expect(
@@ -123,6 +124,7 @@ describe('connection slots the gateway keeps (issue 39)', () => {
         openToPublic: [],
         lockRightsOfPublic: [],
         roleSettings: [],
+        tempFileLimit: '1048576',
       }),
     ).toBe('the login lacks the privileges of pg_use_reserved_connections');
     expect(GATEWAY_LOGIN_ROLE).toBe('device_gateway_login');

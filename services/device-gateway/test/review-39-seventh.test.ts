@@ -63,7 +63,7 @@ import { AUTHENTICATOR, PORTAL_ROLE, devRolePasswords } from '@platform/enterpri
 import { createDb, migrateToLatest } from '@platform/service-kit';
 import { sql } from 'kysely';
 import type pg from 'pg';
-import { readConnectionReserve, roleSettingsGap } from '../src/db/connection-reserve.js';
+import { readConnectionReserve, roleSettingsGap, tempFileGap } from '../src/db/connection-reserve.js';
 import { gatewayLoginUrl, gatewayMigrations } from '../src/db/migrations.js';
 import { NOBODY_PASSWORD, platformWithTwoReplicas } from './support/platform-database.js';
 import { startReplica, type Replica } from './support/replicas.js';
@@ -309,6 +309,31 @@ describe('H4 (medium): any login that may connect keeps temporary files without 
       expect([name, limit]).not.toEqual([name, '-1']);
       expect([name, lift]).toEqual([name, expect.stringMatching(/^refused/)]);
     }
+  });
+});
+
+describe('H4, the start-time check', () => {
+  it('names a cluster where temp_file_limit is still -1 for the login, and is silent once it is set', async () => {
+    const read = async (): Promise<string | undefined> => {
+      const gateway = createDb<unknown>(gatewayLoginUrl(fixture.platform.database.url), {
+        max: 1,
+        logger: { warn: () => undefined },
+      });
+      try {
+        return tempFileGap(await readConnectionReserve(gateway));
+      } finally {
+        await gateway.destroy();
+      }
+    };
+    const set = await read();
+    // What a cluster whose migrations were not run by a superuser looks like (the server's test role is one).
+    await sql.raw(`ALTER ROLE ALL RESET temp_file_limit`).execute(fixture.owner);
+    try {
+      expect(await read()).toMatch(/temp_file_limit is -1/);
+    } finally {
+      await sql.raw(`ALTER ROLE ALL SET temp_file_limit = '1GB'`).execute(fixture.owner);
+    }
+    expect(set).toBeUndefined();
   });
 });
 

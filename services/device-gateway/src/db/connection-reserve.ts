@@ -22,6 +22,11 @@ export interface ConnectionReserve {
    * connections pin what they rely on (service-kit's PINNED_SESSION_OPTIONS); any row is still named at start.
    */
   roleSettings: string[];
+  /**
+   * `temp_file_limit` of this session (kB, or -1 for none): -1 lets every session of any login keep temporary files
+   * without bound on the disk the WAL shares (migration 0040 sets it where a superuser runs the migrations).
+   */
+  tempFileLimit: string;
 }
 
 export async function readConnectionReserve(db: Kysely<unknown>): Promise<ConnectionReserve> {
@@ -31,6 +36,7 @@ export async function readConnectionReserve(db: Kysely<unknown>): Promise<Connec
     open: string[];
     locks: string[];
     settings: string[];
+    temp: string;
   }>`
     SELECT
       (SELECT setting FROM pg_catalog.pg_settings WHERE name = 'reserved_connections') AS reserved,
@@ -58,7 +64,8 @@ export async function readConnectionReserve(db: Kysely<unknown>): Promise<Connec
             WHERE s.setrole = (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = session_user)
               AND s.setdatabase IN (0, (SELECT d.oid FROM pg_catalog.pg_database d
                                         WHERE d.datname = pg_catalog.current_database()))
-            ORDER BY s.setdatabase, c.setting) AS settings`.execute(db);
+            ORDER BY s.setdatabase, c.setting) AS settings,
+      pg_catalog.current_setting('temp_file_limit') AS temp`.execute(db);
   const row = rows[0];
   if (row === undefined) throw new Error('connection reserve: no answer');
   return {
@@ -67,6 +74,7 @@ export async function readConnectionReserve(db: Kysely<unknown>): Promise<Connec
     openToPublic: row.open,
     lockRightsOfPublic: row.locks,
     roleSettings: row.settings,
+    tempFileLimit: row.temp,
   };
 }
 
@@ -93,4 +101,14 @@ export function roleSettingsGap(reserve: ConnectionReserve): string | undefined 
   return reserve.roleSettings.length === 0
     ? undefined
     : `the login has defaults of its own (ALTER ROLE ... SET): ${reserve.roleSettings.join(', ')}`;
+}
+
+/**
+ * Whether any session may keep temporary files without bound, in words for the log (operations §7: a superuser's
+ * `ALTER SYSTEM SET temp_file_limit = '1GB'`, or migration 0040 run by one); or undefined.
+ */
+export function tempFileGap(reserve: ConnectionReserve): string | undefined {
+  return reserve.tempFileLimit === '-1'
+    ? "temp_file_limit is -1: any login's session may keep temporary files without bound"
+    : undefined;
 }
