@@ -263,7 +263,8 @@ describe('H4 (medium): any login that may connect keeps temporary files without 
       ...attackers.map((x): [string, () => Promise<pg.Client>] => [x.name, x.connect]),
       [
         'a login with no grant, in `postgres`',
-        () => fixture.platform.connectAs(fixture.platform.nobody, NOBODY_PASSWORD, fixture.platform.server.url),
+        () =>
+          fixture.platform.connectAs(fixture.platform.nobody, NOBODY_PASSWORD, fixture.platform.server.url),
       ],
     ];
     const found: string[] = [];
