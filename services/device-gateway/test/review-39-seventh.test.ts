@@ -59,7 +59,13 @@
 //   commits of 40,000 x 8 kB each (6-8 s apiece, two sessions back to back) did not delay another session's
 //   NOTIFY (1-10 ms): the cluster-wide NOTIFY commit lock is not held while the statement runs (measured ad hoc).
 import { describe, expect, it, jest } from '@jest/globals';
-import { AUTHENTICATOR, PORTAL_ROLE, devRolePasswords } from '@platform/enterprise-db';
+import {
+  API_LOGIN,
+  AUTHENTICATOR,
+  PORTAL_ROLE,
+  devRolePasswords,
+  enterpriseMigrationsWith,
+} from '@platform/enterprise-db';
 import { createDb, migrateToLatest } from '@platform/service-kit';
 import { sql } from 'kysely';
 import type pg from 'pg';
@@ -218,6 +224,48 @@ describe('H2 (low-medium): the gateway’s login changes its own password', () =
           `ALTER ROLE device_gateway_login PASSWORD '${new URL(gatewayLoginUrl(fixture.platform.database.url)).password}'`,
         )
         .execute(fixture.owner);
+    }
+  });
+});
+
+describe('the enterprise logins change their own passwords (the same hole as H2)', () => {
+  it('a re-run given their passwords (explicit, as the Job is) lets them in again', async () => {
+    const url = (role: string, password: string) => {
+      const u = new URL(fixture.platform.database.url);
+      u.username = role;
+      u.password = password;
+      return u.toString();
+    };
+    const tryLogin = async (role: string, password: string): Promise<string> => {
+      const db = createDb(url(role, password), { max: 1, logger: { warn: () => undefined } });
+      try {
+        await sql`SELECT 1`.execute(db);
+        return 'in';
+      } catch (err) {
+        return `refused: ${(err as Error).message}`;
+      } finally {
+        await db.destroy();
+      }
+    };
+    const logins = [
+      [AUTHENTICATOR, devRolePasswords.authenticator],
+      [API_LOGIN, devRolePasswords.enterpriseApi],
+    ] as const;
+    try {
+      for (const [role, password] of logins) {
+        const own = createDb(url(role, password), { max: 1, logger: { warn: () => undefined } });
+        await sql.raw(`ALTER ROLE ${role} PASSWORD 'chosen-by-the-holder'`).execute(own);
+        await own.destroy();
+        expect(await tryLogin(role, password)).toMatch(/^refused/);
+      }
+      await migrateToLatest(fixture.owner, [
+        enterpriseMigrationsWith({ ...devRolePasswords, explicit: true }),
+      ]);
+      // Before setRolePasswords in the enterprise set: refused after the run too.
+      for (const [role, password] of logins) expect(await tryLogin(role, password)).toBe('in');
+    } finally {
+      for (const [role, password] of logins)
+        await sql.raw(`ALTER ROLE ${role} PASSWORD '${password}'`).execute(fixture.owner);
     }
   });
 });

@@ -1,5 +1,5 @@
-import type { MigrationSet } from '@platform/service-kit';
-import { devRolePasswords } from '../roles.js';
+import { setRolePasswords, type MigrationSet } from '@platform/service-kit';
+import { API_LOGIN, AUTHENTICATOR, devRolePasswords } from '../roles.js';
 import type { RolePasswords } from '../roles.js';
 import { schemaMigration } from './0001-schema.js';
 import { securityMigration } from './0002-security.js';
@@ -26,6 +26,17 @@ export function enterpriseMigrationsWith(passwords: RolePasswords): MigrationSet
   return {
     name: 'enterprise',
     table: 'enterprise_migrations',
+    // Explicit passwords (the environment's) are given again at every run: 0002 sets them only once, a login may
+    // change its own, and a rotation is a re-run (operations §3). Development passwords are not: roles are
+    // cluster-wide and every test database would rewrite them.
+    ...(passwords.explicit
+      ? {
+          everyRun: setRolePasswords({
+            [AUTHENTICATOR]: passwords.authenticator,
+            [API_LOGIN]: passwords.enterpriseApi,
+          }),
+        }
+      : {}),
     migrations: {
       '0001_schema': schemaMigration,
       '0002_security': securityMigration(passwords),

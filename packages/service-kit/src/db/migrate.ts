@@ -1,5 +1,5 @@
 import { errorMessage } from '../errors.js';
-import { Migrator } from 'kysely';
+import { Migrator, sql } from 'kysely';
 import { sqlState } from './errors.js';
 import { MIGRATION_STATEMENT_LOCK_TIMEOUT_MS, TableLockPostgresAdapter } from './migration-lock.js';
 
@@ -27,6 +27,48 @@ export interface MigrationSet {
    * a rotation is a re-run). Must be idempotent.
    */
   everyRun?: (db: Kysely<unknown>) => Promise<void>;
+}
+
+/**
+ * An `everyRun` step that gives each role the password this run was given: a login may change its own password
+ * (`ALTER ROLE <itself> PASSWORD ...` needs no privilege; the seventh cold review left every gateway replica refused
+ * that way), so a re-run of the migrations repairs it, and a rotation is a re-run. Each password goes through a
+ * transaction-local setting, never into the statement's text (server logs, pg_stat_activity). Roles are
+ * cluster-wide: two runs at the same moment (a parallel test worker, another database's Job) may update a role's row
+ * together, which PostgreSQL refuses as "tuple concurrently updated" (XX000); that run tries again after a pause.
+ * `roles` are role names of the code, never input.
+ */
+export function setRolePasswords(
+  roles: Readonly<Record<string, string>>,
+): (db: Kysely<unknown>) => Promise<void> {
+  return async (db) => {
+    for (const [role, password] of Object.entries(roles)) {
+      await sql`SELECT set_config('platform.role_password', ${password}, true)`.execute(db);
+      await sql
+        .raw(
+          `DO $$
+BEGIN
+  FOR attempt IN 1..5 LOOP
+    BEGIN
+      EXECUTE format('ALTER ROLE %I PASSWORD %L', ${sqlLiteral(role)}, current_setting('platform.role_password'));
+      RETURN;
+    EXCEPTION WHEN internal_error THEN
+      IF attempt = 5 THEN RAISE; END IF;
+      PERFORM pg_catalog.pg_sleep(0.05 * attempt);
+    END;
+  END LOOP;
+END $$;`,
+        )
+        .execute(db);
+    }
+    await sql`SELECT set_config('platform.role_password', '', true)`.execute(db);
+  };
+}
+
+/** A role name of the code as an SQL string literal (letters, digits and underscores only). */
+function sqlLiteral(role: string): string {
+  if (!/^[a-z_][a-z0-9_]{0,62}$/.test(role)) throw new Error(`not a role name: ${role}`);
+  return `'${role}'`;
 }
 
 /**

@@ -1,5 +1,5 @@
 import { sql, type Kysely, type Migration } from 'kysely';
-import { withGeneratedSql } from '@platform/service-kit';
+import { setRolePasswords, withGeneratedSql } from '@platform/service-kit';
 import type { MigrationSet } from '@platform/service-kit';
 // Frozen SQL: each migration here is the whole of its SQL, imports nothing from another migration and is never
 // edited once released; a change is a new migration. The schema they lead to is in schema.sql beside this
@@ -135,35 +135,6 @@ const registry = (loginPassword: string): Migration =>
     },
   });
 
-// At every run, after the migrations: the login's password is what the run was given. 0001 sets it only when it
-// creates the role, and a login may change its own password (`ALTER ROLE <itself> PASSWORD ...` needs no
-// privilege; the seventh cold review left every replica refused that way), so a re-run of the migration Job
-// repairs it, and a rotation is a re-run (operations §3). Roles are cluster-wide: two runs at the same moment (a
-// parallel test worker, another database's Job) may update the role's row together, which PostgreSQL refuses as
-// "tuple concurrently updated" (XX000); the other run's value is then replaced after a short pause.
-const LOGIN_PASSWORD_EVERY_RUN = `
-DO $$
-BEGIN
-  FOR attempt IN 1..5 LOOP
-    BEGIN
-      EXECUTE format('ALTER ROLE device_gateway_login PASSWORD %L', current_setting('device_gateway.login_password'));
-      RETURN;
-    EXCEPTION WHEN internal_error THEN
-      IF attempt = 5 THEN RAISE; END IF;
-      PERFORM pg_catalog.pg_sleep(0.05 * attempt);
-    END;
-  END LOOP;
-END $$;
-`;
-
-const setLoginPassword =
-  (loginPassword: string) =>
-  async (db: Kysely<unknown>): Promise<void> => {
-    await sql`SELECT set_config('device_gateway.login_password', ${loginPassword}, true)`.execute(db);
-    await sql.raw(LOGIN_PASSWORD_EVERY_RUN).execute(db);
-    await sql`SELECT set_config('device_gateway.login_password', '', true)`.execute(db);
-  };
-
 /**
  * The gateway's own migrations, versioned in their own table (`device_gateway_migrations`); the read-only
  * login is created with `loginPassword`, and given it again at every run (the entry point reads it with
@@ -173,7 +144,8 @@ export function gatewayMigrationsWith(loginPassword: string): MigrationSet {
   return {
     name: 'device-gateway',
     table: 'device_gateway_migrations',
-    everyRun: setLoginPassword(loginPassword),
+    // 0001 sets it only when it creates the role: every run gives it again (a rotation is a re-run).
+    everyRun: setRolePasswords({ [GATEWAY_LOGIN_ROLE]: loginPassword }),
     migrations: {
       '0001_device_registry': registry(loginPassword),
       '0002_cluster_bus': clusterBusMigration,

@@ -40,7 +40,8 @@ export class CursorSeal {
     const { rows } = await sql<{ secret: string }>`
       SELECT secret FROM device_gateway.list_cursor_key`.execute(this.db);
     const secret = rows[0]?.secret;
-    if (secret === undefined) throw new Error('device_gateway.list_cursor_key has no secret (migration 0038)');
+    if (secret === undefined)
+      throw new Error('device_gateway.list_cursor_key has no secret (migration 0038)');
     // A key of its own for this use (HKDF-like: HMAC of the secret over a label), a KeyObject for the hot path.
     return createSecretKey(createHmac('sha256', secret).update('device-gateway list cursors v1').digest());
   }
