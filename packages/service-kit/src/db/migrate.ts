@@ -1,3 +1,4 @@
+import { createHash, createHmac, pbkdf2Sync, randomBytes } from 'node:crypto';
 import { errorMessage } from '../errors.js';
 import { Migrator, sql } from 'kysely';
 import { sqlState } from './errors.js';
@@ -32,29 +33,51 @@ export interface MigrationSet {
 /**
  * An `everyRun` step that gives each role the password this run was given: a login may change its own password
  * (`ALTER ROLE <itself> PASSWORD ...` needs no privilege; the seventh cold review left every gateway replica refused
- * that way), so a re-run of the migrations repairs it, and a rotation is a re-run. Each password goes through a
- * transaction-local setting, never into the statement's text (server logs, pg_stat_activity). Roles are
- * cluster-wide: two runs at the same moment (a parallel test worker, another database's Job) may update a role's row
- * together, which PostgreSQL refuses as "tuple concurrently updated" (XX000); that run tries again after a pause.
- * `roles` are role names of the code, never input.
+ * that way), so a re-run of the migrations repairs it, and a rotation is a re-run. `roles` are role names of the
+ * code, never input. What the eighth cold review showed, and how it is met:
+ * - the password never reaches SQL text, a server log or an error: what is sent is its SCRAM-SHA-256 verifier
+ *   (RFC 7677, RFC 5802 §3; PostgreSQL stores a verifier given as the password as it is), through a
+ *   transaction-local setting, and a failure is raised again with a message of its own (an ERROR's CONTEXT would
+ *   quote the statement);
+ * - the login cannot hold the step off: a lock is waited for at most 2 s, after which the role's own sessions that
+ *   sit idle in a transaction (an uncommitted ALTER ROLE of itself holds its row) are ended, where the migrating
+ *   role may end them, and the step tries again;
+ * - two runs at the same moment (a parallel test worker, another database's Job) may update a role's row together,
+ *   which PostgreSQL refuses as "tuple concurrently updated" (XX000): tried again after a pause.
  */
 export function setRolePasswords(
   roles: Readonly<Record<string, string>>,
 ): (db: Kysely<unknown>) => Promise<void> {
   return async (db) => {
+    await sql`SET LOCAL lock_timeout = '2s'`.execute(db);
+    await sql`SET LOCAL statement_timeout = '30s'`.execute(db);
     for (const [role, password] of Object.entries(roles)) {
-      await sql`SELECT set_config('platform.role_password', ${password}, true)`.execute(db);
+      await sql`SELECT set_config('platform.role_password', ${scramVerifier(password)}, true)`.execute(db);
       await sql
         .raw(
           `DO $$
+DECLARE
+  v_role text := ${sqlLiteral(role)};
 BEGIN
   FOR attempt IN 1..5 LOOP
     BEGIN
-      EXECUTE format('ALTER ROLE %I PASSWORD %L', ${sqlLiteral(role)}, current_setting('platform.role_password'));
+      EXECUTE format('ALTER ROLE %I PASSWORD %L', v_role, current_setting('platform.role_password'));
       RETURN;
-    EXCEPTION WHEN internal_error THEN
-      IF attempt = 5 THEN RAISE; END IF;
-      PERFORM pg_catalog.pg_sleep(0.05 * attempt);
+    EXCEPTION
+      WHEN internal_error OR lock_not_available THEN
+        IF attempt = 5 THEN
+          RAISE EXCEPTION 'the password of role % could not be set (%): its row stayed locked or busy', v_role, SQLSTATE
+            USING ERRCODE = 'lock_not_available';
+        END IF;
+        BEGIN
+          PERFORM pg_catalog.pg_terminate_backend(a.pid) FROM pg_catalog.pg_stat_activity a
+          WHERE a.usename = v_role AND a.state = 'idle in transaction';
+        EXCEPTION WHEN insufficient_privilege THEN
+          NULL; -- not ours to end: tried again, and failed with the message above
+        END;
+        PERFORM pg_catalog.pg_sleep(0.05 * attempt);
+      WHEN OTHERS THEN
+        RAISE EXCEPTION 'the password of role % could not be set (%)', v_role, SQLSTATE USING ERRCODE = SQLSTATE;
     END;
   END LOOP;
 END $$;`,
@@ -69,6 +92,24 @@ END $$;`,
 function sqlLiteral(role: string): string {
   if (!/^[a-z_][a-z0-9_]{0,62}$/.test(role)) throw new Error(`not a role name: ${role}`);
   return `'${role}'`;
+}
+
+/**
+ * The SCRAM-SHA-256 verifier PostgreSQL stores for `password` (its `pg_authid.rolpassword` form,
+ * `SCRAM-SHA-256$<iterations>:<salt>$<StoredKey>:<ServerKey>`; RFC 5802 §3, 4096 iterations as PostgreSQL's
+ * default). PostgreSQL applies SASLprep to a password; it leaves printable ASCII unchanged, and node has no
+ * SASLprep, so any other password is sent as it is (PostgreSQL then makes the verifier itself).
+ */
+export function scramVerifier(password: string): string {
+  if (!/^[\x20-\x7e]*$/.test(password)) return password;
+  const iterations = 4096;
+  const salt = randomBytes(16);
+  const salted = pbkdf2Sync(password, salt, iterations, 32, 'sha256');
+  const clientKey = createHmac('sha256', salted).update('Client Key').digest();
+  const storedKey = createHash('sha256').update(clientKey).digest();
+  const serverKey = createHmac('sha256', salted).update('Server Key').digest();
+  const b64 = (b: Buffer) => b.toString('base64');
+  return `SCRAM-SHA-256$${iterations}:${b64(salt)}$${b64(storedKey)}:${b64(serverKey)}`;
 }
 
 /**
