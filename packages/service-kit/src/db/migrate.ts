@@ -40,8 +40,8 @@ export interface MigrationSet {
  *   transaction-local setting, and a failure is raised again with a message of its own (an ERROR's CONTEXT would
  *   quote the statement);
  * - the login cannot hold the step off: a lock is waited for at most 2 s, after which the role's own sessions that
- *   sit idle in a transaction (an uncommitted ALTER ROLE of itself holds its row) are ended, where the migrating
- *   role may end them, and the step tries again;
+ *   hold a transaction id (an uncommitted ALTER ROLE of itself holds its row, idle or with a statement still running:
+ *   the ninth cold review slept in one) are ended, where the migrating role may end them, and the step tries again;
  * - two runs at the same moment (a parallel test worker, another database's Job) may update a role's row together,
  *   which PostgreSQL refuses as "tuple concurrently updated" (XX000): tried again after a pause.
  */
@@ -71,7 +71,7 @@ BEGIN
         END IF;
         BEGIN
           PERFORM pg_catalog.pg_terminate_backend(a.pid) FROM pg_catalog.pg_stat_activity a
-          WHERE a.usename = v_role AND a.state = 'idle in transaction';
+          WHERE a.usename = v_role AND a.backend_xid IS NOT NULL AND a.pid <> pg_catalog.pg_backend_pid();
         EXCEPTION WHEN insufficient_privilege THEN
           NULL; -- not ours to end: tried again, and failed with the message above
         END;
