@@ -80,6 +80,9 @@ export const PINNED_SESSION_OPTIONS = [
   '-c DateStyle=ISO',
   '-c IntervalStyle=postgres',
   '-c bytea_output=hex',
+  // A library the login named for itself would be loaded before the first statement, and a missing one refuses
+  // every connection, before any reset could run (tenth cold review): none, whatever the role says.
+  '-c local_preload_libraries=',
 ].join(' ');
 
 /**

@@ -61,6 +61,12 @@ DECLARE
 BEGIN
   FOR attempt IN 1..5 LOOP
     BEGIN
+      -- A library the role named for itself goes too (\`ALTER ROLE <itself> SET ...\` needs no privilege; a
+      -- missing one refused every later connection of it before any statement, PostgREST's included, whose
+      -- connections we do not start; tenth cold review). Other role settings stay: an operator may have set them
+      -- (PostgREST's statement_timeout is one), and the services reset their own on connect.
+      EXECUTE format('ALTER ROLE %I RESET local_preload_libraries', v_role);
+      EXECUTE format('ALTER ROLE %I IN DATABASE %I RESET local_preload_libraries', v_role, current_database());
       EXECUTE format('ALTER ROLE %I PASSWORD %L', v_role, current_setting('platform.role_password'));
       RETURN;
     EXCEPTION
@@ -70,6 +76,9 @@ BEGIN
             USING ERRCODE = 'lock_not_available';
         END IF;
         BEGIN
+          -- A DO block is one transaction, and pg_stat_activity is read once per transaction unless cleared: each
+          -- try must see the sessions holding the row now (tenth cold review).
+          PERFORM pg_catalog.pg_stat_clear_snapshot();
           PERFORM pg_catalog.pg_terminate_backend(a.pid) FROM pg_catalog.pg_stat_activity a
           WHERE a.usename = v_role AND a.backend_xid IS NOT NULL AND a.pid <> pg_catalog.pg_backend_pid();
         EXCEPTION WHEN insufficient_privilege THEN
