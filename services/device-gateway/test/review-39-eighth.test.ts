@@ -58,7 +58,7 @@ import {
   devRolePasswords,
   enterpriseMigrationsWith,
 } from '@platform/enterprise-db';
-import { createDb, migrateToLatest } from '@platform/service-kit';
+import { migrateToLatest } from '@platform/service-kit';
 import { sql } from 'kysely';
 import type pg from 'pg';
 import { DEV_GATEWAY_LOGIN_PASSWORD, gatewayMigrations } from '../src/db/migrations.js';
@@ -67,7 +67,13 @@ import {
   startPlatformDatabase,
   type PlatformDatabase,
 } from './support/platform-database.js';
-import { attackersOf, connectGatewayLogin } from './support/attack.js';
+import {
+  attackersOf,
+  connectGatewayLogin,
+  loginOutcome,
+  migrationJobDb,
+  withinOr,
+} from './support/attack.js';
 
 jest.setTimeout(300_000);
 
@@ -82,38 +88,6 @@ const attackers = attackersOf(() => platform);
 
 const sleep = (ms: number): Promise<void> => new Promise((res) => setTimeout(res, ms));
 
-/** `work`'s outcome, or `late` once `ms` have passed (the timer is cleared either way). */
-async function within(work: Promise<string>, ms: number, late: string): Promise<string> {
-  let timer: NodeJS.Timeout | undefined;
-  try {
-    return await Promise.race([
-      work,
-      new Promise<string>((res) => (timer = setTimeout(() => res(late), ms))),
-    ]);
-  } finally {
-    clearTimeout(timer);
-  }
-}
-
-/** Whether `user` may log in to the platform's database with `password` now. */
-async function tryLogin(user: string, password: string): Promise<string> {
-  return platform.connectAs(user, password).then(
-    async (c) => {
-      await c.end();
-      return 'in';
-    },
-    (err: Error) => `refused: ${err.message}`,
-  );
-}
-
-/** The Job's own handle (deploy/src/platform-database.ts: createDb(ownerUrl, { applicationName, max: 1 })). */
-const jobDb = () =>
-  createDb<unknown>(platform.database.url, {
-    applicationName: 'platform-migrate',
-    max: 1,
-    logger: { warn: () => undefined },
-  });
-
 describe('H1 (low-medium): the gateway’s login keeps the Job from repairing its password', () => {
   it('a re-run of the migrations sets the configured password while the login holds its own role row', async () => {
     const chosen = 'chosen-by-the-holder';
@@ -123,7 +97,7 @@ describe('H1 (low-medium): the gateway’s login keeps the Job from repairing it
     const hold = await platform.connectAs('device_gateway_login', chosen);
     // A fix may end this session (the Job ending what blocks it): not an error here.
     hold.on('error', () => undefined);
-    const db = jobDb();
+    const db = migrationJobDb(platform);
     let released = false;
     try {
       await hold.query('BEGIN');
@@ -134,12 +108,12 @@ describe('H1 (low-medium): the gateway’s login keeps the Job from repairing it
         (err: Error) => `failed in ${Date.now() - t0} ms: ${err.message}`,
       );
       // Long enough for a bounded wait retried as migrate.ts retries (2 s, then 2, 4, 8 s between tries).
-      const outcome = await within(run, 30_000, 'still waiting after 30 s');
+      const outcome = await withinOr(run, 30_000, 'still waiting after 30 s');
       const { rows } = await sql<{ w: string }>`
         SELECT coalesce(string_agg(state || '/' || coalesce(wait_event_type, '-') || '/' || coalesce(wait_event, '-')
                                    || ': ' || left(query, 60), '; '), 'none') AS w
         FROM pg_catalog.pg_stat_activity WHERE application_name = 'platform-migrate'`.execute(platform.owner);
-      const during = await tryLogin('device_gateway_login', DEV_GATEWAY_LOGIN_PASSWORD);
+      const during = await loginOutcome(platform, 'device_gateway_login', DEV_GATEWAY_LOGIN_PASSWORD);
       console.log(
         `H1: the Job's run ${outcome}; the Job's session: ${rows[0]!.w}; the configured password: ${during}`,
       );
@@ -187,7 +161,9 @@ describe('H2 (medium): the enterprise logins’ passwords are not set by a re-ru
         enterpriseMigrationsWith({ ...devRolePasswords, explicit: true }),
         gatewayMigrations,
       ]);
-      const after = await Promise.all(logins.map(async ([l, pw]) => `${l}: ${await tryLogin(l, pw)}`));
+      const after = await Promise.all(
+        logins.map(async ([l, pw]) => `${l}: ${await loginOutcome(platform, l, pw)}`),
+      );
       console.log(`H2 repair: ${changed.join('; ')}; after a re-run: ${after.join('; ')}`);
       // 08324b8: both changed their own; after the re-run both refused (password authentication failed).
       for (const line of after) expect(line).toMatch(/: in$/);
@@ -204,10 +180,12 @@ describe('H2 (medium): the enterprise logins’ passwords are not set by a re-ru
         gatewayMigrations,
       ]);
       const withNew = [
-        `${AUTHENTICATOR}: ${await tryLogin(AUTHENTICATOR, rotated.authenticator)}`,
-        `${API_LOGIN}: ${await tryLogin(API_LOGIN, rotated.enterpriseApi)}`,
+        `${AUTHENTICATOR}: ${await loginOutcome(platform, AUTHENTICATOR, rotated.authenticator)}`,
+        `${API_LOGIN}: ${await loginOutcome(platform, API_LOGIN, rotated.enterpriseApi)}`,
       ];
-      const withOld = await Promise.all(logins.map(async ([l, pw]) => `${l}: ${await tryLogin(l, pw)}`));
+      const withOld = await Promise.all(
+        logins.map(async ([l, pw]) => `${l}: ${await loginOutcome(platform, l, pw)}`),
+      );
       console.log(`H2 rotation: new passwords ${withNew.join('; ')}; old passwords ${withOld.join('; ')}`);
       // 08324b8: the new ones refused, the old ones (the leaked ones) still let in.
       for (const line of withNew) expect(line).toMatch(/: in$/);
@@ -225,7 +203,7 @@ describe('H3 (low): the login’s configured password in the Job’s error and t
     // LOGIN_PASSWORD_EVERY_RUN retries 5 times and then raises.
     const hold = await connectGatewayLogin(platform);
     hold.on('error', () => undefined);
-    const db = jobDb();
+    const db = migrationJobDb(platform);
     try {
       const holdRow = async (): Promise<void> => {
         await hold.query('BEGIN');
@@ -405,7 +383,7 @@ describe('attacks that held', () => {
 
   it('a login with no grant, from `postgres`, locking the gateway’s login or the platform’s database as objects does not stall the password step', async () => {
     const nobody = await platform.connectAs(platform.nobody, NOBODY_PASSWORD, platform.server.url);
-    const db = jobDb();
+    const db = migrationJobDb(platform);
     try {
       await nobody.query('BEGIN');
       const locked: string[] = [];
@@ -426,7 +404,7 @@ describe('attacks that held', () => {
         () => `finished in ${Date.now() - t0} ms`,
         (err: Error) => `failed: ${err.message}`,
       );
-      const outcome = await within(run, 20_000, 'still waiting after 20 s');
+      const outcome = await withinOr(run, 20_000, 'still waiting after 20 s');
       await nobody.query('ROLLBACK');
       await run;
       console.log(`held (object locks from postgres): ${locked.join(', ')}; the Job's run ${outcome}`);

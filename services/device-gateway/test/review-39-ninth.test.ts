@@ -27,11 +27,11 @@ import {
   devRolePasswords,
   enterpriseMigrationsWith,
 } from '@platform/enterprise-db';
-import { createDb, migrateToLatest, type MigrationSet } from '@platform/service-kit';
+import { migrateToLatest, type MigrationSet } from '@platform/service-kit';
 import { sql } from 'kysely';
 import { DEV_GATEWAY_LOGIN_PASSWORD, gatewayMigrations } from '../src/db/migrations.js';
 import { startPlatformDatabase, type PlatformDatabase } from './support/platform-database.js';
-import { connectGatewayLogin } from './support/attack.js';
+import { connectGatewayLogin, loginOutcome, migrationJobDb, withinOr } from './support/attack.js';
 
 jest.setTimeout(300_000);
 
@@ -42,37 +42,6 @@ beforeAll(async () => {
 afterAll(async () => {
   await (platform as PlatformDatabase | undefined)?.close();
 });
-
-/** `work`'s outcome, or `late` once `ms` have passed (the timer is cleared either way). */
-async function within(work: Promise<string>, ms: number, late: string): Promise<string> {
-  let timer: NodeJS.Timeout | undefined;
-  try {
-    return await Promise.race([
-      work,
-      new Promise<string>((res) => (timer = setTimeout(() => res(late), ms))),
-    ]);
-  } finally {
-    clearTimeout(timer);
-  }
-}
-
-/** Whether `user` may log in to the platform's database with `password` now. */
-async function tryLogin(user: string, password: string): Promise<string> {
-  return platform.connectAs(user, password).then(
-    async (c) => {
-      await c.end();
-      return 'in';
-    },
-    (err: Error) => `refused: ${err.message}`,
-  );
-}
-
-const jobDb = () =>
-  createDb<unknown>(platform.database.url, {
-    applicationName: 'platform-migrate',
-    max: 1,
-    logger: { warn: () => undefined },
-  });
 
 describe('H1 (low-medium): a login that holds its own role row while running a statement keeps its password', () => {
   const cases: [string, string, () => MigrationSet[]][] = [
@@ -100,7 +69,7 @@ describe('H1 (low-medium): a login that holds its own role row while running a s
       await first.end();
       const hold = await platform.connectAs(login, chosen);
       hold.on('error', () => undefined);
-      const db = jobDb();
+      const db = migrationJobDb(platform);
       let sleeping: Promise<unknown> | undefined;
       try {
         await hold.query(`SET statement_timeout = 0`);
@@ -113,8 +82,8 @@ describe('H1 (low-medium): a login that holds its own role row while running a s
           () => `finished in ${Date.now() - t0} ms`,
           (err: Error) => `failed in ${Date.now() - t0} ms: ${err.message}`,
         );
-        const outcome = await within(run, 60_000, 'still waiting after 60 s');
-        const during = await tryLogin(login, password);
+        const outcome = await withinOr(run, 60_000, 'still waiting after 60 s');
+        const during = await loginOutcome(platform, login, password);
         console.log(`H1 ${login}: the Job's run ${outcome}; the configured password: ${during}`);
         // bde0ffe: failed (the password of role ... could not be set (55P03)); refused.
         expect(outcome).toMatch(/^finished/);

@@ -42,7 +42,7 @@ import { sql } from 'kysely';
 import type pg from 'pg';
 import { DEV_GATEWAY_LOGIN_PASSWORD, gatewayMigrations } from '../src/db/migrations.js';
 import { startPlatformDatabase, type PlatformDatabase } from './support/platform-database.js';
-import { connectGatewayLogin } from './support/attack.js';
+import { connectGatewayLogin, loginOutcome, withinOr } from './support/attack.js';
 import { loginUrl } from './support/gateway.js';
 
 jest.setTimeout(300_000);
@@ -54,28 +54,6 @@ beforeAll(async () => {
 afterAll(async () => {
   await (platform as PlatformDatabase | undefined)?.close();
 });
-
-async function within(work: Promise<string>, ms: number, late: string): Promise<string> {
-  let timer: NodeJS.Timeout | undefined;
-  try {
-    return await Promise.race([
-      work,
-      new Promise<string>((res) => (timer = setTimeout(() => res(late), ms))),
-    ]);
-  } finally {
-    clearTimeout(timer);
-  }
-}
-
-async function tryLogin(user: string, password: string): Promise<string> {
-  return platform.connectAs(user, password).then(
-    async (c) => {
-      await c.end();
-      return 'in';
-    },
-    (err: Error) => `refused: ${err.message}`,
-  );
-}
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
@@ -159,9 +137,9 @@ describe('H1 (low-medium): a login that polls for its own role row wins it back 
           () => `finished in ${Date.now() - t0} ms`,
           (err: Error) => `failed in ${Date.now() - t0} ms: ${err.message}`,
         );
-        const outcome = await within(run, 60_000, 'still waiting after 60 s');
+        const outcome = await withinOr(run, 60_000, 'still waiting after 60 s');
         await p.stop();
-        const after = await tryLogin(login, password);
+        const after = await loginOutcome(platform, login, password);
         console.log(
           `H1: the Job's run ${outcome}; row taken ${p.wins()} times, ${p.ended()} sessions ended; configured password: ${after}`,
         );
@@ -199,9 +177,9 @@ describe('H2 (low-medium): each try of the step ends the holders of its first lo
         () => `finished in ${Date.now() - t0} ms`,
         (err: Error) => `failed in ${Date.now() - t0} ms: ${err.message}`,
       );
-      const outcome = await within(run, 60_000, 'still waiting after 60 s');
+      const outcome = await withinOr(run, 60_000, 'still waiting after 60 s');
       await p.stop();
-      const after = await tryLogin(login, password);
+      const after = await loginOutcome(platform, login, password);
       console.log(
         `H2: the Job's run ${outcome}; row taken ${p.wins()} times by the poller; configured password: ${after}`,
       );

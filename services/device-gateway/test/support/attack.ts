@@ -1,6 +1,8 @@
 // What the review-39 attacks share: the logins that attack (a login with CONNECT only, the workflow's, PostgREST's
 // authenticator as the anonymous role), the gateway's own login, and the waits and probes the tests measure with.
 import { API_LOGIN, AUTHENTICATOR, PORTAL_ANON, devRolePasswords } from '@platform/enterprise-db';
+import { createDb } from '@platform/service-kit';
+import type { Kysely } from 'kysely';
 import type pg from 'pg';
 import { RawCoapClient, json } from './coap-client.js';
 import { API_KEYS, loginUrl } from './gateway.js';
@@ -73,6 +75,35 @@ export async function within<T>(work: Promise<T>, ms: number): Promise<T | 'pend
   clearTimeout(timer);
   return result;
 }
+
+/** `work`'s outcome, or `late` once `ms` have passed (the timer is cleared either way). */
+export async function withinOr<T>(work: Promise<T>, ms: number, late: T): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  try {
+    return await Promise.race([work, new Promise<T>((res) => (timer = setTimeout(() => res(late), ms)))]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+/** Whether `user` may log in to the platform's database with `password` now: `in`, or `refused: <why>`. */
+export function loginOutcome(platform: PlatformDatabase, user: string, password: string): Promise<string> {
+  return platform.connectAs(user, password).then(
+    async (c) => {
+      await c.end();
+      return 'in';
+    },
+    (err: Error) => `refused: ${err.message}`,
+  );
+}
+
+/** The migration Job's own handle (deploy/src/platform-database.ts: createDb(ownerUrl, { applicationName, max: 1 })). */
+export const migrationJobDb = (platform: PlatformDatabase): Kysely<unknown> =>
+  createDb<unknown>(platform.database.url, {
+    applicationName: 'platform-migrate',
+    max: 1,
+    logger: { warn: () => undefined },
+  });
 
 /** A POST with the first API key and a deadline: `status` 0 when no answer came within `ms`. */
 export async function postWithin(
