@@ -112,26 +112,10 @@ interface AuditItem {
   detail: Record<string, unknown>;
 }
 
-/** The audit rows of a request id, once written (a notify's row is written after its answer), within 5 s. */
-async function rowsOf(requestId: string, n = 1): Promise<number> {
-  const deadline = Date.now() + 5000;
-  for (;;) {
-    await app.audit.flush();
-    const { rows } = await sql<{ n: number }>`SELECT count(*)::int AS n FROM device_gateway.audit_events
-      WHERE request_id = ${requestId}`.execute(owner);
-    if (rows[0]!.n >= n || Date.now() > deadline) return rows[0]!.n;
-    await sleep(20);
-  }
-}
+const rowsOf = (requestId: string, n?: number): Promise<number> => gw.auditRowsOf(requestId, n);
 
-async function notify(token: string, deviceId: string, requestId: string, interval = 90): Promise<number> {
-  const res = await request(app.http)
-    .post('/api/notify-settings')
-    .set(bearer(token))
-    .set('X-Request-Id', requestId)
-    .send({ device_id: deviceId, settings: { reporting_interval_s: interval } });
-  return res.status;
-}
+const notify = (token: string, deviceId: string, requestId: string, interval?: number): Promise<number> =>
+  gw.notify(token, deviceId, requestId, interval);
 
 async function createRollout(token: string, selector: Record<string, unknown>): Promise<string> {
   const res = await request(app.http)

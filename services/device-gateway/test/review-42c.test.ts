@@ -110,26 +110,10 @@ interface AuditItem {
   site_ids: string[];
 }
 
-/** The audit rows of a request id once written (a notify's row is written after its answer), within `ms`. */
-async function rowsOf(requestId: string, ms = 5000): Promise<number> {
-  const deadline = Date.now() + ms;
-  for (;;) {
-    await app.audit.flush();
-    const { rows } = await sql<{ n: number }>`SELECT count(*)::int AS n FROM device_gateway.audit_events
-      WHERE request_id = ${requestId}`.execute(owner);
-    if (rows[0]!.n >= 1 || Date.now() > deadline) return rows[0]!.n;
-    await sleep(50);
-  }
-}
+const rowsOf = (requestId: string, ms?: number): Promise<number> => gw.auditRowsOf(requestId, 1, ms);
 
-async function notify(token: string, deviceId: string, requestId: string, interval = 90): Promise<number> {
-  const res = await request(app.http)
-    .post('/api/notify-settings')
-    .set(bearer(token))
-    .set('X-Request-Id', requestId)
-    .send({ device_id: deviceId, settings: { reporting_interval_s: interval } });
-  return res.status;
-}
+const notify = (token: string, deviceId: string, requestId: string, interval?: number): Promise<number> =>
+  gw.notify(token, deviceId, requestId, interval);
 
 describe('the company an audit row keeps', () => {
   it("HOLE: a row still queued when its site is handed to another company is stamped with the new company, and Borealis reads Acme's change", async () => {

@@ -15,6 +15,7 @@ import {
   type TestDatabase,
 } from '@platform/testkit';
 import { sql, type Kysely } from 'kysely';
+import request from 'supertest';
 import { buildApp, type GatewayApp } from '../../src/app.js';
 import { loadGatewayConfig, readApiKeys } from '../../src/config.js';
 import { gatewayLoginUrl, gatewayMigrations } from '../../src/db/migrations.js';
@@ -29,6 +30,10 @@ export interface PeopleGateway {
   reader: Kysely<GatewayDatabase>;
   issuer: Issuer;
   app: GatewayApp;
+  /** The audit rows of a request id once written (a notify's row is written after its answer): at least `n`, or what is there after `ms`. */
+  auditRowsOf(requestId: string, n?: number, ms?: number): Promise<number>;
+  /** POST /api/notify-settings as `token` with this request id; the status. */
+  notify(token: string, deviceId: string, requestId: string, interval?: number): Promise<number>;
   close(): Promise<void>;
 }
 
@@ -81,6 +86,24 @@ export async function startPeopleGateway(options: {
     reader,
     issuer,
     app,
+    async auditRowsOf(requestId, n = 1, ms = 5000) {
+      const deadline = Date.now() + ms;
+      for (;;) {
+        await app.audit.flush();
+        const { rows } = await sql<{ n: number }>`SELECT count(*)::int AS n FROM device_gateway.audit_events
+          WHERE request_id = ${requestId}`.execute(owner);
+        if (rows[0]!.n >= n || Date.now() > deadline) return rows[0]!.n;
+        await new Promise((r) => setTimeout(r, 20));
+      }
+    },
+    async notify(token, deviceId, requestId, interval = 90) {
+      const res = await request(app.http)
+        .post('/api/notify-settings')
+        .set('Authorization', `Bearer ${token}`)
+        .set('X-Request-Id', requestId)
+        .send({ device_id: deviceId, settings: { reporting_interval_s: interval } });
+      return res.status;
+    },
     async close() {
       app.registry.stopSitesRefresh();
       await app.delivery?.stop();
