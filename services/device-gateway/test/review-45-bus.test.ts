@@ -26,6 +26,13 @@ jest.setTimeout(240_000);
 
 /** The device view's channel: its name with the installation's secret (migration 0035), read in beforeAll. */
 let CHANNEL = 'device_gateway_inspect';
+/**
+ * The view's deadline here (GATEWAY_DEVICE_VIEW_DEADLINE_MS, 1 s by default). A CI run (40 strangers forking
+ * backends beside seven jest workers on two cores) once had one view in six end before A's answer to B's request
+ * from a fresh pooled connection was written; a dropped request is never answered, however long B waits, so a
+ * longer deadline keeps the queue test able to fail while taking the machine's speed out of it.
+ */
+const DEADLINE_MS = 3000;
 const auth = { Authorization: `Bearer ${API_KEYS[0]!}` };
 
 let cluster: ViewCluster;
@@ -42,7 +49,7 @@ async function answeredA(r: Replica): Promise<string> {
 }
 
 beforeAll(async () => {
-  cluster = await startViewCluster();
+  cluster = await startViewCluster({ GATEWAY_DEVICE_VIEW_DEADLINE_MS: String(DEADLINE_MS) });
   ({ database, owner, b, originA } = cluster);
   CHANNEL = (await gatewayChannels(owner)).inspect;
 });
@@ -145,7 +152,7 @@ describe('review 45', () => {
     for (const v of vs) {
       expect(v.status).toBe(503);
       expect(v.text).not.toMatch(/device_delivery|SELECT|statement|lock/i);
-      expect(v.ms).toBeLessThan(2500);
+      expect(v.ms).toBeLessThan(DEADLINE_MS + 1500);
     }
   });
   it('a table lock (a migration) and 24 views at once: each answers within the deadline and the pool stays free for notify-settings', async () => {
@@ -181,7 +188,7 @@ describe('review 45', () => {
       '\nnotify-settings meanwhile:',
       notify,
     );
-    expect(Math.max(...vs.map((v) => v.ms))).toBeLessThan(1500);
+    expect(Math.max(...vs.map((v) => v.ms))).toBeLessThan(DEADLINE_MS + 500);
     expect(notify.startsWith('200')).toBe(true);
   });
 });

@@ -35,15 +35,16 @@ export interface ViewCluster {
   stop(): Promise<void>;
 }
 
-export async function startViewCluster(): Promise<ViewCluster> {
+/** Two replicas on one seeded database; `env` adds to (or overrides) the replicas' environment. */
+export async function startViewCluster(env: Record<string, string> = {}): Promise<ViewCluster> {
   const pg = await startPostgres();
   const database = await createTestDatabase({ migrations: [gatewayMigrations], adminUrl: pg.url });
   const owner = createDb<GatewayDatabase>(database.url, { max: 2, logger: { warn: () => undefined } });
   await seedDevices(owner);
-  const env = { GATEWAY_DELIVERY_FLUSH_MS: '200', LOG_LEVEL: 'info' };
+  const replicaEnv = { GATEWAY_DELIVERY_FLUSH_MS: '200', LOG_LEVEL: 'info', ...env };
   const [a, b] = await Promise.all([
-    startReplica('A', database.url, env),
-    startReplica('B', database.url, env),
+    startReplica('A', database.url, replicaEnv),
+    startReplica('B', database.url, replicaEnv),
   ]);
   await Promise.all([a.waitReady(), b.waitReady()]);
   const originA = (await a.cluster()).origin as string;
