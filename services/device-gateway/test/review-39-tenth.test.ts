@@ -112,46 +112,43 @@ function pollers(n: number, reconnect: boolean) {
 }
 
 describe('H1 (low-medium): a login that polls for its own role row wins it back between the step’s tries', () => {
-  // Left open (issue 39): the step retries in its own session; a login that polls for its row wins the pauses. The
-  // fix is a queued waiter with the holders ended from a second connection.
-  it.failing(
-    'device_gateway_login: a re-run of the migrations sets the configured password against 3 polling sessions',
-    async () => {
-      const login = 'device_gateway_login';
-      const password = DEV_GATEWAY_LOGIN_PASSWORD;
-      const chosen = 'chosen-by-the-poller';
-      const first = await connectGatewayLogin(platform);
-      await first.query(`ALTER ROLE CURRENT_USER PASSWORD '${chosen}'`);
-      await first.end();
+  // The step's ALTER ROLE now waits queued on the row while a side session ends its holders (service-kit
+  // setRolePasswords); this was it.failing until then.
+  it('device_gateway_login: a re-run of the migrations sets the configured password against 3 polling sessions', async () => {
+    const login = 'device_gateway_login';
+    const password = DEV_GATEWAY_LOGIN_PASSWORD;
+    const chosen = 'chosen-by-the-poller';
+    const first = await connectGatewayLogin(platform);
+    await first.query(`ALTER ROLE CURRENT_USER PASSWORD '${chosen}'`);
+    await first.end();
 
-      const p = pollers(3, true);
-      const db = createDb<unknown>(platform.database.url, {
-        applicationName: 'platform-migrate',
-        max: 1,
-        logger: { warn: () => undefined },
-      });
-      try {
-        await sleep(500);
-        const t0 = Date.now();
-        const run = migrateToLatest(db, [gatewayMigrations]).then(
-          () => `finished in ${Date.now() - t0} ms`,
-          (err: Error) => `failed in ${Date.now() - t0} ms: ${err.message}`,
-        );
-        const outcome = await withinOr(run, 60_000, 'still waiting after 60 s');
-        await p.stop();
-        const after = await loginOutcome(platform, login, password);
-        console.log(
-          `H1: the Job's run ${outcome}; row taken ${p.wins()} times, ${p.ended()} sessions ended; configured password: ${after}`,
-        );
-        expect(outcome).toMatch(/^finished/);
-        expect(after).toBe('in');
-      } finally {
-        await p.stop();
-        await db.destroy();
-        await sql.raw(`ALTER ROLE ${login} PASSWORD '${password}'`).execute(platform.owner);
-      }
-    },
-  );
+    const p = pollers(3, true);
+    const db = createDb<unknown>(platform.database.url, {
+      applicationName: 'platform-migrate',
+      max: 1,
+      logger: { warn: () => undefined },
+    });
+    try {
+      await sleep(500);
+      const t0 = Date.now();
+      const run = migrateToLatest(db, [gatewayMigrations]).then(
+        () => `finished in ${Date.now() - t0} ms`,
+        (err: Error) => `failed in ${Date.now() - t0} ms: ${err.message}`,
+      );
+      const outcome = await withinOr(run, 60_000, 'still waiting after 60 s');
+      await p.stop();
+      const after = await loginOutcome(platform, login, password);
+      console.log(
+        `H1: the Job's run ${outcome}; row taken ${p.wins()} times, ${p.ended()} sessions ended; configured password: ${after}`,
+      );
+      expect(outcome).toMatch(/^finished/);
+      expect(after).toBe('in');
+    } finally {
+      await p.stop();
+      await db.destroy();
+      await sql.raw(`ALTER ROLE ${login} PASSWORD '${password}'`).execute(platform.owner);
+    }
+  });
 });
 
 describe('H2 (low-medium): each try of the step ends the holders of its first look (one pg_stat_activity snapshot)', () => {

@@ -172,7 +172,39 @@ export function createDb<DB>(url: string, options: CreateDbOptions = {}): Kysely
   });
   if (options.metrics !== undefined)
     registerPoolMetrics(options.metrics, pool, options.applicationName ?? 'db');
-  return new Kysely<DB>({ dialect: new TableLockPostgresDialect({ pool: new DeadlinePool(pool) }) });
+  const db = new Kysely<DB>({ dialect: new TableLockPostgresDialect({ pool: new DeadlinePool(pool) }) });
+  sideSessions.set(db, async () => {
+    // Outside the pool (a migration handle has one connection, held by the run's transaction), with the same
+    // login, startup options and connect deadline, and a short statement deadline of its own.
+    const client = new pg.Client({
+      connectionString: url,
+      connectionTimeoutMillis: options.connectionTimeoutMs ?? 5000,
+      application_name: `${options.applicationName ?? 'db'}-side`,
+      statement_timeout: SIDE_STATEMENT_TIMEOUT_MS,
+      options: PINNED_SESSION_OPTIONS,
+    });
+    client.on('error', report);
+    await client.connect();
+    return client;
+  });
+  return db;
+}
+
+/** A statement of a side session (sideSession) is cut off after this long (ms). */
+const SIDE_STATEMENT_TIMEOUT_MS = 5000;
+
+/** A connection of its own beside a createDb handle's pool; the caller ends it. */
+export type SideSession = pg.Client;
+
+const sideSessions = new WeakMap<object, () => Promise<SideSession>>();
+
+/**
+ * Opens one more connection of `db`'s login, outside its pool: work that must go on while the pool's connection
+ * waits (the migrations' password step ends, from here, the sessions its statement waits for). Undefined for a
+ * handle that does not come from createDb.
+ */
+export function sideSession(db: object): (() => Promise<SideSession>) | undefined {
+  return sideSessions.get(db);
 }
 
 /** The message node-postgres gives a statement whose `query_timeout` passed (pg/lib/client.js). */

@@ -1,6 +1,7 @@
 import { createHash, createHmac, pbkdf2Sync, randomBytes } from 'node:crypto';
 import { errorMessage } from '../errors.js';
 import { Migrator, sql } from 'kysely';
+import { sideSession, type SideSession } from './create-db.js';
 import { sqlState } from './errors.js';
 import { MIGRATION_STATEMENT_LOCK_TIMEOUT_MS, TableLockPostgresAdapter } from './migration-lock.js';
 
@@ -27,7 +28,13 @@ export interface MigrationSet {
    * state a run must restore whatever happened since, such as a login's password (a login may change its own, and
    * a rotation is a re-run). Must be idempotent.
    */
-  everyRun?: (db: Kysely<unknown>) => Promise<void>;
+  everyRun?: (db: Kysely<unknown>, context: EveryRunContext) => Promise<void>;
+}
+
+/** What an `everyRun` step may use besides its transaction. */
+export interface EveryRunContext {
+  /** Opens a connection of the migrating login outside the run's transaction (undefined: none can be opened). */
+  sideSession?: () => Promise<SideSession>;
 }
 
 /**
@@ -39,23 +46,93 @@ export interface MigrationSet {
  *   (RFC 7677, RFC 5802 §3; PostgreSQL stores a verifier given as the password as it is), through a
  *   transaction-local setting, and a failure is raised again with a message of its own (an ERROR's CONTEXT would
  *   quote the statement);
- * - the login cannot hold the step off: a lock is waited for at most 2 s, after which the role's own sessions that
- *   hold a transaction id (an uncommitted ALTER ROLE of itself holds its row, idle or with a statement still running:
- *   the ninth cold review slept in one) are ended, where the migrating role may end them, and the step tries again;
+ * - the login cannot hold the step off: while the step's ALTER ROLE waits for the role's row, a second session
+ *   (`context.sideSession`) ends the role's sessions that block it (pg_blocking_pids), where the migrating role may
+ *   end them. The step stays queued on the row meanwhile, holding its tuple lock, so the row goes to the step when
+ *   the holder ends and not to a session of the login that polls for it (the tenth cold review's pollers, with a
+ *   1 ms lock_timeout, won it back in the pause between two tries of the step's own session). Without a side
+ *   session, a lock is waited for at most 2 s, after which the role's own sessions that hold a transaction id (an
+ *   uncommitted ALTER ROLE of itself holds its row, idle or with a statement still running: the ninth cold review
+ *   slept in one) are ended from the step's session, and the step tries again;
  * - two runs at the same moment (a parallel test worker, another database's Job) may update a role's row together,
  *   which PostgreSQL refuses as "tuple concurrently updated" (XX000): tried again after a pause.
  */
 export function setRolePasswords(
   roles: Readonly<Record<string, string>>,
-): (db: Kysely<unknown>) => Promise<void> {
-  return async (db) => {
+): (db: Kysely<unknown>, context?: EveryRunContext) => Promise<void> {
+  return async (db, context) => {
     await sql`SET LOCAL lock_timeout = '2s'`.execute(db);
     await sql`SET LOCAL statement_timeout = '30s'`.execute(db);
-    for (const [role, password] of Object.entries(roles)) {
-      await sql`SELECT set_config('platform.role_password', ${scramVerifier(password)}, true)`.execute(db);
-      await sql
-        .raw(
-          `DO $$
+    const ender = await endBlockers(db, context, Object.keys(roles));
+    try {
+      await setEach(db, roles);
+    } finally {
+      await ender.stop();
+    }
+  };
+}
+
+/** How often the side session looks for sessions that block the password step (ms). */
+const ENDER_INTERVAL_MS = 25;
+
+/**
+ * From a side session, ends the sessions of `roles` that block the step's own session (`db`), until stopped. Ends
+ * nothing (and the step's own tries remain) when no side session opens or the migrating role may not end them.
+ */
+async function endBlockers(
+  db: Kysely<unknown>,
+  context: EveryRunContext | undefined,
+  roles: string[],
+): Promise<{ stop(): Promise<void> }> {
+  const open = context?.sideSession;
+  let side: SideSession | undefined;
+  try {
+    side = open === undefined ? undefined : await open();
+  } catch {
+    side = undefined;
+  }
+  if (side === undefined) return { stop: () => Promise.resolve() };
+  const session = side;
+  const { rows } = await sql<{ pid: number }>`SELECT pg_catalog.pg_backend_pid() AS pid`.execute(db);
+  const stepPid = rows[0]!.pid;
+  let stopped = false;
+  let wake = (): void => undefined;
+  const loop = (async () => {
+    while (!stopped) {
+      try {
+        await session.query(
+          `SELECT pg_catalog.pg_terminate_backend(a.pid) FROM pg_catalog.pg_stat_activity a
+           WHERE a.pid = ANY (pg_catalog.pg_blocking_pids($1)) AND a.usename = ANY ($2::text[])`,
+          [stepPid, roles],
+        );
+      } catch {
+        return; // not ours to end, or the side session failed: the step's own tries remain
+      }
+      await new Promise<void>((resolve) => {
+        const timer = setTimeout(resolve, ENDER_INTERVAL_MS);
+        wake = () => {
+          clearTimeout(timer);
+          resolve();
+        };
+      });
+    }
+  })();
+  return {
+    async stop() {
+      stopped = true;
+      wake();
+      await loop;
+      await session.end().catch(() => undefined);
+    },
+  };
+}
+
+async function setEach(db: Kysely<unknown>, roles: Readonly<Record<string, string>>): Promise<void> {
+  for (const [role, password] of Object.entries(roles)) {
+    await sql`SELECT set_config('platform.role_password', ${scramVerifier(password)}, true)`.execute(db);
+    await sql
+      .raw(
+        `DO $$
 DECLARE
   v_role text := ${sqlLiteral(role)};
 BEGIN
@@ -90,11 +167,10 @@ BEGIN
     END;
   END LOOP;
 END $$;`,
-        )
-        .execute(db);
-    }
-    await sql`SELECT set_config('platform.role_password', '', true)`.execute(db);
-  };
+      )
+      .execute(db);
+  }
+  await sql`SELECT set_config('platform.role_password', '', true)`.execute(db);
 }
 
 /** A role name of the code as an SQL string literal (letters, digits and underscores only). */
@@ -202,7 +278,8 @@ export async function migrateToLatest<DB>(
     const everyRun = set.everyRun;
     if (everyRun !== undefined) {
       try {
-        await (db as unknown as Kysely<unknown>).transaction().execute((trx) => everyRun(trx));
+        const context: EveryRunContext = { sideSession: sideSession(db) };
+        await (db as unknown as Kysely<unknown>).transaction().execute((trx) => everyRun(trx, context));
       } catch (err) {
         throw new MigrationError(set.name, 'every run', err);
       }
