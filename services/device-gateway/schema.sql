@@ -28,7 +28,7 @@ r device_gateway.rollout_events RLS false FORCE false OWNER <migrator> OPTIONS -
 r device_gateway.rollout_targets RLS false FORCE false OWNER <migrator> OPTIONS - ACL <migrator>:DELETE,<migrator>:INSERT,<migrator>:MAINTAIN,<migrator>:REFERENCES,<migrator>:SELECT,<migrator>:TRIGGER,<migrator>:TRUNCATE,<migrator>:UPDATE,device_gateway_login:SELECT COMMENT -
 r device_gateway.rollouts RLS false FORCE false OWNER <migrator> OPTIONS - ACL <migrator>:DELETE,<migrator>:INSERT,<migrator>:MAINTAIN,<migrator>:REFERENCES,<migrator>:SELECT,<migrator>:TRIGGER,<migrator>:TRUNCATE,<migrator>:UPDATE,device_gateway_login:SELECT COMMENT -
 
--- columns (140)
+-- columns (141)
 device_gateway.audit_events.action text NOT NULL ACL device_gateway_login:INSERT COMMENT -
 
 device_gateway.audit_events.at timestamp with time zone NOT NULL DEFAULT clock_timestamp() COMMENT -
@@ -307,6 +307,8 @@ device_gateway.rollouts.settings jsonb NOT NULL COMMENT -
 device_gateway.rollouts.state text NOT NULL COMMENT -
 
 device_gateway.rollouts.success_share double precision NOT NULL COMMENT -
+device_gateway.rollouts.site_companies text[] NOT NULL DEFAULT '{}'::text[] COMMENT -
+
 
 device_gateway.rollouts.targets integer NOT NULL COMMENT -
 
@@ -318,7 +320,7 @@ device_gateway.rollouts.updated_at timestamp with time zone NOT NULL DEFAULT now
 
 device_gateway.rollouts.waves integer NOT NULL COMMENT -
 
--- constraints (179)
+-- constraints (181)
 device_gateway.audit_events audit_events_action_check CHECK ((action ~ '^[a-z][a-z_.]{0,63}$'::text))
 device_gateway.audit_events audit_events_action_not_null NOT NULL action
 device_gateway.audit_events audit_events_at_not_null NOT NULL at
@@ -493,6 +495,8 @@ device_gateway.rollouts rollouts_state_check CHECK ((state = ANY (ARRAY['active'
 device_gateway.rollouts rollouts_state_not_null NOT NULL state
 device_gateway.rollouts rollouts_success_share_check CHECK (((success_share >= (0)::double precision) AND (success_share <= (1)::double precision)))
 device_gateway.rollouts rollouts_success_share_not_null NOT NULL success_share
+device_gateway.rollouts rollouts_site_companies TRIGGER DEFERRABLE INITIALLY DEFERRED
+device_gateway.rollouts rollouts_site_companies_not_null NOT NULL site_companies
 device_gateway.rollouts rollouts_targets_not_null NOT NULL targets
 device_gateway.rollouts rollouts_tokens_not_null NOT NULL tokens
 device_gateway.rollouts rollouts_updated_at_not_null NOT NULL updated_at
@@ -542,7 +546,8 @@ CREATE UNIQUE INDEX rollout_targets_pkey ON device_gateway.rollout_targets USING
 CREATE UNIQUE INDEX rollouts_pkey ON device_gateway.rollouts USING btree (rollout_id)
 CREATE UNIQUE INDEX rollouts_seq_key ON device_gateway.rollouts USING btree (seq)
 
--- triggers (6)
+-- triggers (7)
+CREATE CONSTRAINT TRIGGER rollouts_site_companies AFTER INSERT ON device_gateway.rollouts DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION device_gateway.rollouts_stamp_site_companies()
 CREATE TRIGGER audit_events_no_change BEFORE DELETE OR UPDATE ON device_gateway.audit_events FOR EACH ROW EXECUTE FUNCTION device_gateway.audit_events_append_only()
 CREATE TRIGGER audit_events_no_truncate BEFORE TRUNCATE ON device_gateway.audit_events FOR EACH STATEMENT EXECUTE FUNCTION device_gateway.audit_events_append_only()
 CREATE TRIGGER audit_events_site_companies BEFORE INSERT ON device_gateway.audit_events FOR EACH ROW EXECUTE FUNCTION device_gateway.audit_events_site_companies()
@@ -556,7 +561,7 @@ CREATE TRIGGER device_registry_touch BEFORE UPDATE ON device_gateway.device_regi
 -- view definitions (0)
 
 
--- functions (36)
+-- functions (38)
 CREATE OR REPLACE FUNCTION device_gateway.audit_events_append_only()
  RETURNS trigger
  LANGUAGE plpgsql
@@ -1852,6 +1857,30 @@ CREATE OR REPLACE FUNCTION device_gateway.rollout_step_body(p_replica text, p_ma
  LANGUAGE plpgsql
  SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
+CREATE OR REPLACE FUNCTION device_gateway.rollout_sites_of(p_rollout uuid)
+ RETURNS uuid[]
+ LANGUAGE sql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  SELECT ARRAY(
+    SELECT r.site_id FROM device_gateway.rollout_targets t
+    JOIN device_gateway.device_registry r ON r.device_id = t.device_id
+    WHERE t.rollout_id = p_rollout
+    UNION
+    SELECT named.site_id::uuid FROM device_gateway.rollouts ro,
+      jsonb_array_elements_text(coalesce(ro.selector->'site_ids', '[]')) named(site_id)
+    WHERE ro.rollout_id = p_rollout
+      AND named.site_id ~ '^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$'
+    UNION
+    SELECT nr.site_id FROM device_gateway.rollouts ro,
+      jsonb_array_elements_text(coalesce(ro.selector->'device_ids', '[]')) named(device_id)
+    JOIN device_gateway.device_registry nr ON nr.device_id = named.device_id
+    WHERE ro.rollout_id = p_rollout
+    ORDER BY 1)
+$function$
+OWNER <migrator> ACL <migrator>:EXECUTE COMMENT -
+
 AS $function$
 DECLARE
   d device_gateway.rollout_driver%ROWTYPE;
@@ -2059,3 +2088,17 @@ BEGIN
   RETURN NEW;
 END $function$
 OWNER <migrator> ACL <migrator>:EXECUTE COMMENT -
+CREATE OR REPLACE FUNCTION device_gateway.rollouts_stamp_site_companies()
+ RETURNS trigger
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+  UPDATE device_gateway.rollouts
+  SET site_companies = device_gateway.audit_site_companies_of(device_gateway.rollout_sites_of(NEW.rollout_id))
+  WHERE rollout_id = NEW.rollout_id;
+  RETURN NULL;
+END $function$
+OWNER <migrator> ACL <migrator>:EXECUTE COMMENT -
+

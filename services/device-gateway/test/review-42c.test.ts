@@ -168,42 +168,39 @@ describe('the company an audit row keeps', () => {
 });
 
 describe('a rollout on a site handed to another company', () => {
-  // Left (low): rollouts are not stamped with their sites' companies at creation as audit rows are (issue 42 note).
-  it.failing(
-    "HOLE (low): Borealis reads the rollout Acme ran on the yard before the handover, with Acme's key named in its events",
-    async () => {
-      const created = await request(app.http)
-        .post('/api/rollouts')
-        .set(bearer(ACME_OPS))
-        .send({ selector: { site_ids: [YARD] }, settings: { reporting_interval_s: 111 }, plan });
-      expect(created.status).toBe(201);
-      const id = (created.body as { rollout_id: string }).rollout_id;
-      const cancelled = await request(app.http).post(`/api/rollouts/${id}/cancel`).set(bearer(ACME_OPS));
-      expect(cancelled.status).toBe(200);
-      // The portal hands the yard to Borealis; the catalogue's refresh (200 ms here) sees it.
-      await sql`UPDATE enterprise.sites SET company_id = ${BOREALIS}::uuid WHERE id = ${YARD}::uuid`.execute(
-        owner,
-      );
-      await sleep(800);
-      const borealisOperator = await issuer.opsToken('vera', {
-        resource_access: { [OPERATIONS_CLIENT]: { roles: ['operator'] } },
-      });
-      // The audit keeps Acme's rows from her (migration 0037) - the control of this attack.
-      const audit = await request(app.http).get('/api/audit?limit=100').set(bearer(borealisOperator));
-      const yardRows = (audit.body as { items: AuditItem[] }).items.filter((r) => r.site_ids.includes(YARD));
-      expect(JSON.stringify(yardRows)).not.toContain('acme-ops');
-      // The rollout itself does not: its events name Acme's key (and its list shows her Acme's rollout).
-      const detail = await request(app.http).get(`/api/rollouts/${id}`).set(bearer(borealisOperator));
-      const actors =
-        detail.status === 200
-          ? (detail.body as { events: { actor: string }[] }).events.map((e) => e.actor)
-          : [];
-      expect({ status: detail.status, acmeActors: actors.filter((a) => a.includes('acme-ops')) }).toEqual({
-        status: detail.status,
-        acmeActors: [],
-      });
-    },
-  );
+  // Rollouts keep their sites' companies at creation (migration 0041), as audit rows do; it.failing until then.
+  it("HOLE (low): Borealis reads the rollout Acme ran on the yard before the handover, with Acme's key named in its events", async () => {
+    const created = await request(app.http)
+      .post('/api/rollouts')
+      .set(bearer(ACME_OPS))
+      .send({ selector: { site_ids: [YARD] }, settings: { reporting_interval_s: 111 }, plan });
+    expect(created.status).toBe(201);
+    const id = (created.body as { rollout_id: string }).rollout_id;
+    const cancelled = await request(app.http).post(`/api/rollouts/${id}/cancel`).set(bearer(ACME_OPS));
+    expect(cancelled.status).toBe(200);
+    // The portal hands the yard to Borealis; the catalogue's refresh (200 ms here) sees it.
+    await sql`UPDATE enterprise.sites SET company_id = ${BOREALIS}::uuid WHERE id = ${YARD}::uuid`.execute(
+      owner,
+    );
+    await sleep(800);
+    const borealisOperator = await issuer.opsToken('vera', {
+      resource_access: { [OPERATIONS_CLIENT]: { roles: ['operator'] } },
+    });
+    // The audit keeps Acme's rows from her (migration 0037) - the control of this attack.
+    const audit = await request(app.http).get('/api/audit?limit=100').set(bearer(borealisOperator));
+    const yardRows = (audit.body as { items: AuditItem[] }).items.filter((r) => r.site_ids.includes(YARD));
+    expect(JSON.stringify(yardRows)).not.toContain('acme-ops');
+    // The rollout itself does not: its events name Acme's key (and its list shows her Acme's rollout).
+    const detail = await request(app.http).get(`/api/rollouts/${id}`).set(bearer(borealisOperator));
+    const actors =
+      detail.status === 200
+        ? (detail.body as { events: { actor: string }[] }).events.map((e) => e.actor)
+        : [];
+    expect({ status: detail.status, acmeActors: actors.filter((a) => a.includes('acme-ops')) }).toEqual({
+      status: detail.status,
+      acmeActors: [],
+    });
+  });
 });
 
 describe('a genuine token whose subject the audit cannot hold', () => {

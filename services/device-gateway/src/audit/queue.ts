@@ -43,11 +43,7 @@ function rowsFault(err: unknown): boolean {
 function stamped(row: AuditRow, sites: SiteCatalogue): AuditRow {
   const ids = row.site_ids ?? [];
   if (ids.length === 0 || !sites.platform) return row;
-  const pairs = ids.flatMap((id) => {
-    const company = sites.companyOf(id);
-    return company === undefined ? [] : [`${id}/${company}`];
-  });
-  return { ...row, site_companies: pairs.sort() };
+  return { ...row, site_companies: sites.companyPairs(ids).sort() };
 }
 
 const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms).unref());

@@ -40,6 +40,7 @@ import { busChannelsMigration } from './bus-channels-migration.js';
 import { logicalMessagesMigration } from './logical-messages-migration.js';
 import { auditSiteCompaniesMigration } from './audit-site-companies-migration.js';
 import { busTurnOnWriteMigration } from './bus-turn-on-write-migration.js';
+import { rolloutSiteCompaniesMigration } from './rollout-site-companies-migration.js';
 import { tempFileLimitMigration } from './temp-file-limit-migration.js';
 import { auditStampsMigration } from './audit-stamps-migration.js';
 
@@ -187,6 +188,7 @@ export function gatewayMigrationsWith(loginPassword: string): MigrationSet {
       '0038_audit_stamps': auditStampsMigration,
       '0039_bus_turn_on_write': busTurnOnWriteMigration,
       '0040_temp_file_limit': tempFileLimitMigration,
+      '0041_rollout_site_companies': rolloutSiteCompaniesMigration,
     },
   };
 }

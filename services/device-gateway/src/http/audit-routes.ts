@@ -63,15 +63,7 @@ export function auditRoutes(
       .limit(limit + 1);
     // Each allowed site with the company it belongs to now, as rows keep them (site/company).
     const sites = deps.sites();
-    const owned =
-      allowed === null
-        ? null
-        : new Set(
-            allowed.flatMap((id) => {
-              const company = sites.companyOf(id);
-              return company === undefined ? [] : [`${id}/${company}`];
-            }),
-          );
+    const owned = allowed === null ? null : new Set(sites.companyPairs(allowed));
     if (allowed !== null)
       q = q.where(
         sql<boolean>`a.site_ids && ${allowed}::uuid[]

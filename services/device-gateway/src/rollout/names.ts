@@ -9,9 +9,13 @@ import type { GatewayDatabase } from '../db/tables.js';
 import type { SiteCatalogue } from '../sites/catalogue.js';
 import { rolloutsWithinScope, type SiteScope } from './sql.js';
 
-/** The principal's scope as a site condition (Principal.siteCondition); undefined: it sees every site. */
+/** The principal's scope (Principal.siteCondition, its sites' companies now); undefined: it sees every site. */
 export function siteScopeOf(principal: Principal, sites: SiteCatalogue): SiteScope | undefined {
-  return principal.unscoped ? undefined : (column) => principal.siteCondition(column, sites);
+  if (principal.unscoped) return undefined;
+  return {
+    site: (column) => principal.siteCondition(column, sites),
+    pairs: sites.companyPairs(principal.siteIds(sites) ?? []),
+  };
 }
 
 type Json = unknown;

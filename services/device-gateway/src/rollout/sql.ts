@@ -8,8 +8,13 @@ import type { GatewayDatabase } from '../db/tables.js';
 
 type Db = Kysely<GatewayDatabase> | Transaction<GatewayDatabase>;
 
-/** A caller's site scope as a condition on a site id column (Principal.siteCondition). */
-export type SiteScope = (column: RawBuilder<unknown>) => RawBuilder<boolean>;
+/** A caller's site scope (names.ts siteScopeOf). */
+export interface SiteScope {
+  /** A condition on a site id column (Principal.siteCondition). */
+  site(column: RawBuilder<unknown>): RawBuilder<boolean>;
+  /** `<site>/<company>` for each site the caller sees, with the company it belongs to now (SiteCatalogue). */
+  pairs: readonly string[];
+}
 
 /**
  * Who the rollout events of this transaction name (migration 0030): `set_config(..., true)` lasts until the
@@ -46,21 +51,25 @@ export async function rolloutSites(db: Db, rolloutId: string): Promise<string[]>
 /**
  * Whether everything the rollout reaches or names is at a site of `scope` (issue 42 §3, design §3.9): every target
  * as the registry places it now, every site its selector names, and the site of every device its selector names
- * (a target or named device that left the registry has no site, and counts as outside). `rollout` is the alias of
- * a `device_gateway.rollouts` row in the query. Such a rollout is the caller's to see; any other is never named to
- * it (names.ts), since its detail, audit rows and events would name what lies outside.
+ * (a target or named device that left the registry has no site, and counts as outside); and each site it reached or
+ * named at its creation belonged then to the company it belongs to now (0041's pairs: a site the portal handed to
+ * another company does not bring the old company's rollouts, whose events name its people, to the new one).
+ * `rollout` is the alias of a `device_gateway.rollouts` row in the query. Such a rollout is the caller's to see; any
+ * other is never named to it (names.ts), since its detail, audit rows and events would name what lies outside.
  */
 function withinScope(rollout: string, scope: SiteScope): RawBuilder<boolean> {
   const id = sql.ref(`${rollout}.rollout_id`);
   const selector = sql.ref(`${rollout}.selector`);
-  return sql<boolean>`(NOT EXISTS (SELECT 1 FROM device_gateway.rollout_targets t
+  const stamped = sql.ref(`${rollout}.site_companies`);
+  return sql<boolean>`((cardinality(${stamped}) = 0 OR ${stamped} <@ ${[...scope.pairs]}::text[])
+    AND NOT EXISTS (SELECT 1 FROM device_gateway.rollout_targets t
       LEFT JOIN device_gateway.device_registry r ON r.device_id = t.device_id
-      WHERE t.rollout_id = ${id} AND (r.site_id IS NULL OR NOT (${scope(sql.ref('r.site_id'))})))
+      WHERE t.rollout_id = ${id} AND (r.site_id IS NULL OR NOT (${scope.site(sql.ref('r.site_id'))})))
     AND NOT EXISTS (SELECT 1 FROM jsonb_array_elements_text(coalesce(${selector}->'site_ids', '[]')) named(site_id)
-      WHERE NOT (${scope(sql`named.site_id::uuid`)}))
+      WHERE NOT (${scope.site(sql`named.site_id::uuid`)}))
     AND NOT EXISTS (SELECT 1 FROM jsonb_array_elements_text(coalesce(${selector}->'device_ids', '[]')) named(device_id)
       LEFT JOIN device_gateway.device_registry nr ON nr.device_id = named.device_id
-      WHERE nr.site_id IS NULL OR NOT (${scope(sql.ref('nr.site_id'))})))`;
+      WHERE nr.site_id IS NULL OR NOT (${scope.site(sql.ref('nr.site_id'))})))`;
 }
 
 export async function rolloutWithinScope(db: Db, rolloutId: string, scope: SiteScope): Promise<boolean> {

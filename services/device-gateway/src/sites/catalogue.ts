@@ -69,6 +69,17 @@ export class SiteCatalogue {
     return this.byId.get(siteId)?.companyId;
   }
 
+  /**
+   * `<site>/<company>` for each of `siteIds` the platform knows, with the company it belongs to now: how audit rows
+   * (0038) and rollouts (0041) keep their sites' companies, and how a scoped reader's sites are matched against them.
+   */
+  companyPairs(siteIds: readonly string[]): string[] {
+    return siteIds.flatMap((id) => {
+      const company = this.companyOf(id);
+      return company === undefined ? [] : [`${id}/${company}`];
+    });
+  }
+
   /** Every site of these companies (unknown companies: none). */
   sitesOfCompanies(companyIds: Iterable<string>): string[] {
     const out: string[] = [];
