@@ -70,6 +70,7 @@ import {
 import {
   attackersOf,
   connectGatewayLogin,
+  jobRun,
   loginOutcome,
   migrationJobDb,
   withinOr,
@@ -102,11 +103,7 @@ describe('H1 (low-medium): the gateway’s login keeps the Job from repairing it
     try {
       await hold.query('BEGIN');
       await hold.query(`ALTER ROLE device_gateway_login PASSWORD '${chosen}'`);
-      const t0 = Date.now();
-      const run = migrateToLatest(db, [gatewayMigrations]).then(
-        () => `finished in ${Date.now() - t0} ms`,
-        (err: Error) => `failed in ${Date.now() - t0} ms: ${err.message}`,
-      );
+      const run = jobRun(db, [gatewayMigrations]);
       // Long enough for a bounded wait retried as migrate.ts retries (2 s, then 2, 4, 8 s between tries).
       const outcome = await withinOr(run, 30_000, 'still waiting after 30 s');
       const { rows } = await sql<{ w: string }>`
@@ -399,11 +396,7 @@ describe('attacks that held', () => {
               (err: Error) => `${type}: ${err.message}`,
             ),
         );
-      const t0 = Date.now();
-      const run = migrateToLatest(db, [gatewayMigrations]).then(
-        () => `finished in ${Date.now() - t0} ms`,
-        (err: Error) => `failed: ${err.message}`,
-      );
+      const run = jobRun(db, [gatewayMigrations]);
       const outcome = await withinOr(run, 20_000, 'still waiting after 20 s');
       await nobody.query('ROLLBACK');
       await run;

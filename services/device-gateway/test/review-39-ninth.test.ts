@@ -27,11 +27,11 @@ import {
   devRolePasswords,
   enterpriseMigrationsWith,
 } from '@platform/enterprise-db';
-import { migrateToLatest, type MigrationSet } from '@platform/service-kit';
+import type { MigrationSet } from '@platform/service-kit';
 import { sql } from 'kysely';
 import { DEV_GATEWAY_LOGIN_PASSWORD, gatewayMigrations } from '../src/db/migrations.js';
 import { startPlatformDatabase, type PlatformDatabase } from './support/platform-database.js';
-import { connectGatewayLogin, loginOutcome, migrationJobDb, withinOr } from './support/attack.js';
+import { connectGatewayLogin, jobRun, loginOutcome, migrationJobDb, withinOr } from './support/attack.js';
 
 jest.setTimeout(300_000);
 
@@ -77,11 +77,7 @@ describe('H1 (low-medium): a login that holds its own role row while running a s
         await hold.query(`ALTER ROLE CURRENT_USER PASSWORD '${chosen}'`);
         // Running, not idle: the fix may end this session (then the query rejects).
         sleeping = hold.query('SELECT pg_catalog.pg_sleep(120)').catch(() => undefined);
-        const t0 = Date.now();
-        const run = migrateToLatest(db, sets()).then(
-          () => `finished in ${Date.now() - t0} ms`,
-          (err: Error) => `failed in ${Date.now() - t0} ms: ${err.message}`,
-        );
+        const run = jobRun(db, sets());
         const outcome = await withinOr(run, 60_000, 'still waiting after 60 s');
         const during = await loginOutcome(platform, login, password);
         console.log(`H1 ${login}: the Job's run ${outcome}; the configured password: ${during}`);

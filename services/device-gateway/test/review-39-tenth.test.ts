@@ -42,7 +42,7 @@ import { sql } from 'kysely';
 import type pg from 'pg';
 import { DEV_GATEWAY_LOGIN_PASSWORD, gatewayMigrations } from '../src/db/migrations.js';
 import { startPlatformDatabase, type PlatformDatabase } from './support/platform-database.js';
-import { connectGatewayLogin, loginOutcome, withinOr } from './support/attack.js';
+import { connectGatewayLogin, jobRun, loginOutcome, migrationJobDb, withinOr } from './support/attack.js';
 import { loginUrl } from './support/gateway.js';
 
 jest.setTimeout(300_000);
@@ -123,18 +123,10 @@ describe('H1 (low-medium): a login that polls for its own role row wins it back 
     await first.end();
 
     const p = pollers(3, true);
-    const db = createDb<unknown>(platform.database.url, {
-      applicationName: 'platform-migrate',
-      max: 1,
-      logger: { warn: () => undefined },
-    });
+    const db = migrationJobDb(platform);
     try {
       await sleep(500);
-      const t0 = Date.now();
-      const run = migrateToLatest(db, [gatewayMigrations]).then(
-        () => `finished in ${Date.now() - t0} ms`,
-        (err: Error) => `failed in ${Date.now() - t0} ms: ${err.message}`,
-      );
+      const run = jobRun(db, [gatewayMigrations]);
       const outcome = await withinOr(run, 60_000, 'still waiting after 60 s');
       await p.stop();
       const after = await loginOutcome(platform, login, password);
@@ -163,17 +155,9 @@ describe('H2 (low-medium): each try of the step ends the holders of its first lo
     await holder.query('BEGIN');
     await holder.query(`ALTER ROLE CURRENT_USER PASSWORD 'chosen-by-the-poller'`);
     const p = pollers(1, false);
-    const db = createDb<unknown>(platform.database.url, {
-      applicationName: 'platform-migrate',
-      max: 1,
-      logger: { warn: () => undefined },
-    });
+    const db = migrationJobDb(platform);
     try {
-      const t0 = Date.now();
-      const run = migrateToLatest(db, [gatewayMigrations]).then(
-        () => `finished in ${Date.now() - t0} ms`,
-        (err: Error) => `failed in ${Date.now() - t0} ms: ${err.message}`,
-      );
+      const run = jobRun(db, [gatewayMigrations]);
       const outcome = await withinOr(run, 60_000, 'still waiting after 60 s');
       await p.stop();
       const after = await loginOutcome(platform, login, password);

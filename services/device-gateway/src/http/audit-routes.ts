@@ -32,9 +32,7 @@ export function auditRoutes(
   const list: RequestHandler = async (req, res) => {
     const principal = principalOf(res);
     const { cursors } = deps;
-    await cursors.ready().catch((err: unknown) => {
-      throw mapDbError(err);
-    });
+    await cursors.ready();
     // The cursor is the last row's sealed id (cursor-seal.ts): only ids this API issued read back.
     const { limit, cursor, filters } = readListQuery(req, auditListQuerySchema, (text) =>
       cursors.open('audit', text),

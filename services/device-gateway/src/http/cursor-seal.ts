@@ -9,6 +9,7 @@
 // purpose and the number). Opening checks the purpose's 8 bytes, so a forged or another list's cursor is refused
 // with overwhelming probability (2^-64) rather than read as some other row.
 import { createCipheriv, createDecipheriv, createHmac, createSecretKey, type KeyObject } from 'node:crypto';
+import { mapDbError } from '@platform/service-kit';
 import { sql, type Kysely } from 'kysely';
 import type { GatewayDatabase } from '../db/tables.js';
 
@@ -29,11 +30,16 @@ export class CursorSeal {
 
   constructor(private readonly db: Kysely<GatewayDatabase>) {}
 
-  /** Reads the installation's secret once (throws the database's error; a later call tries again). */
+  /**
+   * Reads the installation's secret once. A database error is thrown as the API's problem (mapDbError: 503 and the
+   * like); a later call tries again.
+   */
   async ready(): Promise<void> {
     if (this.key !== undefined) return;
     this.loading ??= this.load().finally(() => (this.loading = undefined));
-    this.key = await this.loading;
+    this.key = await this.loading.catch((err: unknown) => {
+      throw mapDbError(err);
+    });
   }
 
   private async load(): Promise<KeyObject> {

@@ -86,9 +86,7 @@ export function rolloutRoutes(
     res.json(await service.rollouts.get(id, caller(req, res)).catch(rolloutProblem));
   };
   const rollouts: RequestHandler = async (req, res) => {
-    await service.cursors.ready().catch((err: unknown) => {
-      throw mapDbError(err);
-    });
+    await service.cursors.ready();
     const { items, next_seq } = await service.rollouts
       .list(rolloutListQuery(req, service.cursors), caller(req, res))
       .catch(rolloutProblem);

@@ -1,7 +1,7 @@
 // What the review-39 attacks share: the logins that attack (a login with CONNECT only, the workflow's, PostgREST's
 // authenticator as the anonymous role), the gateway's own login, and the waits and probes the tests measure with.
 import { API_LOGIN, AUTHENTICATOR, PORTAL_ANON, devRolePasswords } from '@platform/enterprise-db';
-import { createDb } from '@platform/service-kit';
+import { createDb, migrateToLatest, type MigrationSet } from '@platform/service-kit';
 import type { Kysely } from 'kysely';
 import type pg from 'pg';
 import { RawCoapClient, json } from './coap-client.js';
@@ -104,6 +104,18 @@ export const migrationJobDb = (platform: PlatformDatabase): Kysely<unknown> =>
     max: 1,
     logger: { warn: () => undefined },
   });
+
+/**
+ * A run of the migrations on `db` (migrationJobDb) as the Job makes it, told as `finished in <n> ms` or
+ * `failed in <n> ms: <message>`; never rejects, so a test can race it against a deadline (withinOr) and await it.
+ */
+export function jobRun(db: Kysely<unknown>, sets: readonly MigrationSet[]): Promise<string> {
+  const t0 = Date.now();
+  return migrateToLatest(db, sets).then(
+    () => `finished in ${Date.now() - t0} ms`,
+    (err: Error) => `failed in ${Date.now() - t0} ms: ${err.message}`,
+  );
+}
 
 /** A POST with the first API key and a deadline: `status` 0 when no answer came within `ms`. */
 export async function postWithin(
