@@ -22,6 +22,7 @@ import {
   lockTableGap,
   readConnectionReserve,
   roleSettingsGap,
+  preparedTransactionsGap,
   tempFileGap,
 } from './db/connection-reserve.js';
 import type { GatewayDatabase } from './db/tables.js';
@@ -50,6 +51,12 @@ async function reportConnectionReserve(db: Kysely<GatewayDatabase>, logger: Logg
     if (disk !== undefined)
       logger.warn("database: other logins can fill the cluster's disk with temporary files", {
         reason: disk,
+        see: 'docs/operations.md section 7, connections the gateway keeps',
+      });
+    const prepared = preparedTransactionsGap(reserve);
+    if (prepared !== undefined)
+      logger.warn('database: prepared transactions are enabled', {
+        reason: prepared,
         see: 'docs/operations.md section 7, connections the gateway keeps',
       });
     // The connections pin what they rely on (service-kit PINNED_SESSION_OPTIONS); a default of the login's own

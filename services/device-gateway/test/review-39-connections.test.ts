@@ -7,7 +7,12 @@ import { createDb } from '@platform/service-kit';
 import { devRolePasswords } from '@platform/enterprise-db';
 import { createTestDatabase } from '@platform/testkit';
 import type pg from 'pg';
-import { connectionReserveGap, lockTableGap, readConnectionReserve } from '../src/db/connection-reserve.js';
+import {
+  connectionReserveGap,
+  lockTableGap,
+  preparedTransactionsGap,
+  readConnectionReserve,
+} from '../src/db/connection-reserve.js';
 import { DEV_GATEWAY_LOGIN_PASSWORD, GATEWAY_LOGIN_ROLE, gatewayLoginUrl } from '../src/db/migrations.js';
 import {
   NOBODY_PASSWORD,
@@ -103,6 +108,10 @@ describe('connection slots the gateway keeps (issue 39)', () => {
           'EXECUTE on lo_from_bytea, EXECUTE on pg_logical_emit_message',
       );
       expect(reserve.roleSettings).toEqual([]);
+      expect({ prepared: reserve.preparedTransactions, gap: preparedTransactionsGap(reserve) }).toEqual({
+        prepared: 0,
+        gap: undefined,
+      });
     } finally {
       await db.destroy();
       await database.drop();
@@ -115,6 +124,7 @@ describe('connection slots the gateway keeps (issue 39)', () => {
         lockRightsOfPublic: [],
         roleSettings: [],
         tempFileLimit: '1048576',
+        preparedTransactions: 0,
       }),
     ).toBe('PostgreSQL before 16 has no reserved_connections');
     expect(
@@ -125,6 +135,7 @@ describe('connection slots the gateway keeps (issue 39)', () => {
         lockRightsOfPublic: [],
         roleSettings: [],
         tempFileLimit: '1048576',
+        preparedTransactions: 0,
       }),
     ).toBe('the login lacks the privileges of pg_use_reserved_connections');
     expect(GATEWAY_LOGIN_ROLE).toBe('device_gateway_login');

@@ -83,6 +83,10 @@ export const PINNED_SESSION_OPTIONS = [
   // A library the login named for itself would be loaded before the first statement, and a missing one refuses
   // every connection, before any reset could run (tenth cold review): none, whatever the role says.
   '-c local_preload_libraries=',
+  // `role` is hidden from pg_settings (so RESET_OWN_DEFAULTS_SQL does not see it), and a login may give itself any
+  // role it may SET ROLE to as a default: the gateway's login made every later session run as
+  // pg_use_reserved_connections, refused everything in its schema (eleventh cold review). The login itself, always.
+  '-c role=none',
 ].join(' ');
 
 /**

@@ -76,7 +76,10 @@ export function setRolePasswords(
 const ENDER_INTERVAL_MS = 25;
 
 /**
- * From a side session, ends the sessions of `roles` that block the step's own session (`db`), until stopped. Ends
+ * From a side session, ends the sessions of `roles` that block the step's own session (`db`), until stopped, and the
+ * prepared transactions of `roles` in this database when one blocks it (pg_blocking_pids names a prepared
+ * transaction as pid 0: a login that PREPAREs a transaction holding its own row leaves a lock no session holds,
+ * which outlives its session and a restart; eleventh cold review, where max_prepared_transactions > 0). Ends
  * nothing (and the step's own tries remain) when no side session opens or the migrating role may not end them.
  */
 async function endBlockers(
@@ -100,6 +103,14 @@ async function endBlockers(
   const loop = (async () => {
     while (!stopped) {
       try {
+        const { rows: blocked } = await session.query<{ gid: string }>(
+          `SELECT x.gid FROM pg_catalog.pg_prepared_xacts x
+           WHERE 0 = ANY (pg_catalog.pg_blocking_pids($1)) AND x.owner = ANY ($2::text[])
+             AND x.database = pg_catalog.current_database()`,
+          [stepPid, roles],
+        );
+        // Outside a transaction block, as ROLLBACK PREPARED must be; the gid is the login's text, quoted.
+        for (const { gid } of blocked) await session.query(`ROLLBACK PREPARED ${session.escapeLiteral(gid)}`);
         await session.query(
           `SELECT pg_catalog.pg_terminate_backend(a.pid) FROM pg_catalog.pg_stat_activity a
            WHERE a.pid = ANY (pg_catalog.pg_blocking_pids($1)) AND a.usename = ANY ($2::text[])`,
@@ -144,12 +155,20 @@ BEGIN
       -- (PostgREST's statement_timeout is one), and the services reset their own on connect.
       EXECUTE format('ALTER ROLE %I RESET local_preload_libraries', v_role);
       EXECUTE format('ALTER ROLE %I IN DATABASE %I RESET local_preload_libraries', v_role, current_database());
+      -- And a role it gave itself as a default (\`SET role = <a role it may SET ROLE to>\`): every later session runs
+      -- as that role, PostgREST's included (eleventh cold review).
+      EXECUTE format('ALTER ROLE %I RESET role', v_role);
+      EXECUTE format('ALTER ROLE %I IN DATABASE %I RESET role', v_role, current_database());
       EXECUTE format('ALTER ROLE %I PASSWORD %L', v_role, current_setting('platform.role_password'));
       RETURN;
     EXCEPTION
       WHEN internal_error OR lock_not_available THEN
         IF attempt = 5 THEN
-          RAISE EXCEPTION 'the password of role % could not be set (%): its row stayed locked or busy', v_role, SQLSTATE
+          RAISE EXCEPTION 'the password of role % could not be set (%): its row stayed locked or busy%', v_role, SQLSTATE,
+            coalesce((SELECT '; prepared transactions of the role hold it (pg_prepared_xacts: ' ||
+                        pg_catalog.string_agg(pg_catalog.quote_literal(x.gid) || ' in ' || x.database, ', ') ||
+                        '), end them with ROLLBACK PREPARED in their database'
+                      FROM pg_catalog.pg_prepared_xacts x WHERE x.owner = v_role), '')
             USING ERRCODE = 'lock_not_available';
         END IF;
         BEGIN

@@ -27,6 +27,12 @@ export interface ConnectionReserve {
    * without bound on the disk the WAL shares (migration 0040 sets it where a superuser runs the migrations).
    */
   tempFileLimit: string;
+  /**
+   * `max_prepared_transactions`: above 0, a login may leave a prepared transaction that holds rows (its own role's,
+   * which the migrations' password step must change) after its session is gone (eleventh cold review); no service of
+   * the platform uses two-phase commit.
+   */
+  preparedTransactions: number;
 }
 
 export async function readConnectionReserve(db: Kysely<unknown>): Promise<ConnectionReserve> {
@@ -37,6 +43,7 @@ export async function readConnectionReserve(db: Kysely<unknown>): Promise<Connec
     locks: string[];
     settings: string[];
     temp: string;
+    prepared: string;
   }>`
     SELECT
       (SELECT setting FROM pg_catalog.pg_settings WHERE name = 'reserved_connections') AS reserved,
@@ -65,7 +72,8 @@ export async function readConnectionReserve(db: Kysely<unknown>): Promise<Connec
               AND s.setdatabase IN (0, (SELECT d.oid FROM pg_catalog.pg_database d
                                         WHERE d.datname = pg_catalog.current_database()))
             ORDER BY s.setdatabase, c.setting) AS settings,
-      pg_catalog.current_setting('temp_file_limit') AS temp`.execute(db);
+      pg_catalog.current_setting('temp_file_limit') AS temp,
+      pg_catalog.current_setting('max_prepared_transactions') AS prepared`.execute(db);
   const row = rows[0];
   if (row === undefined) throw new Error('connection reserve: no answer');
   return {
@@ -75,6 +83,7 @@ export async function readConnectionReserve(db: Kysely<unknown>): Promise<Connec
     lockRightsOfPublic: row.locks,
     roleSettings: row.settings,
     tempFileLimit: row.temp,
+    preparedTransactions: Number(row.prepared),
   };
 }
 
@@ -101,6 +110,14 @@ export function roleSettingsGap(reserve: ConnectionReserve): string | undefined 
   return reserve.roleSettings.length === 0
     ? undefined
     : `the login has defaults of its own (ALTER ROLE ... SET): ${reserve.roleSettings.join(', ')}`;
+}
+
+/** Whether prepared transactions are enabled, in words for the log (operations §7: keep it 0); or undefined. */
+export function preparedTransactionsGap(reserve: ConnectionReserve): string | undefined {
+  return reserve.preparedTransactions > 0
+    ? `max_prepared_transactions is ${reserve.preparedTransactions}: a login's prepared transaction can hold rows ` +
+        'after its session ends (the migrations end those of the logins they manage, where they may)'
+    : undefined;
 }
 
 /**
