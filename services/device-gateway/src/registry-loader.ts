@@ -114,22 +114,30 @@ export class RegistryLoader {
   refreshSitesEvery(intervalMs: number): void {
     this.stopSitesRefresh();
     const tick = async (): Promise<void> => {
-      const read = ++this.sitesReads;
-      try {
-        const { catalogue } = await loadSites(this.deps.db);
-        this.takeSites(read, catalogue);
-        if (this.sitesRefreshFailing) this.deps.logger?.warn('platform sites read again', {});
-        this.sitesRefreshFailing = false;
-      } catch (err) {
-        if (!this.sitesRefreshFailing)
-          this.deps.logger?.warn('platform sites could not be read; scopes keep the last sites read', {
-            error: errorMessage(err),
-          });
-        this.sitesRefreshFailing = true;
-      }
+      await this.refreshSites();
       if (this.sitesTimer !== undefined) this.schedule(tick, intervalMs);
     };
     this.schedule(tick, intervalMs);
+  }
+
+  /**
+   * Re-reads the platform's sites now (the timer's read; also when a change found the catalogue out of date,
+   * sites/confirm.ts). Never rejects: a failed read keeps the catalogue and is logged once until a read succeeds.
+   */
+  async refreshSites(): Promise<void> {
+    const read = ++this.sitesReads;
+    try {
+      const { catalogue } = await loadSites(this.deps.db);
+      this.takeSites(read, catalogue);
+      if (this.sitesRefreshFailing) this.deps.logger?.warn('platform sites read again', {});
+      this.sitesRefreshFailing = false;
+    } catch (err) {
+      if (!this.sitesRefreshFailing)
+        this.deps.logger?.warn('platform sites could not be read; scopes keep the last sites read', {
+          error: errorMessage(err),
+        });
+      this.sitesRefreshFailing = true;
+    }
   }
 
   stopSitesRefresh(): void {

@@ -13,7 +13,9 @@ import type { CursorSeal } from './http/cursor-seal.js';
 import { withholdUnseenRollouts } from './rollout/names.js';
 import type { RolloutService } from './rollout/service.js';
 import type { SiteScope } from './rollout/sql.js';
+import type { Principal } from './auth/principal.js';
 import type { SiteCatalogue } from './sites/catalogue.js';
+import { confirmCompanies, type Confirmation } from './sites/confirm.js';
 import type { AuditQueue } from './audit/queue.js';
 import type { Turns } from './deadline.js';
 
@@ -116,6 +118,14 @@ export class GatewayService {
   /** The platform's sites as of the last reload (design §3.2): what the routes' site scopes read. */
   get sites(): SiteCatalogue {
     return this.deps.registry.sites;
+  }
+
+  /**
+   * Whether `siteIds`, which the catalogue let `principal` see, are still its sites now (a change by a caller scoped
+   * by companies, sites/confirm.ts); a catalogue found out of date is read again at once.
+   */
+  confirmSites(principal: Principal, siteIds: readonly string[]): Promise<Confirmation> {
+    return confirmCompanies(this.deps.db, principal, siteIds, () => void this.deps.registry.refreshSites());
   }
 
   /** The site of a device of this replica's registry (undefined: not in it). */

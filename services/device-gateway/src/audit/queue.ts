@@ -39,10 +39,13 @@ function rowsFault(err: unknown): boolean {
   return state !== undefined && (state.startsWith('22') || state.startsWith('23') || state.startsWith('P0'));
 }
 
-/** `row` with the company each of its sites belongs to now (`<site>/<company>`), where the catalogue knows it. */
+/**
+ * `row` with the company each of its sites belongs to now (`<site>/<company>`), where the catalogue knows it; a row
+ * that brings its own (read from the database at the change, sites/confirm.ts) keeps them.
+ */
 function stamped(row: AuditRow, sites: SiteCatalogue): AuditRow {
   const ids = row.site_ids ?? [];
-  if (ids.length === 0 || !sites.platform) return row;
+  if (ids.length === 0 || !sites.platform || (row.site_companies?.length ?? 0) > 0) return row;
   return { ...row, site_companies: sites.companyPairs(ids).sort() };
 }
 

@@ -94,7 +94,7 @@ export function auditRoutes(
           at: r.at.toISOString(),
           site_ids: shown,
           rollout_id: whole ? r.rollout_id : null,
-          detail: whole ? r.detail : {},
+          detail: !whole ? {} : seen === null ? r.detail : withoutEventId(r.detail),
         };
       }),
       next_cursor: rows.length > limit ? cursors.seal('audit', page[page.length - 1]!.id) : null,
@@ -120,4 +120,15 @@ that also touched other sites shows neither its detail nor its rollout).
       },
     }),
   ];
+}
+
+/**
+ * A driver row's detail without its `event_id` (the fleet-wide rollout event sequence, kept for the driver's resume):
+ * for a reader limited to sites the gap between two of its rows would count other sites' rollout events (fourth cold
+ * review of issue 42; the count review 42b closed for row ids and cursors).
+ */
+function withoutEventId(detail: Record<string, unknown>): Record<string, unknown> {
+  if (!('event_id' in detail)) return detail;
+  const { event_id: _sequence, ...rest } = detail;
+  return rest;
 }

@@ -24,6 +24,7 @@ import { auditRows } from '../audit/writer.js';
 import type { AuditQueue } from '../audit/queue.js';
 import type { Principal } from '../auth/principal.js';
 import type { SiteCatalogue } from '../sites/catalogue.js';
+import { confirmCompanies, withConfirmedCompanies } from '../sites/confirm.js';
 import { auditWhenAnswered, principalOf } from './auth.js';
 import { UnknownDeviceError } from '../domain/gateway-state.js';
 import { siteScopeOf, withholdUnseenRollouts } from '../rollout/names.js';
@@ -73,6 +74,10 @@ export function overrideRoutes(
     const siteId = seenSite(deps, principalOf(res), raw);
     if (siteId === undefined)
       throw new DomainError('unknown_device', `Device ${raw} is unknown or disabled.`);
+    // A caller scoped by companies: its company's site now, not as the catalogue last read it (sites/confirm.ts).
+    const confirmed = await confirmCompanies(deps.db, principalOf(res), [siteId], () => undefined);
+    if (confirmed.kind === 'outside')
+      throw new DomainError('unknown_device', `Device ${raw} is unknown or disabled.`);
     deps.audit.requireRoom();
     const answer = await service()
       .clear(raw)
@@ -90,7 +95,9 @@ export function overrideRoutes(
     // A clear that changed something is audited (cleared false changed nothing).
     if (answer.cleared === true)
       auditWhenAnswered(req, res, 'override.cleared', (origin) =>
-        deps.audit.add(auditRows.overrideCleared(origin, { deviceId: raw, siteId })),
+        deps.audit.add(
+          withConfirmedCompanies(auditRows.overrideCleared(origin, { deviceId: raw, siteId }), confirmed),
+        ),
       );
     res.json(answer);
   };

@@ -25,7 +25,7 @@ import {
   type RolloutCaller,
 } from '../rollout/service.js';
 import type { GatewayService } from '../service.js';
-import { auditOrigin } from './auth.js';
+import { auditOrigin, principalOf } from './auth.js';
 import type { CursorSeal } from './cursor-seal.js';
 import { readListQuery } from './list-query.js';
 import { listDoc, settingsTooLarge, UNUSED_BODY, type DocumentedRoute } from './route-parts.js';
@@ -43,6 +43,19 @@ export function rolloutRoutes(
   const createRollout: RequestHandler = async (req, res) => {
     // The settings are validated exactly as a notify body's (the same Device Settings schema).
     const body = requireValid(validateRolloutCreateRequest(req.body));
+    // A caller scoped by companies names its company's sites now, not as the catalogue last read them
+    // (sites/confirm.ts); the same refusal as a site outside its scope (the rollout service's check).
+    const confirmed = await service.confirmSites(principalOf(res), body.selector.site_ids ?? []);
+    if (confirmed.kind === 'outside') {
+      const path = `/selector/site_ids/${confirmed.index}`;
+      throw new DomainError(
+        'invalid_body',
+        `The rollout cannot be created: ${path} is not a site known to the caller.`,
+        {
+          errors: [{ path, message: 'is not a site known to the caller' }],
+        },
+      );
+    }
     try {
       const created = await service.rollouts.create(body, caller(req, res));
       req.log.info('rollout created', {

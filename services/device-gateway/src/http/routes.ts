@@ -29,6 +29,7 @@ import { decodeCursor, type DeviceListQuery } from '../delivery/device-view.js';
 import { auditRows } from '../audit/writer.js';
 import type { Principal } from '../auth/principal.js';
 import { unknownSite } from '../sites/catalogue.js';
+import { withConfirmedCompanies } from '../sites/confirm.js';
 import { BusMessageTooLargeError, BusPublishError } from '../cluster/bus.js';
 import { DocumentTooLargeError, UnknownDeviceError } from '../domain/gateway-state.js';
 import type { GatewayService } from '../service.js';
@@ -83,6 +84,9 @@ export function gatewayRoutes(service: GatewayService, auth: RequestHandler): Ro
     const body = requireValid(validateNotifySettingsRequest(req.body));
     // A device outside the caller's sites is as unknown as an absent one (issue 42 §3).
     const siteId = seenSiteOf(service, principalOf(res), body.device_id);
+    // A caller scoped by companies: its company's site now, not as the catalogue last read it (sites/confirm.ts).
+    const confirmed = await service.confirmSites(principalOf(res), [siteId]);
+    if (confirmed.kind === 'outside') throw unknownDevice(body.device_id);
     // Not made when its audit row could not be kept (a database that takes no rows for long, AuditQueue).
     service.audit.requireRoom();
     let outcome: { version: number; relations: number };
@@ -107,12 +111,15 @@ export function gatewayRoutes(service: GatewayService, auth: RequestHandler): Ro
     const version = outcome.version;
     auditWhenAnswered(req, res, 'settings.notified', (origin) =>
       service.audit.add(
-        auditRows.settingsNotified(origin, {
-          deviceId: body.device_id,
-          siteId,
-          version,
-          settings: body.settings,
-        }),
+        withConfirmedCompanies(
+          auditRows.settingsNotified(origin, {
+            deviceId: body.device_id,
+            siteId,
+            version,
+            settings: body.settings,
+          }),
+          confirmed,
+        ),
       ),
     );
     res.setHeader('Location', `/api/devices/${encodeURIComponent(body.device_id)}`);

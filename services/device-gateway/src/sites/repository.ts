@@ -29,3 +29,20 @@ export async function loadSites(
   );
   return SiteCatalogue.fromRows(platform, sites);
 }
+
+/**
+ * `<site>/<company>` for each of `siteIds` the platform knows, read from the portal's sites now (not from a
+ * catalogue, which is up to GATEWAY_SITES_REFRESH_MS old). One call of platform_sites() (0028, the one function the
+ * login may call on the portal's sites): it reads every site, a few milliseconds at 20,000, so it is asked only for
+ * changes by callers scoped by companies (confirm.ts).
+ */
+export async function companyPairsNow(
+  db: Kysely<GatewayDatabase>,
+  siteIds: readonly string[],
+): Promise<string[]> {
+  if (siteIds.length === 0) return [];
+  const { rows } = await sql<{ pair: string }>`
+    SELECT s.site_id::text || '/' || s.company_id::text AS pair FROM device_gateway.platform_sites() s
+    WHERE s.site_id = ANY (${[...siteIds]}::uuid[]) ORDER BY 1`.execute(db);
+  return rows.map((r) => r.pair);
+}
