@@ -373,10 +373,14 @@ describe('scopes: rollouts and the audit', () => {
     expect(rows[0]!.detail).toMatchObject({ settings: { reporting_interval_s: 123 } });
     // Visible to the scoped caller in GET /api/audit.
     const audit = await request(app.http).get(`/api/audit?device_id=${MINE}&limit=2`).set(bearer(oscar));
-    expect((audit.body as { items: { action: string }[] }).items.map((r) => r.action)).toEqual([
-      'override.cleared',
-      'settings.notified',
-    ]);
+    const items = (audit.body as { items: { action: string; source_address: string | null }[] }).items;
+    expect(items.map((r) => r.action)).toEqual(['override.cleared', 'settings.notified']);
+    // Where the tool acted from is not oscar's to read; his own change keeps its address, and an unscoped reader
+    // reads both.
+    expect(items.map((r) => r.source_address === null)).toEqual([false, true]);
+    const all = await request(app.http).get(`/api/audit?device_id=${MINE}&limit=2`).set(bearer(ANON));
+    const everything = (all.body as { items: { source_address: string | null }[] }).items;
+    expect(everything.map((r) => r.source_address === null)).toEqual([false, false]);
   });
 
   it('a burst of notifies is audited row for row (queued after the answers, written in batches)', async () => {

@@ -93,6 +93,8 @@ export function auditRoutes(
           id: cursors.seal('audit', r.id),
           at: r.at.toISOString(),
           site_ids: shown,
+          // Where another principal acted from (an admin's or another company's address) is not a scoped reader's.
+          source_address: seen === null || r.principal === principal.id ? r.source_address : null,
           rollout_id: whole ? r.rollout_id : null,
           detail: !whole ? {} : seen === null ? r.detail : withoutEventId(r.detail),
         };
@@ -113,7 +115,8 @@ export function auditRoutes(
 promoted, device keys issued/revoked, the rollout driver's own decisions) is an append-only row: when, who
 (principal, key name or driver), from where, the request id, what, and the sites, device and rollout it touched.
 Operators and admins; a caller limited to sites reads only rows that touched its sites (and only those sites; a row
-that also touched other sites shows neither its detail nor its rollout).
+that also touched other sites shows neither its detail nor its rollout), and the source address only of its own
+changes.
 `,
         ...listDoc(auditListQuerySchema, auditListResponseSchema),
         errors: ['forbidden', 'invalid_query', 'backend_unavailable'],
