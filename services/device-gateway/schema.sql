@@ -28,7 +28,7 @@ r device_gateway.rollout_events RLS false FORCE false OWNER <migrator> OPTIONS -
 r device_gateway.rollout_targets RLS false FORCE false OWNER <migrator> OPTIONS - ACL <migrator>:DELETE,<migrator>:INSERT,<migrator>:MAINTAIN,<migrator>:REFERENCES,<migrator>:SELECT,<migrator>:TRIGGER,<migrator>:TRUNCATE,<migrator>:UPDATE,device_gateway_login:SELECT COMMENT -
 r device_gateway.rollouts RLS false FORCE false OWNER <migrator> OPTIONS - ACL <migrator>:DELETE,<migrator>:INSERT,<migrator>:MAINTAIN,<migrator>:REFERENCES,<migrator>:SELECT,<migrator>:TRIGGER,<migrator>:TRUNCATE,<migrator>:UPDATE,device_gateway_login:SELECT COMMENT -
 
--- columns (141)
+-- columns (142)
 device_gateway.audit_events.action text NOT NULL ACL device_gateway_login:INSERT COMMENT -
 
 device_gateway.audit_events.at timestamp with time zone NOT NULL DEFAULT clock_timestamp() COMMENT -
@@ -133,6 +133,8 @@ device_gateway.device_delivery.heard_at timestamp with time zone COMMENT -
 
 device_gateway.device_delivery.observed_by text[] NOT NULL DEFAULT '{}'::text[] COMMENT -
 
+device_gateway.device_delivery.observed_unauthenticated_by text[] NOT NULL DEFAULT '{}'::text[] COMMENT -
+
 device_gateway.device_delivery.reported_at timestamp with time zone COMMENT -
 
 device_gateway.device_delivery.reported_by text COMMENT -
@@ -168,6 +170,7 @@ CASE
     WHEN ((reported_content IS NOT NULL) AND (reported_content = desired_content) AND (reported_outcome = 'applied'::text)) THEN 'applied'::text
     WHEN ((reported_content IS NOT NULL) AND (reported_content = desired_content) AND (reported_outcome = 'rejected'::text)) THEN 'rejected'::text
     WHEN ((acked_content IS NOT NULL) AND (acked_content = desired_content)) THEN 'acknowledged'::text
+    WHEN ((cardinality(observed_by) = 0) AND (cardinality(observed_unauthenticated_by) > 0)) THEN 'observed_unauthenticated'::text
     WHEN (cardinality(observed_by) = 0) THEN 'unobserved'::text
     WHEN ((sent_content IS NOT NULL) AND (sent_content = desired_content) AND sent_confirmable) THEN 'pending'::text
     WHEN ((sent_content IS NOT NULL) AND (sent_content = desired_content)) THEN 'sent_unconfirmed'::text
@@ -304,11 +307,11 @@ device_gateway.rollouts.seq bigint NOT NULL IDENTITY a COMMENT -
 
 device_gateway.rollouts.settings jsonb NOT NULL COMMENT -
 
+device_gateway.rollouts.site_companies text[] NOT NULL DEFAULT '{}'::text[] COMMENT -
+
 device_gateway.rollouts.state text NOT NULL COMMENT -
 
 device_gateway.rollouts.success_share double precision NOT NULL COMMENT -
-device_gateway.rollouts.site_companies text[] NOT NULL DEFAULT '{}'::text[] COMMENT -
-
 
 device_gateway.rollouts.targets integer NOT NULL COMMENT -
 
@@ -320,7 +323,7 @@ device_gateway.rollouts.updated_at timestamp with time zone NOT NULL DEFAULT now
 
 device_gateway.rollouts.waves integer NOT NULL COMMENT -
 
--- constraints (181)
+-- constraints (182)
 device_gateway.audit_events audit_events_action_check CHECK ((action ~ '^[a-z][a-z_.]{0,63}$'::text))
 device_gateway.audit_events audit_events_action_not_null NOT NULL action
 device_gateway.audit_events audit_events_at_not_null NOT NULL at
@@ -393,6 +396,7 @@ device_gateway.device_delivery device_delivery_desired_source_check CHECK ((desi
 device_gateway.device_delivery device_delivery_device_id_fkey FOREIGN KEY (device_id) REFERENCES device_gateway.device_registry(device_id) ON DELETE CASCADE
 device_gateway.device_delivery device_delivery_device_id_not_null NOT NULL device_id
 device_gateway.device_delivery device_delivery_observed_by_not_null NOT NULL observed_by
+device_gateway.device_delivery device_delivery_observed_unauthenticated_by_not_null NOT NULL observed_unauthenticated_by
 device_gateway.device_delivery device_delivery_pkey PRIMARY KEY (device_id)
 device_gateway.device_delivery device_delivery_reported_outcome_check CHECK ((reported_outcome = ANY (ARRAY['applied'::text, 'rejected'::text])))
 device_gateway.device_delivery device_delivery_reported_reason_check CHECK ((reported_reason ~ '^[a-z][a-z0-9_]{0,63}$'::text))
@@ -491,12 +495,12 @@ device_gateway.rollouts rollouts_seq_not_null NOT NULL seq
 device_gateway.rollouts rollouts_settings_check CHECK (((jsonb_typeof(settings) = 'object'::text) AND (octet_length((settings)::text) <= 65536)))
 device_gateway.rollouts rollouts_settings_not_null NOT NULL settings
 device_gateway.rollouts rollouts_settings_size CHECK ((octet_length((settings)::text) <= 4096)) NOT VALID
+device_gateway.rollouts rollouts_site_companies TRIGGER DEFERRABLE INITIALLY DEFERRED
+device_gateway.rollouts rollouts_site_companies_not_null NOT NULL site_companies
 device_gateway.rollouts rollouts_state_check CHECK ((state = ANY (ARRAY['active'::text, 'paused'::text, 'completed'::text, 'cancelled'::text, 'rolled_back'::text])))
 device_gateway.rollouts rollouts_state_not_null NOT NULL state
 device_gateway.rollouts rollouts_success_share_check CHECK (((success_share >= (0)::double precision) AND (success_share <= (1)::double precision)))
 device_gateway.rollouts rollouts_success_share_not_null NOT NULL success_share
-device_gateway.rollouts rollouts_site_companies TRIGGER DEFERRABLE INITIALLY DEFERRED
-device_gateway.rollouts rollouts_site_companies_not_null NOT NULL site_companies
 device_gateway.rollouts rollouts_targets_not_null NOT NULL targets
 device_gateway.rollouts rollouts_tokens_not_null NOT NULL tokens
 device_gateway.rollouts rollouts_updated_at_not_null NOT NULL updated_at
@@ -861,14 +865,17 @@ BEGIN
   -- p_limit of them; the update and the call's commit release them.
   WITH l AS (
     SELECT d.device_id FROM device_gateway.device_delivery d
-    WHERE d.device_id > coalesce(p_after, '') AND cardinality(d.observed_by) > 0
-      AND NOT (d.observed_by <@ alive)
+    WHERE d.device_id > coalesce(p_after, '')
+      AND ((cardinality(d.observed_by) > 0 AND NOT (d.observed_by <@ alive))
+        OR (cardinality(d.observed_unauthenticated_by) > 0 AND NOT (d.observed_unauthenticated_by <@ alive)))
     ORDER BY d.device_id
     LIMIT greatest(p_limit, 1)
     FOR UPDATE
   ), u AS (
     UPDATE device_gateway.device_delivery t
-    SET observed_by = ARRAY(SELECT o FROM unnest(t.observed_by) o WHERE o = ANY (alive))
+    SET observed_by = ARRAY(SELECT o FROM unnest(t.observed_by) o WHERE o = ANY (alive)),
+        observed_unauthenticated_by =
+          ARRAY(SELECT o FROM unnest(t.observed_unauthenticated_by) o WHERE o = ANY (alive))
     FROM l
     WHERE t.device_id = l.device_id
     RETURNING t.device_id
@@ -1132,6 +1139,11 @@ BEGIN
     observed_by = CASE WHEN cardinality(excluded.observed_by) > 0 AND NOT (p_replica = ANY (t.observed_by))
       THEN array_append(ARRAY(SELECT o FROM unnest(t.observed_by) o WHERE o = ANY (alive)), p_replica)
       ELSE t.observed_by END,
+    -- A relation that speaks here (a count above 0) ends this replica's entry among those whose relations do not
+    -- (0042); read only when that list is not empty, which it is for nearly every row.
+    observed_unauthenticated_by = CASE WHEN cardinality(t.observed_unauthenticated_by) = 0
+        OR cardinality(excluded.observed_by) = 0 THEN t.observed_unauthenticated_by
+      ELSE array_remove(t.observed_unauthenticated_by, p_replica) END,
     updated_at = now()
   -- A row that would change nothing is not written again (0010's rule, with the relation added): no new row
   -- version, index entries or WAL. It is still locked, in device order.
@@ -1151,15 +1163,25 @@ BEGIN
             IS DISTINCT FROM (t.acked_version, t.acked_content, t.acked_at, t.acked_by, t.acked_transport))
     OR excluded.heard_at > t.heard_at
     OR (t.heard_at IS NULL AND excluded.heard_at IS NOT NULL)
-    OR (cardinality(excluded.observed_by) > 0 AND NOT (p_replica = ANY (t.observed_by)));
+    OR (cardinality(excluded.observed_by) > 0 AND NOT (p_replica = ANY (t.observed_by)))
+    OR (cardinality(excluded.observed_by) > 0 AND p_replica = ANY (t.observed_unauthenticated_by));
   GET DIAGNOSTICS written = ROW_COUNT;
-  -- A count of 0: this replica no longer observes the device. Only when the batch has one (0 = ANY of NULL is
-  -- NULL); the rows were locked by the upsert above, in device order.
-  IF 0 = ANY (p_r) THEN
+  -- A count of 0: this replica has no relation to the device's settings; -1 (0042): none that speaks for the
+  -- device, and one that does not (plain CoAP for a keyed device). Either way it leaves observed_by, and is in
+  -- observed_unauthenticated_by for -1 only. Only when the batch has such a count (0 >= ANY of NULL is NULL);
+  -- the rows were locked by the upsert above, in device order (a row the upsert inserted starts with both
+  -- lists empty).
+  IF 0 >= ANY (p_r) THEN
     UPDATE device_gateway.device_delivery t
-    SET observed_by = array_remove(t.observed_by, p_replica), updated_at = now()
+    SET observed_by = array_remove(t.observed_by, p_replica),
+        observed_unauthenticated_by = CASE
+          WHEN b.r = 0 THEN array_remove(t.observed_unauthenticated_by, p_replica)
+          WHEN p_replica = ANY (t.observed_unauthenticated_by) THEN t.observed_unauthenticated_by
+          ELSE array_append(t.observed_unauthenticated_by, p_replica) END,
+        updated_at = now()
     FROM unnest(p_d, p_r) AS b(d, r)
-    WHERE b.r = 0 AND t.device_id = b.d AND p_replica = ANY (t.observed_by);
+    WHERE b.r <= 0 AND t.device_id = b.d
+      AND (p_replica = ANY (t.observed_by) OR (b.r < 0) <> (p_replica = ANY (t.observed_unauthenticated_by)));
   END IF;
   RETURN written;
 END $function$
@@ -1835,28 +1857,6 @@ AS $function$
 $function$
 OWNER <migrator> ACL <migrator>:EXECUTE COMMENT -
 
-CREATE OR REPLACE FUNCTION device_gateway.rollout_step(p_replica text, p_max_assign integer, p_judge boolean DEFAULT true, p_lag_ms integer DEFAULT 0)
- RETURNS jsonb
- LANGUAGE plpgsql
- SECURITY DEFINER
- SET search_path TO 'pg_catalog', 'pg_temp'
-AS $function$
-BEGIN
-  PERFORM device_gateway.rollout_writer_guard();
-  IF NOT EXISTS (SELECT 1 FROM device_gateway.rollout_driver
-                 WHERE holder = p_replica AND expires_at >= clock_timestamp())
-     OR NOT device_gateway.rollout_replica_up(p_replica) THEN
-    RETURN jsonb_build_object('driver', false);
-  END IF;
-  RETURN device_gateway.rollout_step_body(p_replica, p_max_assign, p_judge, p_lag_ms);
-END $function$
-OWNER <migrator> ACL <migrator>:EXECUTE,device_gateway_login:EXECUTE COMMENT -
-
-CREATE OR REPLACE FUNCTION device_gateway.rollout_step_body(p_replica text, p_max_assign integer, p_judge boolean DEFAULT true, p_lag_ms integer DEFAULT 0)
- RETURNS jsonb
- LANGUAGE plpgsql
- SECURITY DEFINER
- SET search_path TO 'pg_catalog', 'pg_temp'
 CREATE OR REPLACE FUNCTION device_gateway.rollout_sites_of(p_rollout uuid)
  RETURNS uuid[]
  LANGUAGE sql
@@ -1881,6 +1881,28 @@ AS $function$
 $function$
 OWNER <migrator> ACL <migrator>:EXECUTE COMMENT -
 
+CREATE OR REPLACE FUNCTION device_gateway.rollout_step(p_replica text, p_max_assign integer, p_judge boolean DEFAULT true, p_lag_ms integer DEFAULT 0)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+BEGIN
+  PERFORM device_gateway.rollout_writer_guard();
+  IF NOT EXISTS (SELECT 1 FROM device_gateway.rollout_driver
+                 WHERE holder = p_replica AND expires_at >= clock_timestamp())
+     OR NOT device_gateway.rollout_replica_up(p_replica) THEN
+    RETURN jsonb_build_object('driver', false);
+  END IF;
+  RETURN device_gateway.rollout_step_body(p_replica, p_max_assign, p_judge, p_lag_ms);
+END $function$
+OWNER <migrator> ACL <migrator>:EXECUTE,device_gateway_login:EXECUTE COMMENT -
+
+CREATE OR REPLACE FUNCTION device_gateway.rollout_step_body(p_replica text, p_max_assign integer, p_judge boolean DEFAULT true, p_lag_ms integer DEFAULT 0)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 DECLARE
   d device_gateway.rollout_driver%ROWTYPE;
@@ -2078,16 +2100,6 @@ BEGIN
 END $function$
 OWNER <migrator> ACL <migrator>:EXECUTE COMMENT -
 
-CREATE OR REPLACE FUNCTION device_gateway.touch_updated_at()
- RETURNS trigger
- LANGUAGE plpgsql
- SET search_path TO 'pg_catalog'
-AS $function$
-BEGIN
-  NEW.updated_at := now();
-  RETURN NEW;
-END $function$
-OWNER <migrator> ACL <migrator>:EXECUTE COMMENT -
 CREATE OR REPLACE FUNCTION device_gateway.rollouts_stamp_site_companies()
  RETURNS trigger
  LANGUAGE plpgsql
@@ -2102,3 +2114,13 @@ BEGIN
 END $function$
 OWNER <migrator> ACL <migrator>:EXECUTE COMMENT -
 
+CREATE OR REPLACE FUNCTION device_gateway.touch_updated_at()
+ RETURNS trigger
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog'
+AS $function$
+BEGIN
+  NEW.updated_at := now();
+  RETURN NEW;
+END $function$
+OWNER <migrator> ACL <migrator>:EXECUTE COMMENT -

@@ -20,6 +20,7 @@ export const deliveryStates = [
   'acknowledged',
   'pending',
   'sent_unconfirmed',
+  'observed_unauthenticated',
   'unobserved',
   'stale',
 ] as const;
@@ -137,12 +138,22 @@ export const deviceDeliverySchema = {
   description: 'The delivery record (design §3.8); versions are document versions (settings `version`).',
   type: 'object',
   additionalProperties: false,
-  required: ['state', 'desired', 'sent', 'acknowledged', 'reported', 'heard_at', 'observed_by', 'updated_at'],
+  required: [
+    'state',
+    'desired',
+    'sent',
+    'acknowledged',
+    'reported',
+    'heard_at',
+    'observed_by',
+    'observed_unauthenticated_by',
+    'updated_at',
+  ],
   properties: {
     state: {
-      enum: [...deliveryStates, 'observed_unauthenticated'],
+      enum: deliveryStates,
       description:
-        'design §3.8; the device view says observed_unauthenticated where the record says unobserved and a replica holds a relation that cannot speak for the device (plain CoAP for a keyed device)',
+        'design §3.8; observed_unauthenticated: no relation that speaks for the device, and a replica holds one that cannot (plain CoAP for a keyed device)',
     },
     desired: {
       type: 'object',
@@ -235,7 +246,13 @@ export const deviceDeliverySchema = {
     observed_by: {
       type: 'array',
       items: { type: 'string' },
-      description: 'replicas holding a relation to its settings',
+      description: 'replicas holding a relation to its settings that speaks for the device',
+    },
+    observed_unauthenticated_by: {
+      type: 'array',
+      items: { type: 'string' },
+      description:
+        'replicas holding relations to its settings none of which speaks for the device (plain CoAP for a keyed device)',
     },
     updated_at: timestamp,
   },

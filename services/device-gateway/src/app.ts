@@ -38,7 +38,7 @@ import {
   registerGatewayMetrics,
   registerRolloutMetrics,
 } from './metrics.js';
-import { DeliveryRecorder, type DeliveryWriter } from './delivery/recorder.js';
+import { DeliveryRecorder, UNAUTHENTICATED_ONLY, type DeliveryWriter } from './delivery/recorder.js';
 import { DatabaseClock } from './delivery/db-clock.js';
 import { ReportWriter, reportBatchWriter } from './delivery/reports.js';
 import { deliveryWriter, inspectStore } from './delivery/sql.js';
@@ -220,7 +220,11 @@ export function buildApp(deps: GatewayDeps): GatewayApp {
         logger: logger.child({ component: 'delivery' }),
         flushMs: config.delivery.flushMs,
         writers: config.delivery.writers,
-        relationsOf: (deviceId) => coap.settingsRelationsOf(deviceId, dtlsOnly(deviceId)),
+        relationsOf: (deviceId) => {
+          if (!dtlsOnly(deviceId)) return coap.settingsRelationsOf(deviceId);
+          const speaking = coap.settingsRelationsOf(deviceId, true);
+          return speaking > 0 || coap.settingsRelationsOf(deviceId) === 0 ? speaking : UNAUTHENTICATED_ONLY;
+        },
         trusts: (deviceId, transport) => transport === 'dtls' || !dtlsOnly(deviceId),
         ...(dbClock === undefined ? {} : { clock: dbClock }),
       })

@@ -362,8 +362,8 @@ describe('where a setting went, across two replicas', () => {
     expect(partA.relations).toEqual([
       expect.objectContaining({ transport: 'plain', speaks_for_device: false }),
     ]);
-    // The fleet list reads the record, where only relations that speak for the device count.
-    const listed = await get(b, '/api/devices?delivery=unobserved');
+    // The fleet list reads the record, which knows the plain relation (migration 0042): not unobserved.
+    const listed = await get(b, '/api/devices?delivery=observed_unauthenticated');
     expect((listed.body.items as { device_id: string }[]).map((i) => i.device_id)).toContain(DTLS);
     await impostor.close();
   });

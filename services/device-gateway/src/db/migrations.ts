@@ -43,6 +43,7 @@ import { busTurnOnWriteMigration } from './bus-turn-on-write-migration.js';
 import { rolloutSiteCompaniesMigration } from './rollout-site-companies-migration.js';
 import { tempFileLimitMigration } from './temp-file-limit-migration.js';
 import { auditStampsMigration } from './audit-stamps-migration.js';
+import { deliveryUnauthenticatedMigration } from './delivery-unauthenticated-migration.js';
 
 /** The read-only login the running gateway uses (design §4.2): SELECT on its registry, nothing else. */
 export const GATEWAY_LOGIN_ROLE = 'device_gateway_login';
@@ -189,6 +190,7 @@ export function gatewayMigrationsWith(loginPassword: string): MigrationSet {
       '0039_bus_turn_on_write': busTurnOnWriteMigration,
       '0040_temp_file_limit': tempFileLimitMigration,
       '0041_rollout_site_companies': rolloutSiteCompaniesMigration,
+      '0042_delivery_unauthenticated': deliveryUnauthenticatedMigration,
     },
   };
 }

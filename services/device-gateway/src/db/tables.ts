@@ -54,6 +54,8 @@ export interface DeviceDeliveryTable {
   acked_transport: 'plain' | 'dtls' | null;
   heard_at: Date | null;
   observed_by: string[];
+  /** Replicas whose relations to the device's settings include none that speaks for it, but one (migration 0042). */
+  observed_unauthenticated_by: string[];
   /** The device's own word (migration 0023): what it did with `reported_version`. */
   reported_version: string | null;
   reported_content: string | null;
@@ -67,9 +69,16 @@ export interface DeviceDeliveryTable {
   updated_at: Date;
 }
 
-/** Where a device's delivery stands (migration 0023 derives it in the row; design §3.8). */
+/** Where a device's delivery stands (migrations 0023 and 0042 derive it in the row; design §3.8). */
 export type DeliveryState =
-  'applied' | 'rejected' | 'acknowledged' | 'pending' | 'sent_unconfirmed' | 'unobserved' | 'stale';
+  | 'applied'
+  | 'rejected'
+  | 'acknowledged'
+  | 'pending'
+  | 'sent_unconfirmed'
+  | 'observed_unauthenticated'
+  | 'unobserved'
+  | 'stale';
 
 export interface GatewayDatabase {
   'device_gateway.device_delivery': DeviceDeliveryTable;

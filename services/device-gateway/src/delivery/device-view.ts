@@ -103,6 +103,7 @@ export function deliveryOf(
           },
     heard_at: iso(row.heard_at),
     observed_by: row.observed_by,
+    observed_unauthenticated_by: row.observed_unauthenticated_by,
     updated_at: iso(row.updated_at),
   };
 }
@@ -149,21 +150,6 @@ function markRelations(replicas: ReplicaPart[], speaks: (transport: string) => b
 }
 
 /**
- * The record's state, or `observed_unauthenticated` where the record says `unobserved` (no relation that speaks
- * for the device) and a replica lists a relation that cannot (plain CoAP for a keyed device): the device is
- * watched, but by a peer whose word does not count.
- */
-function viewState(record: string | undefined, replicas: ReplicaPart[]): string | undefined {
-  if (record !== 'unobserved') return record;
-  const unverified = replicas.some((part) =>
-    ((part as { relations?: { speaks_for_device?: boolean }[] }).relations ?? []).some(
-      (rel) => rel.speaks_for_device === false,
-    ),
-  );
-  return unverified ? 'observed_unauthenticated' : record;
-}
-
-/**
  * The device's delivery record within the view's deadline. The read's own statement and lock timeouts start
  * once it holds a connection, so views read one at a time (a read takes about a millisecond) and a view that
  * does not get its turn, or its answer, within the deadline (plus 250 ms) is 503 backend_unavailable without
@@ -200,7 +186,6 @@ export async function deviceView(deps: DeviceViewDeps, deviceId: string): Promis
   ]);
   const replicas = markRelations(parts, (transport) => deps.speaks(deviceId, transport));
   const delivery = deliveryOf(row, settings);
-  if (delivery !== null) delivery.state = viewState(row?.state, replicas);
   return {
     device: {
       device_id: record.deviceId,

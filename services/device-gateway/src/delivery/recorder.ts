@@ -54,6 +54,13 @@ export function monoNow(): number {
 export type DeliveryTransport = 'plain' | 'dtls';
 
 /**
+ * What `relationsOf` says of a device observed here only by relations that cannot speak for it (plain CoAP for a
+ * keyed device): written as the relation count -1, the record's state is then `observed_unauthenticated` unless
+ * another replica holds a relation that speaks (design §3.8).
+ */
+export const UNAUTHENTICATED_ONLY = -1;
+
+/**
  * Where the caller keeps a device's slot in the recorder (the observe layer: on the device's resource), so the
  * event needs no map lookup; checked against the device id, so a stale or foreign one only costs the lookup.
  */
@@ -149,6 +156,8 @@ export interface DeliveryRecorderOptions {
   /**
    * Relations to the device's settings on this replica that count (see `trusts`), read at the flush; whether
    * there are any is kept per device until its next relation event (registered, relationsChanged).
+   * UNAUTHENTICATED_ONLY when none counts but there is one that does not (the record's
+   * observed_unauthenticated_by, migration 0042).
    */
   relationsOf: (deviceId: string) => number;
   /**

@@ -281,8 +281,9 @@ database cannot be reached the answer is 503 with Retry-After and nothing was ap
         description: `Devices of the registry (enabled) with their delivery record (design §3.8), oldest desired change first
 (then by device id), paged by an opaque keyset cursor. Each device is in exactly one delivery state, the first
 that holds: applied or rejected (the device reported so for the desired settings, over CoAP), acknowledged (its
-CoAP stack acknowledged a confirmable notification of them; it has not reported), unobserved (no relation that
-speaks for it on any replica), pending (sent in a confirmable notification, no ACK yet), sent_unconfirmed (sent
+CoAP stack acknowledged a confirmable notification of them; it has not reported), observed_unauthenticated (no
+relation that speaks for it on any replica, but one that cannot: plain CoAP for a device with a key),
+unobserved (no relation to its settings on any replica), pending (sent in a confirmable notification, no ACK yet), sent_unconfirmed (sent
 in a NON notification or in the answer to its registration: it holds them unless the datagram was lost),
 stale (observed, and the desired settings have not been sent: it holds older ones). \`delivery\` takes several
 states (\`delivery=pending,stale\`) or not_applied (every state but applied); \`acknowledged_for_s=N\` keeps
