@@ -28,7 +28,7 @@ r device_gateway.rollout_events RLS false FORCE false OWNER <migrator> OPTIONS -
 r device_gateway.rollout_targets RLS false FORCE false OWNER <migrator> OPTIONS - ACL <migrator>:DELETE,<migrator>:INSERT,<migrator>:MAINTAIN,<migrator>:REFERENCES,<migrator>:SELECT,<migrator>:TRIGGER,<migrator>:TRUNCATE,<migrator>:UPDATE,device_gateway_login:SELECT COMMENT -
 r device_gateway.rollouts RLS false FORCE false OWNER <migrator> OPTIONS - ACL <migrator>:DELETE,<migrator>:INSERT,<migrator>:MAINTAIN,<migrator>:REFERENCES,<migrator>:SELECT,<migrator>:TRIGGER,<migrator>:TRUNCATE,<migrator>:UPDATE,device_gateway_login:SELECT COMMENT -
 
--- columns (142)
+-- columns (143)
 device_gateway.audit_events.action text NOT NULL ACL device_gateway_login:INSERT COMMENT -
 
 device_gateway.audit_events.at timestamp with time zone NOT NULL DEFAULT clock_timestamp() COMMENT -
@@ -293,6 +293,8 @@ device_gateway.rollouts.growth_factor double precision NOT NULL COMMENT -
 
 device_gateway.rollouts.halted_wave integer COMMENT -
 
+device_gateway.rollouts.handed_over text[] NOT NULL DEFAULT '{}'::text[] COMMENT The <site>/<company> pairs of its sites when the driver last paused it because a site changed company since its creation (0043); empty: never.
+
 device_gateway.rollouts.max_per_minute integer COMMENT -
 
 device_gateway.rollouts.patch boolean NOT NULL DEFAULT false COMMENT -
@@ -323,7 +325,7 @@ device_gateway.rollouts.updated_at timestamp with time zone NOT NULL DEFAULT now
 
 device_gateway.rollouts.waves integer NOT NULL COMMENT -
 
--- constraints (182)
+-- constraints (183)
 device_gateway.audit_events audit_events_action_check CHECK ((action ~ '^[a-z][a-z_.]{0,63}$'::text))
 device_gateway.audit_events audit_events_action_not_null NOT NULL action
 device_gateway.audit_events audit_events_at_not_null NOT NULL at
@@ -483,6 +485,7 @@ device_gateway.rollouts rollouts_first_wave_count_check CHECK (((first_wave_coun
 device_gateway.rollouts rollouts_first_wave_percent_check CHECK (((first_wave_percent > (0)::double precision) AND (first_wave_percent <= (100)::double precision)))
 device_gateway.rollouts rollouts_growth_factor_check CHECK (((growth_factor >= (1)::double precision) AND (growth_factor <= (100)::double precision)))
 device_gateway.rollouts rollouts_growth_factor_not_null NOT NULL growth_factor
+device_gateway.rollouts rollouts_handed_over_not_null NOT NULL handed_over
 device_gateway.rollouts rollouts_max_per_minute_check CHECK (((max_per_minute >= 1) AND (max_per_minute <= 100000000)))
 device_gateway.rollouts rollouts_patch_not_null NOT NULL patch
 device_gateway.rollouts rollouts_pkey PRIMARY KEY (rollout_id)
@@ -565,7 +568,7 @@ CREATE TRIGGER device_registry_touch BEFORE UPDATE ON device_gateway.device_regi
 -- view definitions (0)
 
 
--- functions (38)
+-- functions (39)
 CREATE OR REPLACE FUNCTION device_gateway.audit_events_append_only()
  RETURNS trigger
  LANGUAGE plpgsql
@@ -583,11 +586,26 @@ CREATE OR REPLACE FUNCTION device_gateway.audit_events_site_companies()
  SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
+DECLARE
+  v_kept text[] := '{}'::text[];
 BEGIN
   IF cardinality(NEW.site_ids) = 0 THEN
     NEW.site_companies := '{}'::text[];
   ELSIF cardinality(NEW.site_companies) = 0 THEN
-    NEW.site_companies := device_gateway.audit_site_companies_of(NEW.site_ids);
+    IF NEW.rollout_id IS NOT NULL THEN
+      SELECT ARRAY(SELECT p.pair FROM device_gateway.rollouts ro, unnest(ro.site_companies) AS p(pair)
+                   WHERE ro.rollout_id = NEW.rollout_id
+                     AND split_part(p.pair, '/', 1)::uuid = ANY (NEW.site_ids))
+      INTO v_kept;
+    END IF;
+    NEW.site_companies := ARRAY(
+      SELECT k.pair FROM unnest(v_kept) AS k(pair)
+      UNION
+      SELECT t.pair FROM unnest(device_gateway.audit_site_companies_of(ARRAY(
+          SELECT s.site FROM unnest(NEW.site_ids) AS s(site)
+          WHERE NOT EXISTS (SELECT 1 FROM unnest(v_kept) AS k(pair)
+                            WHERE split_part(k.pair, '/', 1)::uuid = s.site)))) AS t(pair)
+      ORDER BY 1);
   ELSIF cardinality(NEW.site_companies) > cardinality(NEW.site_ids) OR EXISTS (
       SELECT 1 FROM unnest(NEW.site_companies) AS p(pair)
       WHERE p.pair !~ '^[0-9a-f-]{36}/[0-9a-f-]{36}$'
@@ -1788,6 +1806,50 @@ BEGIN
   RETURN FOUND;
 END $function$
 OWNER <migrator> ACL <migrator>:EXECUTE COMMENT -
+
+CREATE OR REPLACE FUNCTION device_gateway.rollout_pause_handed_over(p_replica text)
+ RETURNS uuid[]
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+DECLARE
+  d device_gateway.rollout_driver%ROWTYPE;
+  r record;
+  v_actor text;
+  v_paused uuid[] := '{}'::uuid[];
+BEGIN
+  PERFORM device_gateway.rollout_writer_guard();
+  IF NOT device_gateway.rollout_replica_up(p_replica) THEN
+    RETURN v_paused;
+  END IF;
+  SELECT * INTO d FROM device_gateway.rollout_driver FOR UPDATE;
+  IF d.holder IS DISTINCT FROM p_replica OR d.expires_at < clock_timestamp() THEN
+    RETURN v_paused;
+  END IF;
+  v_actor := 'driver ' || p_replica || ' term ' || d.term;
+  FOR r IN
+    SELECT ro.rollout_id, ro.current_wave, now_.pairs
+    FROM device_gateway.rollouts ro,
+      LATERAL (SELECT device_gateway.audit_site_companies_of(device_gateway.rollout_sites_of(ro.rollout_id))
+               AS pairs) now_
+    WHERE ro.state = 'active' AND cardinality(ro.site_companies) > 0
+      AND NOT (now_.pairs <@ (ro.site_companies || ro.handed_over))
+    ORDER BY ro.seq
+    FOR UPDATE OF ro
+  LOOP
+    UPDATE device_gateway.rollouts
+    SET state = 'paused', handed_over = r.pairs, updated_at = now(),
+        reason = 'a site it reaches was handed to another company since its creation'
+    WHERE rollout_id = r.rollout_id AND state = 'active';
+    CONTINUE WHEN NOT FOUND;
+    INSERT INTO device_gateway.rollout_events (rollout_id, kind, wave, actor, detail)
+    VALUES (r.rollout_id, 'paused', r.current_wave, v_actor, 'a site it reaches was handed to another company');
+    v_paused := v_paused || r.rollout_id;
+  END LOOP;
+  RETURN v_paused;
+END $function$
+OWNER <migrator> ACL <migrator>:EXECUTE,device_gateway_login:EXECUTE COMMENT -
 
 CREATE OR REPLACE FUNCTION device_gateway.rollout_registry_deleted()
  RETURNS trigger

@@ -44,6 +44,7 @@ import { rolloutSiteCompaniesMigration } from './rollout-site-companies-migratio
 import { tempFileLimitMigration } from './temp-file-limit-migration.js';
 import { auditStampsMigration } from './audit-stamps-migration.js';
 import { deliveryUnauthenticatedMigration } from './delivery-unauthenticated-migration.js';
+import { rolloutHandoverMigration } from './rollout-handover-migration.js';
 
 /** The read-only login the running gateway uses (design §4.2): SELECT on its registry, nothing else. */
 export const GATEWAY_LOGIN_ROLE = 'device_gateway_login';
@@ -191,6 +192,7 @@ export function gatewayMigrationsWith(loginPassword: string): MigrationSet {
       '0040_temp_file_limit': tempFileLimitMigration,
       '0041_rollout_site_companies': rolloutSiteCompaniesMigration,
       '0042_delivery_unauthenticated': deliveryUnauthenticatedMigration,
+      '0043_rollout_handover': rolloutHandoverMigration,
     },
   };
 }

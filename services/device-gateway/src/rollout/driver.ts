@@ -12,6 +12,7 @@ import {
   deliveryLagMs,
   driverDecisions,
   lastAuditedDriverEvent,
+  pauseHandedOver,
   rolloutSites,
   releaseLease,
   rolloutCounts,
@@ -78,6 +79,8 @@ export class RolloutDriver {
   private audited: string | null | undefined;
   /** What the last judging step found of the record's lag, when it was not usable (warned once a streak). */
   private lagTrouble: 'unreadable' | 'too-far' | undefined;
+  /** The last handover check failed (logged once a streak). */
+  private handoverTrouble = false;
   readonly stats: DriverStats = { steps: 0, assigned: 0, failures: 0, terms: 0 };
   /** Open rollouts by state (and aborted), as the driver last read them; empty on other replicas. */
   counts: { state: RolloutState; aborted: boolean; n: number }[] = [];
@@ -169,9 +172,10 @@ export class RolloutDriver {
   }
 
   /**
-   * Audits the driver's own halts (paused by the success criterion, aborted by the abort criterion) and
-   * completions since the last audited one (issue 42 §4), as `driver`, each row with its rollout event's id;
-   * at most DECISIONS_AUDITED a tick. A failure is logged and tried again at the next tick; the step stands.
+   * Audits the driver's own halts (paused by the success criterion or for a site handed to another company,
+   * aborted by the abort criterion) and completions since the last audited one (issue 42 §4), as `driver`, each
+   * row with its rollout event's id; at most DECISIONS_AUDITED a tick. A failure is logged and tried again at the
+   * next tick; the step stands.
    */
   private async auditDecisions(): Promise<void> {
     const { db, logger } = this.options;
@@ -197,6 +201,32 @@ export class RolloutDriver {
       logger.error('rollout driver: audit of its decisions not written; trying again at the next tick', {
         error: errorMessage(err),
       });
+    }
+  }
+
+  /**
+   * Pauses the active rollouts that reach a site the portal handed to another company since their creation
+   * (design §3.9, migration 0043): neither company's scoped operators can see such a rollout (0041), so it must not
+   * go on by itself; an unscoped operator resumes or cancels it. Before the step, so it assigns no further device;
+   * the pauses are the driver's halts, audited with the others. A failure (a timeout, the code rolled before 0043)
+   * is logged once a streak and the step goes on: the check is tried again at the next tick.
+   */
+  private async pauseHandedOver(): Promise<void> {
+    const { db, replica, logger } = this.options;
+    try {
+      const paused = await pauseHandedOver(db, replica);
+      this.handoverTrouble = false;
+      if (paused.length > 0)
+        logger.warn('rollout driver: paused rollouts that reach a site handed to another company', {
+          rollout_ids: paused,
+        });
+    } catch (err) {
+      if (!this.handoverTrouble)
+        logger.error(
+          'rollout driver: the check for sites handed to another company failed; stepping anyway',
+          { error: errorMessage(err) },
+        );
+      this.handoverTrouble = true;
     }
   }
 
@@ -226,6 +256,7 @@ export class RolloutDriver {
       // The steps of a busy streak (a full batch assigned, the next step at once) only assign; the step after
       // it, a tick later, reads the outcomes.
       const judge = !this.busy;
+      await this.pauseHandedOver();
       const lagMs = judge ? await this.recordAllowance() : this.options.recordLagMs;
       const result = await step(db, replica, this.options.maxAssign, judge, lagMs);
       this.stats.steps++;

@@ -49,7 +49,7 @@ export class NoTargetsError extends Error {
 
 /**
  * The rollout would share devices with an open (active or paused) one: named, unless the caller may not see it
- * (undefined: it reaches sites outside the caller's scope, names.ts).
+ * (undefined: names.ts).
  */
 export class RolloutOverlapError extends Error {
   constructor(
@@ -61,10 +61,14 @@ export class RolloutOverlapError extends Error {
   }
 }
 
-/** An open rollout in a message: by id, or, outside the caller's scope, without it. */
+/**
+ * An open rollout in a message: by id, or, when the caller may not see it, without it. Such a rollout reaches sites
+ * outside the caller's scope, or was created while one of its sites belonged to another company (design §3.9): only
+ * an unscoped principal sees it.
+ */
 export function openRollout(id: string | undefined): string {
   return id === undefined
-    ? 'an open rollout that also reaches sites outside your scope (an operator of those sites can pause, cancel or roll it back)'
+    ? 'an open rollout that also reaches sites outside your scope, or was created while one of its sites belonged to another company (you may not see it; an unscoped operator can pause, cancel or roll it back)'
     : `the open rollout ${id}`;
 }
 

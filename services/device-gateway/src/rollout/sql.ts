@@ -264,6 +264,18 @@ export interface StepResult {
 }
 
 /**
+ * Pauses, as the driver, each active rollout that reaches a site the portal handed to another company since its
+ * creation (migration 0043: its sites' companies now are not all among those 0041 stamped at its creation, nor among
+ * those an earlier such pause accepted); the ids paused. Checks the lease as `rollout_step` does (none when this
+ * replica does not hold it). Its `paused` events are the driver's, audited with its other halts (driverDecisions).
+ */
+export async function pauseHandedOver(db: Db, replica: string): Promise<string[]> {
+  const { rows } = await sql<{ ids: string[] }>`
+    SELECT device_gateway.rollout_pause_handed_over(${replica})::text[] AS ids`.execute(db);
+  return rows[0]?.ids ?? [];
+}
+
+/**
  * `judge`: read outcomes from the delivery record in this step (not within a busy streak, design §3.9).
  * `lagMs`: how far the delivery record may lag a device; no device is judged failed before its deadline plus this.
  */
