@@ -87,6 +87,13 @@ export const PINNED_SESSION_OPTIONS = [
   // role it may SET ROLE to as a default: the gateway's login made every later session run as
   // pg_use_reserved_connections, refused everything in its schema (eleventh cold review). The login itself, always.
   '-c role=none',
+  // PL/pgSQL's settings are custom (`plpgsql.*`) until it loads, so the reset leaves them; a login may give them to
+  // itself. The gateway's definer functions are written for PostgreSQL's defaults (print_strict_params would also
+  // put a STRICT failure's parameters into its error message); pinned to them (twelfth cold review's hardening).
+  '-c plpgsql.variable_conflict=error',
+  '-c plpgsql.extra_errors=none',
+  '-c plpgsql.extra_warnings=none',
+  '-c plpgsql.print_strict_params=off',
 ].join(' ');
 
 /**
