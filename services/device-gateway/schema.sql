@@ -293,7 +293,7 @@ device_gateway.rollouts.growth_factor double precision NOT NULL COMMENT -
 
 device_gateway.rollouts.halted_wave integer COMMENT -
 
-device_gateway.rollouts.handed_over text[] NOT NULL DEFAULT '{}'::text[] COMMENT The <site>/<company> pairs of its sites when the driver last paused it because a site changed company since its creation (0043); empty: never.
+device_gateway.rollouts.handed_over text[] NOT NULL DEFAULT '{}'::text[] COMMENT The <site>/<company> pairs of its stamped sites when the driver last paused it because one of them changed company (0043); empty: never.
 
 device_gateway.rollouts.max_per_minute integer COMMENT -
 
@@ -1831,8 +1831,8 @@ BEGIN
   FOR r IN
     SELECT ro.rollout_id, ro.current_wave, now_.pairs
     FROM device_gateway.rollouts ro,
-      LATERAL (SELECT device_gateway.audit_site_companies_of(device_gateway.rollout_sites_of(ro.rollout_id))
-               AS pairs) now_
+      LATERAL (SELECT device_gateway.audit_site_companies_of(ARRAY(
+                 SELECT split_part(p.pair, '/', 1)::uuid FROM unnest(ro.site_companies) AS p(pair))) AS pairs) now_
     WHERE ro.state = 'active' AND cardinality(ro.site_companies) > 0
       AND NOT (now_.pairs <@ (ro.site_companies || ro.handed_over))
     ORDER BY ro.seq

@@ -265,8 +265,8 @@ export interface StepResult {
 
 /**
  * Pauses, as the driver, each active rollout that reaches a site the portal handed to another company since its
- * creation (migration 0043: its sites' companies now are not all among those 0041 stamped at its creation, nor among
- * those an earlier such pause accepted); the ids paused. Checks the lease as `rollout_step` does (none when this
+ * creation (migration 0043: a site it reached or named then belongs now to a company that is neither the one 0041
+ * stamped for it nor one an earlier such pause accepted); the ids paused. Checks the lease as `rollout_step` does (none when this
  * replica does not hold it). Its `paused` events are the driver's, audited with its other halts (driverDecisions).
  */
 export async function pauseHandedOver(db: Db, replica: string): Promise<string[]> {
