@@ -24,11 +24,12 @@ const BOREALIS_OPS = 'handover-borealis-ops-key-0123456789';
 const ACME = demoCompanies.acme.id;
 const BOREALIS = demoCompanies.borealis.id;
 const HQ = demoSites.acmeHq.id;
-/** Acme's sites of this file: the gate and the lot are handed to Borealis, the field later. */
+/** Acme's sites of this file, each handed to Borealis by one of the tests. */
 const GATE = '5e000000-0000-4000-8000-00000000a0e1';
 const FIELD = '5e000000-0000-4000-8000-00000000a0e2';
 const LOT = '5e000000-0000-4000-8000-00000000a0e3';
-const SITES = { gate: GATE, field: FIELD, lot: LOT } as const;
+const YARD = '5e000000-0000-4000-8000-00000000a0e4';
+const SITES = { gate: GATE, field: FIELD, lot: LOT, yard: YARD } as const;
 const REASON = 'a site it reaches was handed to another company since its creation';
 
 let owner: Kysely<GatewayDatabase>;
@@ -50,7 +51,8 @@ beforeAll(async () => {
       await sql`INSERT INTO enterprise.sites (id, company_id, name, timezone)
         VALUES (${GATE}::uuid, ${ACME}::uuid, 'Acme gate (handover)', 'Europe/Oslo'),
           (${FIELD}::uuid, ${ACME}::uuid, 'Acme field (handover)', 'Europe/Oslo'),
-          (${LOT}::uuid, ${ACME}::uuid, 'Acme lot (handover)', 'Europe/Oslo')`.execute(o);
+          (${LOT}::uuid, ${ACME}::uuid, 'Acme lot (handover)', 'Europe/Oslo'),
+          (${YARD}::uuid, ${ACME}::uuid, 'Acme yard (handover)', 'Europe/Oslo')`.execute(o);
       await o
         .insertInto('device_gateway.device_registry')
         .values(
@@ -225,6 +227,21 @@ describe('a rollout reaching a site the portal hands to another company', () => 
     await app.rollouts.driver.tick();
     expect((await rolloutRow(lot)).state).toBe('paused');
     expect(await act(olga, lot, 'cancel')).toBe(200);
+  });
+
+  it("a rollout its operator paused stays paused through the handover; an unscoped operator's resume is met by the driver's pause once", async () => {
+    const yard = await create(ACME_OPS, [YARD], ['handover-yard-01']);
+    expect(await act(ACME_OPS, yard, 'pause')).toBe(200);
+    await handOver(YARD);
+    await app.rollouts.driver.tick();
+    expect(await rolloutRow(yard)).toMatchObject({ state: 'paused', reason: 'paused by an operator' });
+    expect(await act(olga, yard, 'resume')).toBe(200);
+    await app.rollouts.driver.tick();
+    expect(await rolloutRow(yard)).toMatchObject({ state: 'paused', reason: REASON });
+    expect(await act(olga, yard, 'resume')).toBe(200);
+    await app.rollouts.driver.tick();
+    expect((await rolloutRow(yard)).state).toBe('active');
+    expect(await act(olga, yard, 'cancel')).toBe(200);
   });
 });
 
