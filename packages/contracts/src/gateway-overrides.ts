@@ -5,10 +5,14 @@ import { deviceIdSchema } from './gateway.js';
 const timestamp = { type: 'string', format: 'date-time' } as const;
 const layerSource = { enum: ['override', 'rollout', 'registry'] } as const;
 
-/** In place of `rollout_id`: the rollout reaches sites outside the caller's scope, and is not named to it. */
+/**
+ * In place of `rollout_id`: the rollout reaches sites outside the caller's scope, or was created while one of its sites
+ * belonged to another company, and is not named to it.
+ */
 const rollout_outside_scope = {
   const: true,
-  description: "in place of rollout_id: the rollout also reaches sites outside the caller's scope",
+  description:
+    "in place of rollout_id: the rollout also reaches sites outside the caller's scope, or was created while one of its sites belonged to another company",
 } as const;
 
 /** What a layer hides or what hides it: a source and, for a rollout's assignment, the rollout. */

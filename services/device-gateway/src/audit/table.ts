@@ -16,8 +16,10 @@ export type AuditEventsTable = {
   rollout_id: string | null;
   site_ids: string[];
   /**
-   * `<site id>/<company id>` of each site at the change: the queue's stamp (audit/queue.ts), else the database's at
-   * the insert (migrations 0037, 0038; only pairs of the row's own sites are taken).
+   * `<site id>/<company id>` of each site at the change: the change's own (read at the change for a caller scoped by
+   * companies, sites/confirm.ts), else the queue's stamp (audit/queue.ts), else the database's at the insert: the
+   * rollout's own pairs for a row about a rollout (0043), the sites' companies now otherwise (0037, 0038; only pairs
+   * of the row's own sites are taken).
    */
   site_companies: ColumnType<string[], string[] | undefined, never>;
   /** JSON text on insert, an object on select. */
