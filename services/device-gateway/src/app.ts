@@ -374,7 +374,14 @@ export function buildApp(deps: GatewayDeps): GatewayApp {
   addRoutes(
     http,
     overrideRoutes(
-      { state, bus, db: deps.db, sites: () => registry.sites, audit: auditQueue },
+      {
+        state,
+        bus,
+        db: deps.db,
+        sites: () => registry.sites,
+        audit: auditQueue,
+        refreshSites: () => void registry.refreshSites(),
+      },
       apiKeyStep(apiKey),
     ),
   );

@@ -121,14 +121,23 @@ export class RegistryLoader {
   }
 
   /**
+   * The platform's sites read now, and held (the newest read wins); rejects with the database's error. A change that
+   * must not rest on a catalogue up to GATEWAY_SITES_REFRESH_MS old reads them so (sites/confirm.ts).
+   */
+  async sitesNow(): Promise<SiteCatalogue> {
+    const read = ++this.sitesReads;
+    const { catalogue } = await loadSites(this.deps.db);
+    this.takeSites(read, catalogue);
+    return catalogue;
+  }
+
+  /**
    * Re-reads the platform's sites now (the timer's read; also when a change found the catalogue out of date,
    * sites/confirm.ts). Never rejects: a failed read keeps the catalogue and is logged once until a read succeeds.
    */
   async refreshSites(): Promise<void> {
-    const read = ++this.sitesReads;
     try {
-      const { catalogue } = await loadSites(this.deps.db);
-      this.takeSites(read, catalogue);
+      await this.sitesNow();
       if (this.sitesRefreshFailing) this.deps.logger?.warn('platform sites read again', {});
       this.sitesRefreshFailing = false;
     } catch (err) {

@@ -1,4 +1,4 @@
-import type { SecretSet } from '@platform/service-kit';
+import { mapDbError, type SecretSet } from '@platform/service-kit';
 import type { Kysely } from 'kysely';
 import type { ReplicaPart } from './cluster/inspect.js';
 import type { GatewayDatabase } from './db/tables.js';
@@ -126,6 +126,13 @@ export class GatewayService {
    */
   confirmSites(principal: Principal, siteIds: readonly string[]): Promise<Confirmation> {
     return confirmCompanies(this.deps.db, principal, siteIds, () => void this.deps.registry.refreshSites());
+  }
+
+  /** The platform's sites read now (and held); a database error is the API's problem (503). */
+  sitesNow(): Promise<SiteCatalogue> {
+    return this.deps.registry.sitesNow().catch((err: unknown) => {
+      throw mapDbError(err);
+    });
   }
 
   /** The site of a device of this replica's registry (undefined: not in it). */

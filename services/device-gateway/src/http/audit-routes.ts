@@ -72,7 +72,13 @@ export function auditRoutes(
     if (filters.device_id !== undefined) q = q.where('a.device_id', '=', filters.device_id);
     if (filters.rollout_id !== undefined) {
       q = q.where('a.rollout_id', '=', filters.rollout_id);
-      if (allowed !== null) q = q.where(sql<boolean>`a.site_ids <@ ${allowed}::uuid[]`);
+      // Every site of the row the reader's, with the company it had then (fifth cold review: a row of a rollout
+      // the reader may not see, whose site changed company, confirmed that the rollout exists).
+      if (allowed !== null)
+        q = q.where(
+          sql<boolean>`a.site_ids <@ ${allowed}::uuid[]
+            AND (cardinality(a.site_companies) = 0 OR a.site_companies <@ ${[...owned!]}::text[])`,
+        );
     }
     if (filters.since !== undefined) q = q.where(sql<boolean>`a.at >= ${filters.since}::timestamptz`);
     if (filters.until !== undefined) q = q.where(sql<boolean>`a.at < ${filters.until}::timestamptz`);

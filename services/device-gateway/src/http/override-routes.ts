@@ -39,6 +39,8 @@ export interface OverrideRouteDeps {
   sites: () => SiteCatalogue;
   /** Where the clears' audit rows are queued. */
   audit: AuditQueue;
+  /** Reads the platform's sites again (a clear found the catalogue out of date, sites/confirm.ts). */
+  refreshSites?: () => void;
 }
 
 type OverridePage = Awaited<ReturnType<Overrides['list']>>;
@@ -75,7 +77,9 @@ export function overrideRoutes(
     if (siteId === undefined)
       throw new DomainError('unknown_device', `Device ${raw} is unknown or disabled.`);
     // A caller scoped by companies: its company's site now, not as the catalogue last read it (sites/confirm.ts).
-    const confirmed = await confirmCompanies(deps.db, principalOf(res), [siteId], () => undefined);
+    const confirmed = await confirmCompanies(deps.db, principalOf(res), [siteId], () =>
+      deps.refreshSites?.(),
+    );
     if (confirmed.kind === 'outside')
       throw new DomainError('unknown_device', `Device ${raw} is unknown or disabled.`);
     deps.audit.requireRoom();

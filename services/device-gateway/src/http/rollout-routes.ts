@@ -109,7 +109,13 @@ export function rolloutRoutes(
     (action: RolloutAction): RequestHandler =>
     async (req, res) => {
       const id = rolloutId(req);
-      const outcome = await service.rollouts.control(id, action, caller(req, res)).catch(rolloutProblem);
+      // A caller scoped by companies acts on the companies' sites of now, not on a catalogue up to
+      // GATEWAY_SITES_REFRESH_MS old (fifth cold review of issue 42: the old company paused, resumed and cancelled a
+      // rollout on a site just handed to another company, and its resume stood past the driver's pause).
+      const sites = principalOf(res).companies === null ? service.sites : await service.sitesNow();
+      const outcome = await service.rollouts
+        .control(id, action, { origin: auditOrigin(req, res), sites })
+        .catch(rolloutProblem);
       req.log.info(`rollout ${action}`, { rollout_id: id, state: outcome.state, returned: outcome.returned });
       res.json({ rollout_id: id, state: outcome.state, devices_returned: outcome.returned });
     };
