@@ -259,7 +259,7 @@ async function main(): Promise<void> {
     `  observe a device:    coap-client-openssl -m get -s 60 -u '${deviceKey.identity}' -k '${deviceKey.keyText}' coaps://${localHost}:${ports.gatewayCoaps}/devices/acme-hq-hvac-01/settings`,
     `    (no DTLS client:   coap-client-notls -m get -s 60 coap://${localHost}:${ports.gatewayCoap}/devices/acme-hq-hvac-01/settings`,
     '                       reads the settings, but this device has a key: a plain observer does not count as delivered',
-    '                       (the device view says observed_unauthenticated) and cannot report for it; design §3.8)',
+    '                       (the device view and fleet list say observed_unauthenticated) and cannot report for it; design §3.8)',
     `  report it applied:   coap-client-openssl -m post -t json -e '{"version":<the settings' version>,"outcome":"applied"}' -u '${deviceKey.identity}' -k '${deviceKey.keyText}' coaps://${localHost}:${ports.gatewayCoaps}/devices/acme-hq-hvac-01/reported`,
     `  where it stands:     curl -H 'Authorization: Bearer ${apiKeyFromEnv ? '<a key of GATEWAY_API_KEYS>' : devSecrets.gatewayApiKey}' ${gatewayUrl}/api/devices/acme-hq-hvac-01   (delivery.state; runbook §13)`,
     databaseFromEnv
