@@ -109,10 +109,11 @@ export function rolloutRoutes(
     (action: RolloutAction): RequestHandler =>
     async (req, res) => {
       const id = rolloutId(req);
-      // A caller scoped by companies acts on the companies' sites of now, not on a catalogue up to
-      // GATEWAY_SITES_REFRESH_MS old (fifth cold review of issue 42: the old company paused, resumed and cancelled a
-      // rollout on a site just handed to another company, and its resume stood past the driver's pause).
-      const sites = principalOf(res).companies === null ? service.sites : await service.sitesNow();
+      // A scoped caller acts on the sites of now, not on a catalogue up to GATEWAY_SITES_REFRESH_MS old (fifth cold
+      // review of issue 42: the old company paused, resumed and cancelled a rollout on a site just handed to another
+      // company, and its resume stood past the driver's pause; the sixth: the site's own key did the same, since the
+      // rollout's pairs are compared for every scoped caller). Actions are rare: one read of the sites each.
+      const sites = principalOf(res).unscoped ? service.sites : await service.sitesNow();
       const outcome = await service.rollouts
         .control(id, action, { origin: auditOrigin(req, res), sites })
         .catch(rolloutProblem);
