@@ -52,9 +52,18 @@ const MAX_DETAIL_TEXT = 4000;
 /**
  * Writes rows in one statement. A detail is bounded where its size is known, as jsonb prints it: jsonb spells
  * numbers without exponents, so 1.8e308 from a caller's settings takes 309 bytes, and one such row past 0025's 4 KiB
- * check refused the whole batch (a cold review lost a burst of other callers' rows that way). A detail too long is
- * stored as {"truncated": true, "bytes": n}; the rest of the row stands.
+ * check refused the whole batch (a cold review lost a burst of other callers' rows that way). A detail too long keeps
+ * its scalar fields and its settings' scalar fields (maintenance mode, firmware channel, interval: what a change set;
+ * a sixth cold review hid them behind thresholds jsonb spells long) with {"truncated": true, "bytes": n}, or only
+ * the latter when even that is too long; the rest of the row stands.
  */
+/** The scalar fields of a jsonb object (SQL of the detail's alias `d.j`, constant text). */
+const scalarsOf = (json: string) =>
+  sql.raw(`coalesce((SELECT jsonb_object_agg(e.k, e.v) FROM jsonb_each(${json}) AS e(k, v)
+    WHERE jsonb_typeof(e.v) NOT IN ('object', 'array')), '{}'::jsonb)`);
+const SCALARS_OF_DETAIL = scalarsOf('d.j');
+const SCALARS_OF_SETTINGS = scalarsOf("d.j->'settings'");
+
 export async function insertAuditRows(db: Db, rows: readonly AuditRow[]): Promise<void> {
   if (rows.length === 0) return;
   await (db as unknown as Kysely<AuditDatabase>)
@@ -62,9 +71,14 @@ export async function insertAuditRows(db: Db, rows: readonly AuditRow[]): Promis
     .values(
       rows.map((r) => ({
         ...r,
-        detail: sql<string>`(CASE WHEN octet_length(${r.detail}::jsonb::text) <= ${MAX_DETAIL_TEXT}
-          THEN ${r.detail}::jsonb
-          ELSE jsonb_build_object('truncated', true, 'bytes', octet_length(${r.detail}::jsonb::text)) END)`,
+        detail: sql<string>`(SELECT CASE WHEN octet_length(d.j::text) <= ${MAX_DETAIL_TEXT} THEN d.j
+          ELSE (SELECT CASE WHEN octet_length(a.x::text) <= ${MAX_DETAIL_TEXT} THEN a.x ELSE a.mark END
+                FROM (SELECT ${SCALARS_OF_DETAIL}
+                        || CASE WHEN jsonb_typeof(d.j->'settings') = 'object'
+                             THEN jsonb_build_object('settings', ${SCALARS_OF_SETTINGS}) ELSE '{}'::jsonb END
+                        || m.mark AS x, m.mark
+                      FROM (SELECT jsonb_build_object('truncated', true, 'bytes', octet_length(d.j::text)) AS mark) m) a)
+          END FROM (SELECT ${r.detail}::jsonb AS j) d)`,
       })),
     )
     .execute();
